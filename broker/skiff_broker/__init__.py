@@ -1,0 +1,3 @@
+"""Skiff: a RocketMQ-compatible message broker."""
+
+__version__ = "0.1.0"

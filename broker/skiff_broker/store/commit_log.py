@@ -1,0 +1,292 @@
+"""The commit log: every message of every topic, appended in arrival order.
+
+A batch is encoded outside the lock, then written contiguously under one lock
+hold, with queue offsets assigned per topic/queue at that moment. When a batch
+does not fit in what is left of a segment, a BLANK record pads the segment's end
+and the batch goes whole into the next one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import struct
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from .config import StoreConfig
+from .errors import DiskFullError
+from .mapped_file import MappedFile
+from .mapped_file_queue import MappedFileQueue
+from .message import (
+    BLANK_MAGIC,
+    END_FILE_MIN_BLANK_LENGTH,
+    MAX_PROPERTIES_LENGTH,
+    MAX_TOPIC_LENGTH,
+    MESSAGE_MAGIC,
+    SIZE_MAGIC,
+    STORE_TIMESTAMP_OFFSET,
+    STORE_TIMESTAMP_OFFSET_V6,
+    SYSFLAG_OFFSET,
+    TRANSACTION_MASK,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    CorruptRecordError,
+    Message,
+    StoredMessage,
+    SysFlag,
+    body_crc,
+    decode_record,
+    encode_host,
+    encode_properties,
+    header_struct,
+    host_flags,
+)
+from .segment_allocator import SegmentAllocator
+from .transient_store_pool import TransientStorePool
+
+_PROPS_LEN = struct.Struct(">H")
+
+
+class AppendStatus(enum.Enum):
+    PUT_OK = "PUT_OK"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    DISK_FULL = "DISK_FULL"
+
+
+class AppendRejected(Exception):
+    """The batch was not appended; nothing of it is in the log."""
+
+    def __init__(self, status: AppendStatus, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+@dataclasses.dataclass(slots=True)
+class AppendResult:
+    wrote_offset: int
+    wrote_bytes: int
+    store_timestamp: int
+    physical_offsets: list[int]
+    queue_offsets: list[int]
+    sizes: list[int]
+
+    @property
+    def next_offset(self) -> int:
+        return self.wrote_offset + self.wrote_bytes
+
+
+class CommitLog:
+    def __init__(
+        self,
+        config: StoreConfig,
+        *,
+        allocator: SegmentAllocator | None,
+        pool: TransientStorePool | None,
+    ) -> None:
+        self.config = config
+        self.queue = MappedFileQueue(
+            config.commit_log_dir, config.commit_log_file_size, allocator=allocator, pool=pool
+        )
+        self._lock = threading.Lock()
+        self.store_host = encode_host(config.store_host)
+        # Next queue offset per (topic, queue id): RocketMQ's topicQueueTable.
+        self.queue_offsets: dict[tuple[str, int], int] = {}
+        # Store timestamp of the newest record, for the checkpoint.
+        self.last_store_timestamp = 0
+        self.on_append: Callable[[], None] = lambda: None
+
+    # -- appending ----------------------------------------------------------
+
+    def append(self, messages: Sequence[Message]) -> AppendResult:
+        """Append a batch contiguously; raises AppendRejected and writes nothing on bad input."""
+        if not messages:
+            raise AppendRejected(AppendStatus.MESSAGE_ILLEGAL, "a batch needs at least one message")
+        encoded = [self._encode(m) for m in messages]
+        total = sum(e[5] for e in encoded)
+        with self._lock:
+            result = self._append_locked(messages, encoded, total)
+        self.on_append()
+        return result
+
+    def _encode(self, m: Message) -> tuple:
+        topic = m.topic.encode()
+        if not topic or len(topic) > MAX_TOPIC_LENGTH:
+            raise AppendRejected(
+                AppendStatus.MESSAGE_ILLEGAL,
+                f"topic name must be 1 to {MAX_TOPIC_LENGTH} bytes, got {len(topic)}",
+            )
+        try:
+            props = encode_properties(m.properties)
+        except ValueError as exc:
+            raise AppendRejected(AppendStatus.MESSAGE_ILLEGAL, str(exc)) from exc
+        if len(props) > MAX_PROPERTIES_LENGTH:
+            raise AppendRejected(
+                AppendStatus.PROPERTIES_SIZE_EXCEEDED,
+                f"properties take {len(props)} bytes; the limit is {MAX_PROPERTIES_LENGTH}",
+            )
+        body = m.body
+        if len(body) > self.config.max_message_size:
+            raise AppendRejected(
+                AppendStatus.MESSAGE_ILLEGAL,
+                f"message body is {len(body)} bytes; the limit is {self.config.max_message_size}",
+            )
+        try:
+            born = encode_host(m.born_host)
+        except ValueError as exc:
+            raise AppendRejected(AppendStatus.MESSAGE_ILLEGAL, str(exc)) from exc
+        sys_flag = (m.sys_flag & ~0x30) | host_flags(born, self.store_host)
+        header = header_struct(sys_flag)
+        length = header.size + len(body) + 1 + len(topic) + 2 + len(props)
+        return (topic, props, born, sys_flag, header, length, body_crc(body))
+
+    def _append_locked(
+        self, messages: Sequence[Message], encoded: list, total: int
+    ) -> AppendResult:
+        mf = self._segment_for(total)
+        buf = mf.write_target
+        base = mf.file_from_offset
+        pos = start = mf.wrote_position
+        now = int(time.time() * 1000)
+        store_host = self.store_host
+        offsets_table = self.queue_offsets
+        physical_offsets = []
+        queue_offsets = []
+        sizes = []
+        for m, (topic, props, born, sys_flag, header, length, crc) in zip(
+            messages, encoded, strict=True
+        ):
+            key = (m.topic, m.queue_id)
+            tx_type = sys_flag & TRANSACTION_MASK
+            if tx_type in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
+                # Half and rolled-back messages never reach a consume queue.
+                queue_offset = 0
+            else:
+                queue_offset = offsets_table.get(key, 0)
+                offsets_table[key] = queue_offset + 1
+            body = m.body
+            header.pack_into(
+                buf,
+                pos,
+                length,
+                MESSAGE_MAGIC,
+                crc,
+                m.queue_id,
+                m.flag,
+                queue_offset,
+                base + pos,
+                sys_flag,
+                m.born_timestamp or now,
+                born,
+                now,
+                store_host,
+                m.reconsume_times,
+                m.prepared_transaction_offset,
+                len(body),
+            )
+            p = pos + header.size
+            buf[p : p + len(body)] = body
+            p += len(body)
+            buf[p] = len(topic)
+            buf[p + 1 : p + 1 + len(topic)] = topic
+            p += 1 + len(topic)
+            _PROPS_LEN.pack_into(buf, p, len(props))
+            buf[p + 2 : p + 2 + len(props)] = props
+            physical_offsets.append(base + pos)
+            queue_offsets.append(queue_offset)
+            sizes.append(length)
+            pos += length
+        mf.wrote_position = pos
+        self.last_store_timestamp = now
+        return AppendResult(base + start, pos - start, now, physical_offsets, queue_offsets, sizes)
+
+    def _segment_for(self, total: int) -> MappedFile:
+        """The segment that takes ``total`` bytes, padding and rolling if needed."""
+        limit = self.queue.file_size - END_FILE_MIN_BLANK_LENGTH
+        if total > limit:
+            raise AppendRejected(
+                AppendStatus.MESSAGE_ILLEGAL,
+                f"a batch of {total} bytes cannot fit in a {self.queue.file_size}-byte segment",
+            )
+        try:
+            mf = self.queue.last_file_for_append()
+            if total + END_FILE_MIN_BLANK_LENGTH > mf.remaining:
+                self._pad(mf)
+                mf = self.queue.last_file_for_append()
+        except DiskFullError as exc:
+            raise AppendRejected(AppendStatus.DISK_FULL, str(exc)) from exc
+        return mf
+
+    @staticmethod
+    def _pad(mf: MappedFile) -> None:
+        """Fill the rest of a segment with a BLANK record: readers skip to the next one."""
+        pos = mf.wrote_position
+        SIZE_MAGIC.pack_into(mf.write_target, pos, mf.file_size - pos, BLANK_MAGIC)
+        mf.wrote_position = mf.file_size
+
+    # -- reading ------------------------------------------------------------
+
+    @property
+    def min_offset(self) -> int:
+        """Offset of the first record still on disk."""
+        return self.queue.min_offset
+
+    @property
+    def max_offset(self) -> int:
+        """End of readable data (committed to the file)."""
+        return self.queue.max_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self.queue.flushed_where
+
+    def read(self, offset: int, size: int) -> bytes | None:
+        """Raw bytes of one record or run of records, or None if that offset is gone."""
+        mf = self.queue.find(offset)
+        if mf is None:
+            return None
+        try:
+            data = mf.read(offset - mf.file_from_offset, size)
+        except ValueError:
+            # Deleted by retention while we were looking.
+            return None
+        return data if len(data) == size else None
+
+    def read_segment_tail(self, offset: int, max_bytes: int) -> tuple[MappedFile, bytes] | None:
+        """Readable bytes from ``offset`` to the end of its segment's data (at most max_bytes)."""
+        mf = self.queue.find(offset)
+        if mf is None:
+            return None
+        position = offset - mf.file_from_offset
+        try:
+            return mf, mf.read(position, max_bytes)
+        except ValueError:
+            return None
+
+    def get_message(self, offset: int, size: int) -> StoredMessage | None:
+        """The message at ``offset``, None if gone; CorruptRecordError if its CRC fails."""
+        data = self.read(offset, size)
+        if data is None:
+            return None
+        message = decode_record(data, 0, check_crc=True)
+        if message.physical_offset != offset:
+            raise CorruptRecordError(
+                f"record at {offset} claims physical offset {message.physical_offset}"
+            )
+        return message
+
+    def store_timestamp_at(self, offset: int) -> int:
+        """STORETIMESTAMP of the record at ``offset`` (-1 if unreadable)."""
+        head = self.read(offset, SYSFLAG_OFFSET + 4)
+        if head is None:
+            return -1
+        sys_flag = int.from_bytes(head[SYSFLAG_OFFSET:], "big", signed=True)
+        at = STORE_TIMESTAMP_OFFSET_V6 if sys_flag & SysFlag.BORNHOST_V6 else STORE_TIMESTAMP_OFFSET
+        raw = self.read(offset + at, 8)
+        return -1 if raw is None else int.from_bytes(raw, "big", signed=True)
+
+    def close(self) -> None:
+        self.queue.close()

@@ -1,0 +1,218 @@
+"""One topic/queue's index into the commit log: 20-byte units in fixed-size files.
+
+Unit ``n`` (the message at queue offset ``n``) sits at byte ``20 * n`` of the
+queue's byte stream and holds the record's commit-log offset (8), size (4) and
+tag hash (8). Files are named by the byte offset of their first unit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from collections.abc import Callable
+
+from .mapped_file_queue import MappedFileQueue
+
+log = logging.getLogger(__name__)
+
+UNIT = struct.Struct(">qiq")
+UNIT_SIZE = UNIT.size
+# Fills positions that hold no message (before a queue's first unit, or a gap),
+# so that every written unit has a non-zero size and the end of data is the
+# first all-zero unit.
+BLANK_UNIT_SIZE = 0x7FFFFFFF
+
+
+class ConsumeQueue:
+    def __init__(self, topic: str, queue_id: int, root_dir: str, units_per_file: int) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.queue = MappedFileQueue(
+            os.path.join(root_dir, topic, str(queue_id)), units_per_file * UNIT_SIZE
+        )
+        self.units_per_file = units_per_file
+        # End (offset + size) of the newest record indexed here.
+        self.max_physical_offset = 0
+        self._min_logical_offset = 0
+
+    # -- loading ------------------------------------------------------------
+
+    def load(self) -> None:
+        """Open the files and find where the units end."""
+        self.queue.load()
+        files = self.queue.files
+        if not files:
+            return
+        last = files[-1]
+        last.set_positions(self._first_zero_unit(last) * UNIT_SIZE)
+        end = self.max_offset
+        self.max_physical_offset = 0
+        for index in range(end - 1, max(self.min_offset, end - 64) - 1, -1):
+            unit = self.get(index)
+            if unit is not None:
+                self.max_physical_offset = unit[0] + unit[1]
+                break
+        self._min_logical_offset = files[0].file_from_offset // UNIT_SIZE
+
+    @staticmethod
+    def _first_zero_unit(mf) -> int:
+        mm = mf.mapping
+        lo, hi = 0, mf.file_size // UNIT_SIZE
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if UNIT.unpack_from(mm, mid * UNIT_SIZE)[1] == 0:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    # -- writing ------------------------------------------------------------
+
+    def put(self, physical_offset: int, size: int, tag_code: int, queue_offset: int) -> bool:
+        """Write the unit for ``queue_offset``; a unit already present is left alone.
+
+        Returns False if the unit was already there (a replayed dispatch).
+        """
+        expected = queue_offset * UNIT_SIZE
+        if not self.queue.files:
+            self._min_logical_offset = queue_offset
+        mf = self.queue.last_file_for_append(start_offset=expected)
+        current = mf.file_from_offset + mf.wrote_position
+        if expected < current:
+            return False
+        if expected > current:
+            if current != mf.file_from_offset or mf is not self.queue.first_file:
+                log.warning(
+                    "consume queue %s/%d expected unit %d but is at %d; filling the gap",
+                    self.topic,
+                    self.queue_id,
+                    queue_offset,
+                    current // UNIT_SIZE,
+                )
+            mf = self._fill_blank(current, expected)
+        UNIT.pack_into(mf.write_target, mf.wrote_position, physical_offset, size, tag_code)
+        mf.wrote_position += UNIT_SIZE
+        self.max_physical_offset = physical_offset + size
+        return True
+
+    def _fill_blank(self, current: int, expected: int):
+        while True:
+            mf = self.queue.last_file_for_append(start_offset=current)
+            while current < expected and not mf.is_full:
+                UNIT.pack_into(mf.write_target, mf.wrote_position, 0, BLANK_UNIT_SIZE, 0)
+                mf.wrote_position += UNIT_SIZE
+                current += UNIT_SIZE
+            if current >= expected:
+                return self.queue.last_file_for_append(start_offset=current)
+
+    # -- reading ------------------------------------------------------------
+
+    @property
+    def min_offset(self) -> int:
+        return self._min_logical_offset
+
+    @property
+    def max_offset(self) -> int:
+        """One past the newest unit (the next queue offset)."""
+        return self.queue.max_offset // UNIT_SIZE
+
+    def get(self, queue_offset: int) -> tuple[int, int, int] | None:
+        """(commit-log offset, size, tag code) of one message, or None."""
+        units = self.read_units(queue_offset, 1)
+        return units[0] if units else None
+
+    def read_units(self, queue_offset: int, max_count: int) -> list[tuple[int, int, int]]:
+        """Up to ``max_count`` units from ``queue_offset``, within one file; blanks skipped."""
+        if queue_offset < self._min_logical_offset or queue_offset >= self.max_offset:
+            return []
+        position = queue_offset * UNIT_SIZE
+        mf = self.queue.find(position)
+        if mf is None:
+            return []
+        start = position - mf.file_from_offset
+        try:
+            data = mf.read(start, max_count * UNIT_SIZE)
+        except ValueError:
+            return []
+        return [
+            u
+            for u in UNIT.iter_unpack(data[: len(data) - len(data) % UNIT_SIZE])
+            if u[1] != BLANK_UNIT_SIZE
+        ]
+
+    def offset_by_time(self, timestamp_ms: int, store_timestamp_at: Callable[[int], int]) -> int:
+        """First queue offset whose message was stored at or after ``timestamp_ms``."""
+        lo, hi = self.min_offset, self.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            unit = self.get(mid)
+            stored = store_timestamp_at(unit[0]) if unit is not None else -1
+            if stored >= timestamp_ms:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    # -- recovery and retention --------------------------------------------
+
+    def truncate_dirty(self, physical_end: int) -> None:
+        """Drop units whose record lies at or beyond ``physical_end`` (a truncated commit log)."""
+        lo, hi = self.min_offset, self.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            unit = self._raw_unit(mid)
+            if unit[1] != BLANK_UNIT_SIZE and unit[0] + unit[1] > physical_end:
+                hi = mid
+            else:
+                lo = mid + 1
+        if lo < self.max_offset:
+            self.queue.truncate(lo * UNIT_SIZE, quiet_bytes=1024 * 1024)
+            self.max_physical_offset = 0
+            for index in range(lo - 1, max(self.min_offset, lo - 64) - 1, -1):
+                unit = self.get(index)
+                if unit is not None:
+                    self.max_physical_offset = unit[0] + unit[1]
+                    break
+        if not self.queue.files:
+            self._min_logical_offset = 0
+
+    def _raw_unit(self, queue_offset: int) -> tuple[int, int, int]:
+        position = queue_offset * UNIT_SIZE
+        mf = self.queue.find(position)
+        assert mf is not None
+        return UNIT.unpack_from(mf.mapping, position - mf.file_from_offset)
+
+    def correct_min_offset(self, min_commit_log_offset: int) -> None:
+        """Skip units whose records retention already deleted."""
+        first = self.queue.first_file
+        if first is None:
+            return
+        lo = first.file_from_offset // UNIT_SIZE
+        hi = min(self.max_offset, lo + self.units_per_file)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            unit = self._raw_unit(mid)
+            if unit[1] != BLANK_UNIT_SIZE and unit[0] >= min_commit_log_offset:
+                hi = mid
+            else:
+                lo = mid + 1
+        self._min_logical_offset = max(self._min_logical_offset, lo)
+
+    def delete_expired(self, min_commit_log_offset: int) -> int:
+        """Delete files whose every record is gone from the commit log; never the newest."""
+
+        def obsolete(mf) -> bool:
+            last = UNIT.unpack_from(mf.mapping, mf.file_size - UNIT_SIZE)
+            return last[1] != 0 and last[0] + last[1] <= min_commit_log_offset
+
+        deleted = self.queue.delete_before(obsolete)
+        self.correct_min_offset(min_commit_log_offset)
+        return deleted
+
+    def flush(self, least_pages: int) -> None:
+        while self.queue.flush(least_pages):
+            pass
+
+    def close(self) -> None:
+        self.queue.close()

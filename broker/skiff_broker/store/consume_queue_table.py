@@ -1,0 +1,66 @@
+"""Every consume queue of the store, by topic and queue id."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from collections.abc import Iterator
+
+from .consume_queue import ConsumeQueue
+
+
+class ConsumeQueueTable:
+    def __init__(self, root_dir: str, units_per_file: int) -> None:
+        self.root_dir = root_dir
+        self.units_per_file = units_per_file
+        self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._lock = threading.Lock()
+
+    def load(self) -> None:
+        os.makedirs(self.root_dir, exist_ok=True)
+        for topic in sorted(os.listdir(self.root_dir)):
+            topic_dir = os.path.join(self.root_dir, topic)
+            if not os.path.isdir(topic_dir):
+                continue
+            for queue_dir in sorted(os.listdir(topic_dir)):
+                if queue_dir.isdigit():
+                    cq = ConsumeQueue(topic, int(queue_dir), self.root_dir, self.units_per_file)
+                    cq.load()
+                    self._queues[(topic, int(queue_dir))] = cq
+
+    def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self._queues.get((topic, queue_id))
+
+    def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = self._queues.get((topic, queue_id))
+        if cq is None:
+            with self._lock:
+                cq = self._queues.get((topic, queue_id))
+                if cq is None:
+                    cq = ConsumeQueue(topic, queue_id, self.root_dir, self.units_per_file)
+                    self._queues = {**self._queues, (topic, queue_id): cq}
+        return cq
+
+    def __iter__(self) -> Iterator[ConsumeQueue]:
+        return iter(list(self._queues.values()))
+
+    def queues_of(self, topic: str) -> list[ConsumeQueue]:
+        return [cq for (t, _), cq in self._queues.items() if t == topic]
+
+    def next_offsets(self) -> dict[tuple[str, int], int]:
+        """The next queue offset of every queue: the commit log's queue-offset table."""
+        return {key: cq.max_offset for key, cq in self._queues.items() if cq.max_offset > 0}
+
+    def delete_topic(self, topic: str) -> None:
+        with self._lock:
+            doomed = [key for key in self._queues if key[0] == topic]
+            queues = dict(self._queues)
+            for key in doomed:
+                queues.pop(key).queue.destroy()
+            self._queues = queues
+        shutil.rmtree(os.path.join(self.root_dir, topic), ignore_errors=True)
+
+    def close(self) -> None:
+        for cq in self:
+            cq.close()

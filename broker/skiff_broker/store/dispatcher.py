@@ -1,0 +1,247 @@
+"""Builds consume-queue units and index entries from the commit log, behind the writer.
+
+It reads records from ``reput_offset`` up to what is readable, writes each
+record's ConsumeQueue unit and IndexFile keys, and tells listeners which
+queues got new messages (long polling waits on that).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import struct
+import threading
+import time
+from collections.abc import Callable
+
+from .commit_log import CommitLog
+from .consume_queue_table import ConsumeQueueTable
+from .hashing import tag_hash
+from .index_service import IndexService
+from .message import (
+    BLANK_MAGIC,
+    MESSAGE_MAGIC,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR,
+    STORE_TIMESTAMP_OFFSET,
+    STORE_TIMESTAMP_OFFSET_V6,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_MASK,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    Property,
+    SysFlag,
+    header_struct,
+)
+
+log = logging.getLogger(__name__)
+
+_HEAD = struct.Struct(">iIiiiqqi")
+_SIZE_MAGIC = struct.Struct(">iI")
+_LONG = struct.Struct(">q")
+_INT = struct.Struct(">i")
+_SHORT = struct.Struct(">H")
+_READ_CHUNK = 4 * 1024 * 1024
+
+ArrivalListener = Callable[[set[tuple[str, int]]], None]
+
+
+@dataclasses.dataclass(slots=True)
+class DispatchRequest:
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    size: int
+    sys_flag: int
+    store_timestamp: int
+    tags: str
+    keys: list[str]
+
+
+def _property(props: bytes, name: bytes) -> str:
+    """One property's value from the raw ``k\\x01v\\x02`` form, without decoding them all."""
+    start = 0
+    while True:
+        i = props.find(name, start)
+        if i < 0:
+            return ""
+        if i == 0 or props[i - 1] == 2:
+            end = props.find(b"\x02", i)
+            return props[i + len(name) : end if end >= 0 else len(props)].decode()
+        start = i + 1
+
+
+_TAGS = (Property.TAGS + NAME_VALUE_SEPARATOR).encode()
+_KEYS = (Property.KEYS + NAME_VALUE_SEPARATOR).encode()
+_UNIQ = (Property.UNIQ_KEY + NAME_VALUE_SEPARATOR).encode()
+assert PROPERTY_SEPARATOR == "\x02"
+
+
+def parse_records(data: bytes, base: int) -> tuple[list[DispatchRequest], int, bool]:
+    """Records in ``data`` (which starts at global offset ``base``).
+
+    Returns (requests, bytes consumed, reached the segment's BLANK end).
+    Stops early at an incomplete record.
+    """
+    requests = []
+    pos = 0
+    limit = len(data)
+    topics: dict[bytes, str] = {}
+    while pos + 8 <= limit:
+        size, magic = _SIZE_MAGIC.unpack_from(data, pos)
+        if magic == BLANK_MAGIC:
+            # May be as short as 8 bytes: checked before reading a full header.
+            return requests, pos, True
+        if magic != MESSAGE_MAGIC or size <= _HEAD.size or pos + size > limit:
+            break
+        _, _, _, queue_id, _, queue_offset, physical, sys_flag = _HEAD.unpack_from(data, pos)
+        v6 = sys_flag & SysFlag.BORNHOST_V6
+        store_ts = _LONG.unpack_from(
+            data, pos + (STORE_TIMESTAMP_OFFSET_V6 if v6 else STORE_TIMESTAMP_OFFSET)
+        )[0]
+        hsize = header_struct(sys_flag).size
+        body_len = _INT.unpack_from(data, pos + hsize - 4)[0]
+        t = pos + hsize + body_len
+        topic_len = data[t]
+        raw_topic = data[t + 1 : t + 1 + topic_len]
+        topic = topics.get(raw_topic)
+        if topic is None:
+            topic = topics[raw_topic] = raw_topic.decode()
+        p = t + 1 + topic_len
+        props_len = _SHORT.unpack_from(data, p)[0]
+        props = data[p + 2 : p + 2 + props_len]
+        keys = _property(props, _KEYS).split()
+        unique = _property(props, _UNIQ)
+        if unique:
+            keys.append(unique)
+        requests.append(
+            DispatchRequest(
+                topic,
+                queue_id,
+                queue_offset,
+                physical,
+                size,
+                sys_flag,
+                store_ts,
+                _property(props, _TAGS),
+                keys,
+            )
+        )
+        pos += size
+    return requests, pos, False
+
+
+class Dispatcher:
+    name = "dispatcher"
+
+    def __init__(
+        self,
+        commit_log: CommitLog,
+        consume_queues: ConsumeQueueTable,
+        index: IndexService | None,
+    ) -> None:
+        self._commit_log = commit_log
+        self._consume_queues = consume_queues
+        self._index = index
+        self.reput_offset = 0
+        # Store timestamp of the newest dispatched record, for the checkpoint.
+        self.last_store_timestamp = 0
+        self._listeners: list[ArrivalListener] = []
+        self._new_data = threading.Event()
+        self._progress = threading.Condition()
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+
+    def add_listener(self, listener: ArrivalListener) -> None:
+        self._listeners.append(listener)
+
+    def notify_new_data(self) -> None:
+        """Called after appends and commits: there may be records to dispatch."""
+        self._new_data.set()
+
+    # -- dispatching --------------------------------------------------------
+
+    def dispatch_available(self) -> int:
+        """Dispatch everything readable now; returns the number of records."""
+        count = 0
+        while self.reput_offset < self._commit_log.max_offset:
+            got = self._commit_log.read_segment_tail(self.reput_offset, _READ_CHUNK)
+            if got is None:
+                # Retention deleted it before we got there; resume at what is left.
+                self.reput_offset = max(self.reput_offset, self._commit_log.min_offset)
+                if self._commit_log.queue.find(self.reput_offset) is None:
+                    break
+                continue
+            mf, data = got
+            requests, consumed, end_of_segment = parse_records(data, self.reput_offset)
+            self._dispatch(requests)
+            count += len(requests)
+            if end_of_segment:
+                self.reput_offset = mf.file_from_offset + mf.file_size
+            elif consumed == 0:
+                break
+            else:
+                self.reput_offset += consumed
+            with self._progress:
+                self._progress.notify_all()
+        return count
+
+    def _dispatch(self, requests: list[DispatchRequest]) -> None:
+        if not requests:
+            return
+        touched: set[tuple[str, int]] = set()
+        index = self._index
+        for r in requests:
+            tx_type = r.sys_flag & TRANSACTION_MASK
+            if tx_type in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
+                cq = self._consume_queues.find_or_create(r.topic, r.queue_id)
+                if cq.put(r.physical_offset, r.size, tag_hash(r.tags), r.queue_offset):
+                    touched.add((r.topic, r.queue_id))
+            if index is not None and tx_type != TRANSACTION_ROLLBACK_TYPE and r.keys:
+                index.build_index(r.topic, r.physical_offset, r.store_timestamp, r.keys)
+        self.last_store_timestamp = requests[-1].store_timestamp
+        if touched:
+            for listener in self._listeners:
+                try:
+                    listener(touched)
+                except Exception:
+                    log.exception("arrival listener failed")
+
+    def wait_dispatched(self, offset: int, timeout: float) -> bool:
+        """Block until everything below ``offset`` is dispatched."""
+        deadline = time.monotonic() + timeout
+        with self._progress:
+            while self.reput_offset < offset:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._new_data.set()
+                self._progress.wait(min(remaining, 0.05))
+        return True
+
+    # -- thread -------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopped:
+            self._new_data.wait(0.1)
+            self._new_data.clear()
+            try:
+                self.dispatch_available()
+            except Exception:
+                # A full disk can stop a new consume-queue file; retry from the same offset.
+                log.exception("dispatch at %d failed; retrying", self.reput_offset)
+                time.sleep(0.5)
+
+    def stop(self) -> None:
+        """Stop after dispatching what is readable now."""
+        self._stopped = True
+        self._new_data.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self.dispatch_available()

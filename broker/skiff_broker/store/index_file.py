@@ -1,0 +1,393 @@
+"""One RocketMQ-format IndexFile: a disk hash table from message key to commit-log offset.
+
+Layout (big-endian, byte-compatible with RocketMQ)::
+
+    header   40 bytes   beginTimestamp i64, endTimestamp i64,
+                        beginPhyOffset i64, endPhyOffset i64,
+                        hashSlotCount i32, indexCount i32
+    slots    hash_slot_num * 4 bytes, i32: number of the newest entry of the slot
+    entries  index_num * 20 bytes, each keyHash i32, phyOffset i64,
+                        timeDiff i32 (seconds after beginTimestamp), prevIndex i32
+
+Entry 0 is never written, so 0 can mean "empty slot" and "end of chain"; that is
+why ``indexCount`` starts at 1. Entries are only appended, and each one links to
+the entry that held its slot before it, so a slot's chain runs newest to oldest.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import struct
+import threading
+
+from .errors import DiskFullError, StoreCorruptError
+from .hashing import index_key_hash
+from .mapped_file import fsync_directory
+
+HEADER_SIZE = 40
+SLOT_SIZE = 4
+ENTRY_SIZE = 20
+INVALID_INDEX = 0
+INT32_MAX = 2**31 - 1
+
+_HEADER = struct.Struct(">qqqqii")
+_SLOT = struct.Struct(">i")
+_ENTRY = struct.Struct(">iqii")
+
+
+def index_file_size(hash_slot_num: int, index_num: int) -> int:
+    """Bytes of an index file with the given capacity."""
+    return HEADER_SIZE + hash_slot_num * SLOT_SIZE + index_num * ENTRY_SIZE
+
+
+class IndexFile:
+    """One index file, memory-mapped for its whole life.
+
+    One thread writes (``put_key``); any number of threads may call
+    ``select_phy_offsets`` at the same time. Header values are kept in Python
+    attributes as well as on disk, so readers never see a half-written header
+    and the properties stay readable after ``close``.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        hash_slot_num: int,
+        index_num: int,
+        *,
+        begin_timestamp: int = 0,
+        begin_phy_offset: int = 0,
+    ) -> None:
+        """Open ``path``, creating it when absent.
+
+        ``begin_timestamp``/``begin_phy_offset`` only apply to a new file: a file
+        that continues an older one starts where that one ended, so its time
+        range and offsets join up with the older file's (as RocketMQ does).
+        """
+        if hash_slot_num < 1:
+            raise ValueError("hash_slot_num must be positive")
+        # Entry 0 is the sentinel, so one real entry needs index_num >= 2; entry
+        # numbers are stored as int32.
+        if not 2 <= index_num <= INT32_MAX:
+            raise ValueError(f"index_num must be in [2, {INT32_MAX}]")
+        self.path = path
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self.file_size = index_file_size(hash_slot_num, index_num)
+        self._entries_pos = HEADER_SIZE + hash_slot_num * SLOT_SIZE
+
+        # Reader counting lets close() run while a query is walking a chain: the
+        # mapping is unmapped by whichever of them finishes last.
+        self._state_lock = threading.Lock()
+        self._readers = 0
+        self._closed = False
+
+        if not os.path.exists(path):
+            self._create(begin_timestamp, begin_phy_offset)
+        self._mm = self._map()
+        try:
+            self._read_header()
+        except BaseException:
+            self._mm.close()
+            raise
+
+    # -- opening -------------------------------------------------------------
+
+    def _create(self, begin_timestamp: int, begin_phy_offset: int) -> None:
+        # Built under a temporary name and renamed so that a crash never leaves a
+        # short or headerless file under a real name.
+        tmp = self.path + ".tmp"
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            try:
+                # Real blocks, not a sparse file: running out of disk while writing
+                # through the mapping would be a SIGBUS instead of an error.
+                os.posix_fallocate(fd, 0, self.file_size)
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                    raise DiskFullError(
+                        f"no space to allocate a {self.file_size}-byte index file in "
+                        f"{os.path.dirname(self.path) or '.'}: free disk space or lower "
+                        "max_index_num / max_hash_slot_num"
+                    ) from exc
+                raise
+            header = _HEADER.pack(
+                begin_timestamp, begin_timestamp, begin_phy_offset, begin_phy_offset, 0, 1
+            )
+            os.pwrite(fd, header, 0)
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp)
+            raise
+        os.close(fd)
+        os.rename(tmp, self.path)
+        fsync_directory(os.path.dirname(os.path.abspath(self.path)))
+
+    def _map(self) -> mmap.mmap:
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            actual = os.fstat(fd).st_size
+            if actual != self.file_size:
+                raise StoreCorruptError(
+                    f"index file {self.path} is {actual} bytes, expected {self.file_size}; "
+                    "it was written with other max_hash_slot_num / max_index_num settings"
+                )
+            # The mapping keeps its own duplicate of the descriptor.
+            return mmap.mmap(fd, self.file_size)
+        finally:
+            os.close(fd)
+
+    def _read_header(self) -> None:
+        (
+            begin_ts,
+            end_ts,
+            begin_phy,
+            end_phy,
+            slot_count,
+            index_count,
+        ) = _HEADER.unpack_from(self._mm, 0)
+        if not 0 <= index_count <= self.index_num:
+            raise StoreCorruptError(
+                f"index file {self.path} claims {index_count} entries but holds at most "
+                f"{self.index_num}; delete it and let the store rebuild the index"
+            )
+        self._begin_timestamp: int = begin_ts
+        self._end_timestamp: int = end_ts
+        self._begin_phy_offset: int = begin_phy
+        self._end_phy_offset: int = end_phy
+        self._hash_slot_count: int = slot_count
+        # A zero count only comes from a header never written; the sentinel still holds.
+        self._index_count: int = max(index_count, 1)
+
+    # -- header --------------------------------------------------------------
+
+    @property
+    def begin_timestamp(self) -> int:
+        return self._begin_timestamp
+
+    @property
+    def end_timestamp(self) -> int:
+        return self._end_timestamp
+
+    @property
+    def begin_phy_offset(self) -> int:
+        return self._begin_phy_offset
+
+    @property
+    def end_phy_offset(self) -> int:
+        return self._end_phy_offset
+
+    @property
+    def hash_slot_count(self) -> int:
+        """Slots in use (how many were empty when an entry went into them)."""
+        return self._hash_slot_count
+
+    @property
+    def index_count(self) -> int:
+        """Next entry number; entries 1 .. index_count - 1 are in use."""
+        return self._index_count
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _write_header(self) -> None:
+        _HEADER.pack_into(
+            self._mm,
+            0,
+            self._begin_timestamp,
+            self._end_timestamp,
+            self._begin_phy_offset,
+            self._end_phy_offset,
+            self._hash_slot_count,
+            self._index_count,
+        )
+
+    # -- writing -------------------------------------------------------------
+
+    def is_write_full(self) -> bool:
+        return self._index_count >= self.index_num
+
+    def put_key(self, key: str, phy_offset: int, store_timestamp_ms: int) -> bool:
+        """Add one entry; returns False when the file is full.
+
+        Offsets must not decrease from one call to the next: the service relies on
+        chains being ordered by offset to recognise replayed records.
+        """
+        if self._closed:
+            raise ValueError(f"index file {self.path} is closed")
+        if self.is_write_full():
+            return False
+        if phy_offset < 0:
+            raise ValueError("phy_offset must not be negative")
+        mm = self._mm
+        key_hash = index_key_hash(key)
+        slot_pos = HEADER_SIZE + (key_hash % self.hash_slot_num) * SLOT_SIZE
+        (prev,) = _SLOT.unpack_from(mm, slot_pos)
+        # Anything that is not an already written entry (a torn write before a
+        # crash) is treated as an empty slot rather than followed.
+        if prev <= INVALID_INDEX or prev >= self._index_count:
+            prev = INVALID_INDEX
+
+        if self._index_count == 1 and self._begin_timestamp <= 0:
+            # First entry of a file that did not inherit a start from an older file.
+            self._begin_timestamp = store_timestamp_ms
+            self._begin_phy_offset = phy_offset
+        # Seconds keep the diff within int32 (68 years); earlier stamps clamp to 0.
+        time_diff = (store_timestamp_ms - self._begin_timestamp) // 1000
+        time_diff = min(max(time_diff, 0), INT32_MAX)
+
+        entry = self._index_count
+        _ENTRY.pack_into(
+            mm, self._entries_pos + entry * ENTRY_SIZE, key_hash, phy_offset, time_diff, prev
+        )
+        if prev == INVALID_INDEX:
+            self._hash_slot_count += 1
+        self._end_timestamp = store_timestamp_ms
+        self._end_phy_offset = phy_offset
+        # The count goes up before the slot points at the entry, so a concurrent
+        # reader that sees the new slot value also accepts it as written.
+        self._index_count = entry + 1
+        self._write_header()
+        _SLOT.pack_into(mm, slot_pos, entry)
+        return True
+
+    # -- reading -------------------------------------------------------------
+
+    def _acquire(self) -> mmap.mmap | None:
+        with self._state_lock:
+            if self._closed:
+                return None
+            self._readers += 1
+            return self._mm
+
+    def _release(self) -> None:
+        with self._state_lock:
+            self._readers -= 1
+            if self._closed and self._readers == 0:
+                self._mm.close()
+
+    def is_time_matched(self, begin_ms: int, end_ms: int) -> bool:
+        """Whether [begin_ms, end_ms] overlaps the file's time range (never when empty)."""
+        if self._index_count <= 1:
+            return False
+        return begin_ms <= self._end_timestamp and end_ms >= self._begin_timestamp
+
+    def select_phy_offsets(self, key: str, max_num: int, begin_ms: int, end_ms: int) -> list[int]:
+        """Commit-log offsets indexed under ``key`` in [begin_ms, end_ms], newest first.
+
+        Only the 32-bit key hash is stored, so keys whose hashes are equal are
+        indistinguishable here: the result may hold offsets of messages with other
+        keys, and the caller must check the key in each message it reads.
+
+        Times are kept with one-second resolution: an entry counts as stored at
+        ``begin_timestamp + whole seconds``, which may be up to 999 ms before the
+        message's real store time.
+        """
+        if max_num <= 0:
+            return []
+        mm = self._acquire()
+        if mm is None:
+            return []
+        try:
+            key_hash = index_key_hash(key)
+            slot_pos = HEADER_SIZE + (key_hash % self.hash_slot_num) * SLOT_SIZE
+            (current,) = _SLOT.unpack_from(mm, slot_pos)
+            limit = self._index_count
+            base = self._begin_timestamp
+            result: list[int] = []
+            if current <= INVALID_INDEX or current >= limit:
+                return result
+            while True:
+                entry_hash, phy_offset, time_diff, prev = _ENTRY.unpack_from(
+                    mm, self._entries_pos + current * ENTRY_SIZE
+                )
+                if time_diff < 0:
+                    break  # never written by put_key: the chain is damaged from here
+                if entry_hash == key_hash and begin_ms <= base + time_diff * 1000 <= end_ms:
+                    result.append(phy_offset)
+                    if len(result) >= max_num:
+                        break
+                # Links always point to older entries; anything else would loop.
+                if prev <= INVALID_INDEX or prev >= current:
+                    break
+                current = prev
+            return result
+        finally:
+            self._release()
+
+    def contains(self, key: str, phy_offset: int) -> bool:
+        """Whether an entry with ``key``'s hash points at ``phy_offset``.
+
+        Used to skip replayed records; it stops at the first older offset because
+        entries are appended in offset order.
+        """
+        mm = self._acquire()
+        if mm is None:
+            return False
+        try:
+            key_hash = index_key_hash(key)
+            slot_pos = HEADER_SIZE + (key_hash % self.hash_slot_num) * SLOT_SIZE
+            (current,) = _SLOT.unpack_from(mm, slot_pos)
+            if current <= INVALID_INDEX or current >= self._index_count:
+                return False
+            while True:
+                entry_hash, entry_offset, _, prev = _ENTRY.unpack_from(
+                    mm, self._entries_pos + current * ENTRY_SIZE
+                )
+                if entry_offset < phy_offset:
+                    return False
+                if entry_hash == key_hash and entry_offset == phy_offset:
+                    return True
+                if prev <= INVALID_INDEX or prev >= current:
+                    return False
+                current = prev
+        finally:
+            self._release()
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def flush(self) -> None:
+        """Write dirty pages of the mapping to disk (msync, which also syncs the data)."""
+        mm = self._acquire()
+        if mm is None:
+            return
+        try:
+            mm.flush()
+        finally:
+            self._release()
+
+    def close(self) -> None:
+        """Flush and unmap; safe to call twice."""
+        self._shut(flush=True)
+
+    def destroy(self) -> None:
+        """Unmap without flushing and delete the file."""
+        self._shut(flush=False)
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        else:
+            fsync_directory(os.path.dirname(os.path.abspath(self.path)))
+
+    def _shut(self, *, flush: bool) -> None:
+        with self._state_lock:
+            if self._closed:
+                return
+            if flush:
+                self._mm.flush()
+            self._closed = True
+            # With queries still running, the last of them unmaps in _release().
+            if self._readers == 0:
+                self._mm.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"IndexFile({self.path!r}, entries={self._index_count - 1}, "
+            f"time=[{self._begin_timestamp}, {self._end_timestamp}], "
+            f"offsets=[{self._begin_phy_offset}, {self._end_phy_offset}])"
+        )

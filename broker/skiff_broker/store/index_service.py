@@ -1,0 +1,267 @@
+"""The index files of a store: key look-ups over every file, rolling, expiry and recovery.
+
+Files live in one directory and are named by their creation time
+(``yyyyMMddHHmmssSSS``), so name order is age order. Only the newest file is
+written; older ones are full and only read.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+import threading
+from collections.abc import Iterable
+
+from .index_file import IndexFile
+
+_NAME_RE = re.compile(r"\d{17}")
+_ONE_MS = datetime.timedelta(milliseconds=1)
+
+
+def _format_name(moment: datetime.datetime) -> str:
+    return moment.strftime("%Y%m%d%H%M%S") + f"{moment.microsecond // 1000:03d}"
+
+
+def _parse_name(name: str) -> datetime.datetime | None:
+    try:
+        moment = datetime.datetime.strptime(name[:14], "%Y%m%d%H%M%S")
+    except ValueError:
+        return None
+    return moment.replace(microsecond=int(name[14:]) * 1000)
+
+
+class IndexService:
+    """Index files of one directory, oldest first.
+
+    Writers (``load``, ``build_index``, ``truncate``) are meant to run on one
+    thread, the dispatcher; ``delete_expired`` may run on another (it never
+    touches the newest file); ``query`` may run on any number of threads.
+    """
+
+    def __init__(
+        self, index_dir: str, hash_slot_num: int = 5_000_000, index_num: int = 20_000_000
+    ) -> None:
+        self.index_dir = index_dir
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        # Guards the list itself; files are read outside it (see IndexFile).
+        self._lock = threading.Lock()
+        self._files: list[IndexFile] = []
+
+    @property
+    def files(self) -> list[IndexFile]:
+        """A copy of the file list, oldest first."""
+        with self._lock:
+            return list(self._files)
+
+    @property
+    def last_timestamp(self) -> int:
+        """Store time of the newest indexed record (0 without files)."""
+        with self._lock:
+            return self._files[-1].end_timestamp if self._files else 0
+
+    # -- recovery ------------------------------------------------------------
+
+    def load(self, last_exit_ok: bool, checkpoint_index_timestamp_ms: int) -> None:
+        """Open the directory's files.
+
+        After a crash, files that end after the checkpoint may hold entries that
+        were never flushed, or entries of records the store is about to truncate
+        and re-dispatch; they are deleted. Every newer file goes with the first
+        such file, so that the newest remaining file still tells how far the
+        index is complete.
+        """
+        with self._lock:
+            if self._files:
+                raise RuntimeError("IndexService.load() must run once, before any other use")
+        names: list[str] = []
+        if os.path.isdir(self.index_dir):
+            for name in os.listdir(self.index_dir):
+                if _NAME_RE.fullmatch(name):
+                    names.append(name)
+                elif name.endswith(".tmp") and _NAME_RE.fullmatch(name[:-4]):
+                    # A file whose creation a crash interrupted; it was never used.
+                    os.unlink(os.path.join(self.index_dir, name))
+        names.sort()
+
+        loaded: list[IndexFile] = []
+        dropping = False
+        try:
+            for name in names:
+                path = os.path.join(self.index_dir, name)
+                f = IndexFile(path, self.hash_slot_num, self.index_num)
+                if not last_exit_ok and (
+                    dropping or f.end_timestamp > checkpoint_index_timestamp_ms
+                ):
+                    dropping = True
+                    f.destroy()
+                    continue
+                loaded.append(f)
+        except BaseException:
+            for f in loaded:
+                f.close()
+            raise
+        with self._lock:
+            self._files = loaded
+
+    def truncate(self, phy_offset: int) -> None:
+        """Delete files that index records past ``phy_offset`` (a truncated commit log).
+
+        Whole files go, including their entries below ``phy_offset``; afterwards
+        the index is complete up to ``files[-1].end_phy_offset`` (or empty), and
+        records from there on must be dispatched again to restore it.
+        """
+        with self._lock:
+            keep = len(self._files)
+            for i, f in enumerate(self._files):
+                if f.end_phy_offset > phy_offset:
+                    keep = i
+                    break
+            doomed = self._files[keep:]
+            del self._files[keep:]
+        for f in doomed:
+            f.destroy()
+
+    # -- writing -------------------------------------------------------------
+
+    def build_index(
+        self, topic: str, phy_offset: int, store_timestamp_ms: int, keys: Iterable[str]
+    ) -> None:
+        """Index one record under ``topic#key`` for each of its non-empty keys.
+
+        Replaying records is harmless: offsets below the newest indexed one are
+        skipped, and keys of the newest record itself are only added if missing
+        (a record may have been cut short by a crash or split over two files).
+        """
+        if isinstance(keys, str):
+            # A str is iterable too, and would index every character.
+            raise TypeError("keys must be a collection of keys, not one string")
+        index_keys = list(dict.fromkeys(f"{topic}#{key}" for key in keys if key))
+        if not index_keys:
+            return
+        with self._lock:
+            current = self._files[-1] if self._files else None
+        if current is not None:
+            if phy_offset < current.end_phy_offset:
+                return
+            if phy_offset == current.end_phy_offset and current.index_count > 1:
+                index_keys = [k for k in index_keys if not self._indexed(k, phy_offset)]
+
+        for index_key in index_keys:
+            if current is None:
+                current = self._new_file(None)
+            if not current.put_key(index_key, phy_offset, store_timestamp_ms):
+                # The old file is final from now on; make it durable before moving on.
+                current.flush()
+                current = self._new_file(current)
+                if not current.put_key(index_key, phy_offset, store_timestamp_ms):
+                    raise RuntimeError(f"a new index file {current.path} refused its first key")
+
+    def _indexed(self, index_key: str, phy_offset: int) -> bool:
+        # Only files that end at or after the offset can hold it: the newest one,
+        # and older ones if the record was split over files when one filled up.
+        with self._lock:
+            candidates = self._files[::-1]
+        for f in candidates:
+            if f.end_phy_offset < phy_offset:
+                return False
+            if f.contains(index_key, phy_offset):
+                return True
+        return False
+
+    def _new_file(self, previous: IndexFile | None) -> IndexFile:
+        os.makedirs(self.index_dir, exist_ok=True)
+        path = os.path.join(self.index_dir, self._next_name())
+        if previous is None:
+            f = IndexFile(path, self.hash_slot_num, self.index_num)
+        else:
+            f = IndexFile(
+                path,
+                self.hash_slot_num,
+                self.index_num,
+                begin_timestamp=previous.end_timestamp,
+                begin_phy_offset=previous.end_phy_offset,
+            )
+        with self._lock:
+            self._files.append(f)
+        return f
+
+    def _next_name(self) -> str:
+        """The current local time as a name, moved on until it is unused and newest.
+
+        Name order must stay age order even if the clock steps back (DST, NTP).
+        """
+        moment = datetime.datetime.now()
+        moment = moment.replace(microsecond=moment.microsecond // 1000 * 1000)
+        with self._lock:
+            newest = os.path.basename(self._files[-1].path) if self._files else None
+        newest_moment = _parse_name(newest) if newest is not None else None
+        if newest_moment is not None and moment <= newest_moment:
+            moment = newest_moment + _ONE_MS
+        while True:
+            path = os.path.join(self.index_dir, _format_name(moment))
+            if not os.path.exists(path) and not os.path.exists(path + ".tmp"):
+                return _format_name(moment)
+            moment += _ONE_MS
+
+    # -- reading -------------------------------------------------------------
+
+    def query(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int) -> list[int]:
+        """Up to ``max_num`` commit-log offsets for ``key`` in ``topic``, newest first.
+
+        As with :meth:`IndexFile.select_phy_offsets`, offsets of other keys with the
+        same hash may be included; the caller checks the key in each message.
+        """
+        if max_num <= 0 or not key:
+            return []
+        index_key = f"{topic}#{key}"
+        with self._lock:
+            snapshot = self._files[::-1]
+        result: list[int] = []
+        seen: set[int] = set()
+        for f in snapshot:
+            if not f.is_time_matched(begin_ms, end_ms):
+                continue
+            for offset in f.select_phy_offsets(index_key, max_num - len(result), begin_ms, end_ms):
+                # Files written by other brokers may index a record twice.
+                if offset not in seen:
+                    seen.add(offset)
+                    result.append(offset)
+            if len(result) >= max_num:
+                break
+        return result
+
+    # -- maintenance ---------------------------------------------------------
+
+    def delete_expired(self, min_phy_offset: int) -> int:
+        """Delete the oldest files that only index records below ``min_phy_offset``.
+
+        The newest file always stays: it is the one being written, and its end
+        offset is what replayed records are compared with.
+        """
+        with self._lock:
+            count = 0
+            for f in self._files[:-1]:
+                if f.end_phy_offset >= min_phy_offset:
+                    break
+                count += 1
+            doomed = self._files[:count]
+            del self._files[:count]
+        for f in doomed:
+            f.destroy()
+        return count
+
+    def flush(self) -> None:
+        """Flush the newest file; older ones were flushed when they filled up."""
+        with self._lock:
+            newest = self._files[-1] if self._files else None
+        if newest is not None:
+            newest.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            files = self._files
+            self._files = []
+        for f in files:
+            f.close()

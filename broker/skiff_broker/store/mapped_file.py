@@ -1,0 +1,264 @@
+"""One fixed-size segment file: pre-allocated, memory-mapped, with its write positions.
+
+Positions only grow: ``flushed <= committed <= wrote``. Without a transient pool
+the mapping is written directly, so ``committed == wrote``. With one, appends go
+to a borrowed write buffer and ``commit()`` copies them into the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import mmap
+import os
+from typing import TYPE_CHECKING
+
+from .errors import DiskFullError, StoreCorruptError
+
+if TYPE_CHECKING:
+    from .transient_store_pool import TransientStorePool
+
+PAGE_SIZE = mmap.PAGESIZE
+_WARM_CHUNK = 1024 * 1024
+_ZEROS = bytes(_WARM_CHUNK)
+
+
+def fsync_directory(path: str) -> None:
+    """Make a rename or unlink in ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def segment_name(offset: int) -> str:
+    return f"{offset:020d}"
+
+
+class MappedFile:
+    """A segment named by the global offset of its first byte."""
+
+    __slots__ = (
+        "_fd",
+        "_mm",
+        "_pool",
+        "_write_buffer",
+        "committed_position",
+        "file_from_offset",
+        "file_size",
+        "flushed_position",
+        "path",
+        "wrote_position",
+    )
+
+    def __init__(self, path: str, file_size: int) -> None:
+        """Open an existing segment; use :meth:`create` for a new one."""
+        self.path = path
+        self.file_size = file_size
+        self.file_from_offset = int(os.path.basename(path))
+        self._fd = os.open(path, os.O_RDWR)
+        try:
+            actual = os.fstat(self._fd).st_size
+            if actual != file_size:
+                raise StoreCorruptError(
+                    f"segment {path} is {actual} bytes, expected {file_size}; "
+                    "it was not written by a store with this segment size"
+                )
+            self._mm = mmap.mmap(self._fd, file_size)
+        except BaseException:
+            os.close(self._fd)
+            raise
+        self._write_buffer: mmap.mmap | None = None
+        self._pool: TransientStorePool | None = None
+        self.wrote_position = 0
+        self.committed_position = 0
+        self.flushed_position = 0
+
+    @classmethod
+    def create(cls, path: str, file_size: int, *, warm: bool = False) -> MappedFile:
+        """Allocate every block of a new segment, optionally warm it, then publish it.
+
+        The file is built under a temporary name and renamed, so a crash never
+        leaves a half-allocated segment under a real name. Blocks are allocated
+        with posix_fallocate (a sparse file could hit ENOSPC, as SIGBUS, in the
+        middle of a write through the mapping).
+        """
+        tmp = path + ".tmp"
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            try:
+                os.posix_fallocate(fd, 0, file_size)
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                    raise DiskFullError(
+                        f"no space to allocate a {file_size}-byte segment in "
+                        f"{os.path.dirname(path)}: free disk space or lower retention"
+                    ) from exc
+                raise
+            if warm:
+                _warm(fd, file_size)
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp)
+            raise
+        os.close(fd)
+        os.rename(tmp, path)
+        fsync_directory(os.path.dirname(path))
+        return cls(path, file_size)
+
+    # -- positions ----------------------------------------------------------
+
+    @property
+    def read_position(self) -> int:
+        """Bytes readable through the mapping (what has reached the file)."""
+        return self.wrote_position if self._write_buffer is None else self.committed_position
+
+    @property
+    def is_full(self) -> bool:
+        return self.wrote_position == self.file_size
+
+    @property
+    def remaining(self) -> int:
+        return self.file_size - self.wrote_position
+
+    def set_positions(self, position: int) -> None:
+        """Used by recovery: everything up to ``position`` is on disk."""
+        self.wrote_position = self.committed_position = self.flushed_position = position
+
+    # -- writing ------------------------------------------------------------
+
+    def attach_write_buffer(self, pool: TransientStorePool) -> None:
+        buffer = pool.borrow()
+        if buffer is not None:
+            self._write_buffer = buffer
+            self._pool = pool
+
+    @property
+    def write_target(self) -> mmap.mmap:
+        """Where appends go: the pool's write buffer, or the mapping itself."""
+        return self._mm if self._write_buffer is None else self._write_buffer
+
+    def append(self, data: bytes) -> int:
+        """Append raw bytes; returns their position in the file."""
+        pos = self.wrote_position
+        end = pos + len(data)
+        if end > self.file_size:
+            raise ValueError(f"{len(data)} bytes do not fit at {pos} in {self.path}")
+        self.write_target[pos:end] = data
+        self.wrote_position = end
+        return pos
+
+    def commit(self, least_pages: int) -> int:
+        """Copy buffered appends into the file; returns the committed position."""
+        buffer = self._write_buffer
+        if buffer is None:
+            # Direct writes are committed as soon as they are written.
+            self.committed_position = self.wrote_position
+            return self.committed_position
+        wrote = self.wrote_position
+        start = self.committed_position
+        if not _enough_pages(start, wrote, least_pages, wrote == self.file_size):
+            return start
+        with memoryview(buffer) as view:
+            os.pwrite(self._fd, view[start:wrote], start)
+        self.committed_position = wrote
+        if wrote == self.file_size:
+            # Everything is in the file now; the buffer can serve another segment.
+            self._write_buffer = None
+            pool, self._pool = self._pool, None
+            if pool is not None:
+                pool.give_back(buffer)
+        return wrote
+
+    def flush(self, least_pages: int) -> int:
+        """fdatasync the committed bytes; returns the flushed position.
+
+        fdatasync releases the GIL, so appenders keep going while the disk works.
+        """
+        target = self.read_position
+        if not _enough_pages(self.flushed_position, target, least_pages, target == self.file_size):
+            return self.flushed_position
+        os.fdatasync(self._fd)
+        self.flushed_position = target
+        return target
+
+    def zero_from(self, position: int, quiet_bytes: int) -> None:
+        """Clear stale bytes after ``position`` so a later scan cannot read them as records.
+
+        Stops after a run of ``quiet_bytes`` zeros: data is written contiguously,
+        so no stale record lies beyond a zero run longer than any record.
+        """
+        quiet = 0
+        pos = position
+        while pos < self.file_size and quiet < quiet_bytes:
+            end = min(self.file_size, (pos // _WARM_CHUNK + 1) * _WARM_CHUNK)
+            if self._mm[pos:end] == _ZEROS[: end - pos]:
+                quiet += end - pos
+            else:
+                self._mm[pos:end] = _ZEROS[: end - pos]
+                quiet = 0
+            pos = end
+        if self._write_buffer is not None:
+            self._write_buffer[position:] = bytes(self.file_size - position)
+
+    # -- reading ------------------------------------------------------------
+
+    def read(self, position: int, size: int) -> bytes:
+        """Bytes from the file; never past what has been written into it."""
+        end = min(position + size, self.read_position)
+        return self._mm[position:end] if end > position else b""
+
+    @property
+    def mapping(self) -> mmap.mmap:
+        """The whole mapping, for scans that bound themselves (recovery)."""
+        return self._mm
+
+    # -- lifecycle ----------------------------------------------------------
+
+    @property
+    def last_modified(self) -> float:
+        return os.stat(self.path).st_mtime
+
+    def close(self) -> None:
+        if self._pool is not None and self._write_buffer is not None:
+            self._pool.give_back(self._write_buffer)
+        self._write_buffer = None
+        self._pool = None
+        if not self._mm.closed:
+            self._mm.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def destroy(self) -> None:
+        self.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+    def __repr__(self) -> str:
+        return (
+            f"MappedFile({os.path.basename(self.path)}, wrote={self.wrote_position}, "
+            f"committed={self.committed_position}, flushed={self.flushed_position})"
+        )
+
+
+def _enough_pages(start: int, end: int, least_pages: int, full: bool) -> bool:
+    if end <= start:
+        return False
+    if full or least_pages <= 0:
+        return True
+    return end // PAGE_SIZE - start // PAGE_SIZE >= least_pages
+
+
+def _warm(fd: int, file_size: int) -> None:
+    """Write zeros through the page cache and sync them.
+
+    Afterwards every extent is written, so later appends are plain overwrites:
+    no page faults that allocate blocks and no journal work in a later fdatasync.
+    """
+    with mmap.mmap(fd, file_size) as mm:
+        for pos in range(0, file_size, _WARM_CHUNK):
+            end = min(file_size, pos + _WARM_CHUNK)
+            mm[pos:end] = _ZEROS[: end - pos]
+    os.fdatasync(fd)

@@ -1,0 +1,558 @@
+"""The message store: commit log, consume queues, index, flushing, recovery, retention.
+
+One object per data directory. ``start()`` recovers and starts the background
+services; ``shutdown()`` stops them and leaves a checkpoint that lets the next
+start skip the scan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import fcntl
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+
+from .checkpoint import Checkpoint
+from .commit_log import AppendRejected, AppendResult, AppendStatus, CommitLog
+from .config import FlushType, StoreConfig
+from .consume_queue_table import ConsumeQueueTable
+from .dispatcher import ArrivalListener, Dispatcher
+from .errors import StoreError
+from .flush_service import AsyncFlushService, CommitService, LogicsFlushService
+from .flush_waiters import FlushOutcome, FlushWaiters
+from .group_commit import GroupCommitService
+from .index_service import IndexService
+from .mapped_file import fsync_directory
+from .message import CorruptRecordError, Message, StoredMessage
+from .recovery import recover_commit_log
+from .retention import DiskState, RetentionService, disk_use_ratio
+from .segment_allocator import SegmentAllocator
+from .transient_store_pool import TransientStorePool
+
+log = logging.getLogger(__name__)
+
+# After a segment could not be allocated, appends fail fast for this long
+# instead of retrying a large fallocate on every request.
+_ALLOCATION_BACKOFF = 1.0
+
+
+class PutStatus(enum.Enum):
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    DISK_FULL = "DISK_FULL"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+
+
+@dataclasses.dataclass(slots=True)
+class PutResult:
+    status: PutStatus
+    reason: str = ""
+    append: AppendResult | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutStatus.PUT_OK
+
+
+class GetStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+
+
+@dataclasses.dataclass(slots=True)
+class GetResult:
+    status: GetStatus
+    messages: list[StoredMessage]
+    next_offset: int
+    min_offset: int
+    max_offset: int
+
+
+@dataclasses.dataclass(slots=True)
+class StoreStats:
+    commit_log_min_offset: int
+    commit_log_max_offset: int
+    wrote_offset: int
+    committed_offset: int
+    flushed_offset: int
+    dispatched_offset: int
+    fsync_count: int
+    disk_use_ratio: float
+    writable: bool
+    refusal: str
+
+
+_APPEND_TO_PUT = {
+    AppendStatus.MESSAGE_ILLEGAL: PutStatus.MESSAGE_ILLEGAL,
+    AppendStatus.PROPERTIES_SIZE_EXCEEDED: PutStatus.PROPERTIES_SIZE_EXCEEDED,
+    AppendStatus.DISK_FULL: PutStatus.DISK_FULL,
+}
+
+
+class MessageStore:
+    def __init__(self, config: StoreConfig) -> None:
+        config.validate()
+        self.config = config
+        self._pool = (
+            TransientStorePool(config.transient_store_pool_size, config.commit_log_file_size)
+            if config.transient_store_pool_enable
+            else None
+        )
+        self._allocator: SegmentAllocator | None = None
+        self.commit_log = CommitLog(config, allocator=None, pool=self._pool)
+        self.consume_queues = ConsumeQueueTable(
+            config.consume_queue_dir, config.consume_queue_units_per_file
+        )
+        self.index = (
+            IndexService(config.index_dir, config.max_hash_slot_num, config.max_index_num)
+            if config.message_index_enable
+            else None
+        )
+        self.checkpoint = Checkpoint(config.checkpoint_path)
+        self.dispatcher = Dispatcher(self.commit_log, self.consume_queues, self.index)
+        self._waiters = FlushWaiters()
+        self._group_commit: GroupCommitService | None = None
+        self._flusher: AsyncFlushService | None = None
+        self._committer: CommitService | None = None
+        self._logics_flusher: LogicsFlushService | None = None
+        self._retention: RetentionService | None = None
+        self._lock_fd = -1
+        self._running = False
+        self._disk = DiskState()
+        self._allocation_failed_at = -_ALLOCATION_BACKOFF
+        self._allocation_failure = ""
+        self.clean_start = False
+        self._flushed_stamp = 0
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def start(self) -> None:
+        config = self.config
+        os.makedirs(config.data_dir, exist_ok=True)
+        self._lock_data_dir()
+        self.clean_start = not os.path.exists(config.abort_path)
+        self.checkpoint = Checkpoint.load(config.checkpoint_path)
+        self._recover()
+        with open(config.abort_path, "wb"):
+            pass
+        fsync_directory(config.data_dir)
+        self.checkpoint.clean_shutdown_offset = -1
+        self.checkpoint.flush()
+        self._start_services()
+        self._running = True
+        log.info(
+            "store started in %s (%s, commit log %d..%d)",
+            config.data_dir,
+            config.flush_type,
+            self.commit_log.min_offset,
+            self.commit_log.max_offset,
+        )
+
+    def _lock_data_dir(self) -> None:
+        self._lock_fd = os.open(os.path.join(self.config.data_dir, "lock"), os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+            raise StoreError(
+                f"data directory {self.config.data_dir} is in use by another process; "
+                "stop it or choose another --data-dir"
+            ) from None
+
+    def _recover(self) -> None:
+        config = self.config
+        self.commit_log.queue.load()
+        self.consume_queues.load()
+        if self.index is not None:
+            # Index entries survive a crash; replayed records are skipped by offset,
+            # so nothing needs throwing away here.
+            self.index.load(True, 0)
+        end, redispatch_from = recover_commit_log(
+            self.commit_log.queue,
+            self.checkpoint,
+            clean=self.clean_start,
+            check_crc=config.check_crc_on_recover,
+            include_index=self.index is not None,
+            quiet_bytes=config.max_message_size + 1024 * 1024,
+        )
+        for cq in self.consume_queues:
+            cq.truncate_dirty(end)
+        if self.index is not None:
+            self.index.truncate(end)
+            # Truncation drops whole index files: rebuild from where the index now ends.
+            files = self.index.files
+            redispatch_from = min(redispatch_from, files[-1].end_phy_offset if files else 0)
+        self.dispatcher.reput_offset = max(redispatch_from, self.commit_log.min_offset)
+        self.dispatcher.dispatch_available()
+        min_offset = self.commit_log.min_offset
+        for cq in self.consume_queues:
+            cq.correct_min_offset(min_offset)
+        self.commit_log.queue_offsets = self.consume_queues.next_offsets()
+        self._waiters.reset(end)
+
+    def _start_services(self) -> None:
+        config = self.config
+        queue = self.commit_log.queue
+        self._allocator = SegmentAllocator(warm=config.warm_mapped_files)
+        queue._allocator = self._allocator
+        self.commit_log.on_append = self.dispatcher.notify_new_data
+        stamp = self._commit_log_stamp
+        if config.flush_type is FlushType.SYNC_FLUSH:
+            self._group_commit = GroupCommitService(
+                queue, self._waiters, on_flushed=self._set_flushed_stamp, stamp=stamp
+            )
+            self._group_commit.start()
+        else:
+            self._flusher = AsyncFlushService(
+                queue,
+                self._waiters,
+                interval=config.flush_interval_commit_log,
+                least_pages=config.flush_commit_log_least_pages,
+                thorough_interval=config.flush_commit_log_thorough_interval,
+                on_flushed=self._set_flushed_stamp,
+                stamp=stamp,
+            )
+            self._flusher.start()
+            if self._pool is not None:
+                self._committer = CommitService(
+                    queue,
+                    self._flusher,
+                    interval=config.commit_interval_commit_log,
+                    least_pages=config.commit_commit_log_least_pages,
+                    thorough_interval=config.commit_commit_log_thorough_interval,
+                )
+                self._committer.on_committed = self.dispatcher.notify_new_data
+                self._committer.start()
+        self._logics_flusher = LogicsFlushService(
+            self._flush_logics_and_checkpoint,
+            interval=config.flush_interval_consume_queue,
+            least_pages=config.flush_consume_queue_least_pages,
+            thorough_interval=config.flush_consume_queue_thorough_interval,
+        )
+        self._logics_flusher.start()
+        self.dispatcher.start()
+        self._retention = RetentionService(
+            config,
+            delete_commit_log=self._delete_expired_commit_log,
+            delete_logic_files=self._delete_expired_logic_files,
+            on_disk_state=self._set_disk_state,
+        )
+        self._retention.check_disk()
+        self._retention.start()
+
+    def shutdown(self) -> None:
+        """Stop cleanly: everything written is flushed and the next start is fast."""
+        if not self._running:
+            return
+        self._running = False
+        if self._retention is not None:
+            self._retention.stop()
+        if self._committer is not None:
+            self._committer.stop()
+        if self._group_commit is not None:
+            self._group_commit.stop()
+        if self._flusher is not None:
+            self._flusher.stop()
+        self.dispatcher.stop()
+        if self._logics_flusher is not None:
+            self._logics_flusher.stop()
+        if self._allocator is not None:
+            self._allocator.shutdown()
+        flushed = self.commit_log.queue.flush_all()
+        self._flush_logics(0)
+        self.checkpoint.physic_msg_timestamp = self.commit_log.last_store_timestamp
+        self.checkpoint.logics_msg_timestamp = self.dispatcher.last_store_timestamp
+        self.checkpoint.index_msg_timestamp = self.dispatcher.last_store_timestamp
+        if flushed == self.commit_log.max_offset == self.dispatcher.reput_offset:
+            self.checkpoint.clean_shutdown_offset = flushed
+        self.checkpoint.flush()
+        self.commit_log.close()
+        self.consume_queues.close()
+        if self.index is not None:
+            self.index.close()
+        if self._pool is not None:
+            self._pool.close()
+        os.unlink(self.config.abort_path)
+        fsync_directory(self.config.data_dir)
+        os.close(self._lock_fd)
+        self._lock_fd = -1
+        log.info("store stopped cleanly at %d", flushed)
+
+    def __enter__(self) -> MessageStore:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # -- writing ------------------------------------------------------------
+
+    def _refusal(self) -> PutResult | None:
+        if not self._running:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, "the store is not running")
+        if self._waiters.failure:
+            return PutResult(
+                PutStatus.SERVICE_NOT_AVAILABLE,
+                f"{self._waiters.failure}; writes are refused until the broker is restarted "
+                "on a healthy disk",
+            )
+        if self._disk.full:
+            return PutResult(
+                PutStatus.DISK_FULL,
+                f"disk {self._disk.ratio:.0%} full (limit "
+                f"{self.config.disk_space_warning_level_ratio:.0%}); writes resume once space "
+                "is freed",
+            )
+        if time.monotonic() - self._allocation_failed_at < _ALLOCATION_BACKOFF:
+            return PutResult(PutStatus.DISK_FULL, self._allocation_failure)
+        return None
+
+    def _append(self, messages: Sequence[Message]) -> PutResult:
+        refused = self._refusal()
+        if refused is not None:
+            return refused
+        try:
+            return PutResult(PutStatus.PUT_OK, append=self.commit_log.append(messages))
+        except AppendRejected as exc:
+            if exc.status is AppendStatus.DISK_FULL:
+                self._allocation_failed_at = time.monotonic()
+                self._allocation_failure = exc.reason
+            return PutResult(_APPEND_TO_PUT[exc.status], exc.reason)
+
+    def put_messages(self, messages: Sequence[Message]) -> PutResult:
+        """Append a batch; with SYNC_FLUSH, return once it is on disk (or timed out)."""
+        result = self._append(messages)
+        if result.ok and self._group_commit is not None:
+            assert result.append is not None
+            offset = result.append.next_offset
+            self._group_commit.request(offset)
+            outcome = self._waiters.wait(offset, self.config.sync_flush_timeout)
+            return self._after_flush(result, outcome)
+        return result
+
+    async def put_messages_async(self, messages: Sequence[Message]) -> PutResult:
+        """As :meth:`put_messages`, waiting for the flush without blocking the event loop."""
+        result = self._append(messages)
+        if result.ok and self._group_commit is not None:
+            assert result.append is not None
+            offset = result.append.next_offset
+            self._group_commit.request(offset)
+            outcome = await self._waiters.wait_async(offset, self.config.sync_flush_timeout)
+            return self._after_flush(result, outcome)
+        return result
+
+    def put_message(self, message: Message) -> PutResult:
+        return self.put_messages([message])
+
+    def _after_flush(self, result: PutResult, outcome: FlushOutcome) -> PutResult:
+        if outcome is FlushOutcome.FLUSHED:
+            return result
+        if outcome is FlushOutcome.FAILED:
+            reason = f"{self._waiters.failure}; the message may not be on disk"
+        else:
+            reason = (
+                f"flush did not finish within {self.config.sync_flush_timeout:g}s; "
+                "the message is written but not known to be on disk"
+            )
+        return PutResult(PutStatus.FLUSH_DISK_TIMEOUT, reason, result.append)
+
+    # -- reading ------------------------------------------------------------
+
+    def get_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        *,
+        max_bytes: int = 4 * 1024 * 1024,
+        tag_codes: set[int] | None = None,
+        accept: Callable[[StoredMessage], bool] | None = None,
+    ) -> GetResult:
+        """Messages of one queue from ``offset``.
+
+        ``tag_codes`` filters on the consume queue's tag hash without reading the
+        commit log; ``accept`` then checks the message itself (hash collisions).
+        A record that fails its CRC is logged and skipped, never returned.
+        """
+        cq = self.consume_queues.get(topic, queue_id)
+        if cq is None:
+            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, [], 0, 0, 0)
+        min_offset, max_offset = cq.min_offset, cq.max_offset
+        if max_offset == 0:
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, [], 0, min_offset, max_offset)
+        if offset < min_offset:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, [], min_offset, min_offset, max_offset)
+        if offset == max_offset:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], offset, min_offset, max_offset)
+        if offset > max_offset:
+            return GetResult(
+                GetStatus.OFFSET_OVERFLOW_BADLY, [], max_offset, min_offset, max_offset
+            )
+        messages: list[StoredMessage] = []
+        next_offset = offset
+        size_total = 0
+        while len(messages) < max_count and next_offset < max_offset and size_total < max_bytes:
+            units = cq.read_units(next_offset, max_count - len(messages))
+            if not units:
+                # A blank stretch or a deleted file: step over it.
+                next_offset += 1
+                continue
+            for physical, size, tag_code in units:
+                next_offset += 1
+                if tag_codes is not None and tag_code not in tag_codes:
+                    continue
+                message = self._read(physical, size)
+                if message is None or (accept is not None and not accept(message)):
+                    continue
+                messages.append(message)
+                size_total += size
+                if size_total >= max_bytes or len(messages) >= max_count:
+                    break
+        status = GetStatus.FOUND if messages else GetStatus.NO_MATCHED_MESSAGE
+        return GetResult(status, messages, next_offset, min_offset, max_offset)
+
+    def _read(self, physical: int, size: int) -> StoredMessage | None:
+        try:
+            return self.commit_log.get_message(physical, size)
+        except CorruptRecordError as exc:
+            log.error("skipping corrupt record: %s", exc)
+            return None
+
+    def get_message_at(self, physical_offset: int, size: int) -> StoredMessage | None:
+        return self._read(physical_offset, size)
+
+    def query_by_key(
+        self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0, end_ms: int = 2**62
+    ) -> list[StoredMessage]:
+        """Messages whose KEYS or unique ID equal ``key`` (newest first)."""
+        if self.index is None:
+            return []
+        found = []
+        seen = set()
+        for physical in self.index.query(topic, key, max_num * 2, begin_ms, end_ms):
+            if physical in seen:
+                continue
+            seen.add(physical)
+            message = self._read_unsized(physical)
+            if (
+                message is not None
+                and message.topic == topic
+                and (key in message.keys or message.unique_id == key)
+            ):
+                found.append(message)
+                if len(found) >= max_num:
+                    break
+        return found
+
+    def _read_unsized(self, physical: int) -> StoredMessage | None:
+        head = self.commit_log.read(physical, 4)
+        if head is None:
+            return None
+        size = int.from_bytes(head, "big", signed=True)
+        if size <= 0 or size > self.config.max_message_size + 64 * 1024:
+            return None
+        return self._read(physical, size)
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.consume_queues.get(topic, queue_id)
+        return cq.min_offset if cq is not None else 0
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.consume_queues.get(topic, queue_id)
+        return cq.max_offset if cq is not None else 0
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        cq = self.consume_queues.get(topic, queue_id)
+        if cq is None:
+            return 0
+        return cq.offset_by_time(timestamp_ms, self.commit_log.store_timestamp_at)
+
+    def add_arrival_listener(self, listener: ArrivalListener) -> None:
+        """``listener`` gets the set of (topic, queue id) that received messages."""
+        self.dispatcher.add_listener(listener)
+
+    def wait_dispatched(self, timeout: float = 5.0) -> bool:
+        """Block until everything readable now has reached the consume queues."""
+        return self.dispatcher.wait_dispatched(self.commit_log.max_offset, timeout)
+
+    def delete_topic(self, topic: str) -> None:
+        """Forget a topic's consume queues; its records age out of the commit log."""
+        self.consume_queues.delete_topic(topic)
+        for key in [k for k in self.commit_log.queue_offsets if k[0] == topic]:
+            del self.commit_log.queue_offsets[key]
+
+    def stats(self) -> StoreStats:
+        queue = self.commit_log.queue
+        refusal = self._refusal() if self._running else None
+        return StoreStats(
+            commit_log_min_offset=self.commit_log.min_offset,
+            commit_log_max_offset=self.commit_log.max_offset,
+            wrote_offset=queue.max_wrote_offset,
+            committed_offset=queue.max_offset,
+            flushed_offset=queue.flushed_where,
+            dispatched_offset=self.dispatcher.reput_offset,
+            fsync_count=queue.flush_count,
+            disk_use_ratio=disk_use_ratio(self.config.data_dir),
+            writable=refusal is None,
+            refusal=refusal.reason if refusal is not None else "",
+        )
+
+    # -- background work ----------------------------------------------------
+
+    def _commit_log_stamp(self) -> int:
+        return self.commit_log.last_store_timestamp
+
+    def _set_flushed_stamp(self, stamp: int) -> None:
+        self._flushed_stamp = stamp
+
+    def _flush_logics(self, least_pages: int) -> None:
+        for cq in self.consume_queues:
+            cq.flush(least_pages)
+        if self.index is not None:
+            self.index.flush()
+
+    def _flush_logics_and_checkpoint(self, least_pages: int) -> None:
+        # Read before the flush: every unit dispatched by then is covered by it.
+        logics_stamp = self.dispatcher.last_store_timestamp
+        self._flush_logics(least_pages)
+        self.checkpoint.physic_msg_timestamp = self._flushed_stamp
+        self.checkpoint.logics_msg_timestamp = logics_stamp
+        self.checkpoint.index_msg_timestamp = logics_stamp
+        self.checkpoint.flush()
+
+    def _delete_expired_commit_log(self, clean_immediately: bool) -> int:
+        config = self.config
+        return self.commit_log.queue.delete_expired_by_time(
+            config.file_reserved_time_hours * 3600,
+            interval=config.delete_commit_log_files_interval,
+            clean_immediately=clean_immediately,
+            batch_max=config.delete_files_batch_max,
+            deletable_below=min(self.commit_log.flushed_offset, self.dispatcher.reput_offset),
+        )
+
+    def _delete_expired_logic_files(self) -> None:
+        min_offset = self.commit_log.min_offset
+        for cq in self.consume_queues:
+            cq.delete_expired(min_offset)
+        if self.index is not None:
+            self.index.delete_expired(min_offset)
+
+    def _set_disk_state(self, state: DiskState) -> None:
+        if state.full and not self._disk.full:
+            log.error("disk %.0f%% full: refusing writes", state.ratio * 100)
+        elif self._disk.full and not state.full:
+            log.info("disk %.0f%% full: accepting writes again", state.ratio * 100)
+        self._disk = state

@@ -1,0 +1,92 @@
+"""Deleting old data, and refusing writes when the disk is nearly full.
+
+Like RocketMQ's clean services: segments older than ``file_reserved_time`` go
+at the ``delete_when`` hour; past ``disk_max_used_space_ratio`` they go at any
+hour; past ``disk_space_clean_forcibly_ratio`` the oldest go whatever their
+age; past ``disk_space_warning_level_ratio`` writes are refused until cleaning
+(or the operator) brings use back under it. Consume-queue and index files
+follow the commit log's minimum offset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from collections.abc import Callable
+
+from .config import StoreConfig
+from .service_thread import ServiceThread
+
+log = logging.getLogger(__name__)
+
+
+def disk_use_ratio(path: str) -> float:
+    """Fraction of the file system holding ``path`` that this process cannot use."""
+    st = os.statvfs(path)
+    if st.f_blocks == 0:
+        return 0.0
+    return 1.0 - st.f_bavail / st.f_blocks
+
+
+def is_delete_hour(delete_when: str, hour: int) -> bool:
+    """``delete_when`` is RocketMQ's form: hours joined by ';', e.g. ``"04"`` or ``"04;16"``."""
+    return any(part.strip().isdigit() and int(part) == hour for part in delete_when.split(";"))
+
+
+@dataclasses.dataclass(slots=True)
+class DiskState:
+    ratio: float = 0.0
+    full: bool = False
+
+
+class RetentionService(ServiceThread):
+    name = "retention"
+
+    def __init__(
+        self,
+        config: StoreConfig,
+        *,
+        delete_commit_log: Callable[[bool], int],
+        delete_logic_files: Callable[[], None],
+        on_disk_state: Callable[[DiskState], None],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__(config.clean_resource_interval)
+        self._config = config
+        self._delete_commit_log = delete_commit_log
+        self._delete_logic_files = delete_logic_files
+        self._on_disk_state = on_disk_state
+        self._clock = clock
+        self.manual_delete = False
+
+    def check_disk(self) -> DiskState:
+        ratio = disk_use_ratio(self._config.data_dir)
+        state = DiskState(ratio, ratio > self._config.disk_space_warning_level_ratio)
+        self._on_disk_state(state)
+        return state
+
+    def step(self) -> None:
+        state = self.check_disk()
+        config = self._config
+        clean_immediately = state.ratio > config.disk_space_clean_forcibly_ratio
+        space_to_delete = state.ratio > config.disk_max_used_space_ratio / 100
+        hour = time.localtime(self._clock()).tm_hour
+        if (
+            is_delete_hour(config.delete_when, hour)
+            or space_to_delete
+            or clean_immediately
+            or self.manual_delete
+        ):
+            self.manual_delete = False
+            deleted = self._delete_commit_log(clean_immediately)
+            if deleted:
+                log.info(
+                    "deleted %d commit-log segments (disk %.0f%% used%s)",
+                    deleted,
+                    state.ratio * 100,
+                    ", cleaning regardless of age" if clean_immediately else "",
+                )
+                self.check_disk()
+        self._delete_logic_files()
