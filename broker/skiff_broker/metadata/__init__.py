@@ -1,0 +1,1 @@
+"""Broker metadata kept beside the store: topic configs and consumer-group offsets."""

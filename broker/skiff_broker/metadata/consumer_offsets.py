@@ -1,0 +1,67 @@
+"""Committed consumer-group offsets, persisted as ``config/consumerOffset.json``.
+
+Commits change memory only; ``persist()`` (called periodically and at shutdown,
+as RocketMQ does every five seconds) writes a whole new file atomically.
+"""
+
+from __future__ import annotations
+
+from .json_config import ConfigFileError, JsonConfigFile
+
+KEY_SEPARATOR = "@"
+
+
+class ConsumerOffsetTable(JsonConfigFile):
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        # "topic@group" -> {queue id: next offset to consume}
+        self._offsets: dict[str, dict[int, int]] = {}
+        self._dirty = False
+
+    def load(self) -> None:
+        document = self._read()
+        if document is None:
+            return
+        try:
+            self._offsets = {
+                key: {int(queue): int(offset) for queue, offset in queues.items()}
+                for key, queues in document.get("offsetTable", {}).items()
+            }
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise ConfigFileError(f"{self.path} has an invalid offset entry: {exc}") from exc
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        with self._lock:
+            self._offsets.setdefault(f"{topic}{KEY_SEPARATOR}{group}", {})[queue_id] = offset
+            self._dirty = True
+
+    def query(self, group: str, topic: str, queue_id: int) -> int:
+        """The committed offset, or -1 when the group never committed one for this queue."""
+        return self._offsets.get(f"{topic}{KEY_SEPARATOR}{group}", {}).get(queue_id, -1)
+
+    def offsets_of(self, group: str, topic: str) -> dict[int, int]:
+        return dict(self._offsets.get(f"{topic}{KEY_SEPARATOR}{group}", {}))
+
+    def groups_of(self, topic: str) -> list[str]:
+        prefix = f"{topic}{KEY_SEPARATOR}"
+        return sorted(key[len(prefix) :] for key in self._offsets if key.startswith(prefix))
+
+    def remove_topic(self, topic: str) -> None:
+        prefix = f"{topic}{KEY_SEPARATOR}"
+        with self._lock:
+            for key in [k for k in self._offsets if k.startswith(prefix)]:
+                del self._offsets[key]
+            self._dirty = True
+
+    def persist(self, *, force: bool = False) -> bool:
+        """Write the table if it changed; returns True if a file was written."""
+        with self._lock:
+            if not (self._dirty or force):
+                return False
+            snapshot = {
+                key: {str(q): o for q, o in sorted(queues.items())}
+                for key, queues in self._offsets.items()
+            }
+            self._dirty = False
+        self._write({"offsetTable": snapshot})
+        return True

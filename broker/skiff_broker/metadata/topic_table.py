@@ -1,0 +1,135 @@
+"""Topic configurations, persisted as ``config/topics.json`` in RocketMQ's shape."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+import time
+from typing import Any
+
+from .json_config import ConfigFileError, JsonConfigFile
+
+TOPIC_NAME_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+MAX_TOPIC_NAME_LENGTH = 127
+
+
+class Permission(enum.IntFlag):
+    INHERIT = 1
+    WRITE = 2
+    READ = 4
+    READ_WRITE = 6
+
+
+class MessageType(enum.StrEnum):
+    NORMAL = "NORMAL"
+    FIFO = "FIFO"
+    DELAY = "DELAY"
+    TRANSACTION = "TRANSACTION"
+
+
+def validate_topic_name(name: str) -> None:
+    """Raise ValueError saying what a valid name looks like."""
+    if not name or len(name) > MAX_TOPIC_NAME_LENGTH or not TOPIC_NAME_PATTERN.match(name):
+        raise ValueError(
+            f"topic name {name!r} is invalid: use 1 to {MAX_TOPIC_NAME_LENGTH} characters "
+            "from letters, digits, '-', '_', '%' and '|'"
+        )
+
+
+@dataclasses.dataclass(slots=True)
+class TopicConfig:
+    name: str
+    read_queue_nums: int = 8
+    write_queue_nums: int = 8
+    perm: Permission = Permission.READ_WRITE
+    message_type: MessageType = MessageType.NORMAL
+
+    def validate(self) -> None:
+        validate_topic_name(self.name)
+        for label, count in (("read", self.read_queue_nums), ("write", self.write_queue_nums)):
+            if not 1 <= count <= 1024:
+                raise ValueError(f"{label} queue count must be between 1 and 1024, got {count}")
+
+    @property
+    def readable(self) -> bool:
+        return bool(self.perm & Permission.READ)
+
+    @property
+    def writable(self) -> bool:
+        return bool(self.perm & Permission.WRITE)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "topicName": self.name,
+            "readQueueNums": self.read_queue_nums,
+            "writeQueueNums": self.write_queue_nums,
+            "perm": int(self.perm),
+            "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": 0,
+            "order": self.message_type is MessageType.FIFO,
+            "attributes": {"message.type": str(self.message_type)},
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> TopicConfig:
+        attributes = doc.get("attributes") or {}
+        return cls(
+            name=doc["topicName"],
+            read_queue_nums=int(doc["readQueueNums"]),
+            write_queue_nums=int(doc["writeQueueNums"]),
+            perm=Permission(int(doc.get("perm", 6))),
+            message_type=MessageType(attributes.get("message.type", "NORMAL")),
+        )
+
+
+class TopicTable(JsonConfigFile):
+    """Every topic the broker serves; each change is persisted before it returns."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self._topics: dict[str, TopicConfig] = {}
+        self.data_version = {"timestamp": 0, "counter": 0}
+
+    def load(self) -> None:
+        document = self._read()
+        if document is None:
+            return
+        try:
+            table = document.get("topicConfigTable", {})
+            self._topics = {name: TopicConfig.from_json(doc) for name, doc in table.items()}
+            self.data_version = dict(document.get("dataVersion", self.data_version))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigFileError(f"{self.path} has an invalid topic entry: {exc}") from exc
+
+    def get(self, name: str) -> TopicConfig | None:
+        return self._topics.get(name)
+
+    def all(self) -> list[TopicConfig]:
+        return sorted(self._topics.values(), key=lambda t: t.name)
+
+    def put(self, topic: TopicConfig) -> None:
+        topic.validate()
+        with self._lock:
+            self._topics = {**self._topics, topic.name: topic}
+            self._persist()
+
+    def delete(self, name: str) -> bool:
+        with self._lock:
+            if name not in self._topics:
+                return False
+            self._topics = {k: v for k, v in self._topics.items() if k != name}
+            self._persist()
+            return True
+
+    def _persist(self) -> None:
+        self.data_version = {
+            "timestamp": int(time.time() * 1000),
+            "counter": self.data_version["counter"] + 1,
+        }
+        self._write(
+            {
+                "topicConfigTable": {t.name: t.to_json() for t in self._topics.values()},
+                "dataVersion": self.data_version,
+            }
+        )

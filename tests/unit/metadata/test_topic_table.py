@@ -1,0 +1,72 @@
+import json
+
+import pytest
+
+from skiff_broker.metadata.json_config import ConfigFileError
+from skiff_broker.metadata.topic_table import (
+    MessageType,
+    Permission,
+    TopicConfig,
+    TopicTable,
+    validate_topic_name,
+)
+
+
+def test_topics_survive_a_reload_in_rocketmq_shape(tmp_path):
+    path = str(tmp_path / "config" / "topics.json")
+    table = TopicTable(path)
+    table.put(TopicConfig("orders", 4, 2, Permission.READ_WRITE, MessageType.FIFO))
+    table.put(TopicConfig("audit", 1, 1, Permission.READ, MessageType.NORMAL))
+
+    document = json.loads(open(path).read())
+    entry = document["topicConfigTable"]["orders"]
+    assert entry["readQueueNums"] == 4
+    assert entry["writeQueueNums"] == 2
+    assert entry["perm"] == 6
+    assert entry["order"] is True
+    assert entry["attributes"] == {"message.type": "FIFO"}
+    assert document["dataVersion"]["counter"] == 2
+
+    reloaded = TopicTable(path)
+    reloaded.load()
+    assert [t.name for t in reloaded.all()] == ["audit", "orders"]
+    orders = reloaded.get("orders")
+    assert orders == TopicConfig("orders", 4, 2, Permission.READ_WRITE, MessageType.FIFO)
+    audit = reloaded.get("audit")
+    assert audit is not None and audit.readable and not audit.writable
+
+
+def test_delete_is_persisted(tmp_path):
+    path = str(tmp_path / "topics.json")
+    table = TopicTable(path)
+    table.put(TopicConfig("a"))
+    assert table.delete("a") is True
+    assert table.delete("a") is False
+    reloaded = TopicTable(path)
+    reloaded.load()
+    assert reloaded.all() == []
+
+
+@pytest.mark.parametrize("name", ["", "has space", "x" * 128, "semi;colon", "slash/"])
+def test_invalid_topic_names_are_refused_with_a_reason(name):
+    with pytest.raises(ValueError, match="topic name"):
+        validate_topic_name(name)
+
+
+@pytest.mark.parametrize("name", ["a", "Order_Events-1", "%RETRY%group", "%DLQ%group", "x" * 127])
+def test_valid_topic_names(name):
+    validate_topic_name(name)
+
+
+def test_queue_counts_are_bounded(tmp_path):
+    table = TopicTable(str(tmp_path / "topics.json"))
+    with pytest.raises(ValueError, match="read queue count"):
+        table.put(TopicConfig("t", read_queue_nums=0))
+    assert table.get("t") is None
+
+
+def test_a_corrupt_file_is_reported_not_ignored(tmp_path):
+    path = tmp_path / "topics.json"
+    path.write_text("{not json")
+    with pytest.raises(ConfigFileError, match="not valid JSON"):
+        TopicTable(str(path)).load()
