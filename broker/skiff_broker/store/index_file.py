@@ -283,9 +283,10 @@ class IndexFile:
         indistinguishable here: the result may hold offsets of messages with other
         keys, and the caller must check the key in each message it reads.
 
-        Times are kept with one-second resolution: an entry counts as stored at
-        ``begin_timestamp + whole seconds``, which may be up to 999 ms before the
-        message's real store time.
+        Times are kept with one-second resolution, so an entry stands for the
+        whole second it was stored in: it matches when that second overlaps
+        [begin_ms, end_ms]. A query never misses a message in range, and may
+        return one stored up to a second outside it.
         """
         if max_num <= 0:
             return []
@@ -307,7 +308,8 @@ class IndexFile:
                 )
                 if time_diff < 0:
                     break  # never written by put_key: the chain is damaged from here
-                if entry_hash == key_hash and begin_ms <= base + time_diff * 1000 <= end_ms:
+                second = base + time_diff * 1000
+                if entry_hash == key_hash and begin_ms < second + 1000 and second <= end_ms:
                     result.append(phy_offset)
                     if len(result) >= max_num:
                         break

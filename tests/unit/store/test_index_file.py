@@ -155,7 +155,9 @@ def test_time_range_filter(path: Path) -> None:
     for i in range(5):
         f.put_key("T#k", i, T0 + i * 10_000)
     assert f.select_phy_offsets("T#k", 10, T0 + 10_000, T0 + 30_000) == [3, 2, 1]
-    assert f.select_phy_offsets("T#k", 10, T0 + 10_001, T0 + 29_999) == [2]
+    # An entry stands for its whole second: 10.000 s matches a range from 10.001 s.
+    assert f.select_phy_offsets("T#k", 10, T0 + 10_001, T0 + 29_999) == [2, 1]
+    assert f.select_phy_offsets("T#k", 10, T0 + 11_000, T0 + 29_999) == [2]
     assert f.select_phy_offsets("T#k", 10, T0 + 40_000, T0 + 99_000) == [4]
     assert f.select_phy_offsets("T#k", 10, 0, T0 - 1) == []
     f.close()
@@ -165,9 +167,11 @@ def test_times_are_whole_seconds_after_begin(path: Path) -> None:
     f = IndexFile(str(path), 4, 16)
     f.put_key("T#k", 1, T0)
     f.put_key("T#k", 2, T0 + 2999)
-    # Stored as begin + 2 s.
+    # Stored as begin + 2 s, standing for the second [2.000, 2.999].
     assert f.select_phy_offsets("T#k", 10, T0 + 2000, T0 + 2000) == [2]
-    assert f.select_phy_offsets("T#k", 10, T0 + 2001, T0 + 5000) == []
+    # A query that starts at the exact store time still finds it.
+    assert f.select_phy_offsets("T#k", 10, T0 + 2999, T0 + 5000) == [2]
+    assert f.select_phy_offsets("T#k", 10, T0 + 3000, T0 + 5000) == []
     f.close()
 
 
