@@ -86,8 +86,13 @@ class StoreConfig:
             )
         if self.consume_queue_units_per_file < 1:
             raise ValueError("consume_queue_units_per_file must be positive")
-        if not 0 < self.disk_space_warning_level_ratio <= 1:
-            raise ValueError("disk_space_warning_level_ratio must be in (0, 1]")
+        for name in ("disk_space_warning_level_ratio", "disk_space_clean_forcibly_ratio"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ValueError(f"{name} is a fraction: set it between 0 and 1, e.g. 0.85")
+        if not 1 <= self.disk_max_used_space_ratio <= 100:
+            raise ValueError(
+                "disk_max_used_space_ratio is a percentage: set it between 1 and 100, e.g. 75"
+            )
 
     @property
     def commit_log_dir(self) -> str:

@@ -31,8 +31,16 @@ def disk_use_ratio(path: str) -> float:
 
 
 def is_delete_hour(delete_when: str, hour: int) -> bool:
-    """``delete_when`` is RocketMQ's form: hours joined by ';', e.g. ``"04"`` or ``"04;16"``."""
-    return any(part.strip().isdigit() and int(part) == hour for part in delete_when.split(";"))
+    """``delete_when`` is RocketMQ's form: hours joined by ';', e.g. ``"04"`` or ``"04;16"``.
+
+    Parts that are not plain ASCII numbers are ignored.
+    """
+    for part in delete_when.split(";"):
+        part = part.strip()
+        # isdigit() alone accepts characters int() rejects (e.g. superscripts).
+        if part.isascii() and part.isdigit() and int(part) == hour:
+            return True
+    return False
 
 
 @dataclasses.dataclass(slots=True)
@@ -70,7 +78,9 @@ class RetentionService(ServiceThread):
     def step(self) -> None:
         state = self.check_disk()
         config = self._config
-        clean_immediately = state.ratio > config.disk_space_clean_forcibly_ratio
+        # Once writes are refused, waiting for files to age would refuse them for
+        # days: clean regardless of age even if the forcible ratio is set higher.
+        clean_immediately = state.full or state.ratio > config.disk_space_clean_forcibly_ratio
         space_to_delete = state.ratio > config.disk_max_used_space_ratio / 100
         hour = time.localtime(self._clock()).tm_hour
         if (

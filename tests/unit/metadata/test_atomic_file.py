@@ -2,6 +2,7 @@
 
 import json
 import os
+import pathlib
 import random
 import signal
 import subprocess
@@ -34,7 +35,10 @@ def test_sigkill_during_rewrites_leaves_one_whole_version(tmp_path):
     last_seen = 0
     for attempt in range(8):
         proc = subprocess.Popen(
-            [sys.executable, "-c", _WRITER, path, str(last_seen)], stdout=subprocess.PIPE, text=True, env=env
+            [sys.executable, "-c", _WRITER, path, str(last_seen)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
         )
         acked = int(proc.stdout.readline())  # at least one version is complete
         time.sleep(rng.uniform(0.0, 0.2))
@@ -56,5 +60,5 @@ def test_replaces_content_and_leaves_no_temporary_file(tmp_path):
     path = str(tmp_path / "sub" / "topics.json")
     write_atomically(path, b"one")
     write_atomically(path, b"two")
-    assert open(path, "rb").read() == b"two"
+    assert pathlib.Path(path).read_bytes() == b"two"
     assert os.listdir(tmp_path / "sub") == ["topics.json"]

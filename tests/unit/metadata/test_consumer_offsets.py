@@ -1,4 +1,5 @@
 import json
+import pathlib
 
 from skiff_broker.metadata.consumer_offsets import ConsumerOffsetTable
 
@@ -11,7 +12,7 @@ def test_offsets_round_trip_in_rocketmq_shape(tmp_path):
     table.commit("g2", "orders", 0, 1)
     assert table.persist() is True
 
-    assert json.loads(open(path).read()) == {
+    assert json.loads(pathlib.Path(path).read_text()) == {
         "offsetTable": {"orders@g1": {"0": 12, "3": 7}, "orders@g2": {"0": 1}}
     }
     reloaded = ConsumerOffsetTable(path)

@@ -1,4 +1,5 @@
 import json
+import pathlib
 
 import pytest
 
@@ -18,7 +19,7 @@ def test_topics_survive_a_reload_in_rocketmq_shape(tmp_path):
     table.put(TopicConfig("orders", 4, 2, Permission.READ_WRITE, MessageType.FIFO))
     table.put(TopicConfig("audit", 1, 1, Permission.READ, MessageType.NORMAL))
 
-    document = json.loads(open(path).read())
+    document = json.loads(pathlib.Path(path).read_text())
     entry = document["topicConfigTable"]["orders"]
     assert entry["readQueueNums"] == 4
     assert entry["writeQueueNums"] == 2
