@@ -47,6 +47,8 @@ from .segment_allocator import SegmentAllocator
 from .transient_store_pool import TransientStorePool
 
 _PROPS_LEN = struct.Struct(">H")
+_INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
 
 
 class AppendStatus(enum.Enum):
@@ -77,6 +79,29 @@ class AppendResult:
     @property
     def next_offset(self) -> int:
         return self.wrote_offset + self.wrote_bytes
+
+
+def _check_fixed_fields(m: Message) -> None:
+    """Reject values the record's fixed-width fields cannot hold.
+
+    Checked before the lock: a failure while writing would leave queue offsets
+    assigned to a batch that is not in the log.
+    """
+    if not 0 <= m.queue_id <= _INT32_MAX:
+        raise AppendRejected(
+            AppendStatus.MESSAGE_ILLEGAL, f"queue id must be 0 to {_INT32_MAX}, got {m.queue_id}"
+        )
+    for name, value, limit in (
+        ("flag", m.flag, _INT32_MAX),
+        ("sys_flag", m.sys_flag, _INT32_MAX),
+        ("reconsume_times", m.reconsume_times, _INT32_MAX),
+        ("born_timestamp", m.born_timestamp, _INT64_MAX),
+        ("prepared_transaction_offset", m.prepared_transaction_offset, _INT64_MAX),
+    ):
+        if not -limit - 1 <= value <= limit:
+            raise AppendRejected(
+                AppendStatus.MESSAGE_ILLEGAL, f"{name} {value} does not fit its record field"
+            )
 
 
 class CommitLog:
@@ -119,6 +144,13 @@ class CommitLog:
                 AppendStatus.MESSAGE_ILLEGAL,
                 f"topic name must be 1 to {MAX_TOPIC_LENGTH} bytes, got {len(topic)}",
             )
+        if "/" in m.topic or "\x00" in m.topic or m.topic in (".", ".."):
+            # The topic names a consume-queue directory, and recovery takes a NUL
+            # at a topic's end for a torn write.
+            raise AppendRejected(
+                AppendStatus.MESSAGE_ILLEGAL,
+                f"topic name {m.topic!r} must not contain '/' or NUL, nor be '.' or '..'",
+            )
         try:
             props = encode_properties(m.properties)
         except ValueError as exc:
@@ -138,6 +170,7 @@ class CommitLog:
             born = encode_host(m.born_host)
         except ValueError as exc:
             raise AppendRejected(AppendStatus.MESSAGE_ILLEGAL, str(exc)) from exc
+        _check_fixed_fields(m)
         sys_flag = (m.sys_flag & ~0x30) | host_flags(born, self.store_host)
         header = header_struct(sys_flag)
         length = header.size + len(body) + 1 + len(topic) + 2 + len(props)

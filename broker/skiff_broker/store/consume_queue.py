@@ -123,7 +123,12 @@ class ConsumeQueue:
         return units[0] if units else None
 
     def read_units(self, queue_offset: int, max_count: int) -> list[tuple[int, int, int]]:
-        """Up to ``max_count`` units from ``queue_offset``, within one file; blanks skipped."""
+        """Up to ``max_count`` units from ``queue_offset``, within one file.
+
+        The i-th unit returned is the one at ``queue_offset + i``: the run stops
+        before a blank unit, and is empty when ``queue_offset`` itself is blank,
+        so a reader that counts what it got always knows its next offset.
+        """
         if queue_offset < self._min_logical_offset or queue_offset >= self.max_offset:
             return []
         position = queue_offset * UNIT_SIZE
@@ -135,18 +140,20 @@ class ConsumeQueue:
             data = mf.read(start, max_count * UNIT_SIZE)
         except ValueError:
             return []
-        return [
-            u
-            for u in UNIT.iter_unpack(data[: len(data) - len(data) % UNIT_SIZE])
-            if u[1] != BLANK_UNIT_SIZE
-        ]
+        units = []
+        for u in UNIT.iter_unpack(data[: len(data) - len(data) % UNIT_SIZE]):
+            if u[1] == BLANK_UNIT_SIZE:
+                break
+            units.append(u)
+        return units
 
     def offset_by_time(self, timestamp_ms: int, store_timestamp_at: Callable[[int], int]) -> int:
         """First queue offset whose message was stored at or after ``timestamp_ms``."""
         lo, hi = self.min_offset, self.max_offset
+        floor = lo
         while lo < hi:
             mid = (lo + hi) // 2
-            unit = self.get(mid)
+            unit = self._real_unit_at_or_before(mid, floor)
             stored = store_timestamp_at(unit[0]) if unit is not None else -1
             if stored >= timestamp_ms:
                 hi = mid
@@ -159,10 +166,11 @@ class ConsumeQueue:
     def truncate_dirty(self, physical_end: int) -> None:
         """Drop units whose record lies at or beyond ``physical_end`` (a truncated commit log)."""
         lo, hi = self.min_offset, self.max_offset
+        floor = lo
         while lo < hi:
             mid = (lo + hi) // 2
-            unit = self._raw_unit(mid)
-            if unit[1] != BLANK_UNIT_SIZE and unit[0] + unit[1] > physical_end:
+            unit = self._real_unit_at_or_before(mid, floor)
+            if unit is not None and unit[0] + unit[1] > physical_end:
                 hi = mid
             else:
                 lo = mid + 1
@@ -177,11 +185,24 @@ class ConsumeQueue:
         if not self.queue.files:
             self._min_logical_offset = 0
 
-    def _raw_unit(self, queue_offset: int) -> tuple[int, int, int]:
-        position = queue_offset * UNIT_SIZE
-        mf = self.queue.find(position)
-        assert mf is not None
-        return UNIT.unpack_from(mf.mapping, position - mf.file_from_offset)
+    def _real_unit_at_or_before(self, queue_offset: int, floor: int) -> tuple[int, int, int] | None:
+        """The nearest non-blank unit at or before ``queue_offset`` (not below ``floor``).
+
+        Binary searches judge a blank unit by the unit before it: blanks only fill
+        gaps behind a newer unit, so the predicates stay monotonic across them.
+        """
+        for index in range(queue_offset, floor - 1, -1):
+            position = index * UNIT_SIZE
+            mf = self.queue.find(position)
+            if mf is None:
+                return None  # deleted by retention while offset_by_time was searching
+            try:
+                unit = UNIT.unpack_from(mf.mapping, position - mf.file_from_offset)
+            except ValueError:
+                return None  # the same, caught after the file was closed
+            if unit[1] != BLANK_UNIT_SIZE:
+                return unit
+        return None
 
     def correct_min_offset(self, min_commit_log_offset: int) -> None:
         """Skip units whose records retention already deleted."""
@@ -190,10 +211,11 @@ class ConsumeQueue:
             return
         lo = first.file_from_offset // UNIT_SIZE
         hi = min(self.max_offset, lo + self.units_per_file)
+        floor = lo
         while lo < hi:
             mid = (lo + hi) // 2
-            unit = self._raw_unit(mid)
-            if unit[1] != BLANK_UNIT_SIZE and unit[0] >= min_commit_log_offset:
+            unit = self._real_unit_at_or_before(mid, floor)
+            if unit is not None and unit[0] >= min_commit_log_offset:
                 hi = mid
             else:
                 lo = mid + 1
@@ -203,8 +225,15 @@ class ConsumeQueue:
         """Delete files whose every record is gone from the commit log; never the newest."""
 
         def obsolete(mf) -> bool:
-            last = UNIT.unpack_from(mf.mapping, mf.file_size - UNIT_SIZE)
-            return last[1] != 0 and last[0] + last[1] <= min_commit_log_offset
+            # The newest real unit decides; a blank unit's size is no record's end.
+            mm = mf.mapping
+            for position in range(mf.file_size - UNIT_SIZE, -1, -UNIT_SIZE):
+                physical, size, _ = UNIT.unpack_from(mm, position)
+                if size == 0:
+                    return False
+                if size != BLANK_UNIT_SIZE:
+                    return physical + size <= min_commit_log_offset
+            return True
 
         deleted = self.queue.delete_before(obsolete)
         self.correct_min_offset(min_commit_log_offset)

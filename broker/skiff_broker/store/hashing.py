@@ -20,7 +20,8 @@ _POWERS = tuple(pow(31, k, 1 << 32) for k in range(_POWERS_LEN - 1, -1, -1))
 def _code_units(s: str) -> bytes | tuple[int, ...]:
     if s.isascii():
         return s.encode("ascii")
-    raw = s.encode("utf-16-be")
+    # Java hashes any UTF-16 sequence, lone surrogates included.
+    raw = s.encode("utf-16-be", "surrogatepass")
     return struct.unpack(f">{len(raw) // 2}H", raw)
 
 

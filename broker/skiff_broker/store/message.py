@@ -94,6 +94,8 @@ def encode_host(host: str) -> bytes:
         packed = socket.inet_pton(family, address)
     except OSError as exc:
         raise ValueError(f"host {host!r} has an invalid IP address") from exc
+    if not port.isdecimal() or int(port) > 65535:
+        raise ValueError(f"host {host!r} must end with a port from 0 to 65535")
     return packed + _INT.pack(int(port))
 
 
@@ -244,12 +246,20 @@ def decode_record(
         raise CorruptRecordError(f"record at {pos} fails its body CRC")
     p += body_len
     topic_len = buf[p]
-    topic = bytes(buf[p + 1 : p + 1 + topic_len]).decode()
+    # Lengths outside the body are not under the CRC: check them before reading.
+    if p + 1 + topic_len + 2 > pos + size:
+        raise CorruptRecordError(f"record at {pos} has inconsistent field lengths")
+    raw_topic = bytes(buf[p + 1 : p + 1 + topic_len])
     p += 1 + topic_len
     props_len = _SHORT.unpack_from(buf, p)[0]
     p += 2
     if p + props_len != pos + size:
         raise CorruptRecordError(f"record at {pos} has inconsistent field lengths")
+    try:
+        topic = raw_topic.decode()
+        properties = decode_properties(bytes(buf[p : p + props_len]))
+    except UnicodeDecodeError as exc:
+        raise CorruptRecordError(f"record at {pos} has a topic or properties not in UTF-8") from exc
     return StoredMessage(
         topic=topic,
         body=body,
@@ -257,7 +267,7 @@ def decode_record(
         queue_offset=queue_offset,
         physical_offset=physical_offset,
         store_size=size,
-        properties=decode_properties(bytes(buf[p : p + props_len])),
+        properties=properties,
         flag=flag,
         sys_flag=sys_flag,
         born_timestamp=born_timestamp,
