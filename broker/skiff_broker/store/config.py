@@ -27,6 +27,8 @@ class StoreConfig:
     commit_log_file_size: int = GiB
     consume_queue_units_per_file: int = 300_000
     max_message_size: int = 4 * MiB
+    # Units one filtered read may scan before answering with what it found.
+    max_filter_message_count: int = 16_000
 
     # SYNC_FLUSH: a waiter gets FLUSH_DISK_TIMEOUT past this.
     sync_flush_timeout: float = 5.0

@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 # After a segment could not be allocated, appends fail fast for this long
 # instead of retrying a large fallocate on every request.
 _ALLOCATION_BACKOFF = 1.0
+# Units read at a time when a filter may skip most of them.
+_FILTER_READ_UNITS = 256
 
 
 class PutStatus(enum.Enum):
@@ -404,8 +406,12 @@ class MessageStore:
         messages: list[StoredMessage] = []
         next_offset = offset
         size_total = 0
-        while len(messages) < max_count and next_offset < max_offset and size_total < max_bytes:
-            units = cq.read_units(next_offset, max_count - len(messages))
+        filtering = tag_codes is not None or accept is not None
+        # A filter that matches nothing must not turn one read into a scan of the queue.
+        scan_end = min(max_offset, offset + self.config.max_filter_message_count)
+        while len(messages) < max_count and next_offset < scan_end and size_total < max_bytes:
+            wanted = _FILTER_READ_UNITS if filtering else max_count - len(messages)
+            units = cq.read_units(next_offset, min(wanted, scan_end - next_offset))
             if not units:
                 # A blank stretch or a deleted file: step over it.
                 next_offset += 1
