@@ -40,11 +40,11 @@ class MappedFile:
     """A segment named by the global offset of its first byte."""
 
     __slots__ = (
+        "_committed",
         "_fd",
         "_mm",
         "_pool",
         "_write_buffer",
-        "committed_position",
         "file_from_offset",
         "file_size",
         "flushed_position",
@@ -72,7 +72,7 @@ class MappedFile:
         self._write_buffer: mmap.mmap | None = None
         self._pool: TransientStorePool | None = None
         self.wrote_position = 0
-        self.committed_position = 0
+        self._committed = 0
         self.flushed_position = 0
 
     @classmethod
@@ -110,9 +110,22 @@ class MappedFile:
     # -- positions ----------------------------------------------------------
 
     @property
+    def committed_position(self) -> int:
+        """Bytes that have reached the file.
+
+        Without a write buffer appends land in the mapping itself (and callers
+        may advance ``wrote_position`` directly), so this is ``wrote_position``.
+        """
+        return self.wrote_position if self._write_buffer is None else self._committed
+
+    @committed_position.setter
+    def committed_position(self, position: int) -> None:
+        self._committed = position
+
+    @property
     def read_position(self) -> int:
         """Bytes readable through the mapping (what has reached the file)."""
-        return self.wrote_position if self._write_buffer is None else self.committed_position
+        return self.committed_position
 
     @property
     def is_full(self) -> bool:
@@ -131,6 +144,7 @@ class MappedFile:
     def attach_write_buffer(self, pool: TransientStorePool) -> None:
         buffer = pool.borrow()
         if buffer is not None:
+            self._committed = self.wrote_position
             self._write_buffer = buffer
             self._pool = pool
 
@@ -154,15 +168,14 @@ class MappedFile:
         buffer = self._write_buffer
         if buffer is None:
             # Direct writes are committed as soon as they are written.
-            self.committed_position = self.wrote_position
-            return self.committed_position
+            return self.wrote_position
         wrote = self.wrote_position
-        start = self.committed_position
+        start = self._committed
         if not _enough_pages(start, wrote, least_pages, wrote == self.file_size):
             return start
         with memoryview(buffer) as view:
             os.pwrite(self._fd, view[start:wrote], start)
-        self.committed_position = wrote
+        self._committed = wrote
         if wrote == self.file_size:
             # Everything is in the file now; the buffer can serve another segment.
             self._write_buffer = None

@@ -111,6 +111,15 @@ class MappedFileQueue:
             self._files = (*self._files, mf)
         return mf
 
+    def prepare_next(self) -> None:
+        """Have the allocator prepare the segment the next roll (or first append) needs."""
+        if self._allocator is None:
+            return
+        last = self.last_file
+        offset = 0 if last is None else last.file_from_offset + self.file_size
+        os.makedirs(self.directory, exist_ok=True)
+        self._allocator.prepare(os.path.join(self.directory, segment_name(offset)), self.file_size)
+
     def find(self, offset: int) -> MappedFile | None:
         """The segment holding global ``offset``, or None."""
         files = self._files
@@ -137,9 +146,29 @@ class MappedFileQueue:
 
     @property
     def max_offset(self) -> int:
-        """End of readable data."""
-        last = self.last_file
-        return last.file_from_offset + last.read_position if last is not None else 0
+        """End of readable data: everything before it has reached the file.
+
+        Without write buffers every segment but the last is full. With them,
+        segments are committed in order from ``committed_where``, and a later
+        segment can already hold data (a newer buffer, or direct writes once the
+        pool ran dry) while an earlier one is not committed: the readable end is
+        in the first segment from there that is not wholly in the file.
+        """
+        files = self._files
+        if not files:
+            return 0
+        if self._pool is None:
+            last = files[-1]
+            return last.file_from_offset + last.read_position
+        where = self.committed_where
+        index = min(len(files) - 1, max(0, (where - files[0].file_from_offset) // self.file_size))
+        while index > 0 and files[index].file_from_offset > where:
+            index -= 1  # a gap in the segments: arithmetic overshot
+        for mf in files[index:]:
+            if mf.read_position < self.file_size:
+                return mf.file_from_offset + mf.read_position
+        last = files[-1]
+        return last.file_from_offset + self.file_size
 
     @property
     def max_wrote_offset(self) -> int:
@@ -148,9 +177,21 @@ class MappedFileQueue:
 
     # -- commit and flush ---------------------------------------------------
 
+    def _segment_from(self, where: int) -> MappedFile | None:
+        """The segment holding ``where``, else the first one after it; None past the end.
+
+        Past the end must give None: falling back to the first segment would move
+        the position backwards and make ``while flush(...)`` loops spin forever.
+        """
+        mf = self.find(where)
+        if mf is not None:
+            return mf
+        # ``where`` lies before the oldest segment (deleted files) or in a gap.
+        return next((f for f in self._files if f.file_from_offset > where), None)
+
     def commit(self, least_pages: int) -> bool:
         """Commit the segment at ``committed_where``; True if the position moved."""
-        mf = self.find(self.committed_where) or self.first_file
+        mf = self._segment_from(self.committed_where)
         if mf is None:
             return False
         position = mf.file_from_offset + mf.commit(least_pages)
@@ -164,7 +205,7 @@ class MappedFileQueue:
         A segment that just filled is flushed whole before the next one is
         touched, so the flushed position never skips bytes.
         """
-        mf = self.find(self.flushed_where) or self.first_file
+        mf = self._segment_from(self.flushed_where)
         if mf is None:
             return False
         position = mf.file_from_offset + mf.flush(least_pages)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 
 from .mapped_file import MappedFile
 
@@ -21,8 +21,10 @@ class SegmentAllocator:
         self._warm = warm
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)
-        self._pending: dict[str, tuple[int, Future[MappedFile]]] = {}
-        self._queue: list[str] = []
+        # Requested but not yet handed out, by path.
+        self._pending: dict[str, Future[MappedFile]] = {}
+        # Not yet started by the thread.
+        self._queue: list[tuple[str, int, Future[MappedFile]]] = []
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name="segment-allocator", daemon=True)
         self._thread.start()
@@ -33,18 +35,30 @@ class SegmentAllocator:
         Raises DiskFullError (or OSError) when the segment cannot be allocated.
         """
         with self._lock:
-            entry = self._pending.get(path)
+            # Claimed here, so shutdown() cannot close a segment being handed out.
+            future = self._pending.pop(path, None)
             if next_path is not None and next_path not in self._pending and not self._stopped:
-                self._pending[next_path] = (file_size, Future())
-                self._queue.append(next_path)
+                scheduled: Future[MappedFile] = Future()
+                self._pending[next_path] = scheduled
+                self._queue.append((next_path, file_size, scheduled))
                 self._wakeup.notify()
-        if entry is None:
+        if future is None:
             return MappedFile.create(path, file_size, warm=self._warm)
         try:
-            return entry[1].result()
-        finally:
-            with self._lock:
-                self._pending.pop(path, None)
+            return future.result()
+        except CancelledError:
+            # The allocator stopped before preparing it: the caller still needs it.
+            return MappedFile.create(path, file_size, warm=self._warm)
+
+    def prepare(self, path: str, file_size: int) -> None:
+        """Start preparing ``path`` now, before any append asks for it."""
+        with self._lock:
+            if path in self._pending or self._stopped:
+                return
+            future: Future[MappedFile] = Future()
+            self._pending[path] = future
+            self._queue.append((path, file_size, future))
+            self._wakeup.notify()
 
     def _run(self) -> None:
         while True:
@@ -53,8 +67,9 @@ class SegmentAllocator:
                     self._wakeup.wait()
                 if self._stopped:
                     return
-                path = self._queue.pop(0)
-                file_size, future = self._pending[path]
+                path, file_size, future = self._queue.pop(0)
+                if not future.set_running_or_notify_cancel():
+                    continue
             try:
                 future.set_result(MappedFile.create(path, file_size, warm=self._warm))
             except BaseException as exc:  # handed to the appender that needs the segment
@@ -62,7 +77,8 @@ class SegmentAllocator:
                 future.set_exception(exc)
                 with self._lock:
                     # Let the next request try again instead of replaying the failure.
-                    self._pending.pop(path, None)
+                    if self._pending.get(path) is future:
+                        del self._pending[path]
 
     def shutdown(self) -> None:
         """Stop the thread and close segments prepared but never handed out.
@@ -73,7 +89,14 @@ class SegmentAllocator:
             self._stopped = True
             self._wakeup.notify_all()
         self._thread.join()
-        for _, future in list(self._pending.values()):
-            if future.done() and future.exception() is None:
+        with self._lock:
+            unclaimed = list(self._pending.values())
+            never_started = [future for _, _, future in self._queue]
+            self._pending.clear()
+            self._queue.clear()
+        for future in never_started:
+            # Releases an appender blocked in get(); it then allocates by itself.
+            future.cancel()
+        for future in unclaimed:
+            if future.done() and not future.cancelled() and future.exception() is None:
                 future.result().close()
-        self._pending.clear()
