@@ -11,23 +11,37 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import mmap
 import struct
 import zlib
 
 from .checkpoint import Checkpoint
 from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
-from .message import BLANK_MAGIC, MESSAGE_MAGIC, SYSFLAG_OFFSET, header_struct
+from .message import (
+    BLANK_MAGIC,
+    MESSAGE_MAGIC,
+    PROPERTY_SEPARATOR,
+    SIZE_MAGIC,
+    SYSFLAG_OFFSET,
+    header_struct,
+)
 
 log = logging.getLogger(__name__)
 
-_SIZE_MAGIC_CRC = struct.Struct(">iIi")
 _PHYS_SYSFLAG = struct.Struct(">qi")
 _INT = struct.Struct(">i")
 _SHORT = struct.Struct(">H")
 _STORE_TS_V4 = struct.Struct(">q")
 # Header, empty body, a one-byte topic and its length, empty properties.
 MIN_RECORD_SIZE = header_struct(0).size + 1 + 1 + 2
+_PROPERTY_SEPARATOR = ord(PROPERTY_SEPARATOR)
+# Store timestamps are wall-clock milliseconds: records appended in the same
+# millisecond as the checkpoint's newest flushed record, or after the clock
+# stepped back, can carry a stamp no newer than it and yet not be covered by it.
+# The scan therefore starts at a segment older than the checkpoint by this much
+# (RocketMQ uses the same three seconds).
+CHECKPOINT_MARGIN_MS = 3000
 
 
 @dataclasses.dataclass(slots=True)
@@ -51,27 +65,13 @@ def scan_segment(
     pos = start
     records = 0
     with memoryview(mm) as view:
-        while pos + 12 <= limit:
-            size, magic, crc = _SIZE_MAGIC_CRC.unpack_from(mm, pos)
+        # A BLANK record may be only 8 bytes (size and magic), so those come first.
+        while pos + 8 <= limit:
+            size, magic = SIZE_MAGIC.unpack_from(mm, pos)
             if magic == MESSAGE_MAGIC:
-                if size < MIN_RECORD_SIZE or pos + size > limit:
-                    return pos, records, f"record at {base + pos} has impossible size {size}", False
-                physical, sys_flag = _PHYS_SYSFLAG.unpack_from(mm, pos + 28)
-                if physical != base + pos:
-                    return pos, records, f"record at {base + pos} claims offset {physical}", False
-                hsize = header_struct(sys_flag).size
-                body_len = _INT.unpack_from(mm, pos + hsize - 4)[0]
-                t = pos + hsize + body_len
-                if body_len < 0 or t + 3 > pos + size:
-                    return pos, records, f"record at {base + pos} has a bad body length", False
-                topic_len = mm[t]
-                props_len = _SHORT.unpack_from(mm, t + 1 + topic_len)[0]
-                if hsize + body_len + 3 + topic_len + props_len != size:
-                    return pos, records, f"record at {base + pos} has inconsistent lengths", False
-                if check_crc:
-                    b = pos + hsize
-                    if zlib.crc32(view[b : b + body_len]) & 0x7FFFFFFF != crc:
-                        return pos, records, f"record at {base + pos} fails its body CRC", False
+                problem = _check_record(mm, view, pos, size, limit, base, check_crc)
+                if problem is not None:
+                    return pos, records, problem, False
                 pos += size
                 records += 1
             elif magic == BLANK_MAGIC and size == limit - pos:
@@ -83,10 +83,57 @@ def scan_segment(
     return pos, records, None, False
 
 
+def _check_record(
+    mm: mmap.mmap,
+    view: memoryview,
+    pos: int,
+    size: int,
+    limit: int,
+    base: int,
+    check_crc: bool,
+) -> str | None:
+    """Why the message record at ``pos`` is not whole and valid, or None if it is.
+
+    Every length is checked against the record's size before it is used, so a
+    damaged field can only make the record fail, never send a read past the file.
+    """
+    where = base + pos
+    end = pos + size
+    if size < MIN_RECORD_SIZE or end > limit:
+        return f"record at {where} has impossible size {size}"
+    physical, sys_flag = _PHYS_SYSFLAG.unpack_from(mm, pos + 28)
+    if physical != where:
+        return f"record at {where} claims offset {physical}"
+    hsize = header_struct(sys_flag).size
+    if hsize + 3 > size:
+        return f"record at {where} has impossible size {size}"
+    body_len = _INT.unpack_from(mm, pos + hsize - 4)[0]
+    t = pos + hsize + body_len
+    if body_len < 0 or t + 3 > end:
+        return f"record at {where} has a bad body length"
+    topic_len = mm[t]
+    if topic_len == 0 or t + 1 + topic_len + 2 > end:
+        return f"record at {where} has a bad topic length"
+    props_len = _SHORT.unpack_from(mm, t + 1 + topic_len)[0]
+    if hsize + body_len + 3 + topic_len + props_len != size:
+        return f"record at {where} has inconsistent lengths"
+    # The writer fills a record front to back after its size field, and only the
+    # body is covered by the CRC: a record cut short by a crash while its topic
+    # or properties were being copied ends in zero bytes where they belong.
+    # A topic never ends in NUL, and encoded properties end in their separator.
+    if mm[t + topic_len] == 0 or (props_len and mm[end - 1] != _PROPERTY_SEPARATOR):
+        return f"record at {where} is incomplete (topic or properties not written)"
+    if check_crc:
+        b = pos + hsize
+        if zlib.crc32(view[b : b + body_len]) & 0x7FFFFFFF != _INT.unpack_from(mm, pos + 8)[0]:
+            return f"record at {where} fails its body CRC"
+    return None
+
+
 def first_store_timestamp(mf: MappedFile) -> int:
     """STORETIMESTAMP of a segment's first record, or -1 if it has none."""
     mm = mf.mapping
-    _, magic, _ = _SIZE_MAGIC_CRC.unpack_from(mm, 0)
+    _, magic = SIZE_MAGIC.unpack_from(mm, 0)
     if magic != MESSAGE_MAGIC:
         return -1
     sys_flag = _INT.unpack_from(mm, SYSFLAG_OFFSET)[0]
@@ -112,9 +159,9 @@ def scan_from(queue: MappedFileQueue, first_index: int, *, check_crc: bool) -> S
 
 
 def choose_scan_start(queue: MappedFileQueue, checkpoint: Checkpoint, include_index: bool) -> int:
-    """Index of the newest segment whose first record is no newer than the checkpoint."""
+    """Index of the newest segment whose first record is older than the checkpoint (with margin)."""
     files = queue.files
-    threshold = checkpoint.min_timestamp(include_index=include_index)
+    threshold = checkpoint.min_timestamp(include_index=include_index) - CHECKPOINT_MARGIN_MS
     if threshold <= 0:
         return 0
     for index in range(len(files) - 1, -1, -1):
@@ -136,9 +183,9 @@ def clean_end_is_valid(queue: MappedFileQueue, offset: int) -> bool:
     mf = queue.find(offset)
     if mf is None:
         return False
+    # Nothing may follow the end, at a segment's start as anywhere else: a stale
+    # checkpoint must not make the truncation below delete real records.
     position = offset - mf.file_from_offset
-    if position == 0:
-        return True
     tail = mf.mapping[position : position + 8]
     return tail == bytes(len(tail))
 
