@@ -16,11 +16,13 @@ import time
 from collections.abc import Callable, Sequence
 
 from .config import StoreConfig
+from .dispatch_request import DispatchRequest
 from .errors import DiskFullError
 from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
 from .message import (
     BLANK_MAGIC,
+    BORNHOST_V6,
     END_FILE_MIN_BLANK_LENGTH,
     MAX_PROPERTIES_LENGTH,
     MAX_TOPIC_LENGTH,
@@ -34,8 +36,8 @@ from .message import (
     TRANSACTION_ROLLBACK_TYPE,
     CorruptRecordError,
     Message,
+    Property,
     StoredMessage,
-    SysFlag,
     body_crc,
     decode_record,
     encode_host,
@@ -47,6 +49,11 @@ from .segment_allocator import SegmentAllocator
 from .transient_store_pool import TransientStorePool
 
 _PROPS_LEN = struct.Struct(">H")
+_LONG = struct.Struct(">q")
+# QUEUEOFFSET and PHYSICALOFFSET are adjacent, at byte 20 of every record.
+_QUEUE_AND_PHYSICAL_OFFSET = struct.Struct(">qq")
+_UNCOUNTED_TRANSACTION_TYPES = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
+_TOPIC_CACHE_SIZE = 65536
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
 
@@ -87,6 +94,15 @@ def _check_fixed_fields(m: Message) -> None:
     Checked before the lock: a failure while writing would leave queue offsets
     assigned to a batch that is not in the log.
     """
+    if (
+        0 <= m.queue_id <= _INT32_MAX
+        and -_INT32_MAX - 1 <= m.flag <= _INT32_MAX
+        and -_INT32_MAX - 1 <= m.sys_flag <= _INT32_MAX
+        and -_INT32_MAX - 1 <= m.reconsume_times <= _INT32_MAX
+        and -_INT64_MAX - 1 <= m.born_timestamp <= _INT64_MAX
+        and -_INT64_MAX - 1 <= m.prepared_transaction_offset <= _INT64_MAX
+    ):
+        return
     if not 0 <= m.queue_id <= _INT32_MAX:
         raise AppendRejected(
             AppendStatus.MESSAGE_ILLEGAL, f"queue id must be 0 to {_INT32_MAX}, got {m.queue_id}"
@@ -122,7 +138,9 @@ class CommitLog:
         self.queue_offsets: dict[tuple[str, int], int] = {}
         # Store timestamp of the newest record, for the checkpoint.
         self.last_store_timestamp = 0
-        self.on_append: Callable[[], None] = lambda: None
+        # Gets each appended batch's dispatch requests, in log order.
+        self.on_append: Callable[[list[DispatchRequest]], None] = lambda requests: None
+        self._valid_topics: dict[str, bytes] = {}
 
     # -- appending ----------------------------------------------------------
 
@@ -130,27 +148,52 @@ class CommitLog:
         """Append a batch contiguously; raises AppendRejected and writes nothing on bad input."""
         if not messages:
             raise AppendRejected(AppendStatus.MESSAGE_ILLEGAL, "a batch needs at least one message")
-        encoded = [self._encode(m) for m in messages]
-        total = sum(e[5] for e in encoded)
+        # Records are built whole outside the lock; under it only the queue
+        # offset, physical offset and store timestamp are patched in, and the
+        # batch is copied into the segment with one slice assignment.
+        born_default = int(time.time() * 1000)
+        blob = bytearray()
+        layout = []
+        for m in messages:
+            start = len(blob)
+            timestamp_at, counted, request = self._encode_into(blob, m, born_default)
+            layout.append((start, timestamp_at, counted, request))
         with self._lock:
-            result = self._append_locked(messages, encoded, total)
-        self.on_append()
+            result = self._append_locked(blob, layout)
+            # Under the lock, so the dispatcher receives batches in log order.
+            self.on_append([entry[3] for entry in layout])
         return result
 
-    def _encode(self, m: Message) -> tuple:
-        topic = m.topic.encode()
-        if not topic or len(topic) > MAX_TOPIC_LENGTH:
+    def _topic_bytes(self, topic: str) -> bytes:
+        encoded = self._valid_topics.get(topic)
+        if encoded is not None:
+            return encoded
+        encoded = topic.encode()
+        if not encoded or len(encoded) > MAX_TOPIC_LENGTH:
             raise AppendRejected(
                 AppendStatus.MESSAGE_ILLEGAL,
-                f"topic name must be 1 to {MAX_TOPIC_LENGTH} bytes, got {len(topic)}",
+                f"topic name must be 1 to {MAX_TOPIC_LENGTH} bytes, got {len(encoded)}",
             )
-        if "/" in m.topic or "\x00" in m.topic or m.topic in (".", ".."):
+        if "/" in topic or "\x00" in topic or topic in (".", ".."):
             # The topic names a consume-queue directory, and recovery takes a NUL
             # at a topic's end for a torn write.
             raise AppendRejected(
                 AppendStatus.MESSAGE_ILLEGAL,
-                f"topic name {m.topic!r} must not contain '/' or NUL, nor be '.' or '..'",
+                f"topic name {topic!r} must not contain '/' or NUL, nor be '.' or '..'",
             )
+        if len(self._valid_topics) < _TOPIC_CACHE_SIZE:
+            self._valid_topics[topic] = encoded
+        return encoded
+
+    def _encode_into(
+        self, blob: bytearray, m: Message, born_default: int
+    ) -> tuple[int, bool, DispatchRequest]:
+        """Append one record to ``blob``.
+
+        Returns where its STORETIMESTAMP sits, whether it takes a queue offset, and
+        what the dispatcher needs of it (offsets and timestamp filled in later).
+        """
+        topic = self._topic_bytes(m.topic)
         try:
             props = encode_properties(m.properties)
         except ValueError as exc:
@@ -173,68 +216,85 @@ class CommitLog:
         _check_fixed_fields(m)
         sys_flag = (m.sys_flag & ~0x30) | host_flags(born, self.store_host)
         header = header_struct(sys_flag)
-        length = header.size + len(body) + 1 + len(topic) + 2 + len(props)
-        return (topic, props, born, sys_flag, header, length, body_crc(body))
+        length = header.size + len(body) + 3 + len(topic) + len(props)
+        blob += header.pack(
+            length,
+            MESSAGE_MAGIC,
+            body_crc(body),
+            m.queue_id,
+            m.flag,
+            0,
+            0,
+            sys_flag,
+            m.born_timestamp or born_default,
+            born,
+            0,
+            self.store_host,
+            m.reconsume_times,
+            m.prepared_transaction_offset,
+            len(body),
+        )
+        blob += body
+        blob.append(len(topic))
+        blob += topic
+        blob += _PROPS_LEN.pack(len(props))
+        blob += props
+        # Half and rolled-back transaction messages never reach a consume queue.
+        counted = (sys_flag & TRANSACTION_MASK) not in _UNCOUNTED_TRANSACTION_TYPES
+        properties = m.properties
+        keys = properties.get(Property.KEYS, "").split()
+        unique = properties.get(Property.UNIQ_KEY)
+        if unique:
+            keys.append(unique)
+        request = DispatchRequest(
+            m.topic, m.queue_id, 0, 0, length, sys_flag, 0, properties.get(Property.TAGS, ""), keys
+        )
+        return 48 + len(born), counted, request
 
-    def _append_locked(
-        self, messages: Sequence[Message], encoded: list, total: int
-    ) -> AppendResult:
-        mf = self._segment_for(total)
-        buf = mf.write_target
-        base = mf.file_from_offset
-        pos = start = mf.wrote_position
+    def _append_locked(self, blob: bytearray, layout: list) -> AppendResult:
+        mf = self._segment_for(len(blob))
+        base = mf.file_from_offset + mf.wrote_position
         now = int(time.time() * 1000)
-        store_host = self.store_host
         offsets_table = self.queue_offsets
         physical_offsets = []
         queue_offsets = []
         sizes = []
-        for m, (topic, props, born, sys_flag, header, length, crc) in zip(
-            messages, encoded, strict=True
-        ):
-            key = (m.topic, m.queue_id)
-            tx_type = sys_flag & TRANSACTION_MASK
-            if tx_type in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
-                # Half and rolled-back messages never reach a consume queue.
-                queue_offset = 0
-            else:
+        for start, timestamp_at, counted, request in layout:
+            if counted:
+                key = (request.topic, request.queue_id)
                 queue_offset = offsets_table.get(key, 0)
                 offsets_table[key] = queue_offset + 1
-            body = m.body
-            header.pack_into(
-                buf,
-                pos,
-                length,
-                MESSAGE_MAGIC,
-                crc,
-                m.queue_id,
-                m.flag,
-                queue_offset,
-                base + pos,
-                sys_flag,
-                m.born_timestamp or now,
-                born,
-                now,
-                store_host,
-                m.reconsume_times,
-                m.prepared_transaction_offset,
-                len(body),
-            )
-            p = pos + header.size
-            buf[p : p + len(body)] = body
-            p += len(body)
-            buf[p] = len(topic)
-            buf[p + 1 : p + 1 + len(topic)] = topic
-            p += 1 + len(topic)
-            _PROPS_LEN.pack_into(buf, p, len(props))
-            buf[p + 2 : p + 2 + len(props)] = props
-            physical_offsets.append(base + pos)
+            else:
+                queue_offset = 0
+            _QUEUE_AND_PHYSICAL_OFFSET.pack_into(blob, start + 20, queue_offset, base + start)
+            _LONG.pack_into(blob, start + timestamp_at, now)
+            request.queue_offset = queue_offset
+            request.physical_offset = base + start
+            request.store_timestamp = now
+            physical_offsets.append(base + start)
             queue_offsets.append(queue_offset)
-            sizes.append(length)
-            pos += length
-        mf.wrote_position = pos
+            sizes.append(request.size)
+        self._publish(mf, blob)
         self.last_store_timestamp = now
-        return AppendResult(base + start, pos - start, now, physical_offsets, queue_offsets, sizes)
+        return AppendResult(base, len(blob), now, physical_offsets, queue_offsets, sizes)
+
+    @staticmethod
+    def _publish(mf: MappedFile, blob: bytearray) -> None:
+        """Copy a batch in so that a crash mid-copy leaves none of it visible.
+
+        Everything but the first record's TOTALSIZE and MAGIC goes first; those
+        8 bytes last. Until they land, recovery sees zeros where the batch
+        starts, which is the end of the log.
+        """
+        target = mf.write_target
+        pos = mf.wrote_position
+        end = pos + len(blob)
+        if end > mf.file_size:
+            raise ValueError(f"{len(blob)} bytes do not fit at {pos} in {mf.path}")
+        with memoryview(blob) as view:
+            target[pos + 8 : end] = view[8:]
+            target[pos : pos + 8] = view[:8]
+        mf.wrote_position = end
 
     def _segment_for(self, total: int) -> MappedFile:
         """The segment that takes ``total`` bytes, padding and rolling if needed."""
@@ -304,7 +364,11 @@ class CommitLog:
         data = self.read(offset, size)
         if data is None:
             return None
-        message = decode_record(data, 0, check_crc=True)
+        try:
+            message = decode_record(data, 0, check_crc=True)
+        except CorruptRecordError as exc:
+            # decode_record counts from the buffer's start; name the log offset.
+            raise CorruptRecordError(f"commit-log offset {offset}: {exc}") from exc
         if message.physical_offset != offset:
             raise CorruptRecordError(
                 f"record at {offset} claims physical offset {message.physical_offset}"
@@ -317,7 +381,7 @@ class CommitLog:
         if head is None:
             return -1
         sys_flag = int.from_bytes(head[SYSFLAG_OFFSET:], "big", signed=True)
-        at = STORE_TIMESTAMP_OFFSET_V6 if sys_flag & SysFlag.BORNHOST_V6 else STORE_TIMESTAMP_OFFSET
+        at = STORE_TIMESTAMP_OFFSET_V6 if sys_flag & BORNHOST_V6 else STORE_TIMESTAMP_OFFSET
         raw = self.read(offset + at, 8)
         return -1 if raw is None else int.from_bytes(raw, "big", signed=True)
 

@@ -7,7 +7,7 @@ queues got new messages (long polling waits on that).
 
 from __future__ import annotations
 
-import dataclasses
+import collections
 import logging
 import struct
 import threading
@@ -16,10 +16,12 @@ from collections.abc import Callable
 
 from .commit_log import CommitLog
 from .consume_queue_table import ConsumeQueueTable
+from .dispatch_request import DispatchRequest
 from .hashing import tag_hash
 from .index_service import IndexService
 from .message import (
     BLANK_MAGIC,
+    BORNHOST_V6,
     MESSAGE_MAGIC,
     NAME_VALUE_SEPARATOR,
     PROPERTY_SEPARATOR,
@@ -30,7 +32,6 @@ from .message import (
     TRANSACTION_NOT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     Property,
-    SysFlag,
     header_struct,
 )
 
@@ -42,21 +43,13 @@ _LONG = struct.Struct(">q")
 _INT = struct.Struct(">i")
 _SHORT = struct.Struct(">H")
 _READ_CHUNK = 4 * 1024 * 1024
+# A record's size beyond its body: header (IPv6 hosts), topic and properties.
+_MAX_RECORD_OVERHEAD = 64 * 1024
+
+# Appended batches kept for dispatch without parsing; beyond this the log is parsed.
+_HANDED_BATCHES_MAX = 4096
 
 ArrivalListener = Callable[[set[tuple[str, int]]], None]
-
-
-@dataclasses.dataclass(slots=True)
-class DispatchRequest:
-    topic: str
-    queue_id: int
-    queue_offset: int
-    physical_offset: int
-    size: int
-    sys_flag: int
-    store_timestamp: int
-    tags: str
-    keys: list[str]
 
 
 def _property(props: bytes, name: bytes) -> str:
@@ -96,7 +89,7 @@ def parse_records(data: bytes, base: int) -> tuple[list[DispatchRequest], int, b
         if magic != MESSAGE_MAGIC or size <= _HEAD.size or pos + size > limit:
             break
         _, _, _, queue_id, _, queue_offset, physical, sys_flag = _HEAD.unpack_from(data, pos)
-        v6 = sys_flag & SysFlag.BORNHOST_V6
+        v6 = sys_flag & BORNHOST_V6
         store_ts = _LONG.unpack_from(
             data, pos + (STORE_TIMESTAMP_OFFSET_V6 if v6 else STORE_TIMESTAMP_OFFSET)
         )[0]
@@ -144,11 +137,17 @@ class Dispatcher:
         self._commit_log = commit_log
         self._consume_queues = consume_queues
         self._index = index
+        # Every read must be able to hold one whole record, or the largest
+        # messages would never be dispatched (and nothing after them either).
+        self._read_chunk = max(
+            _READ_CHUNK, commit_log.config.max_message_size + _MAX_RECORD_OVERHEAD
+        )
         self.reput_offset = 0
         # Store timestamp of the newest dispatched record, for the checkpoint.
         self.last_store_timestamp = 0
         self._listeners: list[ArrivalListener] = []
         self._new_data = threading.Event()
+        self._handed: collections.deque[list[DispatchRequest]] = collections.deque()
         self._progress = threading.Condition()
         self._stopped = False
         self._thread: threading.Thread | None = None
@@ -157,8 +156,20 @@ class Dispatcher:
         self._listeners.append(listener)
 
     def notify_new_data(self) -> None:
-        """Called after appends and commits: there may be records to dispatch."""
-        self._new_data.set()
+        """Called after commits: there may be records to dispatch."""
+        if not self._new_data.is_set():
+            self._new_data.set()
+
+    def hand(self, requests: list[DispatchRequest]) -> None:
+        """Take an appended batch's requests, so its records need not be parsed again.
+
+        Called in log order. Past a backlog limit batches are not kept; the
+        dispatcher then parses the log until it reaches the batches it has.
+        """
+        if len(self._handed) < _HANDED_BATCHES_MAX:
+            self._handed.append(requests)
+        if not self._new_data.is_set():
+            self._new_data.set()
 
     # -- dispatching --------------------------------------------------------
 
@@ -166,7 +177,16 @@ class Dispatcher:
         """Dispatch everything readable now; returns the number of records."""
         count = 0
         while self.reput_offset < self._commit_log.max_offset:
-            got = self._commit_log.read_segment_tail(self.reput_offset, _READ_CHUNK)
+            handed = self._take_handed()
+            if handed is not None:
+                self._dispatch(handed)
+                count += len(handed)
+                last = handed[-1]
+                self.reput_offset = last.physical_offset + last.size
+                with self._progress:
+                    self._progress.notify_all()
+                continue
+            got = self._commit_log.read_segment_tail(self.reput_offset, self._read_chunk)
             if got is None:
                 # Retention deleted it before we got there; resume at what is left.
                 self.reput_offset = max(self.reput_offset, self._commit_log.min_offset)
@@ -186,6 +206,32 @@ class Dispatcher:
             with self._progress:
                 self._progress.notify_all()
         return count
+
+    def _take_handed(self) -> list[DispatchRequest] | None:
+        """The next handed batch if it starts where dispatch stands and is readable."""
+        handed = self._handed
+        while handed:
+            batch = handed[0]
+            first = batch[0].physical_offset
+            if first < self.reput_offset:
+                handed.popleft()  # already dispatched by parsing
+                continue
+            if first != self.reput_offset and not self._is_next_segment(first):
+                return None  # some batches were not kept: parse up to this one
+            last = batch[-1]
+            if last.physical_offset + last.size > self._commit_log.max_offset:
+                return None  # not committed yet (transient store pool)
+            handed.popleft()
+            return batch
+        return None
+
+    def _is_next_segment(self, offset: int) -> bool:
+        """True if ``offset`` starts the segment after the one dispatch stands in.
+
+        The batch rolled over a BLANK record, which needs no dispatching.
+        """
+        size = self._commit_log.queue.file_size
+        return offset % size == 0 and offset // size == self.reput_offset // size + 1
 
     def _dispatch(self, requests: list[DispatchRequest]) -> None:
         if not requests:

@@ -115,7 +115,7 @@ class IndexService:
         with self._lock:
             keep = len(self._files)
             for i, f in enumerate(self._files):
-                if f.end_phy_offset > phy_offset:
+                if f.end_phy_offset >= phy_offset:  # a record starting at the cut is gone too
                     keep = i
                     break
             doomed = self._files[keep:]

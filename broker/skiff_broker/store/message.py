@@ -78,8 +78,20 @@ _INT = struct.Struct(">i")
 _SHORT = struct.Struct(">H")
 
 
+# Indexed by (sys_flag >> 4) & 3: plain ints, because IntFlag arithmetic costs
+# more than the rest of a record's encoding on the hot paths.
+_HEADERS_BY_HOST_BITS = (
+    _HEADERS[(False, False)],
+    _HEADERS[(True, False)],
+    _HEADERS[(False, True)],
+    _HEADERS[(True, True)],
+)
+BORNHOST_V6 = 0x10
+STOREHOST_V6 = 0x20
+
+
 def header_struct(sys_flag: int) -> struct.Struct:
-    return _HEADERS[(bool(sys_flag & SysFlag.BORNHOST_V6), bool(sys_flag & SysFlag.STOREHOST_V6))]
+    return _HEADERS_BY_HOST_BITS[(sys_flag >> 4) & 3]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -106,22 +118,23 @@ def decode_host(raw: bytes) -> str:
 
 
 def host_flags(born_host: bytes, store_host: bytes) -> int:
-    flags = 0
-    if len(born_host) == 20:
-        flags |= SysFlag.BORNHOST_V6
-    if len(store_host) == 20:
-        flags |= SysFlag.STOREHOST_V6
-    return flags
+    return (BORNHOST_V6 if len(born_host) == 20 else 0) | (
+        STOREHOST_V6 if len(store_host) == 20 else 0
+    )
 
 
 def encode_properties(properties: dict[str, str]) -> bytes:
-    for name, value in properties.items():
-        if any(sep in name or sep in value for sep in (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)):
-            raise ValueError(f"property {name!r} contains a reserved separator character")
-    return "".join(
-        f"{name}{NAME_VALUE_SEPARATOR}{value}{PROPERTY_SEPARATOR}"
-        for name, value in properties.items()
-    ).encode()
+    text = "".join([f"{name}\x01{value}\x02" for name, value in properties.items()])
+    # Exactly one of each separator per property, or a name or value holds one.
+    if text.count(NAME_VALUE_SEPARATOR) != len(properties) or text.count(PROPERTY_SEPARATOR) != len(
+        properties
+    ):
+        for name, value in properties.items():
+            if any(
+                sep in name or sep in value for sep in (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)
+            ):
+                raise ValueError(f"property {name!r} contains a reserved separator character")
+    return text.encode()
 
 
 def decode_properties(raw: bytes | str) -> dict[str, str]:

@@ -208,8 +208,11 @@ class MessageStore:
         config = self.config
         queue = self.commit_log.queue
         self._allocator = SegmentAllocator(warm=config.warm_mapped_files)
+        # Set only now: recovery must not have segments prepared ahead of it.
         queue._allocator = self._allocator
-        self.commit_log.on_append = self.dispatcher.notify_new_data
+        # The first append after start must not wait for a segment to be allocated.
+        queue.prepare_next()
+        self.commit_log.on_append = self.dispatcher.hand
         stamp = self._commit_log_stamp
         if config.flush_type is FlushType.SYNC_FLUSH:
             self._group_commit = GroupCommitService(
@@ -503,12 +506,17 @@ class MessageStore:
     def stats(self) -> StoreStats:
         queue = self.commit_log.queue
         refusal = self._refusal() if self._running else None
+        # Read in the order the positions trail each other, so that a sample taken
+        # while appends run still shows flushed <= committed <= wrote.
+        flushed = queue.flushed_where
+        committed = queue.max_offset
+        wrote = queue.max_wrote_offset
         return StoreStats(
             commit_log_min_offset=self.commit_log.min_offset,
-            commit_log_max_offset=self.commit_log.max_offset,
-            wrote_offset=queue.max_wrote_offset,
-            committed_offset=queue.max_offset,
-            flushed_offset=queue.flushed_where,
+            commit_log_max_offset=committed,
+            wrote_offset=wrote,
+            committed_offset=committed,
+            flushed_offset=flushed,
             dispatched_offset=self.dispatcher.reput_offset,
             fsync_count=queue.flush_count,
             disk_use_ratio=disk_use_ratio(self.config.data_dir),

@@ -230,8 +230,11 @@ def test_truncate_drops_files_past_the_offset(tmp_path: Path) -> None:
     for i in range(9):  # files end at offsets 300, 600, 900
         svc.build_index("T", 100 * (i + 1), T0 + i, ["k"])
     files = svc.files
-    svc.truncate(900)
+    svc.truncate(901)
     assert svc.files == files
+    # A record that starts exactly at the cut is gone from the log: its file goes.
+    svc.truncate(900)
+    assert svc.files == files[:2]
     svc.truncate(650)
     assert svc.files == files[:2]
     assert not os.path.exists(files[2].path)
