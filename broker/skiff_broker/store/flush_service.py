@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from .flush_waiters import FlushWaiters
 from .mapped_file_queue import MappedFileQueue
+from .observer import NULL_OBSERVER, FlushTimer, StoreObserver
 from .service_thread import ServiceThread
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,7 @@ class AsyncFlushService(ServiceThread):
         thorough_interval: float,
         on_flushed: Callable[[int], None] = lambda stamp: None,
         stamp: Callable[[], int] = lambda: 0,
+        observer: StoreObserver = NULL_OBSERVER,
     ) -> None:
         super().__init__(interval)
         self._queue = queue
@@ -39,6 +41,7 @@ class AsyncFlushService(ServiceThread):
         self._thorough_interval = thorough_interval
         self._on_flushed = on_flushed
         self._stamp = stamp
+        self._observer = observer
         self._last_thorough = time.monotonic()
 
     def step(self) -> None:
@@ -51,17 +54,31 @@ class AsyncFlushService(ServiceThread):
 
     def _flush(self, least_pages: int) -> None:
         stamp = self._stamp()
+        timer = FlushTimer(self._queue.flushed_where)
         try:
             moved = False
             while self._queue.flush(least_pages):
                 moved = True
+            timer.stop()
         except OSError as exc:
             log.error("commit log flush failed: %s", exc)
             self._waiters.fail(f"flushing the commit log failed: {exc}")
+            self._report(timer, str(exc))
             return
         if moved:
             self._waiters.advance(self._queue.flushed_where)
             self._on_flushed(stamp)
+            # Intervals that found too few dirty pages are not flushes: nothing to report.
+            self._report(timer)
+
+    def _report(self, timer: FlushTimer, error: str = "") -> None:
+        try:
+            self._observer.flush_finished(
+                timer.report("ASYNC_FLUSH", self._queue.flushed_where, error=error)
+            )
+        except Exception:
+            # Telemetry must never stop the flush thread.
+            log.exception("flush observer failed")
 
     def on_stop(self) -> None:
         self._flush(0)

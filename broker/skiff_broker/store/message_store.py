@@ -13,7 +13,7 @@ import fcntl
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from .checkpoint import Checkpoint
 from .commit_log import AppendRejected, AppendResult, AppendStatus, CommitLog
@@ -27,6 +27,7 @@ from .group_commit import GroupCommitService
 from .index_service import IndexService
 from .mapped_file import fsync_directory
 from .message import CorruptRecordError, Message, StoredMessage
+from .observer import NULL_OBSERVER, StoreObserver
 from .recovery import recover_commit_log
 from .retention import DiskState, RetentionService, disk_use_ratio
 from .segment_allocator import SegmentAllocator
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 _ALLOCATION_BACKOFF = 1.0
 # Units read at a time when a filter may skip most of them.
 _FILTER_READ_UNITS = 256
+_SCAN_BATCH = 256
 
 
 class PutStatus(enum.Enum):
@@ -103,9 +105,12 @@ _APPEND_TO_PUT = {
 
 
 class MessageStore:
-    def __init__(self, config: StoreConfig) -> None:
+    def __init__(self, config: StoreConfig, observer: StoreObserver | None = None) -> None:
         config.validate()
         self.config = config
+        # Sees every append batch and flush (telemetry); the default ignores them.
+        self._observer = observer if observer is not None else NULL_OBSERVER
+        self._flush_type = config.flush_type.value
         self._pool = (
             TransientStorePool(config.transient_store_pool_size, config.commit_log_file_size)
             if config.transient_store_pool_enable
@@ -216,7 +221,11 @@ class MessageStore:
         stamp = self._commit_log_stamp
         if config.flush_type is FlushType.SYNC_FLUSH:
             self._group_commit = GroupCommitService(
-                queue, self._waiters, on_flushed=self._set_flushed_stamp, stamp=stamp
+                queue,
+                self._waiters,
+                on_flushed=self._set_flushed_stamp,
+                stamp=stamp,
+                observer=self._observer,
             )
             self._group_commit.start()
         else:
@@ -228,6 +237,7 @@ class MessageStore:
                 thorough_interval=config.flush_commit_log_thorough_interval,
                 on_flushed=self._set_flushed_stamp,
                 stamp=stamp,
+                observer=self._observer,
             )
             self._flusher.start()
             if self._pool is not None:
@@ -338,24 +348,28 @@ class MessageStore:
 
     def put_messages(self, messages: Sequence[Message]) -> PutResult:
         """Append a batch; with SYNC_FLUSH, return once it is on disk (or timed out)."""
-        result = self._append(messages)
-        if result.ok and self._group_commit is not None:
-            assert result.append is not None
-            offset = result.append.next_offset
-            self._group_commit.request(offset)
-            outcome = self._waiters.wait(offset, self.config.sync_flush_timeout)
-            return self._after_flush(result, outcome)
+        with self._observer.append(messages, self._flush_type) as observed:
+            result = self._append(messages)
+            if result.ok and self._group_commit is not None:
+                assert result.append is not None
+                offset = result.append.next_offset
+                self._group_commit.request(offset, observed.context)
+                outcome = self._waiters.wait(offset, self.config.sync_flush_timeout)
+                result = self._after_flush(result, outcome)
+            observed.done(result)
         return result
 
     async def put_messages_async(self, messages: Sequence[Message]) -> PutResult:
         """As :meth:`put_messages`, waiting for the flush without blocking the event loop."""
-        result = self._append(messages)
-        if result.ok and self._group_commit is not None:
-            assert result.append is not None
-            offset = result.append.next_offset
-            self._group_commit.request(offset)
-            outcome = await self._waiters.wait_async(offset, self.config.sync_flush_timeout)
-            return self._after_flush(result, outcome)
+        with self._observer.append(messages, self._flush_type) as observed:
+            result = self._append(messages)
+            if result.ok and self._group_commit is not None:
+                assert result.append is not None
+                offset = result.append.next_offset
+                self._group_commit.request(offset, observed.context)
+                outcome = await self._waiters.wait_async(offset, self.config.sync_flush_timeout)
+                result = self._after_flush(result, outcome)
+            observed.done(result)
         return result
 
     def put_message(self, message: Message) -> PutResult:
@@ -433,6 +447,29 @@ class MessageStore:
         status = GetStatus.FOUND if messages else GetStatus.NO_MATCHED_MESSAGE
         return GetResult(status, messages, next_offset, min_offset, max_offset)
 
+    def scan_queue(
+        self, topic: str, queue_id: int, start: int
+    ) -> Iterator[tuple[int, StoredMessage | None]]:
+        """Every offset of a queue from ``start`` to its end, with its message.
+
+        The message is None where nothing readable is stored (a blank unit or a
+        record that fails its CRC). Offsets retention already deleted are skipped.
+        """
+        offset = start
+        while True:
+            got = self.get_messages(topic, queue_id, offset, _SCAN_BATCH)
+            if got.status is GetStatus.OFFSET_TOO_SMALL:
+                offset = got.next_offset
+                continue
+            if got.status not in (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE):
+                return
+            by_offset = {message.queue_offset: message for message in got.messages}
+            for position in range(offset, got.next_offset):
+                yield position, by_offset.get(position)
+            if got.next_offset <= offset:
+                return
+            offset = got.next_offset
+
     def _read(self, physical: int, size: int) -> StoredMessage | None:
         try:
             return self.commit_log.get_message(physical, size)
@@ -494,8 +531,12 @@ class MessageStore:
         self.dispatcher.add_listener(listener)
 
     def wait_dispatched(self, timeout: float = 5.0) -> bool:
-        """Block until everything readable now has reached the consume queues."""
-        return self.dispatcher.wait_dispatched(self.commit_log.max_offset, timeout)
+        """Block until everything appended so far has reached the consume queues.
+
+        With the transient store pool that includes what is still in the write
+        buffer, which the commit service moves to the file within its interval.
+        """
+        return self.dispatcher.wait_dispatched(self.commit_log.queue.max_wrote_offset, timeout)
 
     def delete_topic(self, topic: str) -> None:
         """Forget a topic's consume queues; its records age out of the commit log."""

@@ -1,0 +1,124 @@
+"""Hooks through which the store reports its appends and flushes.
+
+The store knows nothing of how they are reported: telemetry (traces, metrics)
+implements :class:`StoreObserver` elsewhere and is handed to ``MessageStore``.
+The default, :data:`NULL_OBSERVER`, does nothing and allocates nothing per append.
+
+Per append batch the store calls ``observer.append(messages, flush_type)`` and uses
+the result as a context manager around the whole put (for SYNC_FLUSH that includes
+waiting for the disk), calling ``done(result)`` with the outcome. Its ``context`` is
+an opaque token the store hands to the group-commit service, so that the flush
+that covers the batch can name the appenders it served. Per flush the flush
+thread reports one :class:`FlushReport`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from .mapped_file import PAGE_SIZE
+from .message import Message
+
+# The flush report keeps at most this many appenders' tokens: one becomes the
+# flush's parent, the rest links. A group commit can serve thousands of waiters.
+MAX_FLUSH_CONTEXTS = 32
+
+
+class AppendScope:
+    """One append batch under observation. This base does nothing."""
+
+    __slots__ = ()
+
+    @property
+    def context(self) -> Any:
+        """Opaque token for the flush that covers this batch; None when there is nothing to tie."""
+        return None
+
+    def __enter__(self) -> AppendScope:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def done(self, result: Any) -> None:
+        """The put's outcome (a ``PutResult``), just before the scope closes."""
+
+
+@dataclasses.dataclass(slots=True)
+class FlushReport:
+    """One flush of the commit log, as the flush thread saw it."""
+
+    flush_type: str
+    # Wall-clock start (for the span) and a monotonic duration (for the histogram).
+    started_unix_ns: int
+    duration_ns: int
+    flushed_bytes: int
+    pages: int
+    # Appenders whose SYNC_FLUSH wait this flush ended (0 for ASYNC_FLUSH).
+    waiters: int
+    # Tokens from some of those appenders' ``AppendScope.context``, first come first.
+    contexts: Sequence[Any] = ()
+    error: str = ""
+
+
+class StoreObserver:
+    """Receives the store's appends and flushes. This base ignores them."""
+
+    def append(self, messages: Sequence[Message], flush_type: str) -> AppendScope:
+        return _NULL_SCOPE
+
+    def flush_finished(self, report: FlushReport) -> None:
+        """Called on the flush thread after each flush that moved data, or failed."""
+
+
+_NULL_SCOPE = AppendScope()
+NULL_OBSERVER = StoreObserver()
+
+
+class FlushTimer:
+    """Measures one flush for a :class:`FlushReport` (one per flush, so cheap enough)."""
+
+    __slots__ = ("_ended_ns", "_started_ns", "_started_unix_ns", "before")
+
+    def __init__(self, flushed_before: int) -> None:
+        self.before = flushed_before
+        self._started_unix_ns = time.time_ns()
+        self._started_ns = time.perf_counter_ns()
+        self._ended_ns = 0
+
+    def stop(self) -> None:
+        """The flush itself is over (what follows it is not part of its duration)."""
+        if not self._ended_ns:
+            self._ended_ns = time.perf_counter_ns()
+
+    def report(
+        self,
+        flush_type: str,
+        flushed_after: int,
+        *,
+        waiters: int = 0,
+        contexts: Sequence[Any] = (),
+        error: str = "",
+    ) -> FlushReport:
+        after = max(flushed_after, self.before)
+        self.stop()
+        return FlushReport(
+            flush_type=flush_type,
+            started_unix_ns=self._started_unix_ns,
+            duration_ns=self._ended_ns - self._started_ns,
+            flushed_bytes=after - self.before,
+            pages=pages_between(self.before, after),
+            waiters=waiters,
+            contexts=contexts,
+            error=error,
+        )
+
+
+def pages_between(start: int, end: int) -> int:
+    """OS pages touched by the byte range [start, end)."""
+    if end <= start:
+        return 0
+    return (end + PAGE_SIZE - 1) // PAGE_SIZE - start // PAGE_SIZE
