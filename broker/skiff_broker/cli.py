@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import sys
-import threading
 
 import click
 
 from . import __version__
+from .commands import register as register_client_commands
 from .logs import configure_logging
 from .store.config import FlushType, StoreConfig
 
@@ -60,6 +59,20 @@ def main(log_level: str) -> None:
     type=click.Path(file_okay=False),
     help="Where the commit log, queues, index and config live.",
 )
+@click.option(
+    "--listen",
+    envvar="SKIFF_LISTEN",
+    default="0.0.0.0:8081",
+    show_default=True,
+    help="gRPC address (HOST:PORT; port 0 picks a free one).",
+)
+@click.option(
+    "--advertise",
+    envvar="SKIFF_ADVERTISE",
+    default="",
+    help="HOST:PORT given to clients in routes (default: the address they connected to).",
+)
+@click.option("--broker-name", envvar="SKIFF_BROKER_NAME", default="broker-a", show_default=True)
 @click.option(
     "--flush-type",
     envvar="SKIFF_FLUSH_TYPE",
@@ -114,14 +127,49 @@ def main(log_level: str) -> None:
     help="Seconds a SYNC_FLUSH write waits for the disk before FLUSH_DISK_TIMEOUT.",
 )
 @click.option(
-    "--store-host",
-    envvar="SKIFF_STORE_HOST",
-    default="127.0.0.1:10911",
+    "--auto-create-topics/--no-auto-create-topics",
+    envvar="SKIFF_AUTO_CREATE_TOPICS",
+    default=False,
     show_default=True,
-    help="Address recorded in every message's STOREHOST field.",
+    help="Create unknown topics on first use instead of answering TOPIC_NOT_FOUND.",
+)
+@click.option(
+    "--max-delivery-attempts",
+    envvar="SKIFF_MAX_DELIVERY_ATTEMPTS",
+    type=click.IntRange(1),
+    default=17,
+    show_default=True,
+    help="Deliveries of a message before it goes to %DLQ%<group>.",
+)
+@click.option(
+    "--transaction-check-interval",
+    envvar="SKIFF_TRANSACTION_CHECK_INTERVAL",
+    type=click.FloatRange(0, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="Seconds between asks to a producer about an unresolved transaction.",
+)
+@click.option(
+    "--transaction-timeout",
+    envvar="SKIFF_TRANSACTION_TIMEOUT",
+    type=click.FloatRange(0),
+    default=6.0,
+    show_default=True,
+    help="Seconds an unresolved transaction waits before its producer is asked.",
+)
+@click.option(
+    "--transaction-check-max",
+    envvar="SKIFF_TRANSACTION_CHECK_MAX",
+    type=click.IntRange(0),
+    default=15,
+    show_default=True,
+    help="Asks about one transaction before it is rolled back.",
 )
 def broker(
     data_dir: str,
+    listen: str,
+    advertise: str,
+    broker_name: str,
     flush_type: str,
     transient_store_pool: bool,
     commit_log_file_size: int,
@@ -129,13 +177,20 @@ def broker(
     file_reserved_hours: float,
     delete_when: str,
     sync_flush_timeout: float,
-    store_host: str,
+    auto_create_topics: bool,
+    max_delivery_attempts: int,
+    transaction_check_interval: float,
+    transaction_timeout: float,
+    transaction_check_max: int,
 ) -> None:
     """Run a broker on a local data directory until SIGTERM or Ctrl-C."""
-    from .runtime import Broker
+    import asyncio
+
+    from .config import BrokerConfig
+    from .server.app import BrokerServer
     from .store.errors import StoreError
 
-    config = StoreConfig(
+    store_config = StoreConfig(
         data_dir=os.path.abspath(data_dir),
         flush_type=FlushType(flush_type),
         transient_store_pool_enable=transient_store_pool,
@@ -144,24 +199,39 @@ def broker(
         file_reserved_time_hours=file_reserved_hours,
         delete_when=delete_when,
         sync_flush_timeout=sync_flush_timeout,
-        store_host=store_host,
+        store_host=advertise or _store_host(listen),
+    )
+    config = BrokerConfig(
+        store=store_config,
+        broker_name=broker_name,
+        listen=listen,
+        advertised_endpoint=advertise,
+        auto_create_topics=auto_create_topics,
+        max_delivery_attempts=max_delivery_attempts,
+        transaction_check_interval_ms=int(transaction_check_interval * 1000),
+        transaction_timeout_ms=int(transaction_timeout * 1000),
+        transaction_check_max=transaction_check_max,
     )
     try:
         config.validate()
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-    node = Broker(config)
     try:
-        node.start()
-    except StoreError as exc:
+        server = BrokerServer(config)
+        asyncio.run(server.serve_until_signalled())
+    except (StoreError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
-    log.info("broker ready: data in %s, %s", config.data_dir, config.flush_type)
-    stop.wait()
-    log.info("stopping")
-    node.stop()
+
+
+def _store_host(listen: str) -> str:
+    """STOREHOST for records: the listen address, with a wildcard host made concrete."""
+    host, _, port = listen.rpartition(":")
+    if host in ("", "0.0.0.0", "[::]", "::"):
+        host = "127.0.0.1"
+    return f"{host}:{port or 0}"
+
+
+register_client_commands(main)
 
 
 @main.group()

@@ -1,4 +1,4 @@
-"""A running broker process: the store and the metadata beside it."""
+"""A running broker: the store, topic and offset metadata, and delivery services."""
 
 from __future__ import annotations
 
@@ -6,23 +6,48 @@ import logging
 import os
 import threading
 
+from .config import BrokerConfig
+from .delivery import properties as prop
+from .delivery.delay import DelayService
+from .delivery.pop import PopService
+from .delivery.transactions import TransactionService
 from .metadata.consumer_offsets import ConsumerOffsetTable
-from .metadata.topic_table import TopicTable
-from .store.config import StoreConfig
+from .metadata.topic_table import MessageType, Permission, TopicConfig, TopicTable
 from .store.message_store import MessageStore
+from .store.observer import StoreObserver
 
 log = logging.getLogger(__name__)
 
-# RocketMQ persists consumer offsets every five seconds.
-OFFSET_PERSIST_INTERVAL = 5.0
+# Topics only the broker reads and writes: scheduled and half messages live there
+# until they are due or committed, so no client may send to or read from them.
 
 
 class Broker:
-    def __init__(self, store_config: StoreConfig) -> None:
-        self.store = MessageStore(store_config)
+    def __init__(self, config: BrokerConfig, observer: StoreObserver | None = None) -> None:
+        self.config = config
+        store_config = config.store
+        # ``observer`` sees the store's appends and flushes (telemetry).
+        self.store = MessageStore(store_config, observer=observer)
         self.topics = TopicTable(os.path.join(store_config.config_dir, "topics.json"))
         self.offsets = ConsumerOffsetTable(
             os.path.join(store_config.config_dir, "consumerOffset.json")
+        )
+        self.pop = PopService(
+            self.store,
+            self.offsets,
+            os.path.join(store_config.config_dir, "popState.json"),
+            max_attempts=config.max_delivery_attempts,
+            ensure_dlq_topic=self.ensure_system_topic,
+        )
+        self.delays = DelayService(
+            self.store, os.path.join(store_config.config_dir, "delayState.json")
+        )
+        self.transactions = TransactionService(
+            self.store,
+            os.path.join(store_config.config_dir, "transactionState.json"),
+            timeout_ms=config.transaction_timeout_ms,
+            check_interval_ms=config.transaction_check_interval_ms,
+            check_max=config.transaction_check_max,
         )
         self._stop = threading.Event()
         self._persister: threading.Thread | None = None
@@ -31,21 +56,54 @@ class Broker:
         self.store.start()
         self.topics.load()
         self.offsets.load()
-        self._persister = threading.Thread(
-            target=self._persist_offsets, name="offset-persister", daemon=True
-        )
+        self.pop.load()
+        # Both rebuild what is pending from their system topics, so after the store.
+        self.delays.start()
+        self.transactions.start()
+        self._persister = threading.Thread(target=self._persist_loop, name="persister", daemon=True)
         self._persister.start()
 
-    def _persist_offsets(self) -> None:
-        while not self._stop.wait(OFFSET_PERSIST_INTERVAL):
+    def ensure_system_topic(self, name: str, queues: int = 1) -> TopicConfig:
+        """A broker-owned topic (dead letters, schedules), created on first use."""
+        topic = self.topics.get(name)
+        if topic is None:
+            topic = TopicConfig(name, queues, queues, Permission.READ_WRITE, MessageType.NORMAL)
+            self.topics.put(topic)
+            log.info("created topic %s", name)
+        return topic
+
+    def topic_for_use(self, name: str) -> TopicConfig | None:
+        """The topic's config; created with defaults when auto-creation is on."""
+        if name in prop.INTERNAL_TOPICS:
+            return None
+        topic = self.topics.get(name)
+        if topic is None and self.config.auto_create_topics:
+            topic = TopicConfig(
+                name, self.config.default_read_queues, self.config.default_write_queues
+            )
+            self.topics.put(topic)
+            log.info("auto-created topic %s", name)
+        return topic
+
+    def persist(self) -> None:
+        self.pop.persist()
+        self.offsets.persist()
+        self.delays.persist()
+        self.transactions.persist()
+
+    def _persist_loop(self) -> None:
+        while not self._stop.wait(self.config.persist_interval_s):
             try:
-                self.offsets.persist()
+                self.persist()
             except OSError:
-                log.exception("could not persist consumer offsets; will retry")
+                log.exception("could not persist consumer state; will retry")
 
     def stop(self) -> None:
         self._stop.set()
         if self._persister is not None:
             self._persister.join()
-        self.offsets.persist()
+        # Their workers finish what they are writing first, so the saved state matches the log.
+        self.delays.stop()
+        self.transactions.stop()
+        self.persist()
         self.store.shutdown()

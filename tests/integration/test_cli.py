@@ -36,6 +36,7 @@ def test_broker_takes_settings_from_env_and_stops_cleanly_on_sigterm(tmp_path):
     proc = subprocess.Popen(
         [*SKIFF, "broker"],
         env=_env(
+            SKIFF_LISTEN="127.0.0.1:0",
             SKIFF_DATA_DIR=str(data),
             SKIFF_FLUSH_TYPE="SYNC_FLUSH",
             SKIFF_COMMIT_LOG_FILE_SIZE="1m",
@@ -45,9 +46,10 @@ def test_broker_takes_settings_from_env_and_stops_cleanly_on_sigterm(tmp_path):
         text=True,
     )
     try:
-        lines = _wait_for_line(proc, "broker ready")
-        ready = json.loads(lines[-1])  # not a TTY: JSON lines
-        assert "SYNC_FLUSH" in ready["msg"]
+        lines = _wait_for_line(proc, "listening on")
+        entries = [json.loads(line) for line in lines]  # not a TTY: JSON lines
+        assert any("SYNC_FLUSH" in e["msg"] for e in entries)
+        assert entries[-1]["msg"].startswith("listening on 127.0.0.1:")
         assert (data / "abort").exists()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0

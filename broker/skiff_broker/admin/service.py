@@ -1,0 +1,298 @@
+"""skiff.admin.v1.AdminService: topics, broker state, offsets and message look-ups.
+
+Served on the broker's gRPC port beside apache.rocketmq.v2.MessagingService.
+Errors are standard gRPC status codes with a message that says what to do.
+Handlers run on the event loop, where producers' messages are appended, and do
+their work without awaiting: a topic check and the change it guards see the
+same state. They may block the loop briefly while the dispatcher catches up with
+the latest appends (normally milliseconds).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+
+import grpc
+
+from .. import __version__
+from ..metadata.topic_table import MessageType, Permission, TopicConfig
+from ..runtime import Broker
+from ..store.message import StoredMessage, encode_host, offset_message_id
+from .consumer_progress import ConsumerProgress
+from .errors import AdminError, AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from .topic_admin import TopicAdmin, TopicChange
+from .v1 import admin_pb2 as apb
+from .v1 import admin_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+_STATUS_CODES: dict[type[AdminError], grpc.StatusCode] = {
+    InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
+    NotFound: grpc.StatusCode.NOT_FOUND,
+    AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
+    FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
+}
+
+_PERMISSIONS = {
+    apb.READ: Permission.READ,
+    apb.WRITE: Permission.WRITE,
+    apb.READ_WRITE: Permission.READ_WRITE,
+}
+_MAX_QUERY_MESSAGES = 1000
+_DEFAULT_QUERY_MESSAGES = 32
+# Reads wait this long for messages just sent to reach queues and index, then
+# answer with what is there.
+_READ_YOUR_WRITES_WAIT_S = 1.0
+
+
+def _handler(method: Callable) -> Callable:
+    """Run ``method``; turn an AdminError into its status code, anything else into INTERNAL."""
+
+    @functools.wraps(method)
+    async def call(self, request, context):  # type: ignore[no-untyped-def]
+        try:
+            return method(self, request)
+        except AdminError as exc:
+            code, message = _STATUS_CODES[type(exc)], exc.message
+        except Exception:
+            log.exception("admin %s failed", method.__name__)
+            code, message = grpc.StatusCode.INTERNAL, "the broker failed; see its log"
+        await context.abort(code, message)
+
+    return call
+
+
+# -- conversions ---------------------------------------------------------------
+
+
+def topic_to_proto(topic: TopicConfig) -> apb.Topic:
+    if topic.readable and topic.writable:
+        permission = apb.READ_WRITE
+    elif topic.readable:
+        permission = apb.READ
+    elif topic.writable:
+        permission = apb.WRITE
+    else:
+        permission = apb.PERMISSION_UNSPECIFIED
+    return apb.Topic(
+        name=topic.name,
+        read_queue_nums=topic.read_queue_nums,
+        write_queue_nums=topic.write_queue_nums,
+        permission=permission,
+        message_type=apb.MessageType.Value(str(topic.message_type)),
+    )
+
+
+def _permission(value: int) -> Permission | None:
+    if value == apb.PERMISSION_UNSPECIFIED:
+        return None
+    if value not in _PERMISSIONS:
+        raise InvalidArgument(f"unknown permission {value}; use READ, WRITE or READ_WRITE")
+    return _PERMISSIONS[value]
+
+
+def _message_type(value: int) -> MessageType | None:
+    if value == apb.MESSAGE_TYPE_UNSPECIFIED:
+        return None
+    try:
+        return MessageType(apb.MessageType.Name(value))
+    except ValueError:
+        raise InvalidArgument(
+            f"unknown message type {value}; use NORMAL, FIFO, DELAY or TRANSACTION"
+        ) from None
+
+
+def message_to_proto(message: StoredMessage) -> apb.StoredMessage:
+    return apb.StoredMessage(
+        topic=message.topic,
+        queue_id=message.queue_id,
+        queue_offset=message.queue_offset,
+        physical_offset=message.physical_offset,
+        # Records written without a client ID are known by RocketMQ's offset message ID.
+        message_id=message.unique_id
+        or offset_message_id(encode_host(message.store_host), message.physical_offset),
+        tag=message.tags,
+        keys=message.keys,
+        body=message.body,
+        properties=message.properties,
+        born_timestamp=message.born_timestamp,
+        store_timestamp=message.store_timestamp,
+        born_host=message.born_host,
+        store_host=message.store_host,
+        reconsume_times=message.reconsume_times,
+    )
+
+
+def _required(value: str, what: str) -> str:
+    if not value:
+        raise InvalidArgument(f"{what} is required")
+    return value
+
+
+class AdminService(admin_pb2_grpc.AdminServiceServicer):
+    def __init__(self, broker: Broker, endpoint: Callable[[], str]) -> None:
+        """``endpoint`` gives the address clients reach this broker at (known once listening)."""
+        self._broker = broker
+        self._endpoint = endpoint
+        self._topics = TopicAdmin(broker)
+        self._progress = ConsumerProgress(broker)
+
+    # -- topics -------------------------------------------------------------
+
+    @_handler
+    def CreateTopic(self, request: apb.CreateTopicRequest) -> apb.Topic:
+        spec = request.topic
+        config = self._broker.config
+        read = spec.read_queue_nums or spec.write_queue_nums or config.default_read_queues
+        topic = TopicConfig(
+            name=_required(spec.name, "topic name"),
+            read_queue_nums=read,
+            write_queue_nums=spec.write_queue_nums or read,
+            perm=_permission(spec.permission) or Permission.READ_WRITE,
+            message_type=_message_type(spec.message_type) or MessageType.NORMAL,
+        )
+        return topic_to_proto(self._topics.create(topic))
+
+    @_handler
+    def UpdateTopic(self, request: apb.UpdateTopicRequest) -> apb.Topic:
+        spec = request.topic
+        change = TopicChange(
+            read_queue_nums=spec.read_queue_nums or None,
+            write_queue_nums=spec.write_queue_nums or None,
+            perm=_permission(spec.permission),
+            message_type=_message_type(spec.message_type),
+        )
+        return topic_to_proto(self._topics.update(_required(spec.name, "topic name"), change))
+
+    @_handler
+    def DeleteTopic(self, request: apb.DeleteTopicRequest) -> apb.DeleteTopicResponse:
+        self._topics.delete(_required(request.name, "topic name"))
+        return apb.DeleteTopicResponse(deleted=True)
+
+    @_handler
+    def GetTopic(self, request: apb.GetTopicRequest) -> apb.Topic:
+        return topic_to_proto(self._topics.get(_required(request.name, "topic name")))
+
+    @_handler
+    def ListTopics(self, request: apb.ListTopicsRequest) -> apb.ListTopicsResponse:
+        return apb.ListTopicsResponse(topics=[topic_to_proto(t) for t in self._topics.list()])
+
+    # -- broker state -------------------------------------------------------
+
+    @_handler
+    def GetBrokerInfo(self, request: apb.GetBrokerInfoRequest) -> apb.BrokerInfo:
+        config = self._broker.config
+        stats = self._broker.store.stats()
+        return apb.BrokerInfo(
+            broker_name=config.broker_name,
+            role="MASTER",
+            version=__version__,
+            flush_type=str(config.store.flush_type),
+            transient_store_pool=config.store.transient_store_pool_enable,
+            commit_log_min_offset=stats.commit_log_min_offset,
+            commit_log_max_offset=stats.commit_log_max_offset,
+            flushed_offset=stats.flushed_offset,
+            committed_offset=stats.committed_offset,
+            dispatched_offset=stats.dispatched_offset,
+            disk_use_ratio=stats.disk_use_ratio,
+            writable=stats.writable,
+            refusal=stats.refusal,
+            endpoint=self._endpoint(),
+        )
+
+    def _see_recent_writes(self) -> None:
+        self._broker.store.wait_dispatched(_READ_YOUR_WRITES_WAIT_S)
+
+    @_handler
+    def GetQueueOffsets(self, request: apb.GetQueueOffsetsRequest) -> apb.GetQueueOffsetsResponse:
+        topic = self._topics.get(_required(request.topic, "topic"))
+        self._see_recent_writes()
+        store = self._broker.store
+        return apb.GetQueueOffsetsResponse(
+            queues=[
+                apb.QueueOffsets(
+                    queue_id=queue_id,
+                    min_offset=store.min_offset(topic.name, queue_id),
+                    max_offset=store.max_offset(topic.name, queue_id),
+                )
+                for queue_id in range(max(topic.read_queue_nums, topic.write_queue_nums))
+            ]
+        )
+
+    @_handler
+    def GetConsumerLag(self, request: apb.GetConsumerLagRequest) -> apb.GetConsumerLagResponse:
+        group = _required(request.group, "consumer group")
+        topic = self._topics.get(_required(request.topic, "topic"))
+        self._progress.refresh()
+        groups = self._progress.groups_of(topic.name)
+        if group not in groups:
+            known = ", ".join(repr(g) for g in groups) or "none"
+            raise NotFound(
+                f"consumer group {group!r} has not consumed from topic {topic.name!r} "
+                f"(groups that have: {known}); check the group name"
+            )
+        queues = [
+            self._progress.queue(group, topic.name, queue_id)
+            for queue_id in range(topic.read_queue_nums)
+        ]
+        return apb.GetConsumerLagResponse(
+            queues=[
+                apb.QueueLag(
+                    queue_id=q.queue_id,
+                    broker_offset=q.max_offset,
+                    consumer_offset=q.consumer_offset,
+                    lag=q.lag,
+                )
+                for q in queues
+            ],
+            total_lag=sum(q.lag for q in queues),
+        )
+
+    # -- look-ups -----------------------------------------------------------
+
+    @_handler
+    def LookupMessage(self, request: apb.LookupMessageRequest) -> apb.StoredMessage:
+        topic = self._topics.get(_required(request.topic, "topic"))
+        message_id = _required(request.message_id.strip(), "message ID")
+        self._see_recent_writes()
+        # The index holds message IDs as keys; KEYS equal to an ID must not match.
+        for message in self._broker.store.query_by_key(topic.name, message_id, max_num=8):
+            if message.unique_id == message_id:
+                return message_to_proto(message)
+        raise NotFound(
+            f"no message with ID {message_id} in topic {topic.name!r}; check the topic, "
+            "or it may have been deleted by retention"
+        )
+
+    @_handler
+    def QueryMessagesByKey(
+        self, request: apb.QueryMessagesByKeyRequest
+    ) -> apb.QueryMessagesResponse:
+        topic = self._topics.get(_required(request.topic, "topic"))
+        key = _required(request.key, "key")
+        limit = request.max_messages or _DEFAULT_QUERY_MESSAGES
+        if not 0 < limit <= _MAX_QUERY_MESSAGES:
+            raise InvalidArgument(f"max messages must be 1 to {_MAX_QUERY_MESSAGES}")
+        begin, end = request.begin_timestamp, request.end_timestamp or 2**62
+        if begin < 0 or end < begin:
+            raise InvalidArgument("the time range is empty: begin must be ≤ end, both ≥ 0")
+        self._see_recent_writes()
+        found = self._broker.store.query_by_key(topic.name, key, limit, begin, end)
+        return apb.QueryMessagesResponse(messages=[message_to_proto(m) for m in found])
+
+    @_handler
+    def GetOffsetByTime(self, request: apb.GetOffsetByTimeRequest) -> apb.GetOffsetByTimeResponse:
+        topic = self._topics.get(_required(request.topic, "topic"))
+        queues = max(topic.read_queue_nums, topic.write_queue_nums)
+        if not 0 <= request.queue_id < queues:
+            raise InvalidArgument(
+                f"queue {request.queue_id} is out of range: topic {topic.name!r} has queues "
+                f"0 to {queues - 1}"
+            )
+        if request.timestamp < 0:
+            raise InvalidArgument("timestamp must be milliseconds since the epoch, ≥ 0")
+        self._see_recent_writes()
+        offset = self._broker.store.offset_by_time(topic.name, request.queue_id, request.timestamp)
+        return apb.GetOffsetByTimeResponse(offset=offset)

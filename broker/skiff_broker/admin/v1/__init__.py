@@ -1,0 +1,1 @@
+"""Generated code for skiff.admin.v1 (scripts/gen-protos); do not edit."""

@@ -1,0 +1,255 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Permission(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PERMISSION_UNSPECIFIED: _ClassVar[Permission]
+    READ: _ClassVar[Permission]
+    WRITE: _ClassVar[Permission]
+    READ_WRITE: _ClassVar[Permission]
+
+class MessageType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MESSAGE_TYPE_UNSPECIFIED: _ClassVar[MessageType]
+    NORMAL: _ClassVar[MessageType]
+    FIFO: _ClassVar[MessageType]
+    DELAY: _ClassVar[MessageType]
+    TRANSACTION: _ClassVar[MessageType]
+PERMISSION_UNSPECIFIED: Permission
+READ: Permission
+WRITE: Permission
+READ_WRITE: Permission
+MESSAGE_TYPE_UNSPECIFIED: MessageType
+NORMAL: MessageType
+FIFO: MessageType
+DELAY: MessageType
+TRANSACTION: MessageType
+
+class Topic(_message.Message):
+    __slots__ = ("name", "read_queue_nums", "write_queue_nums", "permission", "message_type")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    READ_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    WRITE_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    PERMISSION_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    permission: Permission
+    message_type: MessageType
+    def __init__(self, name: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., permission: _Optional[_Union[Permission, str]] = ..., message_type: _Optional[_Union[MessageType, str]] = ...) -> None: ...
+
+class CreateTopicRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: Topic
+    def __init__(self, topic: _Optional[_Union[Topic, _Mapping]] = ...) -> None: ...
+
+class UpdateTopicRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: Topic
+    def __init__(self, topic: _Optional[_Union[Topic, _Mapping]] = ...) -> None: ...
+
+class DeleteTopicRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DeleteTopicResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: bool
+    def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
+
+class GetTopicRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ListTopicsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListTopicsResponse(_message.Message):
+    __slots__ = ("topics",)
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedCompositeFieldContainer[Topic]
+    def __init__(self, topics: _Optional[_Iterable[_Union[Topic, _Mapping]]] = ...) -> None: ...
+
+class GetBrokerInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class BrokerInfo(_message.Message):
+    __slots__ = ("broker_name", "role", "version", "flush_type", "transient_store_pool", "commit_log_min_offset", "commit_log_max_offset", "flushed_offset", "committed_offset", "dispatched_offset", "disk_use_ratio", "writable", "refusal", "endpoint")
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    FLUSH_TYPE_FIELD_NUMBER: _ClassVar[int]
+    TRANSIENT_STORE_POOL_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    FLUSHED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DISPATCHED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DISK_USE_RATIO_FIELD_NUMBER: _ClassVar[int]
+    WRITABLE_FIELD_NUMBER: _ClassVar[int]
+    REFUSAL_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    broker_name: str
+    role: str
+    version: str
+    flush_type: str
+    transient_store_pool: bool
+    commit_log_min_offset: int
+    commit_log_max_offset: int
+    flushed_offset: int
+    committed_offset: int
+    dispatched_offset: int
+    disk_use_ratio: float
+    writable: bool
+    refusal: str
+    endpoint: str
+    def __init__(self, broker_name: _Optional[str] = ..., role: _Optional[str] = ..., version: _Optional[str] = ..., flush_type: _Optional[str] = ..., transient_store_pool: _Optional[bool] = ..., commit_log_min_offset: _Optional[int] = ..., commit_log_max_offset: _Optional[int] = ..., flushed_offset: _Optional[int] = ..., committed_offset: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., disk_use_ratio: _Optional[float] = ..., writable: _Optional[bool] = ..., refusal: _Optional[str] = ..., endpoint: _Optional[str] = ...) -> None: ...
+
+class GetQueueOffsetsRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class QueueOffsets(_message.Message):
+    __slots__ = ("queue_id", "min_offset", "max_offset")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    def __init__(self, queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ...) -> None: ...
+
+class GetQueueOffsetsResponse(_message.Message):
+    __slots__ = ("queues",)
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedCompositeFieldContainer[QueueOffsets]
+    def __init__(self, queues: _Optional[_Iterable[_Union[QueueOffsets, _Mapping]]] = ...) -> None: ...
+
+class GetConsumerLagRequest(_message.Message):
+    __slots__ = ("group", "topic")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
+
+class QueueLag(_message.Message):
+    __slots__ = ("queue_id", "broker_offset", "consumer_offset", "lag")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    BROKER_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    broker_offset: int
+    consumer_offset: int
+    lag: int
+    def __init__(self, queue_id: _Optional[int] = ..., broker_offset: _Optional[int] = ..., consumer_offset: _Optional[int] = ..., lag: _Optional[int] = ...) -> None: ...
+
+class GetConsumerLagResponse(_message.Message):
+    __slots__ = ("queues", "total_lag")
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_LAG_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedCompositeFieldContainer[QueueLag]
+    total_lag: int
+    def __init__(self, queues: _Optional[_Iterable[_Union[QueueLag, _Mapping]]] = ..., total_lag: _Optional[int] = ...) -> None: ...
+
+class StoredMessage(_message.Message):
+    __slots__ = ("topic", "queue_id", "queue_offset", "physical_offset", "message_id", "tag", "keys", "body", "properties", "born_timestamp", "store_timestamp", "born_host", "store_host", "reconsume_times")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    PHYSICAL_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    TAG_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    BORN_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    STORE_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    BORN_HOST_FIELD_NUMBER: _ClassVar[int]
+    STORE_HOST_FIELD_NUMBER: _ClassVar[int]
+    RECONSUME_TIMES_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    message_id: str
+    tag: str
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    body: bytes
+    properties: _containers.ScalarMap[str, str]
+    born_timestamp: int
+    store_timestamp: int
+    born_host: str
+    store_host: str
+    reconsume_times: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., physical_offset: _Optional[int] = ..., message_id: _Optional[str] = ..., tag: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., born_timestamp: _Optional[int] = ..., store_timestamp: _Optional[int] = ..., born_host: _Optional[str] = ..., store_host: _Optional[str] = ..., reconsume_times: _Optional[int] = ...) -> None: ...
+
+class LookupMessageRequest(_message.Message):
+    __slots__ = ("topic", "message_id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    message_id: str
+    def __init__(self, topic: _Optional[str] = ..., message_id: _Optional[str] = ...) -> None: ...
+
+class QueryMessagesByKeyRequest(_message.Message):
+    __slots__ = ("topic", "key", "begin_timestamp", "end_timestamp", "max_messages")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    BEGIN_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    END_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    key: str
+    begin_timestamp: int
+    end_timestamp: int
+    max_messages: int
+    def __init__(self, topic: _Optional[str] = ..., key: _Optional[str] = ..., begin_timestamp: _Optional[int] = ..., end_timestamp: _Optional[int] = ..., max_messages: _Optional[int] = ...) -> None: ...
+
+class QueryMessagesResponse(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[StoredMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[StoredMessage, _Mapping]]] = ...) -> None: ...
+
+class GetOffsetByTimeRequest(_message.Message):
+    __slots__ = ("topic", "queue_id", "timestamp")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    timestamp: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., timestamp: _Optional[int] = ...) -> None: ...
+
+class GetOffsetByTimeResponse(_message.Message):
+    __slots__ = ("offset",)
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    def __init__(self, offset: _Optional[int] = ...) -> None: ...

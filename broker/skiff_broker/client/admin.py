@@ -1,0 +1,326 @@
+"""A synchronous client of a broker's admin API (skiff.admin.v1).
+
+Used by the ``skiff`` command and by the Kubernetes operator. Every method
+raises a :mod:`skiff_broker.client.errors` exception on failure: ``NotFound``,
+``AlreadyExists``, ``InvalidArgument`` and ``FailedPrecondition`` (an unsafe
+change, with the reason) come from the broker; ``BrokerUnavailable`` means it
+could not be reached.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from ..admin.v1 import admin_pb2 as apb
+from ..admin.v1 import admin_pb2_grpc
+from .errors import NotFound, from_rpc_error
+
+DEFAULT_TIMEOUT_S = 10.0
+
+Response = TypeVar("Response")
+
+
+class Permission(enum.StrEnum):
+    READ_WRITE = "rw"
+    READ = "r"
+    WRITE = "w"
+
+
+class MessageType(enum.StrEnum):
+    NORMAL = "NORMAL"
+    FIFO = "FIFO"
+    DELAY = "DELAY"
+    TRANSACTION = "TRANSACTION"
+
+
+_PERMISSION_TO_PROTO = {
+    Permission.READ_WRITE: apb.READ_WRITE,
+    Permission.READ: apb.READ,
+    Permission.WRITE: apb.WRITE,
+}
+_PERMISSION_FROM_PROTO = {v: k for k, v in _PERMISSION_TO_PROTO.items()}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Topic:
+    name: str
+    read_queues: int
+    write_queues: int
+    perm: Permission | None  # None: the topic is neither readable nor writable
+    message_type: MessageType
+
+    @classmethod
+    def from_proto(cls, proto: apb.Topic) -> Topic:
+        return cls(
+            name=proto.name,
+            read_queues=proto.read_queue_nums,
+            write_queues=proto.write_queue_nums,
+            perm=_PERMISSION_FROM_PROTO.get(proto.permission),
+            message_type=MessageType(apb.MessageType.Name(proto.message_type)),
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    broker_name: str
+    role: str
+    version: str
+    endpoint: str
+    flush_type: str
+    transient_store_pool: bool
+    commit_log_min_offset: int
+    commit_log_max_offset: int
+    committed_offset: int
+    flushed_offset: int
+    dispatched_offset: int
+    disk_use_ratio: float
+    writable: bool
+    refusal: str  # why writes are refused; empty while writable
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QueueOffsets:
+    queue_id: int
+    min_offset: int
+    max_offset: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QueueLag:
+    queue_id: int
+    broker_offset: int
+    consumer_offset: int
+    lag: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConsumerLag:
+    group: str
+    topic: str
+    queues: tuple[QueueLag, ...]
+    total_lag: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoredMessage:
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    message_id: str
+    tag: str
+    keys: tuple[str, ...]
+    body: bytes
+    properties: dict[str, str]
+    born_timestamp: int
+    store_timestamp: int
+    born_host: str
+    store_host: str
+    reconsume_times: int
+
+    @classmethod
+    def from_proto(cls, proto: apb.StoredMessage) -> StoredMessage:
+        return cls(
+            topic=proto.topic,
+            queue_id=proto.queue_id,
+            queue_offset=proto.queue_offset,
+            physical_offset=proto.physical_offset,
+            message_id=proto.message_id,
+            tag=proto.tag,
+            keys=tuple(proto.keys),
+            body=proto.body,
+            properties=dict(proto.properties),
+            born_timestamp=proto.born_timestamp,
+            store_timestamp=proto.store_timestamp,
+            born_host=proto.born_host,
+            store_host=proto.store_host,
+            reconsume_times=proto.reconsume_times,
+        )
+
+
+class AdminClient:
+    """``with AdminClient("127.0.0.1:8081") as admin: admin.create_topic("orders", ...)``."""
+
+    def __init__(self, endpoint: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        self.endpoint = endpoint
+        self._timeout = timeout
+        self._channel = grpc.insecure_channel(endpoint)
+        self._stub = admin_pb2_grpc.AdminServiceStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method: Callable[..., Response], request: Any) -> Response:
+        try:
+            return method(request, timeout=self._timeout)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc, self.endpoint) from None
+
+    # -- topics -------------------------------------------------------------
+
+    def create_topic(
+        self,
+        name: str,
+        *,
+        read_queues: int = 8,
+        write_queues: int | None = None,
+        perm: Permission = Permission.READ_WRITE,
+        message_type: MessageType = MessageType.NORMAL,
+    ) -> Topic:
+        """Create a topic; ``write_queues`` defaults to ``read_queues``."""
+        spec = _topic_proto(
+            name,
+            read_queues,
+            read_queues if write_queues is None else write_queues,
+            perm,
+            message_type,
+        )
+        return Topic.from_proto(
+            self._call(self._stub.CreateTopic, apb.CreateTopicRequest(topic=spec))
+        )
+
+    def update_topic(
+        self,
+        name: str,
+        *,
+        read_queues: int | None = None,
+        write_queues: int | None = None,
+        perm: Permission | None = None,
+        message_type: MessageType | None = None,
+    ) -> Topic:
+        """Change the given fields and keep the others."""
+        spec = _topic_proto(name, read_queues, write_queues, perm, message_type)
+        return Topic.from_proto(
+            self._call(self._stub.UpdateTopic, apb.UpdateTopicRequest(topic=spec))
+        )
+
+    def apply_topic(self, topic: Topic) -> Topic:
+        """Create ``topic``, or change the existing one to match it (what a reconciler wants)."""
+        try:
+            current = self.get_topic(topic.name)
+        except NotFound:
+            return self.create_topic(
+                topic.name,
+                read_queues=topic.read_queues,
+                write_queues=topic.write_queues,
+                perm=topic.perm or Permission.READ_WRITE,
+                message_type=topic.message_type,
+            )
+        if current == topic:
+            return current
+        return self.update_topic(
+            topic.name,
+            read_queues=topic.read_queues,
+            write_queues=topic.write_queues,
+            perm=topic.perm,
+            message_type=topic.message_type,
+        )
+
+    def delete_topic(self, name: str) -> None:
+        """Delete the topic, its consume queues and its consumer offsets."""
+        self._call(self._stub.DeleteTopic, apb.DeleteTopicRequest(name=name))
+
+    def get_topic(self, name: str) -> Topic:
+        return Topic.from_proto(self._call(self._stub.GetTopic, apb.GetTopicRequest(name=name)))
+
+    def list_topics(self) -> list[Topic]:
+        response = self._call(self._stub.ListTopics, apb.ListTopicsRequest())
+        return [Topic.from_proto(t) for t in response.topics]
+
+    # -- broker state -------------------------------------------------------
+
+    def broker_info(self) -> BrokerInfo:
+        info = self._call(self._stub.GetBrokerInfo, apb.GetBrokerInfoRequest())
+        return BrokerInfo(
+            broker_name=info.broker_name,
+            role=info.role,
+            version=info.version,
+            endpoint=info.endpoint,
+            flush_type=info.flush_type,
+            transient_store_pool=info.transient_store_pool,
+            commit_log_min_offset=info.commit_log_min_offset,
+            commit_log_max_offset=info.commit_log_max_offset,
+            committed_offset=info.committed_offset,
+            flushed_offset=info.flushed_offset,
+            dispatched_offset=info.dispatched_offset,
+            disk_use_ratio=info.disk_use_ratio,
+            writable=info.writable,
+            refusal=info.refusal,
+        )
+
+    def queue_offsets(self, topic: str) -> list[QueueOffsets]:
+        response = self._call(self._stub.GetQueueOffsets, apb.GetQueueOffsetsRequest(topic=topic))
+        return [QueueOffsets(q.queue_id, q.min_offset, q.max_offset) for q in response.queues]
+
+    def consumer_lag(self, group: str, topic: str) -> ConsumerLag:
+        response = self._call(
+            self._stub.GetConsumerLag, apb.GetConsumerLagRequest(group=group, topic=topic)
+        )
+        queues = tuple(
+            QueueLag(q.queue_id, q.broker_offset, q.consumer_offset, q.lag) for q in response.queues
+        )
+        return ConsumerLag(group, topic, queues, response.total_lag)
+
+    # -- look-ups -----------------------------------------------------------
+
+    def lookup_message(self, topic: str, message_id: str) -> StoredMessage:
+        """The message with this ID (as producers and consumers see it)."""
+        response = self._call(
+            self._stub.LookupMessage, apb.LookupMessageRequest(topic=topic, message_id=message_id)
+        )
+        return StoredMessage.from_proto(response)
+
+    def query_messages_by_key(
+        self,
+        topic: str,
+        key: str,
+        *,
+        begin_ms: int = 0,
+        end_ms: int = 0,
+        max_messages: int = 32,
+    ) -> list[StoredMessage]:
+        """Messages with this key stored in [begin_ms, end_ms] (0: no end), newest first."""
+        request = apb.QueryMessagesByKeyRequest(
+            topic=topic,
+            key=key,
+            begin_timestamp=begin_ms,
+            end_timestamp=end_ms,
+            max_messages=max_messages,
+        )
+        response = self._call(self._stub.QueryMessagesByKey, request)
+        return [StoredMessage.from_proto(m) for m in response.messages]
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first queue offset stored at or after ``timestamp_ms`` (the max offset if none)."""
+        request = apb.GetOffsetByTimeRequest(topic=topic, queue_id=queue_id, timestamp=timestamp_ms)
+        return self._call(self._stub.GetOffsetByTime, request).offset
+
+
+def _topic_proto(
+    name: str,
+    read_queues: int | None,
+    write_queues: int | None,
+    perm: Permission | None,
+    message_type: MessageType | None,
+) -> apb.Topic:
+    # Zero and UNSPECIFIED mean "unchanged" to UpdateTopic.
+    return apb.Topic(
+        name=name,
+        read_queue_nums=read_queues or 0,
+        write_queue_nums=write_queues or 0,
+        permission=_PERMISSION_TO_PROTO[perm] if perm is not None else apb.PERMISSION_UNSPECIFIED,
+        message_type=apb.MessageType.Value(str(message_type))
+        if message_type is not None
+        else apb.MESSAGE_TYPE_UNSPECIFIED,
+    )

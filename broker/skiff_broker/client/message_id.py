@@ -1,0 +1,39 @@
+"""Message IDs in the official RocketMQ 5 clients' V1 format.
+
+34 upper-case hex digits: "01", the low 6 bytes of the MAC address, the low
+2 bytes of the process ID, seconds since 2021-01-01T00:00:00Z (low 4 bytes)
+and a per-process sequence number (4 bytes, big-endian).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+import uuid
+
+_EPOCH_2021_S = 1_609_459_200
+_VERSION_V1 = "01"
+
+
+class MessageIdGenerator:
+    def __init__(self) -> None:
+        mac = uuid.getnode() & 0xFFFF_FFFF_FFFF
+        pid = os.getpid() & 0xFFFF
+        self._prefix = f"{_VERSION_V1}{mac:012X}{pid:04X}"
+        self._sequence = itertools.count()
+        self._lock = threading.Lock()
+
+    def next(self) -> str:
+        seconds = (int(time.time()) - _EPOCH_2021_S) & 0xFFFF_FFFF
+        with self._lock:
+            sequence = next(self._sequence) & 0xFFFF_FFFF
+        return f"{self._prefix}{seconds:08X}{sequence:08X}"
+
+
+_generator = MessageIdGenerator()
+
+
+def new_message_id() -> str:
+    return _generator.next()

@@ -1,0 +1,268 @@
+"""``skiff send`` and ``skiff consume``: the RocketMQ v2 protocol from a shell."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import click
+
+from ..client.errors import SkiffError
+from ..client.messaging import MessagingClient, OutgoingMessage, ReceivedMessage
+from .options import client_command
+from .output import body_text, echo_json, plural, shown_body
+
+# Messages of one group per SendMessage request: fewer round trips, order kept.
+_GROUP_BATCH = 32
+# Messages per ReceiveMessage request.
+_RECEIVE_BATCH = 32
+
+
+def _property(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict:
+    properties = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"expected NAME=VALUE, got {item!r}")
+        properties[name] = value
+    return properties
+
+
+def _bodies(body: str | None, body_file: str | None, count: int | None) -> Iterator[bytes]:
+    if body is not None or body_file is not None:
+        if body_file is not None:
+            with open(body_file, "rb") as f:
+                payload = f.read()
+        else:
+            payload = body.encode() if body is not None else b""
+        for _ in range(count or 1):
+            yield payload
+        return
+    sent = 0
+    for line in click.get_binary_stream("stdin"):
+        payload = line.rstrip(b"\r\n")
+        if not payload:
+            continue  # brokers refuse empty bodies
+        if count is not None and sent >= count:
+            return
+        sent += 1
+        yield payload
+
+
+def _batches(items: Iterable[OutgoingMessage], size: int) -> Iterator[list[OutgoingMessage]]:
+    iterator = iter(items)
+    while batch := list(itertools.islice(iterator, size)):
+        yield batch
+
+
+def _progress(length: int | None, label: str) -> Any:
+    """A progress bar on stderr when the run is long and stderr is a terminal."""
+    if not length or length <= 1 or not sys.stderr.isatty():
+        return contextlib.nullcontext(None)
+    return click.progressbar(length=length, label=label, file=sys.stderr, show_pos=True)
+
+
+@click.command()
+@click.option("--topic", required=True)
+@click.option("--body", help="Message body (text).")
+@click.option("--body-file", type=click.Path(exists=True, dir_okay=False), help="Body from a file.")
+@click.option("--tag")
+@click.option("--key", "keys", multiple=True, help="Message key (repeatable); indexed for look-up.")
+@click.option(
+    "--property", "properties", multiple=True, callback=_property, help="NAME=VALUE (repeatable)."
+)
+@click.option(
+    "--count",
+    type=click.IntRange(1),
+    help="Send the body this many times (with stdin: at most this many lines).",
+)
+@click.option("--message-group", help="FIFO topics: messages of a group are consumed in order.")
+@click.option(
+    "--delay-seconds", type=click.FloatRange(0, min_open=True), help="DELAY topics: deliver later."
+)
+@client_command
+def send(
+    topic: str,
+    body: str | None,
+    body_file: str | None,
+    tag: str | None,
+    keys: tuple[str, ...],
+    properties: dict[str, str],
+    count: int | None,
+    message_group: str | None,
+    delay_seconds: float | None,
+    endpoint: str,
+    as_json: bool,
+) -> None:
+    """Send messages to TOPIC: --body, --body-file, or one message per line of stdin.
+
+    Prints each message's ID with --json (one JSON object a line); otherwise
+    the ID of a single message, or a summary.
+    """
+    if message_group and delay_seconds:
+        raise click.UsageError("a message is FIFO (--message-group) or delayed, not both")
+    if body is not None and body_file is not None:
+        raise click.UsageError("give either --body or --body-file, not both")
+    if body is None and body_file is None and click.get_binary_stream("stdin").isatty():
+        raise click.UsageError("give --body or --body-file, or pipe message bodies (one a line)")
+    deliver_at = int((time.time() + delay_seconds) * 1000) if delay_seconds else 0
+    messages = (
+        OutgoingMessage(
+            topic=topic,
+            body=payload,
+            tag=tag or "",
+            keys=keys,
+            properties=properties,
+            message_group=message_group or "",
+            deliver_at_ms=deliver_at,
+        )
+        for payload in _bodies(body, body_file, count)
+    )
+    total = count if body is not None or body_file is not None else None
+    sent: list[str] = []
+    last_offset = 0
+    with MessagingClient(endpoint) as client, _progress(total, "sending") as bar:
+        if message_group:
+            # One queue holds the group; ordered requests keep its order there.
+            receipts = itertools.chain.from_iterable(
+                client.send(batch) for batch in _batches(messages, _GROUP_BATCH)
+            )
+        else:
+            receipts = client.send_each(messages)
+        try:
+            for receipt in receipts:
+                sent.append(receipt.message_id)
+                last_offset = receipt.offset
+                if as_json:
+                    echo_json(
+                        {"topic": topic, "message_id": receipt.message_id, "offset": receipt.offset}
+                    )
+                if bar is not None:
+                    bar.update(1)
+        except SkiffError as exc:
+            if sent:
+                exc.message += f" ({plural(len(sent), 'message')} were sent before)"
+            raise
+    if as_json:
+        return
+    if len(sent) == 1:
+        click.echo(f"sent {sent[0]} to {topic} (queue offset {last_offset})")
+    else:
+        click.echo(f"sent {plural(len(sent), 'message')} to {topic}")
+
+
+@click.command()
+@click.option("--group", required=True, help="Consumer group; it keeps its own position.")
+@click.option("--topic", required=True)
+@click.option("--tag-filter", default="*", show_default=True, help="'*' or 'TagA || TagB'.")
+@click.option(
+    "--count", type=click.IntRange(1), help="Stop after this many messages (default: no limit)."
+)
+@click.option(
+    "--wait",
+    type=click.FloatRange(0),
+    default=5.0,
+    show_default=True,
+    help="Stop after this many seconds without a new message.",
+)
+@client_command
+def consume(
+    group: str,
+    topic: str,
+    tag_filter: str,
+    count: int | None,
+    wait: float,
+    endpoint: str,
+    as_json: bool,
+) -> None:
+    """Receive messages of TOPIC for GROUP, print them and acknowledge them.
+
+    Bodies print as text when they are UTF-8, else as base64. A message is
+    acknowledged after it is printed, so an interrupted run may print some
+    messages again next time, never lose them.
+    """
+    received = 0
+    with MessagingClient(endpoint) as client, _progress(count, "consuming") as bar:
+        idle_until = time.monotonic() + wait
+        while count is None or received < count:
+            remaining = max(0.0, idle_until - time.monotonic())
+            wanted = _RECEIVE_BATCH if count is None else min(_RECEIVE_BATCH, count - received)
+            batch = client.receive(
+                group, topic, max_messages=wanted, tag_expression=tag_filter, wait_s=remaining
+            )
+            if not batch:
+                if remaining <= 0:
+                    break
+                continue
+            printed = _print_messages(batch, as_json)
+            client.ack(group, topic, printed)
+            received += len(printed)
+            if len(printed) < len(batch):
+                _stop_writing_stdout()
+                break
+            if bar is not None:
+                bar.update(len(batch))
+            idle_until = time.monotonic() + wait
+    click.echo(f"consumed {plural(received, 'message')} of {topic} for group {group}", err=True)
+
+
+def _print_messages(batch: list[ReceivedMessage], as_json: bool) -> list[ReceivedMessage]:
+    """The messages printed; fewer than given when the reader went away (``| head``)."""
+    printed = []
+    for message in batch:
+        try:
+            if as_json:
+                echo_json(_received_json(message))
+            else:
+                click.echo(_received_text(message))
+            sys.stdout.flush()
+        except BrokenPipeError:
+            break  # not printed, so not acked: it is delivered again later
+        printed.append(message)
+    return printed
+
+
+def _stop_writing_stdout() -> None:
+    # Python would report the closed pipe again when it flushes stdout at exit.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _received_json(message: ReceivedMessage) -> dict[str, Any]:
+    body, encoding = body_text(message.body)
+    return {
+        "topic": message.topic,
+        "queue_id": message.queue_id,
+        "queue_offset": message.queue_offset,
+        "message_id": message.message_id,
+        "tag": message.tag,
+        "keys": list(message.keys),
+        "message_group": message.message_group,
+        "properties": message.properties,
+        "born_timestamp": message.born_timestamp,
+        "store_timestamp": message.store_timestamp,
+        "delivery_attempt": message.delivery_attempt,
+        "body": body,
+        "body_encoding": encoding,
+    }
+
+
+def _received_text(message: ReceivedMessage) -> str:
+    details = [f"[{message.topic} {message.queue_id}:{message.queue_offset}] {message.message_id}"]
+    if message.tag:
+        details.append(f"tag {message.tag}")
+    if message.keys:
+        details.append(f"keys {' '.join(message.keys)}")
+    if message.message_group:
+        details.append(f"group {message.message_group}")
+    if message.properties:
+        details.append(" ".join(f"{k}={v}" for k, v in sorted(message.properties.items())))
+    if message.delivery_attempt > 1:
+        details.append(f"attempt {message.delivery_attempt}")
+    return "  ".join(details) + "\n" + shown_body(message.body)

@@ -1,0 +1,75 @@
+"""Options every client command shares, and how broker errors end a command.
+
+Exit codes: 0 success, 1 an error the broker reported (or could not be
+reached; the message goes to stderr), 2 a usage error (click's own).
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from ..client.errors import SkiffError
+
+DEFAULT_ENDPOINT = "127.0.0.1:8081"
+
+
+def _check_endpoint(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit():
+        raise click.BadParameter(f"expected HOST:PORT, e.g. {DEFAULT_ENDPOINT}; got {value!r}")
+    return value
+
+
+def client_command(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Add --endpoint and --json; turn a client error into exit code 1 with its message."""
+
+    @click.option(
+        "--endpoint",
+        envvar="SKIFF_ENDPOINT",
+        default=DEFAULT_ENDPOINT,
+        show_default=True,
+        callback=_check_endpoint,
+        help="The broker's gRPC address, HOST:PORT (env SKIFF_ENDPOINT).",
+    )
+    @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except SkiffError as exc:
+            if kwargs.get("as_json"):
+                click.echo(json.dumps({"error": exc.code, "message": exc.message}), err=True)
+                sys.exit(1)
+            raise click.ClickException(exc.message) from None
+
+    return run
+
+
+class Timestamp(click.ParamType):
+    """Milliseconds since the epoch, or an ISO 8601 time (local time unless it has a zone)."""
+
+    name = "time"
+
+    def convert(self, value, param, ctx):  # type: ignore[no-untyped-def]
+        if isinstance(value, int):
+            return value
+        text = str(value).strip()
+        if text.isdigit():
+            return int(text)
+        try:
+            moment = datetime.datetime.fromisoformat(text)
+        except ValueError:
+            self.fail(
+                f"{value!r} is neither milliseconds since the epoch nor an ISO time "
+                "like 2024-05-01T12:00:00Z",
+                param,
+                ctx,
+            )
+        return int(moment.timestamp() * 1000)

@@ -1,0 +1,1 @@
+"""How messages reach consumers: pop with invisible time, delays, transactions, long polling."""

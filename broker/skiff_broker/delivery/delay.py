@@ -1,0 +1,329 @@
+"""DELAY messages: held back in ``SCHEDULE_TOPIC_XXXX`` until their delivery time.
+
+A scheduled message is stored once in the schedule topic's single queue with its
+real topic and queue in properties (``REAL_TOPIC``, ``REAL_QID``) and its
+delivery time in ``TIMER_DELIVER_MS``. A worker thread keeps a heap of what is
+pending, sleeps until the earliest delivery time and then writes the message to
+its real queue: same body, properties (``UNIQ_KEY``, tags, keys, the delivery
+time), flags, born timestamp and born host.
+
+What has been delivered is kept as a low watermark (every schedule-queue offset
+below it is done) plus the delivered offsets above it, written atomically to
+``config/delayState.json``. At start the heap is rebuilt by scanning the schedule
+queue from the watermark, so a restart loses nothing. After a clean stop the
+file is exact and nothing is delivered twice. After a crash the file may lag the
+log by one persist interval; a message due before the crash is looked up by its
+``UNIQ_KEY`` in its real topic's index and not delivered again if it is there
+(without an index, it is delivered again: at least once).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import json
+import logging
+import threading
+import time
+
+from ..store.atomic_file import read_if_exists, write_atomically
+from ..store.message import Message, StoredMessage
+from ..store.message_store import MessageStore, PutResult, PutStatus
+from . import properties as prop
+
+log = logging.getLogger(__name__)
+
+SCHEDULE_QUEUE = 0
+# A delivery batch is one append; it must fit a commit-log segment with room to spare.
+_BATCH_MESSAGES = 32
+_BATCH_BYTES = 1024 * 1024
+# After the store refused a delivery (disk full, not running), try again this much later.
+_RETRY_MS = 1_000
+# Appends that can never succeed, whatever the retry.
+_PERMANENT_FAILURES = (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclasses.dataclass(order=True, slots=True)
+class Pending:
+    """A scheduled message still to deliver; heap order is (due time, queue offset)."""
+
+    deliver_at: int
+    offset: int
+    physical: int = dataclasses.field(compare=False)
+    size: int = dataclasses.field(compare=False)
+
+
+class DelayService:
+    def __init__(self, store: MessageStore, state_path: str) -> None:
+        self._store = store
+        self._path = state_path
+        self._wakeup = threading.Condition()
+        self._persisting = threading.Lock()
+        self._heap: list[Pending] = []
+        # Every schedule-queue offset below the watermark is delivered (or unreadable).
+        self._watermark = 0
+        self._delivered: set[int] = set()
+        self._dirty = False
+        self._stopping = False
+        self._worker: threading.Thread | None = None
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def start(self) -> None:
+        """Rebuild the pending heap from the schedule queue and start delivering."""
+        self._load()
+        self._rebuild()
+        self._stopping = False
+        self._worker = threading.Thread(target=self._run, name="delay-delivery", daemon=True)
+        self._worker.start()
+
+    def stop(self) -> None:
+        """Finish the delivery in progress, stop, and write the state."""
+        with self._wakeup:
+            self._stopping = True
+            self._wakeup.notify_all()
+        if self._worker is not None:
+            self._worker.join()
+            self._worker = None
+        self.persist()
+
+    # -- scheduling ---------------------------------------------------------
+
+    async def schedule(self, message: Message, deliver_at_ms: int) -> PutResult:
+        """Store ``message`` to be written to its topic and queue at ``deliver_at_ms``."""
+        properties = dict(message.properties)
+        properties[prop.REAL_TOPIC] = message.topic
+        properties[prop.REAL_QUEUE_ID] = str(message.queue_id)
+        properties[prop.DELIVER_AT_MS] = str(deliver_at_ms)
+        held = Message(
+            topic=prop.SCHEDULE_TOPIC,
+            body=message.body,
+            queue_id=SCHEDULE_QUEUE,
+            properties=properties,
+            flag=message.flag,
+            sys_flag=message.sys_flag,
+            born_timestamp=message.born_timestamp,
+            born_host=message.born_host,
+            reconsume_times=message.reconsume_times,
+        )
+        result = await self._store.put_messages_async([held])
+        # A flush timeout still wrote the message: it must be delivered all the same.
+        if result.append is not None:
+            self._add(
+                Pending(
+                    deliver_at_ms,
+                    result.append.queue_offsets[0],
+                    result.append.physical_offsets[0],
+                    result.append.sizes[0],
+                )
+            )
+        return result
+
+    def _add(self, pending: Pending) -> None:
+        with self._wakeup:
+            heapq.heappush(self._heap, pending)
+            if self._heap[0] is pending:
+                self._wakeup.notify_all()  # due earlier than what the worker sleeps for
+
+    @property
+    def pending_count(self) -> int:
+        with self._wakeup:
+            return len(self._heap)
+
+    # -- delivering ---------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            due = self._next_due()
+            if due is None:
+                return
+            try:
+                self._deliver(due)
+            except Exception:
+                log.exception("delivering scheduled messages failed; retrying")
+                self._retry_later(due)
+
+    def _next_due(self) -> list[Pending] | None:
+        """Wait until something is due (None when stopping) and take a batch of it."""
+        with self._wakeup:
+            while not self._stopping:
+                now = _now_ms()
+                if self._heap and self._heap[0].deliver_at <= now:
+                    break
+                # Sleep to the earliest due time, not a polling tick: delivery stays punctual.
+                timeout = (self._heap[0].deliver_at - now) / 1000 if self._heap else None
+                self._wakeup.wait(timeout)
+            else:
+                return None
+            batch: list[Pending] = []
+            size = 0
+            while (
+                self._heap
+                and self._heap[0].deliver_at <= now
+                and len(batch) < _BATCH_MESSAGES
+                and (not batch or size + self._heap[0].size <= _BATCH_BYTES)
+            ):
+                pending = heapq.heappop(self._heap)
+                batch.append(pending)
+                size += pending.size
+            return batch
+
+    def _deliver(self, due: list[Pending]) -> None:
+        ready: list[tuple[Pending, Message]] = []
+        for pending in due:
+            held = self._store.get_message_at(pending.physical, pending.size)
+            real = _real_message(held) if held is not None else None
+            if real is None:
+                log.error(
+                    "scheduled message at schedule offset %d is no longer readable; skipping it",
+                    pending.offset,
+                )
+                self._mark_delivered([pending.offset])
+                continue
+            ready.append((pending, real))
+        if not ready:
+            return
+        result = self._store.put_messages([real for _, real in ready])
+        if result.append is not None:
+            self._mark_delivered([pending.offset for pending, _ in ready])
+        elif result.status in _PERMANENT_FAILURES:
+            # One bad message must not hold back the rest of the batch.
+            for pending, real in ready:
+                single = self._store.put_messages([real])
+                if single.append is None and single.status not in _PERMANENT_FAILURES:
+                    self._retry_later([pending])
+                    continue
+                if single.append is None:
+                    log.error(
+                        "dropping scheduled message %s: %s",
+                        real.properties.get(prop.UNIQ_KEY, pending.offset),
+                        single.reason,
+                    )
+                self._mark_delivered([pending.offset])
+        else:
+            log.warning("could not deliver scheduled messages: %s; retrying", result.reason)
+            self._retry_later([pending for pending, _ in ready])
+
+    def _retry_later(self, due: list[Pending]) -> None:
+        later = _now_ms() + _RETRY_MS
+        with self._wakeup:
+            for pending in due:
+                if pending.offset < self._watermark or pending.offset in self._delivered:
+                    continue  # delivered before the failure
+                heapq.heappush(
+                    self._heap, Pending(later, pending.offset, pending.physical, pending.size)
+                )
+            self._wakeup.notify_all()
+
+    def _mark_delivered(self, offsets: list[int]) -> None:
+        with self._wakeup:
+            self._delivered.update(offsets)
+            while self._watermark in self._delivered:
+                self._delivered.remove(self._watermark)
+                self._watermark += 1
+            self._dirty = True
+
+    # -- persistence and rebuild --------------------------------------------
+
+    def persist(self) -> bool:
+        """Write the watermark and delivered offsets if they changed."""
+        # One writer at a time, or an older snapshot could land after a newer one.
+        with self._persisting:
+            with self._wakeup:
+                if not self._dirty:
+                    return False
+                document = {
+                    "version": 1,
+                    "watermark": self._watermark,
+                    "delivered": sorted(self._delivered),
+                }
+                self._dirty = False
+            try:
+                write_atomically(self._path, json.dumps(document).encode())
+            except OSError:
+                with self._wakeup:
+                    self._dirty = True  # written next time
+                raise
+        return True
+
+    def _load(self) -> None:
+        raw = read_if_exists(self._path)
+        document = json.loads(raw) if raw is not None else {}
+        self._watermark = int(document.get("watermark", 0))
+        self._delivered = {int(offset) for offset in document.get("delivered", [])}
+
+    def _rebuild(self) -> None:
+        store = self._store
+        # Retention may have deleted the oldest scheduled messages: nothing to do for them.
+        start = max(self._watermark, store.min_offset(prop.SCHEDULE_TOPIC, SCHEDULE_QUEUE))
+        after_crash = not store.clean_start
+        now = _now_ms()
+        heap: list[Pending] = []
+        skipped: list[int] = []
+        for offset, held in store.scan_queue(prop.SCHEDULE_TOPIC, SCHEDULE_QUEUE, start):
+            if offset in self._delivered:
+                continue
+            deliver_at = _deliver_at(held) if held is not None else None
+            if held is None or deliver_at is None or _real_message(held) is None:
+                log.warning("schedule offset %d holds no readable scheduled message", offset)
+                skipped.append(offset)
+            elif after_crash and deliver_at <= now and self._delivered_before(held):
+                skipped.append(offset)
+            else:
+                heap.append(Pending(deliver_at, offset, held.physical_offset, held.store_size))
+        heapq.heapify(heap)
+        with self._wakeup:
+            self._heap = heap
+            self._watermark = start
+            self._delivered = {o for o in self._delivered if o >= start}
+            self._dirty = True
+        self._mark_delivered(skipped)
+        log.info(
+            "delay service: %d scheduled messages pending from schedule offset %d",
+            len(heap),
+            start,
+        )
+
+    def _delivered_before(self, held: StoredMessage) -> bool:
+        """Whether a crash came after this message's delivery but before the state was saved."""
+        unique_id = held.unique_id
+        if not unique_id:
+            return False
+        real_topic = held.properties[prop.REAL_TOPIC]
+        deliver_at = held.properties[prop.DELIVER_AT_MS]
+        return any(
+            found.properties.get(prop.DELIVER_AT_MS) == deliver_at
+            and found.queue_id == int(held.properties[prop.REAL_QUEUE_ID])
+            for found in self._store.query_by_key(real_topic, unique_id)
+        )
+
+
+def _deliver_at(held: StoredMessage) -> int | None:
+    try:
+        return int(held.properties[prop.DELIVER_AT_MS])
+    except (KeyError, ValueError):
+        return None
+
+
+def _real_message(held: StoredMessage) -> Message | None:
+    """The message as its producer sent it, bound for its real topic and queue."""
+    properties = dict(held.properties)
+    topic = properties.pop(prop.REAL_TOPIC, "")
+    queue_id = properties.pop(prop.REAL_QUEUE_ID, "")
+    if not topic or not queue_id.isdecimal():
+        return None
+    return Message(
+        topic=topic,
+        body=held.body,
+        queue_id=int(queue_id),
+        properties=properties,
+        flag=held.flag,
+        sys_flag=held.sys_flag,
+        born_timestamp=held.born_timestamp,
+        born_host=held.born_host,
+        reconsume_times=held.reconsume_times,
+    )

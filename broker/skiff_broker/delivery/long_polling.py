@@ -1,0 +1,49 @@
+"""Wakes receive calls waiting on a topic when something there may have become deliverable.
+
+That is when the dispatcher indexes new messages, and when a consumer acks or
+changes an invisible time: an ack can release a FIFO queue, and a shorter
+invisible time makes a redelivery due sooner than the waiter planned for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+
+class ArrivalHub:
+    """Bridges the dispatcher thread to waiters on one event loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._events: dict[str, asyncio.Event] = {}
+
+    def on_arrival(self, touched: set[tuple[str, int]]) -> None:
+        """Dispatcher listener (any thread): one loop callback per dispatched batch."""
+        topics = {topic for topic, _ in touched}
+        # A stopped loop has nobody waiting.
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._wake, topics)
+
+    def notify(self, topic: str) -> None:
+        """Wake the waiters of ``topic`` (call on the loop's own thread)."""
+        self._wake({topic})
+
+    def _wake(self, topics: set[str]) -> None:
+        for topic in topics:
+            event = self._events.pop(topic, None)
+            if event is not None:
+                event.set()
+
+    async def wait(self, topic: str, timeout: float) -> bool:
+        """True if new messages arrived for ``topic`` within ``timeout`` seconds."""
+        if timeout <= 0:
+            return False
+        event = self._events.get(topic)
+        if event is None:
+            event = self._events[topic] = asyncio.Event()
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True

@@ -1,0 +1,376 @@
+"""Pop consumption: messages handed out with an invisible time, acked one by one.
+
+Per (group, topic, queue) the broker keeps the next offset never handed out and
+the deliveries in flight. A delivery that is not acked before its invisible
+time ends is handed out again with its attempt counted; one that has used up
+the group's attempts goes to ``%DLQ%<group>`` instead. For FIFO consumption a
+queue hands out nothing new while an earlier delivery of it is in flight, so a
+message group is consumed in order.
+
+State is persisted (``config/popState.json``) so that offsets, attempts and
+invisible times survive a restart; after a crash at most what changed since the
+last persist is delivered again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from ..metadata.consumer_offsets import ConsumerOffsetTable
+from ..store.atomic_file import read_if_exists, write_atomically
+from ..store.message import Message, StoredMessage
+from ..store.message_store import GetStatus, MessageStore, PutStatus
+from . import properties as prop
+from .tag_filter import TagFilter
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], int]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclasses.dataclass(slots=True)
+class InFlight:
+    offset: int
+    attempt: int
+    retrieve_time: int
+    invisible_time: int
+
+    @property
+    def visible_at(self) -> int:
+        return self.retrieve_time + self.invisible_time
+
+
+@dataclasses.dataclass(slots=True)
+class QueueState:
+    next_offset: int
+    in_flight: dict[int, InFlight] = dataclasses.field(default_factory=dict)
+
+    @property
+    def consumer_offset(self) -> int:
+        """Everything below this is acknowledged."""
+        return min(self.in_flight, default=self.next_offset)
+
+
+@dataclasses.dataclass(slots=True)
+class Delivery:
+    message: StoredMessage
+    queue_id: int
+    offset: int
+    attempt: int
+    retrieve_time: int
+    invisible_time: int
+
+
+class PopError(Exception):
+    """An ack or change of invisible time that does not match a delivery in flight."""
+
+
+class PopService:
+    def __init__(
+        self,
+        store: MessageStore,
+        offsets: ConsumerOffsetTable,
+        state_path: str,
+        *,
+        max_attempts: int,
+        ensure_dlq_topic: Callable[[str], None],
+        clock: Clock = _now_ms,
+    ) -> None:
+        self._store = store
+        self._offsets = offsets
+        self._path = state_path
+        self.max_attempts = max_attempts
+        self._ensure_dlq_topic = ensure_dlq_topic
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._queues: dict[tuple[str, str, int], QueueState] = {}
+        self._dirty = False
+
+    # -- state --------------------------------------------------------------
+
+    def _state(self, group: str, topic: str, queue_id: int) -> QueueState:
+        key = (group, topic, queue_id)
+        state = self._queues.get(key)
+        if state is None:
+            committed = self._offsets.query(group, topic, queue_id)
+            # A group new to this queue starts at the oldest message still kept.
+            start = committed if committed >= 0 else self._store.min_offset(topic, queue_id)
+            state = self._queues[key] = QueueState(start)
+        return state
+
+    def consumer_offset(self, group: str, topic: str, queue_id: int) -> int:
+        with self._lock:
+            state = self._queues.get((group, topic, queue_id))
+            if state is not None:
+                return state.consumer_offset
+        return self._offsets.query(group, topic, queue_id)
+
+    def reset_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Move a group's position in a queue (in-flight deliveries are forgotten)."""
+        with self._lock:
+            self._queues[(group, topic, queue_id)] = QueueState(offset)
+            self._offsets.commit(group, topic, queue_id, offset)
+            self._dirty = True
+
+    def forget_topic(self, topic: str) -> None:
+        """Drop every group's state for a deleted topic."""
+        with self._lock:
+            for key in [k for k in self._queues if k[1] == topic]:
+                del self._queues[key]
+            self._dirty = True
+
+    # -- popping ------------------------------------------------------------
+
+    def pop(
+        self,
+        group: str,
+        topic: str,
+        queue_ids: Iterable[int],
+        max_count: int,
+        invisible_ms: int,
+        tag_filter: TagFilter,
+        *,
+        fifo: bool,
+    ) -> list[Delivery]:
+        """Up to ``max_count`` deliveries: due redeliveries first, then new messages."""
+        now = self._clock()
+        deliveries: list[Delivery] = []
+        with self._lock:
+            for queue_id in queue_ids:
+                if len(deliveries) >= max_count:
+                    break
+                state = self._state(group, topic, queue_id)
+                wanted = max_count - len(deliveries)
+                due = self._redeliver(
+                    group, topic, queue_id, state, now, wanted, invisible_ms, fifo
+                )
+                deliveries.extend(due)
+                if fifo and state.in_flight:
+                    continue  # the queue is held by deliveries in flight
+                wanted = max_count - len(deliveries)
+                if wanted > 0:
+                    deliveries.extend(
+                        self._pop_new(topic, queue_id, state, now, wanted, invisible_ms, tag_filter)
+                    )
+            if deliveries:
+                self._dirty = True
+        return deliveries
+
+    def _redeliver(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        state: QueueState,
+        now: int,
+        wanted: int,
+        invisible_ms: int,
+        fifo: bool,
+    ) -> list[Delivery]:
+        result: list[Delivery] = []
+        for offset in sorted(state.in_flight):
+            if len(result) >= wanted:
+                break
+            entry = state.in_flight[offset]
+            if entry.visible_at > now:
+                if fifo:
+                    break  # later messages of the queue wait for this one
+                continue
+            message = self._read(topic, queue_id, offset)
+            if message is None:
+                del state.in_flight[offset]  # gone with retention
+                continue
+            if entry.attempt >= self.max_attempts:
+                try:
+                    self._to_dead_letter(group, message, entry.attempt)
+                except PopError as exc:
+                    log.error("%s; it stays in flight", exc)
+                    continue
+                del state.in_flight[offset]
+                continue
+            entry.attempt += 1
+            entry.retrieve_time = now
+            entry.invisible_time = invisible_ms
+            result.append(Delivery(message, queue_id, offset, entry.attempt, now, invisible_ms))
+            if fifo:
+                break  # one at a time, in order
+        return result
+
+    def _pop_new(
+        self,
+        topic: str,
+        queue_id: int,
+        state: QueueState,
+        now: int,
+        wanted: int,
+        invisible_ms: int,
+        tag_filter: TagFilter,
+    ) -> list[Delivery]:
+        got = self._store.get_messages(
+            topic,
+            queue_id,
+            state.next_offset,
+            wanted,
+            tag_codes=tag_filter.tag_codes,
+            accept=tag_filter.accepts if tag_filter.tags is not None else None,
+        )
+        if got.status is GetStatus.OFFSET_TOO_SMALL:
+            log.warning(
+                "%s/%d: offset %d was deleted by retention; continuing at %d",
+                topic,
+                queue_id,
+                state.next_offset,
+                got.next_offset,
+            )
+            state.next_offset = got.next_offset
+            return []
+        if got.status is not GetStatus.FOUND and got.status is not GetStatus.NO_MATCHED_MESSAGE:
+            return []
+        result = []
+        for message in got.messages:
+            entry = InFlight(message.queue_offset, 1, now, invisible_ms)
+            state.in_flight[message.queue_offset] = entry
+            result.append(Delivery(message, queue_id, message.queue_offset, 1, now, invisible_ms))
+        # Filtered-out messages count as consumed by this group.
+        state.next_offset = max(state.next_offset, got.next_offset)
+        return result
+
+    def _read(self, topic: str, queue_id: int, offset: int) -> StoredMessage | None:
+        got = self._store.get_messages(topic, queue_id, offset, 1)
+        if got.messages and got.messages[0].queue_offset == offset:
+            return got.messages[0]
+        return None
+
+    # -- acknowledging ------------------------------------------------------
+
+    def _entry(
+        self, group: str, topic: str, queue_id: int, offset: int, retrieve_time: int
+    ) -> tuple[QueueState, InFlight]:
+        state = self._queues.get((group, topic, queue_id))
+        entry = state.in_flight.get(offset) if state is not None else None
+        if state is None or entry is None or entry.retrieve_time != retrieve_time:
+            raise PopError(
+                f"no delivery of {topic}/{queue_id}/{offset} matches this receipt handle; "
+                "it was acked already, or delivered again after its invisible time"
+            )
+        return state, entry
+
+    def ack(self, group: str, topic: str, queue_id: int, offset: int, retrieve_time: int) -> None:
+        with self._lock:
+            state, _ = self._entry(group, topic, queue_id, offset, retrieve_time)
+            del state.in_flight[offset]
+            self._dirty = True
+
+    def change_invisible_time(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        retrieve_time: int,
+        invisible_ms: int,
+    ) -> Delivery:
+        """Restart the invisible time from now; the delivery gets a new handle."""
+        with self._lock:
+            _, entry = self._entry(group, topic, queue_id, offset, retrieve_time)
+            now = self._clock()
+            # A handle must change even within one millisecond.
+            entry.retrieve_time = max(now, entry.retrieve_time + 1)
+            entry.invisible_time = invisible_ms
+            self._dirty = True
+            message = self._read(topic, queue_id, offset)
+            if message is None:
+                raise PopError(f"message {topic}/{queue_id}/{offset} is no longer stored")
+            return Delivery(
+                message, queue_id, offset, entry.attempt, entry.retrieve_time, invisible_ms
+            )
+
+    def forward_to_dead_letter(
+        self, group: str, topic: str, queue_id: int, offset: int, retrieve_time: int
+    ) -> None:
+        with self._lock:
+            state, entry = self._entry(group, topic, queue_id, offset, retrieve_time)
+            message = self._read(topic, queue_id, offset)
+            if message is not None:
+                self._to_dead_letter(group, message, entry.attempt)
+            del state.in_flight[offset]
+            self._dirty = True
+
+    def _to_dead_letter(self, group: str, message: StoredMessage, attempts: int) -> None:
+        topic = prop.dlq_topic(group)
+        self._ensure_dlq_topic(topic)
+        properties = dict(message.properties)
+        properties[prop.DLQ_ORIGIN_TOPIC] = message.topic
+        properties[prop.DLQ_ORIGIN_MESSAGE_ID] = message.unique_id
+        result = self._store.put_message(
+            Message(
+                topic=topic,
+                body=message.body,
+                queue_id=0,
+                properties=properties,
+                flag=message.flag,
+                sys_flag=message.sys_flag,
+                born_timestamp=message.born_timestamp,
+                born_host=message.born_host,
+                reconsume_times=attempts,
+            )
+        )
+        if result.status is not PutStatus.PUT_OK:
+            # Keep it in flight: it is retried at its next due time.
+            raise PopError(f"could not move the message to {topic}: {result.reason}")
+        log.info("moved %s after %d attempts to %s", message.unique_id, attempts, topic)
+
+    def next_visible_at(self, group: str, topic: str) -> int | None:
+        """When the earliest in-flight delivery of the topic becomes due again."""
+        with self._lock:
+            times = [
+                entry.visible_at
+                for (g, t, _), state in self._queues.items()
+                if g == group and t == topic
+                for entry in state.in_flight.values()
+            ]
+        return min(times, default=None)
+
+    # -- persistence --------------------------------------------------------
+
+    def load(self) -> None:
+        raw = read_if_exists(self._path)
+        if raw is None:
+            return
+        document = json.loads(raw)
+        with self._lock:
+            for group, topics in document.get("groups", {}).items():
+                for topic, queues in topics.items():
+                    for queue_id, saved in queues.items():
+                        state = QueueState(int(saved["next"]))
+                        for offset, attempt, retrieve, invisible in saved.get("inFlight", []):
+                            state.in_flight[offset] = InFlight(offset, attempt, retrieve, invisible)
+                        self._queues[(group, topic, int(queue_id))] = state
+
+    def persist(self) -> bool:
+        """Write the state if it changed; also commits each queue's consumer offset."""
+        with self._lock:
+            if not self._dirty:
+                return False
+            groups: dict = {}
+            for (group, topic, queue_id), state in self._queues.items():
+                groups.setdefault(group, {}).setdefault(topic, {})[str(queue_id)] = {
+                    "next": state.next_offset,
+                    "inFlight": [
+                        [e.offset, e.attempt, e.retrieve_time, e.invisible_time]
+                        for e in state.in_flight.values()
+                    ],
+                }
+                self._offsets.commit(group, topic, queue_id, state.consumer_offset)
+            self._dirty = False
+        write_atomically(self._path, json.dumps({"version": 1, "groups": groups}).encode())
+        return True

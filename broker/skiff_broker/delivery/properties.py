@@ -1,0 +1,64 @@
+"""Message property names the broker itself uses (RocketMQ's MessageConst names).
+
+Users may not set them as user properties: they carry the broker's own state.
+"""
+
+KEYS = "KEYS"
+TAGS = "TAGS"
+UNIQ_KEY = "UNIQ_KEY"
+MESSAGE_GROUP = "__SHARDINGKEY"
+DELIVER_AT_MS = "TIMER_DELIVER_MS"
+TRANSACTION_PREPARED = "TRAN_MSG"
+PRODUCER_GROUP = "PGROUP"
+TRANSACTION_ID = "__transactionId__"
+REAL_TOPIC = "REAL_TOPIC"
+REAL_QUEUE_ID = "REAL_QID"
+RETRY_TOPIC = "RETRY_TOPIC"
+ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
+DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+TRACE_CONTEXT = "TRACE_CONTEXT"
+CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+BORN_HOST_TEXT = "__BORN_HOST"
+
+RESERVED = frozenset(
+    {
+        KEYS,
+        TAGS,
+        UNIQ_KEY,
+        MESSAGE_GROUP,
+        DELIVER_AT_MS,
+        TRANSACTION_PREPARED,
+        PRODUCER_GROUP,
+        TRANSACTION_ID,
+        REAL_TOPIC,
+        REAL_QUEUE_ID,
+        RETRY_TOPIC,
+        ORIGIN_MESSAGE_ID,
+        DLQ_ORIGIN_TOPIC,
+        DLQ_ORIGIN_MESSAGE_ID,
+        TRACE_CONTEXT,
+        CHECK_TIMES,
+        BORN_HOST_TEXT,
+        "DELAY",
+        "WAIT",
+        "MAX_OFFSET",
+        "MIN_OFFSET",
+        "CLUSTER",
+        "RECONSUME_TIME",
+        "MAX_RECONSUME_TIMES",
+    }
+)
+
+# System topics.
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+DLQ_PREFIX = "%DLQ%"
+# Topics the broker keeps for itself: clients can neither route to nor change them.
+INTERNAL_TOPICS = frozenset({SCHEDULE_TOPIC, HALF_TOPIC, OP_HALF_TOPIC})
+RETRY_PREFIX = "%RETRY%"
+
+
+def dlq_topic(group: str) -> str:
+    return f"{DLQ_PREFIX}{group}"

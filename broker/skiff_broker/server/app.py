@@ -1,0 +1,104 @@
+"""The broker process: recover the store, serve gRPC, stop cleanly on a signal."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+
+import grpc
+
+from ..admin.service import AdminService
+from ..admin.v1 import admin_pb2_grpc
+from ..config import BrokerConfig
+from ..delivery.long_polling import ArrivalHub
+from ..runtime import Broker
+from ..telemetry import telemetry_from_env
+from .messaging_service import MessagingService, add_to_server
+from .sending import transaction_check_sender
+
+log = logging.getLogger(__name__)
+
+# Requests up to this many times the message size limit reach the broker, which
+# answers MESSAGE_BODY_TOO_LARGE; larger ones are refused by gRPC itself.
+_INBOUND_LIMIT_FACTOR = 4
+_INBOUND_LIMIT_MIN = 16 * 1024 * 1024
+
+
+class BrokerServer:
+    def __init__(self, config: BrokerConfig) -> None:
+        config.validate()
+        self.config = config
+        # From the OTEL_* variables; off (and free) unless an exporter is configured.
+        self.telemetry = telemetry_from_env(config.broker_name)
+        self.broker = Broker(config, observer=self.telemetry.store_observer())
+        self.messaging: MessagingService | None = None
+        self.port = 0
+        self._server: grpc.aio.Server | None = None
+
+    @property
+    def address(self) -> str:
+        host = self.config.listen.rpartition(":")[0]
+        return f"{host}:{self.port}"
+
+    def client_endpoint(self) -> str:
+        """Where clients reach this broker: the advertised address, else the listen address."""
+        if self.config.advertised_endpoint:
+            return self.config.advertised_endpoint
+        host = self.config.listen.rpartition(":")[0]
+        if host in ("", "0.0.0.0", "[::]", "::"):
+            host = socket.gethostname()
+        return f"{host}:{self.port}"
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        # Recovery can scan a lot of log; nothing else runs on the loop yet.
+        self.broker.start()
+        hub = ArrivalHub(loop)
+        self.broker.store.add_arrival_listener(hub.on_arrival)
+        self.messaging = MessagingService(self.broker, hub)
+        # Unresolved transactions are checked with producers over their telemetry streams.
+        self.broker.transactions.send_check = transaction_check_sender(self.messaging.clients, loop)
+        inbound = max(
+            _INBOUND_LIMIT_MIN, _INBOUND_LIMIT_FACTOR * self.config.store.max_message_size
+        )
+        server = grpc.aio.server(
+            interceptors=self.telemetry.server_interceptors(),
+            options=[
+                ("grpc.max_receive_message_length", inbound),
+                ("grpc.max_send_message_length", -1),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        add_to_server(self.messaging, server)
+        admin_pb2_grpc.add_AdminServiceServicer_to_server(
+            AdminService(self.broker, endpoint=self.client_endpoint), server
+        )
+        try:
+            self.port = server.add_insecure_port(self.config.listen)
+        except RuntimeError as exc:
+            self.broker.stop()
+            self.telemetry.shutdown()
+            raise OSError(f"cannot listen on {self.config.listen}: {exc}") from exc
+        await server.start()
+        self._server = server
+        log.info("listening on %s", self.address)
+
+    async def stop(self, grace: float = 5.0) -> None:
+        if self._server is not None:
+            await self._server.stop(grace)
+            self._server = None
+        self.broker.stop()
+        # Last: spans of the final flushes are exported too.
+        self.telemetry.shutdown()
+
+    async def serve_until_signalled(self) -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await self.start()
+        await stop.wait()
+        log.info("stopping")
+        await self.stop()

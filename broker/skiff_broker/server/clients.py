@@ -1,0 +1,139 @@
+"""Connected clients: their settings and their telemetry streams.
+
+Official clients open one Telemetry stream per broker and send their Settings
+on it; the broker answers with the settings it enforces (body size limit,
+long-polling time, retry policy, FIFO) and later uses the stream to ask
+producers about unresolved transactions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+
+from google.protobuf.duration_pb2 import Duration
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
+
+from ..config import BrokerConfig
+from ..metadata.topic_table import MessageType, TopicTable
+from .status import OK
+
+log = logging.getLogger(__name__)
+
+# Redelivery delays after a failed consumption (RocketMQ's default levels).
+_RETRY_DELAYS_S = (
+    1,
+    5,
+    10,
+    30,
+    60,
+    120,
+    180,
+    240,
+    300,
+    360,
+    420,
+    480,
+    540,
+    600,
+    1200,
+    1800,
+    3600,
+    7200,
+)
+
+
+@dataclasses.dataclass(slots=True)
+class ClientSession:
+    client_id: str
+    client_type: int = pb.ClientType.CLIENT_TYPE_UNSPECIFIED
+    group: str = ""
+    topics: set[str] = dataclasses.field(default_factory=set)
+    settings: pb.Settings | None = None
+    outbound: asyncio.Queue[spb.TelemetryCommand] | None = None
+    last_seen: float = dataclasses.field(default_factory=time.monotonic)
+
+
+class ClientRegistry:
+    def __init__(self, config: BrokerConfig, topics: TopicTable) -> None:
+        self._config = config
+        self._topics = topics
+        self._sessions: dict[str, ClientSession] = {}
+
+    def session(self, client_id: str) -> ClientSession:
+        session = self._sessions.get(client_id)
+        if session is None:
+            session = self._sessions[client_id] = ClientSession(client_id)
+        session.last_seen = time.monotonic()
+        return session
+
+    def heartbeat(self, client_id: str, client_type: int, group: str) -> None:
+        session = self.session(client_id)
+        if client_type:
+            session.client_type = client_type
+        if group:
+            session.group = group
+
+    def terminate(self, client_id: str) -> None:
+        session = self._sessions.pop(client_id, None)
+        if session is not None and session.outbound is not None:
+            session.outbound.put_nowait(None)  # type: ignore[arg-type]
+
+    def producers_of(self, topic: str) -> list[ClientSession]:
+        """Producers with an open telemetry stream that publish to ``topic``."""
+        return [
+            s
+            for s in self._sessions.values()
+            if s.client_type == pb.ClientType.PRODUCER
+            and s.outbound is not None
+            and (topic in s.topics or not s.topics)
+        ]
+
+    def is_fifo_group(self, client_id: str) -> bool:
+        session = self._sessions.get(client_id)
+        return bool(session and session.settings and session.settings.subscription.fifo)
+
+    def apply_settings(self, client_id: str, settings: pb.Settings) -> pb.Settings:
+        """Record a client's settings; returns the settings the broker enforces."""
+        session = self.session(client_id)
+        session.client_type = settings.client_type
+        reply = pb.Settings()
+        reply.CopyFrom(settings)
+        reply.metric.Clear()
+        reply.metric.on = False
+        if settings.HasField("publishing"):
+            session.topics = {t.name for t in settings.publishing.topics}
+            reply.publishing.max_body_size = self._config.store.max_message_size
+            reply.publishing.validate_message_type = True
+            reply.backoff_policy.Clear()
+            reply.backoff_policy.max_attempts = 3
+            backoff = reply.backoff_policy.exponential_backoff
+            backoff.initial.CopyFrom(Duration(nanos=10_000_000))
+            backoff.max.CopyFrom(Duration(seconds=1))
+            backoff.multiplier = 2.0
+        if settings.HasField("subscription"):
+            subscription = reply.subscription
+            session.group = settings.subscription.group.name
+            session.topics = {s.topic.name for s in settings.subscription.subscriptions}
+            subscription.fifo = any(
+                (topic := self._topics.get(name)) is not None
+                and topic.message_type is MessageType.FIFO
+                for name in session.topics
+            )
+            subscription.receive_batch_size = 32
+            subscription.long_polling_timeout.CopyFrom(
+                Duration(seconds=self._config.max_long_polling_ms // 1000)
+            )
+            reply.backoff_policy.Clear()
+            reply.backoff_policy.max_attempts = self._config.max_delivery_attempts
+            reply.backoff_policy.customized_backoff.next.extend(
+                Duration(seconds=s) for s in _RETRY_DELAYS_S
+            )
+        session.settings = reply
+        return reply
+
+    def settings_command(self, client_id: str, settings: pb.Settings) -> spb.TelemetryCommand:
+        return spb.TelemetryCommand(status=OK, settings=self.apply_settings(client_id, settings))

@@ -1,0 +1,289 @@
+"""apache.rocketmq.v2.MessagingService: each RPC checks its input and delegates."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import AsyncIterator, Callable
+
+import grpc
+from google.protobuf.message import DecodeError
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
+from rocketmq.grpc_protocol import service_pb2_grpc
+
+from ..delivery.long_polling import ArrivalHub
+from ..runtime import Broker
+from . import routing
+from .clients import ClientRegistry
+from .convert import peer_host
+from .pulling import Puller
+from .receiving import Receiver
+from .sending import Sender
+from .status import OK, Code, RequestError, status
+
+log = logging.getLogger(__name__)
+
+_SERVICE = spb.DESCRIPTOR.services_by_name["MessagingService"]
+_HANDLER_KINDS = {
+    # (client streaming, server streaming)
+    (False, False): grpc.unary_unary_rpc_method_handler,
+    (False, True): grpc.unary_stream_rpc_method_handler,
+    (True, False): grpc.stream_unary_rpc_method_handler,
+    (True, True): grpc.stream_stream_rpc_method_handler,
+}
+
+
+class Undecodable:
+    """Stands for request bytes that do not parse as the method's request message.
+
+    gRPC's own handling of a parse failure answers UNKNOWN and logs a traceback
+    as if the broker had failed; the client's bytes are at fault, so the handlers
+    answer INVALID_ARGUMENT instead.
+    """
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def _lenient_parser(request_type: type) -> Callable[[bytes], object]:
+    def parse(data: bytes) -> object:
+        try:
+            return request_type.FromString(data)
+        except DecodeError as exc:
+            return Undecodable(
+                f"the request is not a valid {request_type.DESCRIPTOR.full_name} ({exc}); "
+                "send it with the apache.rocketmq.v2 protobuf definitions"
+            )
+
+    return parse
+
+
+async def _refuse(context: grpc.aio.ServicerContext, request: Undecodable) -> None:
+    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.reason)
+
+
+def add_to_server(service: MessagingService, server: grpc.aio.Server) -> None:
+    """Register ``service`` like the generated ``add_MessagingServiceServicer_to_server``,
+    except that undecodable requests reach the handlers as ``Undecodable``."""
+    handlers = {
+        method.name: _HANDLER_KINDS[(method.client_streaming, method.server_streaming)](
+            getattr(service, method.name),
+            request_deserializer=_lenient_parser(getattr(spb, method.input_type.name)),
+            response_serializer=getattr(spb, method.output_type.name).SerializeToString,
+        )
+        for method in _SERVICE.methods
+    }
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(_SERVICE.full_name, handlers),)
+    )
+
+
+def metadata_value(context: grpc.aio.ServicerContext, key: str) -> str:
+    for item in context.invocation_metadata() or ():
+        if item.key == key:
+            return item.value if isinstance(item.value, str) else item.value.decode()
+    return ""
+
+
+def _unary(response_type: type) -> Callable:
+    """Turn RequestError into a response with that status; anything else into an internal one."""
+
+    def wrap(handler: Callable) -> Callable:
+        @functools.wraps(handler)
+        async def call(self, request, context):  # type: ignore[no-untyped-def]
+            if isinstance(request, Undecodable):
+                await _refuse(context, request)
+            try:
+                result = handler(self, request, context)
+                if asyncio.iscoroutine(result):
+                    result = await result
+                return result
+            except RequestError as exc:
+                return response_type(status=exc.to_status())
+            except Exception:
+                log.exception("%s failed", handler.__name__)
+                return response_type(
+                    status=status(Code.INTERNAL_SERVER_ERROR, "the broker failed; see its log")
+                )
+
+        return call
+
+    return wrap
+
+
+class MessagingService(service_pb2_grpc.MessagingServiceServicer):
+    def __init__(self, broker: Broker, hub: ArrivalHub) -> None:
+        self._broker = broker
+        self._clients = ClientRegistry(broker.config, broker.topics)
+        self._sender = Sender(broker)
+        self._receiver = Receiver(broker, hub)
+        self._puller = Puller(broker, hub)
+
+    @property
+    def clients(self) -> ClientRegistry:
+        return self._clients
+
+    def _endpoints(self, requested: pb.Endpoints) -> pb.Endpoints:
+        """Where clients should send RPCs for this broker."""
+        advertised = self._broker.config.advertised_endpoint
+        if advertised:
+            return routing.endpoints_of(advertised)
+        if requested.addresses:
+            # The address the client reached us at is one it can reach again.
+            return requested
+        return routing.endpoints_of(self._broker.config.listen)
+
+    # -- routes and clients -------------------------------------------------
+
+    @_unary(spb.QueryRouteResponse)
+    def QueryRoute(self, request, context):
+        topic = self._broker.topic_for_use(routing.require_topic_name(request.topic.name))
+        if topic is None:
+            raise RequestError(Code.TOPIC_NOT_FOUND, f"topic {request.topic.name!r} does not exist")
+        queues = routing.message_queues(
+            topic,
+            self._broker.config.broker_name,
+            self._endpoints(request.endpoints),
+            request.topic.resource_namespace,
+        )
+        return spb.QueryRouteResponse(status=OK, message_queues=queues)
+
+    @_unary(spb.QueryAssignmentResponse)
+    def QueryAssignment(self, request, context):
+        topic = self._broker.topic_for_use(routing.require_topic_name(request.topic.name))
+        if topic is None:
+            raise RequestError(Code.TOPIC_NOT_FOUND, f"topic {request.topic.name!r} does not exist")
+        found = routing.assignments(
+            topic,
+            self._broker.config.broker_name,
+            self._endpoints(request.endpoints),
+            request.topic.resource_namespace,
+        )
+        if not found:
+            raise RequestError(Code.FORBIDDEN, f"topic {topic.name!r} has no readable queue")
+        return spb.QueryAssignmentResponse(status=OK, assignments=found)
+
+    @_unary(spb.HeartbeatResponse)
+    def Heartbeat(self, request, context):
+        self._clients.heartbeat(
+            metadata_value(context, "x-mq-client-id"), request.client_type, request.group.name
+        )
+        return spb.HeartbeatResponse(status=OK)
+
+    @_unary(spb.NotifyClientTerminationResponse)
+    def NotifyClientTermination(self, request, context):
+        self._clients.terminate(metadata_value(context, "x-mq-client-id"))
+        return spb.NotifyClientTerminationResponse(status=OK)
+
+    async def Telemetry(self, request_iterator, context) -> AsyncIterator[spb.TelemetryCommand]:
+        """Answer each Settings and keep the stream open for broker-initiated commands."""
+        client_id = metadata_value(context, "x-mq-client-id")
+        session = self._clients.session(client_id)
+        outbound: asyncio.Queue = asyncio.Queue()
+        session.outbound = outbound
+        rejected: list[Undecodable] = []
+
+        async def read() -> None:
+            try:
+                async for command in request_iterator:
+                    if isinstance(command, Undecodable):
+                        rejected.append(command)
+                        break
+                    if command.HasField("settings"):
+                        outbound.put_nowait(
+                            self._clients.settings_command(client_id, command.settings)
+                        )
+            except (asyncio.CancelledError, grpc.aio.AioRpcError):
+                pass
+            finally:
+                outbound.put_nowait(None)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (command := await outbound.get()) is not None:
+                yield command
+        finally:
+            reader.cancel()
+            if session.outbound is outbound:
+                session.outbound = None
+        if rejected:
+            await _refuse(context, rejected[0])
+
+    # -- producing ----------------------------------------------------------
+
+    @_unary(spb.SendMessageResponse)
+    async def SendMessage(self, request, context):
+        return await self._sender.send(request, peer_host(context.peer()))
+
+    @_unary(spb.EndTransactionResponse)
+    async def EndTransaction(self, request, context):
+        return await self._sender.end_transaction(request)
+
+    # -- consuming ----------------------------------------------------------
+
+    async def ReceiveMessage(self, request, context):
+        if isinstance(request, Undecodable):
+            await _refuse(context, request)
+        namespace = request.group.resource_namespace
+        try:
+            async for response in self._receiver.receive(
+                request, context.time_remaining(), namespace
+            ):
+                yield response
+        except Exception:
+            log.exception("ReceiveMessage failed")
+            yield spb.ReceiveMessageResponse(
+                status=status(Code.INTERNAL_SERVER_ERROR, "the broker failed; see its log")
+            )
+
+    @_unary(spb.AckMessageResponse)
+    def AckMessage(self, request, context):
+        return self._receiver.ack(request)
+
+    @_unary(spb.ChangeInvisibleDurationResponse)
+    def ChangeInvisibleDuration(self, request, context):
+        return self._receiver.change_invisible_duration(request)
+
+    @_unary(spb.ForwardMessageToDeadLetterQueueResponse)
+    def ForwardMessageToDeadLetterQueue(self, request, context):
+        return self._receiver.forward_to_dead_letter(request)
+
+    async def PullMessage(self, request, context):
+        if isinstance(request, Undecodable):
+            await _refuse(context, request)
+        try:
+            async for response in self._puller.pull(
+                request, context.time_remaining(), request.group.resource_namespace
+            ):
+                yield response
+        except Exception:
+            log.exception("PullMessage failed")
+            yield spb.PullMessageResponse(
+                status=status(Code.INTERNAL_SERVER_ERROR, "the broker failed; see its log")
+            )
+
+    @_unary(spb.UpdateOffsetResponse)
+    def UpdateOffset(self, request, context):
+        return self._puller.update_offset(request)
+
+    @_unary(spb.GetOffsetResponse)
+    def GetOffset(self, request, context):
+        return self._puller.get_offset(request)
+
+    @_unary(spb.QueryOffsetResponse)
+    def QueryOffset(self, request, context):
+        return self._puller.query_offset(request)
+
+    # -- not offered --------------------------------------------------------
+
+    @_unary(spb.RecallMessageResponse)
+    def RecallMessage(self, request, context):
+        raise RequestError(Code.UNSUPPORTED, "recalling delayed messages is not supported")
+
+    @_unary(spb.SyncLiteSubscriptionResponse)
+    def SyncLiteSubscription(self, request, context):
+        raise RequestError(Code.UNSUPPORTED, "lite topics are not supported")

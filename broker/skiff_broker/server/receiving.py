@@ -1,0 +1,255 @@
+"""ReceiveMessage, AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
+
+from ..delivery.long_polling import ArrivalHub
+from ..delivery.pop import Delivery, PopError
+from ..delivery.tag_filter import TagFilter
+from ..metadata.topic_table import MessageType, TopicConfig
+from ..runtime import Broker
+from .convert import timestamp, to_proto
+from .receipt_handle import ReceiptHandle
+from .routing import require_group_name, require_topic_name
+from .status import OK, Code, RequestError, status
+
+# Answer this long before the client's deadline, so it gets the answer, not a timeout.
+_DEADLINE_MARGIN_S = 1.0
+_MAX_BATCH = 1024
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _duration_ms(duration) -> int:  # type: ignore[no-untyped-def]
+    return duration.seconds * 1000 + duration.nanos // 1_000_000
+
+
+class Receiver:
+    def __init__(self, broker: Broker, hub: ArrivalHub) -> None:
+        self._broker = broker
+        self._hub = hub
+        self._rotation: dict[tuple[str, str], int] = {}
+
+    def _readable_topic(self, name: str) -> TopicConfig:
+        topic = self._broker.topic_for_use(require_topic_name(name))
+        if topic is None:
+            raise RequestError(Code.TOPIC_NOT_FOUND, f"topic {name!r} does not exist")
+        if not topic.readable:
+            raise RequestError(Code.FORBIDDEN, f"topic {name!r} is not readable")
+        return topic
+
+    @staticmethod
+    def tag_filter(expression: pb.FilterExpression) -> TagFilter:
+        if expression.type == pb.FilterType.SQL:
+            raise RequestError(
+                Code.UNSUPPORTED, "SQL92 filters are not supported; filter by tag (TagA || TagB)"
+            )
+        if expression.type not in (pb.FilterType.FILTER_TYPE_UNSPECIFIED, pb.FilterType.TAG):
+            raise RequestError(
+                Code.ILLEGAL_FILTER_EXPRESSION,
+                f"filter type {expression.type} is unknown; use TAG (TagA || TagB)",
+            )
+        try:
+            return TagFilter.parse(expression.expression)
+        except ValueError as exc:
+            raise RequestError(Code.ILLEGAL_FILTER_EXPRESSION, str(exc)) from None
+
+    def _queue_order(self, group: str, topic: TopicConfig) -> list[int]:
+        """Every readable queue, starting one further each call so none starves."""
+        count = topic.read_queue_nums
+        start = self._rotation.get((group, topic.name), 0)
+        self._rotation[(group, topic.name)] = (start + 1) % count
+        return [(start + i) % count for i in range(count)]
+
+    def _invisible_ms(self, request: spb.ReceiveMessageRequest) -> int:
+        config = self._broker.config
+        if not request.HasField("invisible_duration"):
+            return config.default_invisible_time_ms
+        invisible = _duration_ms(request.invisible_duration)
+        if not config.min_invisible_time_ms <= invisible <= config.max_invisible_time_ms:
+            raise RequestError(
+                Code.ILLEGAL_INVISIBLE_TIME,
+                f"invisible duration must be {config.min_invisible_time_ms} ms to "
+                f"{config.max_invisible_time_ms // 3_600_000} h",
+            )
+        return invisible
+
+    # -- ReceiveMessage -----------------------------------------------------
+
+    async def receive(
+        self,
+        request: spb.ReceiveMessageRequest,
+        time_remaining: float | None,
+        namespace: str,
+    ) -> AsyncIterator[spb.ReceiveMessageResponse]:
+        try:
+            deliveries = await self._receive(request, time_remaining)
+        except RequestError as exc:
+            yield spb.ReceiveMessageResponse(status=exc.to_status())
+            yield spb.ReceiveMessageResponse(delivery_timestamp=timestamp(_now_ms()))
+            return
+        if not deliveries:
+            yield spb.ReceiveMessageResponse(
+                status=status(Code.MESSAGE_NOT_FOUND, "no new message")
+            )
+        else:
+            yield spb.ReceiveMessageResponse(status=OK)
+            broker_name = self._broker.config.broker_name
+            for d in deliveries:
+                yield spb.ReceiveMessageResponse(message=self._to_proto(d, broker_name, namespace))
+        yield spb.ReceiveMessageResponse(delivery_timestamp=timestamp(_now_ms()))
+
+    @staticmethod
+    def _to_proto(d: Delivery, broker_name: str, namespace: str) -> pb.Message:
+        handle = ReceiptHandle(
+            d.queue_id,
+            d.offset,
+            d.retrieve_time,
+            d.invisible_time,
+            broker_name,
+            d.message.physical_offset,
+        )
+        return to_proto(
+            d.message,
+            namespace=namespace,
+            receipt_handle=handle.encode(),
+            delivery_attempt=d.attempt,
+            invisible_ms=d.invisible_time,
+        )
+
+    async def _receive(
+        self, request: spb.ReceiveMessageRequest, time_remaining: float | None
+    ) -> list[Delivery]:
+        group = require_group_name(request.group.name)
+        topic = self._readable_topic(request.message_queue.topic.name)
+        tag_filter = self.tag_filter(request.filter_expression)
+        batch = request.batch_size or 32
+        if not 0 < batch <= _MAX_BATCH:
+            raise RequestError(Code.BAD_REQUEST, f"batch size must be 1 to {_MAX_BATCH}")
+        invisible = self._invisible_ms(request)
+        config = self._broker.config
+        polling_ms = (
+            _duration_ms(request.long_polling_timeout)
+            if request.HasField("long_polling_timeout")
+            else config.max_long_polling_ms
+        )
+        polling_s = min(polling_ms, config.max_long_polling_ms) / 1000
+        if time_remaining is not None:
+            polling_s = min(polling_s, time_remaining - _DEADLINE_MARGIN_S)
+        deadline = time.monotonic() + max(polling_s, 0.0)
+        fifo = topic.message_type is MessageType.FIFO
+        pop = self._broker.pop
+        while True:
+            deliveries = pop.pop(
+                group,
+                topic.name,
+                self._queue_order(group, topic),
+                batch,
+                invisible,
+                tag_filter,
+                fifo=fifo,
+            )
+            remaining = deadline - time.monotonic()
+            if deliveries or remaining <= 0:
+                return deliveries
+            due = pop.next_visible_at(group, topic.name)
+            if due is not None:
+                remaining = min(remaining, max(0.0, (due - _now_ms()) / 1000) + 0.01)
+            await self._hub.wait(topic.name, remaining)
+
+    # -- acknowledging ------------------------------------------------------
+
+    def ack(self, request: spb.AckMessageRequest) -> spb.AckMessageResponse:
+        group = require_group_name(request.group.name)
+        topic = require_topic_name(request.topic.name)
+        entries = []
+        for entry in request.entries:
+            try:
+                handle = ReceiptHandle.decode(entry.receipt_handle)
+                self._broker.pop.ack(
+                    group, topic, handle.queue_id, handle.offset, handle.retrieve_time
+                )
+                result = OK
+            except RequestError as exc:
+                result = exc.to_status()
+            except PopError as exc:
+                result = status(Code.INVALID_RECEIPT_HANDLE, str(exc))
+            entries.append(
+                spb.AckMessageResultEntry(
+                    message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=result
+                )
+            )
+        codes = {e.status.code for e in entries}
+        if Code.OK in codes:
+            # An ack can release a FIFO queue that waiting receives skipped.
+            self._hub.notify(topic)
+        if not entries:
+            overall = status(Code.BAD_REQUEST, "an ack request needs at least one entry")
+        elif len(codes) == 1:
+            overall = entries[0].status
+        else:
+            overall = status(Code.MULTIPLE_RESULTS)
+        return spb.AckMessageResponse(status=overall, entries=entries)
+
+    def change_invisible_duration(
+        self, request: spb.ChangeInvisibleDurationRequest
+    ) -> spb.ChangeInvisibleDurationResponse:
+        require_group_name(request.group.name)
+        require_topic_name(request.topic.name)
+        config = self._broker.config
+        invisible = _duration_ms(request.invisible_duration)
+        # A consumer asking for a quick retry may go below the receive minimum.
+        if not 0 <= invisible <= config.max_invisible_time_ms:
+            raise RequestError(
+                Code.ILLEGAL_INVISIBLE_TIME,
+                f"invisible duration must be 0 to {config.max_invisible_time_ms // 3_600_000} h",
+            )
+        handle = ReceiptHandle.decode(request.receipt_handle)
+        try:
+            d = self._broker.pop.change_invisible_time(
+                request.group.name,
+                request.topic.name,
+                handle.queue_id,
+                handle.offset,
+                handle.retrieve_time,
+                invisible,
+            )
+        except PopError as exc:
+            raise RequestError(Code.INVALID_RECEIPT_HANDLE, str(exc)) from None
+        # Waiting receives planned their sleep with the old due time.
+        self._hub.notify(request.topic.name)
+        renewed = ReceiptHandle(
+            d.queue_id,
+            d.offset,
+            d.retrieve_time,
+            d.invisible_time,
+            handle.broker_name,
+            d.message.physical_offset,
+        )
+        return spb.ChangeInvisibleDurationResponse(status=OK, receipt_handle=renewed.encode())
+
+    def forward_to_dead_letter(
+        self, request: spb.ForwardMessageToDeadLetterQueueRequest
+    ) -> spb.ForwardMessageToDeadLetterQueueResponse:
+        require_group_name(request.group.name)
+        require_topic_name(request.topic.name)
+        handle = ReceiptHandle.decode(request.receipt_handle)
+        try:
+            self._broker.pop.forward_to_dead_letter(
+                request.group.name,
+                request.topic.name,
+                handle.queue_id,
+                handle.offset,
+                handle.retrieve_time,
+            )
+        except PopError as exc:
+            raise RequestError(Code.INVALID_RECEIPT_HANDLE, str(exc)) from None
+        self._hub.notify(request.topic.name)  # it may have held a FIFO queue
+        return spb.ForwardMessageToDeadLetterQueueResponse(status=OK)

@@ -1,0 +1,121 @@
+"""Routes: which queues a topic has on this broker, with what permission."""
+
+from __future__ import annotations
+
+from rocketmq.grpc_protocol import definition_pb2 as pb
+
+from ..delivery import properties as prop
+from ..metadata.topic_table import (
+    TOPIC_NAME_PATTERN,
+    MessageType,
+    Permission,
+    TopicConfig,
+    validate_topic_name,
+)
+from .status import Code, RequestError
+
+# A group's dead-letter topic, %DLQ%<group>, must itself be a valid topic name.
+MAX_GROUP_NAME_LENGTH = 127 - len(prop.DLQ_PREFIX)
+
+_ACCEPTED = {
+    MessageType.NORMAL: [pb.MessageType.NORMAL],
+    MessageType.FIFO: [pb.MessageType.FIFO],
+    MessageType.DELAY: [pb.MessageType.DELAY],
+    MessageType.TRANSACTION: [pb.MessageType.TRANSACTION],
+}
+
+
+def require_topic_name(name: str) -> str:
+    """``name`` if it can name a topic; ILLEGAL_TOPIC otherwise (before any lookup)."""
+    try:
+        validate_topic_name(name)
+    except ValueError as exc:
+        raise RequestError(Code.ILLEGAL_TOPIC, str(exc)) from None
+    return name
+
+
+def require_group_name(name: str) -> str:
+    if not name:
+        raise RequestError(Code.ILLEGAL_CONSUMER_GROUP, "a consumer group is required")
+    if len(name) > MAX_GROUP_NAME_LENGTH or not TOPIC_NAME_PATTERN.match(name):
+        raise RequestError(
+            Code.ILLEGAL_CONSUMER_GROUP,
+            f"consumer group {name!r} is invalid: use 1 to {MAX_GROUP_NAME_LENGTH} characters "
+            "from letters, digits, '-', '_', '%' and '|'",
+        )
+    return name
+
+
+def accepted_types(topic: TopicConfig) -> list[int]:
+    return _ACCEPTED[topic.message_type]
+
+
+def endpoints_of(address: str) -> pb.Endpoints:
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    if ":" in host:
+        scheme = pb.AddressScheme.IPv6
+    elif host.replace(".", "").isdigit():
+        scheme = pb.AddressScheme.IPv4
+    else:
+        scheme = pb.AddressScheme.DOMAIN_NAME
+    return pb.Endpoints(scheme=scheme, addresses=[pb.Address(host=host, port=int(port))])
+
+
+def _permission(topic: TopicConfig, queue_id: int) -> int:
+    readable = topic.readable and queue_id < topic.read_queue_nums
+    writable = topic.writable and queue_id < topic.write_queue_nums
+    if readable and writable:
+        return pb.Permission.READ_WRITE
+    if readable:
+        return pb.Permission.READ
+    if writable:
+        return pb.Permission.WRITE
+    return pb.Permission.NONE
+
+
+def message_queues(
+    topic: TopicConfig, broker_name: str, endpoints: pb.Endpoints, namespace: str = ""
+) -> list[pb.MessageQueue]:
+    """One entry per queue id; producers use the writable ones, consumers the readable."""
+    broker = pb.Broker(name=broker_name, id=0, endpoints=endpoints)
+    resource = pb.Resource(name=topic.name, resource_namespace=namespace)
+    return [
+        pb.MessageQueue(
+            topic=resource,
+            id=queue_id,
+            permission=_permission(topic, queue_id),
+            broker=broker,
+            accept_message_types=accepted_types(topic),
+        )
+        for queue_id in range(max(topic.read_queue_nums, topic.write_queue_nums))
+    ]
+
+
+def assignments(
+    topic: TopicConfig, broker_name: str, endpoints: pb.Endpoints, namespace: str = ""
+) -> list[pb.Assignment]:
+    """For push consumers: the whole broker (queue -1: any queue) or, for FIFO, each queue."""
+    if not topic.readable or topic.read_queue_nums == 0:
+        return []
+    broker = pb.Broker(name=broker_name, id=0, endpoints=endpoints)
+    resource = pb.Resource(name=topic.name, resource_namespace=namespace)
+    if topic.message_type is MessageType.FIFO:
+        queue_ids = list(range(topic.read_queue_nums))
+    else:
+        queue_ids = [-1]
+    permission = (
+        pb.Permission.READ_WRITE if topic.perm == Permission.READ_WRITE else pb.Permission.READ
+    )
+    return [
+        pb.Assignment(
+            message_queue=pb.MessageQueue(
+                topic=resource,
+                id=queue_id,
+                permission=permission,
+                broker=broker,
+                accept_message_types=accepted_types(topic),
+            )
+        )
+        for queue_id in queue_ids
+    ]

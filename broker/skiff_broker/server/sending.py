@@ -1,0 +1,304 @@
+"""SendMessage and EndTransaction: validating producers' messages and storing them.
+
+Also the other direction of a transaction: asking a producer to resolve one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
+
+from ..delivery import properties as prop
+from ..delivery.transactions import CheckSender
+from ..metadata.topic_table import TopicConfig
+from ..runtime import Broker
+from ..store.hashing import java_string_hash
+from ..store.message import Message, StoredMessage, SysFlag
+from ..store.message_store import PutResult
+from .clients import ClientRegistry
+from .convert import millis, record_host, to_proto
+from .routing import accepted_types, require_topic_name
+from .status import OK, Code, RequestError, put_code, status
+
+log = logging.getLogger(__name__)
+
+_TYPE_NAMES = {v: k for k, v in pb.MessageType.items()}
+# Delivery timestamps this large are milliseconds in the seconds field (some clients do that).
+_SECONDS_LIMIT = 10**11
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Sender:
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+        self._round_robin: dict[str, int] = {}
+
+    # -- SendMessage --------------------------------------------------------
+
+    async def send(self, request: spb.SendMessageRequest, peer: str) -> spb.SendMessageResponse:
+        if not request.messages:
+            raise RequestError(Code.MESSAGE_CORRUPTED, "a send request needs at least one message")
+        topic_name = request.messages[0].topic.name
+        if any(m.topic.name != topic_name for m in request.messages):
+            raise RequestError(
+                Code.MESSAGE_CORRUPTED, "all messages of one send request must share a topic"
+            )
+        topic = self._writable_topic(topic_name)
+        # Messages without a group share one queue per request, so a batching
+        # producer's request becomes one contiguous append.
+        shared_queue = self._next_queue(topic)
+        entries: list[spb.SendResultEntry] = [spb.SendResultEntry()] * len(request.messages)
+        plain: list[tuple[int, str, Message]] = []
+        for index, proto in enumerate(request.messages):
+            message_id = proto.system_properties.message_id
+            try:
+                message, message_type, deliver_at = self._to_store_message(
+                    proto, topic, peer, shared_queue
+                )
+                if message_type == pb.MessageType.TRANSACTION:
+                    result, transaction_id = await self._broker.transactions.prepare(
+                        message, producer_group=topic.name
+                    )
+                    entries[index] = self._entry(result, 0, message_id, transaction_id)
+                elif message_type == pb.MessageType.DELAY and deliver_at > _now_ms():
+                    result = await self._broker.delays.schedule(message, deliver_at)
+                    entries[index] = self._entry(result, 0, message_id, "")
+                else:
+                    plain.append((index, message_id, message))
+            except RequestError as exc:
+                entries[index] = spb.SendResultEntry(status=exc.to_status(), message_id=message_id)
+        if plain:
+            result = await self._broker.store.put_messages_async([m for _, _, m in plain])
+            for position, (index, message_id, _) in enumerate(plain):
+                entries[index] = self._entry(result, position, message_id, "")
+        codes = {entry.status.code for entry in entries}
+        overall = (
+            OK
+            if codes == {Code.OK}
+            else (entries[0].status if len(codes) == 1 else status(Code.MULTIPLE_RESULTS))
+        )
+        return spb.SendMessageResponse(status=overall, entries=entries)
+
+    def _writable_topic(self, name: str) -> TopicConfig:
+        require_topic_name(name)
+        if name in prop.INTERNAL_TOPICS:
+            raise RequestError(
+                Code.ILLEGAL_TOPIC,
+                f"topic {name!r} is internal to the broker; send DELAY or TRANSACTION "
+                "messages to their own topic instead",
+            )
+        topic = self._broker.topic_for_use(name)
+        if topic is None:
+            raise RequestError(
+                Code.TOPIC_NOT_FOUND,
+                f"topic {name!r} does not exist; create it first (skiff topic create {name})",
+            )
+        if not topic.writable:
+            raise RequestError(Code.FORBIDDEN, f"topic {name!r} is not writable")
+        return topic
+
+    @staticmethod
+    def _entry(
+        result: PutResult, position: int, message_id: str, transaction_id: str
+    ) -> spb.SendResultEntry:
+        code = put_code(result.status)
+        entry = spb.SendResultEntry(
+            status=status(code, result.reason or "OK"),
+            message_id=message_id,
+            transaction_id=transaction_id,
+        )
+        if result.append is not None:
+            entry.offset = result.append.queue_offsets[position]
+        return entry
+
+    def _next_queue(self, topic: TopicConfig) -> int:
+        index = self._round_robin.get(topic.name, 0)
+        self._round_robin[topic.name] = (index + 1) % topic.write_queue_nums
+        return index % topic.write_queue_nums
+
+    @staticmethod
+    def _group_queue(topic: TopicConfig, group: str) -> int:
+        # A message group always lands in the same queue: its order is kept there.
+        return abs(java_string_hash(group)) % topic.write_queue_nums
+
+    def _to_store_message(
+        self, proto: pb.Message, topic: TopicConfig, peer: str, shared_queue: int
+    ) -> tuple[Message, int, int]:
+        system = proto.system_properties
+        config = self._broker.config
+        if not system.message_id.strip():
+            raise RequestError(Code.ILLEGAL_MESSAGE_ID, "message_id must not be blank")
+        if not proto.body:
+            raise RequestError(Code.MESSAGE_BODY_EMPTY, "message body must not be empty")
+        limit = config.store.max_message_size
+        if len(proto.body) > limit:
+            raise RequestError(
+                Code.MESSAGE_BODY_TOO_LARGE,
+                f"message body is {len(proto.body)} bytes; the limit is {limit}",
+            )
+        properties = self._user_properties(proto)
+        if system.HasField("tag"):
+            if not system.tag.strip() or "|" in system.tag:
+                raise RequestError(
+                    Code.ILLEGAL_MESSAGE_TAG, f"tag {system.tag!r} must be non-blank without '|'"
+                )
+            properties[prop.TAGS] = system.tag
+        if system.keys:
+            if any(not k or any(c.isspace() for c in k) for k in system.keys):
+                raise RequestError(
+                    Code.ILLEGAL_MESSAGE_KEY, "message keys must be non-empty without whitespace"
+                )
+            properties[prop.KEYS] = " ".join(system.keys)
+        properties[prop.UNIQ_KEY] = system.message_id
+        message_type = system.message_type or self._implied_type(system)
+        if message_type not in accepted_types(topic):
+            raise RequestError(
+                Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                f"topic {topic.name!r} accepts {topic.message_type} messages; this one is "
+                f"{_TYPE_NAMES.get(message_type, message_type)}",
+            )
+        group = ""
+        if message_type == pb.MessageType.FIFO:
+            group = system.message_group
+            if not group:
+                raise RequestError(
+                    Code.ILLEGAL_MESSAGE_GROUP, "a FIFO message needs a message group"
+                )
+            if len(group.encode()) >= 64:
+                raise RequestError(
+                    Code.ILLEGAL_MESSAGE_GROUP, "a message group must be shorter than 64 bytes"
+                )
+            properties[prop.MESSAGE_GROUP] = group
+        deliver_at = 0
+        if message_type == pb.MessageType.DELAY:
+            if not system.HasField("delivery_timestamp"):
+                raise RequestError(
+                    Code.ILLEGAL_DELIVERY_TIME, "a DELAY message needs a delivery timestamp"
+                )
+            ts = system.delivery_timestamp
+            deliver_at = ts.seconds if ts.seconds > _SECONDS_LIMIT else millis(ts)
+            if deliver_at - _now_ms() > config.max_delay_ms:
+                raise RequestError(
+                    Code.ILLEGAL_DELIVERY_TIME,
+                    f"delivery time is more than {config.max_delay_ms // 3_600_000} h ahead",
+                )
+            properties[prop.DELIVER_AT_MS] = str(deliver_at)
+        if system.trace_context:
+            properties[prop.TRACE_CONTEXT] = system.trace_context
+        fallback = peer
+        born_host = record_host(system.born_host, fallback) if system.born_host else fallback
+        if system.born_host and born_host == fallback:
+            properties[prop.BORN_HOST_TEXT] = system.born_host
+        sys_flag = SysFlag.COMPRESSED if system.body_encoding == pb.Encoding.GZIP else 0
+        message = Message(
+            topic=topic.name,
+            body=proto.body,
+            queue_id=self._group_queue(topic, group) if group else shared_queue,
+            properties=properties,
+            sys_flag=int(sys_flag),
+            born_timestamp=millis(system.born_timestamp)
+            if system.HasField("born_timestamp")
+            else 0,
+            born_host=born_host,
+        )
+        return message, message_type, deliver_at
+
+    @staticmethod
+    def _implied_type(system: pb.SystemProperties) -> int:
+        if system.message_group:
+            return pb.MessageType.FIFO
+        if system.HasField("delivery_timestamp"):
+            return pb.MessageType.DELAY
+        return pb.MessageType.NORMAL
+
+    @staticmethod
+    def _user_properties(proto: pb.Message) -> dict[str, str]:
+        user = dict(proto.user_properties)
+        if len(user) > 128 or sum(len(k) + len(v) for k, v in user.items()) > 16 * 1024:
+            raise RequestError(
+                Code.MESSAGE_PROPERTIES_TOO_LARGE,
+                "user properties are limited to 128 entries and 16 KiB",
+            )
+        for name, value in user.items():
+            if name in prop.RESERVED:
+                raise RequestError(
+                    Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+                    f"property {name!r} is reserved for the broker; choose another name",
+                )
+            if not name or "\x01" in name + value or "\x02" in name + value:
+                raise RequestError(
+                    Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+                    f"property {name!r} is empty or holds a control character \\x01/\\x02",
+                )
+        return user
+
+    # -- EndTransaction -----------------------------------------------------
+
+    async def end_transaction(
+        self, request: spb.EndTransactionRequest
+    ) -> spb.EndTransactionResponse:
+        if not request.transaction_id:
+            raise RequestError(Code.INVALID_TRANSACTION_ID, "transaction_id must not be blank")
+        if request.resolution not in (
+            pb.TransactionResolution.COMMIT,
+            pb.TransactionResolution.ROLLBACK,
+        ):
+            # An unresolved answer from a check: ask again later.
+            return spb.EndTransactionResponse(status=OK)
+        await self._broker.transactions.end(
+            topic=request.topic.name,
+            message_id=request.message_id,
+            transaction_id=request.transaction_id,
+            commit=request.resolution == pb.TransactionResolution.COMMIT,
+            from_check=request.source == pb.TransactionSource.SOURCE_SERVER_CHECK,
+        )
+        return spb.EndTransactionResponse(status=OK)
+
+
+# -- transaction checks -----------------------------------------------------
+
+
+def transaction_check_sender(
+    clients: ClientRegistry, loop: asyncio.AbstractEventLoop
+) -> CheckSender:
+    """Sends RecoverOrphanedTransactionCommand to one producer of the message's topic.
+
+    The transaction checker calls it from its own thread; the telemetry streams
+    belong to ``loop``, so the command is handed over there.
+    """
+
+    def offer(message: StoredMessage, transaction_id: str) -> None:
+        producers = clients.producers_of(message.topic)
+        if not producers:
+            log.info(
+                "no producer of %s is connected to resolve transaction %s; asking again later",
+                message.topic,
+                transaction_id,
+            )
+            return
+        outbound = random.choice(producers).outbound
+        if outbound is not None:
+            outbound.put_nowait(
+                spb.TelemetryCommand(
+                    recover_orphaned_transaction_command=spb.RecoverOrphanedTransactionCommand(
+                        message=to_proto(message), transaction_id=transaction_id
+                    )
+                )
+            )
+
+    def send(message: StoredMessage, transaction_id: str) -> bool:
+        try:
+            loop.call_soon_threadsafe(offer, message, transaction_id)
+        except RuntimeError:  # the loop is closed: the broker is stopping
+            return False
+        return True
+
+    return send

@@ -1,0 +1,46 @@
+"""RocketMQ v2 ``Status`` values and the errors that carry them.
+
+Business errors travel inside the response body with gRPC status OK, as the
+official clients expect; the message says what to do.
+"""
+
+from __future__ import annotations
+
+from rocketmq.grpc_protocol import definition_pb2 as pb
+
+from ..store.message_store import PutStatus
+
+Code = pb.Code
+
+
+def status(code: int, message: str = "") -> pb.Status:
+    return pb.Status(code=code, message=message or pb.Code.Name(code))
+
+
+OK = status(pb.Code.OK, "OK")
+
+
+class RequestError(Exception):
+    """Ends a request with a v2 status code and a sentence for the user."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    def to_status(self) -> pb.Status:
+        return status(self.code, self.message)
+
+
+_PUT_CODES = {
+    PutStatus.PUT_OK: pb.Code.OK,
+    PutStatus.FLUSH_DISK_TIMEOUT: pb.Code.MASTER_PERSISTENCE_TIMEOUT,
+    PutStatus.MESSAGE_ILLEGAL: pb.Code.BAD_REQUEST,
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: pb.Code.MESSAGE_PROPERTIES_TOO_LARGE,
+    PutStatus.DISK_FULL: pb.Code.INTERNAL_SERVER_ERROR,
+    PutStatus.SERVICE_NOT_AVAILABLE: pb.Code.INTERNAL_SERVER_ERROR,
+}
+
+
+def put_code(put_status: PutStatus) -> int:
+    return _PUT_CODES[put_status]

@@ -1,0 +1,60 @@
+"""Names of the broker's spans, span attributes and metrics.
+
+They are a contract with whatever reads exported telemetry (dashboards, the
+Spark job that reports append/flush latency per broker, topic, flush type and
+replication mode), so they live in one place. Standard OpenTelemetry names are
+used where one exists; the rest carry a ``skiff.`` prefix.
+"""
+
+from __future__ import annotations
+
+# Instrumentation scopes.
+STORE_SCOPE = "skiff_broker.store"
+SERVER_SCOPE = "skiff_broker.server"
+
+# Spans. Server spans are named after the gRPC method, e.g.
+# "apache.rocketmq.v2.MessagingService/SendMessage".
+APPEND_SPAN = "skiff.store.append"
+FLUSH_SPAN = "skiff.store.flush"
+
+# Attributes on append and flush spans (and, where they fit, on histogram points).
+BROKER = "skiff.broker"
+FLUSH_TYPE = "skiff.flush_type"  # SYNC_FLUSH | ASYNC_FLUSH
+REPLICATION_MODE = "skiff.replication_mode"  # ASYNC | SYNC | NONE
+MESSAGING_SYSTEM = "messaging.system"
+TOPIC = "messaging.destination.name"
+QUEUE_ID = "messaging.destination.partition.id"  # a string, as the convention says
+MESSAGE_COUNT = "messaging.batch.message_count"
+APPEND_BYTES = "skiff.append.bytes"  # commit-log bytes of the batch's records
+PUT_STATUS = "skiff.put_status"  # PUT_OK, FLUSH_DISK_TIMEOUT, DISK_FULL, ...
+FLUSH_BYTES = "skiff.flush.bytes"
+FLUSH_PAGES = "skiff.flush.pages"
+FLUSH_WAITERS = "skiff.flush.waiters"  # group-commit appenders served by one flush
+FLUSH_OUTCOME = "skiff.flush.outcome"  # ok | error
+
+# Replication does not exist yet: every broker is standalone.
+REPLICATION_NONE = "NONE"
+
+# Histograms, in seconds.
+APPEND_DURATION = "skiff.store.append.duration"
+FLUSH_DURATION = "skiff.store.flush.duration"
+# From 50 µs (an ASYNC_FLUSH append) to 10 s (past the default 5 s SYNC_FLUSH timeout).
+LATENCY_BUCKETS_S = (
+    0.00005,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)

@@ -1,0 +1,197 @@
+"""A SERVER span around every gRPC handler, continuing the caller's W3C trace.
+
+The caller's ``traceparent``/``tracestate`` metadata (W3C Trace Context) become
+the span's parent; the span is current while the handler runs, so the store's
+append spans become its children. Unary and streaming handlers alike: a
+streaming RPC's span lasts as long as the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from . import conventions as cv
+
+_PROPAGATED = ("traceparent", "tracestate")
+# Server-side codes that mark the span as failed (OpenTelemetry's gRPC conventions);
+# the rest are the caller's mistakes, not the server's.
+_SERVER_ERRORS = frozenset(
+    {
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.UNIMPLEMENTED,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DATA_LOSS,
+    }
+)
+_CODES_BY_VALUE = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def _parent_context(metadata: Any) -> Context:
+    carrier = {}
+    for key, value in metadata or ():
+        if key in _PROPAGATED:
+            carrier[key] = value.decode() if isinstance(value, bytes) else value
+    # A fresh context: a request's trace never continues anything but its own caller's.
+    if not carrier:
+        return Context()
+    return TraceContextTextMapPropagator().extract(carrier, context=Context())
+
+
+def _status_code(context: grpc.aio.ServicerContext, error: BaseException | None) -> grpc.StatusCode:
+    # The context of a synchronous handler (run on a thread) cannot tell its code.
+    code = context.code() if hasattr(context, "code") else None
+    if isinstance(code, int):
+        code = _CODES_BY_VALUE.get(code)
+    if isinstance(code, grpc.StatusCode):
+        return code
+    if error is None:
+        return grpc.StatusCode.OK
+    if isinstance(error, asyncio.CancelledError):
+        return grpc.StatusCode.CANCELLED
+    return grpc.StatusCode.UNKNOWN
+
+
+def _finish(span: Span, context: grpc.aio.ServicerContext, error: BaseException | None) -> None:
+    code = _status_code(context, error)
+    span.set_attribute("rpc.grpc.status_code", code.value[0])
+    if error is not None and not isinstance(error, asyncio.CancelledError | grpc.aio.AbortError):
+        span.record_exception(error)
+    if code in _SERVER_ERRORS:
+        details = context.details() if hasattr(context, "details") else None
+        span.set_status(Status(StatusCode.ERROR, details or code.name))
+
+
+# Distinct handlers wrapped and kept; servers register a few dozen methods.
+_MAX_WRAPPED = 1024
+
+
+class TracingInterceptor(grpc.aio.ServerInterceptor):
+    def __init__(self, tracer_provider: trace.TracerProvider, broker_name: str) -> None:
+        self._tracer = tracer_provider.get_tracer(cv.SERVER_SCOPE)
+        self._broker_name = broker_name
+        # Wrapping costs more than a small request; a method's handler is the same object
+        # on every call, so its traced version is made once.
+        self._wrapped: dict[int, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        known = self._wrapped.get(id(handler))
+        if known is not None and known[0] is handler:
+            return known[1]
+        wrapped = _wrap(handler, self._starter(handler_call_details.method))
+        if len(self._wrapped) < _MAX_WRAPPED:
+            self._wrapped[id(handler)] = (handler, wrapped)
+        return wrapped
+
+    def _starter(self, path: str) -> Callable[[grpc.aio.ServicerContext], Any]:
+        """What opens the SERVER span of one call of the method at ``path``."""
+        full_method = path.lstrip("/")
+        service, _, method = full_method.rpartition("/")
+        attributes = {
+            "rpc.system": "grpc",
+            "rpc.service": service,
+            "rpc.method": method,
+            cv.BROKER: self._broker_name,
+        }
+        tracer = self._tracer
+
+        def start(context: grpc.aio.ServicerContext) -> Any:
+            return tracer.start_as_current_span(
+                full_method,
+                context=_parent_context(context.invocation_metadata()),
+                kind=SpanKind.SERVER,
+                attributes=attributes,
+                record_exception=False,
+                set_status_on_exception=False,
+            )
+
+        return start
+
+
+def _wrap(handler: grpc.RpcMethodHandler, start: Callable[[Any], Any]) -> grpc.RpcMethodHandler:
+    if handler.request_streaming and handler.response_streaming:
+        make, behavior = grpc.stream_stream_rpc_method_handler, handler.stream_stream
+    elif handler.request_streaming:
+        make, behavior = grpc.stream_unary_rpc_method_handler, handler.stream_unary
+    elif handler.response_streaming:
+        make, behavior = grpc.unary_stream_rpc_method_handler, handler.unary_stream
+    else:
+        make, behavior = grpc.unary_unary_rpc_method_handler, handler.unary_unary
+    if handler.response_streaming:
+        traced = _traced_stream(behavior, start)
+    elif inspect.iscoroutinefunction(behavior):
+        traced = _traced_coroutine(behavior, start)
+    else:
+        traced = _traced_function(behavior, start)
+    return make(
+        traced,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )
+
+
+def _traced_coroutine(behavior: Callable, start: Callable[[Any], Any]) -> Callable:
+    async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        with start(context) as span:
+            try:
+                response = await behavior(request, context)
+            except BaseException as exc:
+                _finish(span, context, exc)
+                raise
+            _finish(span, context, None)
+            return response
+
+    return call
+
+
+def _traced_function(behavior: Callable, start: Callable[[Any], Any]) -> Callable:
+    def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        with start(context) as span:
+            try:
+                response = behavior(request, context)
+            except BaseException as exc:
+                _finish(span, context, exc)
+                raise
+            _finish(span, context, None)
+            return response
+
+    return call
+
+
+def _traced_stream(behavior: Callable, start: Callable[[Any], Any]) -> Callable:
+    async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        with start(context) as span:
+            try:
+                responses = behavior(request, context)
+                if inspect.isasyncgen(responses):
+                    async for response in responses:
+                        yield response
+                elif inspect.isawaitable(responses):
+                    # A handler that writes with context.write() and returns nothing.
+                    await responses
+                else:
+                    for response in responses:
+                        yield response
+            except BaseException as exc:
+                _finish(span, context, exc)
+                raise
+            _finish(span, context, None)
+
+    return call

@@ -1,0 +1,266 @@
+"""Tracer and meter providers from the standard ``OTEL_*`` environment variables.
+
+Telemetry is off unless an exporter is configured: ``OTEL_TRACES_EXPORTER`` /
+``OTEL_METRICS_EXPORTER`` (``otlp``, ``console``, ``none``; comma-separated), or
+an OTLP endpoint (``OTEL_EXPORTER_OTLP_ENDPOINT`` or the signal's own
+``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` / ``..._METRICS_ENDPOINT``), which implies
+``otlp``. ``OTEL_SDK_DISABLED=true`` turns everything off.
+
+The OTLP exporters read their endpoint, headers, timeout, compression and TLS
+settings from the environment themselves; the protocol (``grpc`` or
+``http/protobuf``, the default) is chosen here from ``OTEL_EXPORTER_OTLP_PROTOCOL``
+or the signal's own ``..._TRACES_PROTOCOL`` / ``..._METRICS_PROTOCOL``. The batch
+span processor and the periodic metric reader read ``OTEL_BSP_*`` and
+``OTEL_METRIC_EXPORT_INTERVAL``.
+
+Sampling: ``OTEL_TRACES_SAMPLER`` as the specification defines it. Unset, the
+broker samples ``parentbased_traceidratio`` with the ratio from
+``OTEL_TRACES_SAMPLER_ARG`` or :data:`DEFAULT_SAMPLE_RATIO`: a caller's sampled
+trace is always continued, and of the rest that fraction is traced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+
+import grpc
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    ConsoleMetricExporter,
+    MetricExporter,
+    PeriodicExportingMetricReader,
+)
+from opentelemetry.sdk.resources import OTELResourceDetector, Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from opentelemetry.sdk.trace.sampling import (
+    ALWAYS_OFF,
+    ALWAYS_ON,
+    ParentBased,
+    Sampler,
+    TraceIdRatioBased,
+)
+
+from ..store.observer import StoreObserver
+from . import conventions as cv
+from .server_interceptor import TracingInterceptor
+from .store_observer import StoreTelemetry
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SERVICE_NAME = "skiff-broker"
+# Chosen with bench/telemetry_bench.py (see README, "Telemetry"): a sampled request
+# costs the broker ~0.4 ms of CPU (three spans built, encoded and exported), so at 1%
+# sampled traces add under 1% to a ~0.5 ms request; unsampled ones cost what every
+# request pays anyway (the SERVER span decision and the histogram samples).
+DEFAULT_SAMPLE_RATIO = 0.01
+_EXPORTERS = ("otlp", "console", "none")
+_PROTOCOLS = ("http/protobuf", "grpc")
+
+
+def _env(name: str) -> str:
+    return os.environ.get(name, "").strip()
+
+
+def _exporter_names(signal: str) -> tuple[str, ...]:
+    """The exporters of ``signal`` ("traces" or "metrics"); empty means off."""
+    configured = _env(f"OTEL_{signal.upper()}_EXPORTER").lower()
+    if not configured:
+        endpoint = _env("OTEL_EXPORTER_OTLP_ENDPOINT") or _env(
+            f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT"
+        )
+        return ("otlp",) if endpoint else ()
+    names = []
+    for name in (part.strip() for part in configured.split(",")):
+        if name not in _EXPORTERS:
+            log.warning(
+                "OTEL_%s_EXPORTER: %r is not one of %s; ignoring it",
+                signal.upper(),
+                name,
+                ", ".join(_EXPORTERS),
+            )
+        elif name != "none" and name not in names:
+            names.append(name)
+    return tuple(names)
+
+
+def _protocol(signal: str) -> str:
+    protocol = (
+        _env(f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL")
+        or _env("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or "http/protobuf"
+    ).lower()
+    if protocol not in _PROTOCOLS:
+        log.warning(
+            "OTLP protocol %r is not supported (use %s); using http/protobuf",
+            protocol,
+            " or ".join(_PROTOCOLS),
+        )
+        protocol = "http/protobuf"
+    return protocol
+
+
+def span_exporters_from_env() -> list[SpanExporter]:
+    """The configured trace exporters; empty when traces are off."""
+    if _sdk_disabled():
+        return []
+    return [_span_exporter(name) for name in _exporter_names("traces")]
+
+
+def metric_exporters_from_env() -> list[MetricExporter]:
+    """The configured metric exporters; empty when metrics are off."""
+    if _sdk_disabled():
+        return []
+    return [_metric_exporter(name) for name in _exporter_names("metrics")]
+
+
+def _sdk_disabled() -> bool:
+    return _env("OTEL_SDK_DISABLED").lower() == "true"
+
+
+def _span_exporter(name: str) -> SpanExporter:
+    if name == "console":
+        return ConsoleSpanExporter()
+    if _protocol("traces") == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    return OTLPSpanExporter()
+
+
+def _metric_exporter(name: str) -> MetricExporter:
+    if name == "console":
+        return ConsoleMetricExporter()
+    if _protocol("metrics") == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+    else:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    return OTLPMetricExporter()
+
+
+def _ratio(default: float) -> float:
+    raw = _env("OTEL_TRACES_SAMPLER_ARG")
+    if not raw:
+        return default
+    try:
+        ratio = float(raw)
+    except ValueError:
+        ratio = -1.0
+    if not 0.0 <= ratio <= 1.0:
+        log.warning("OTEL_TRACES_SAMPLER_ARG=%r is not a ratio from 0 to 1; using %g", raw, default)
+        return default
+    return ratio
+
+
+def sampler_from_env() -> Sampler:
+    name = _env("OTEL_TRACES_SAMPLER").lower() or "parentbased_traceidratio"
+    if name == "always_on":
+        return ALWAYS_ON
+    if name == "always_off":
+        return ALWAYS_OFF
+    if name == "traceidratio":
+        return TraceIdRatioBased(_ratio(1.0))
+    if name == "parentbased_always_on":
+        return ParentBased(ALWAYS_ON)
+    if name == "parentbased_always_off":
+        return ParentBased(ALWAYS_OFF)
+    if name != "parentbased_traceidratio":
+        log.warning(
+            "OTEL_TRACES_SAMPLER=%r is not a sampler this broker knows; "
+            "using parentbased_traceidratio",
+            name,
+        )
+    # The specification's default ratio is 1.0 when the sampler is named explicitly.
+    explicit = _env("OTEL_TRACES_SAMPLER").lower() == "parentbased_traceidratio"
+    return ParentBased(TraceIdRatioBased(_ratio(1.0 if explicit else DEFAULT_SAMPLE_RATIO)))
+
+
+def resource_from_env(broker_name: str = "") -> Resource:
+    """OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME, with service.name skiff-broker by default.
+
+    The broker's name and replication mode are resource attributes too: they are the
+    same for everything one process exports (metric points carry them only there).
+    """
+    attributes: dict[str, str] = {}
+    if "service.name" not in OTELResourceDetector().detect().attributes:
+        attributes["service.name"] = DEFAULT_SERVICE_NAME
+    if broker_name:
+        attributes[cv.BROKER] = broker_name
+        attributes[cv.REPLICATION_MODE] = cv.REPLICATION_NONE
+    return Resource.create(attributes)
+
+
+@dataclasses.dataclass
+class Telemetry:
+    """The broker's providers; both None when telemetry is off."""
+
+    broker_name: str = ""
+    tracer_provider: TracerProvider | None = None
+    meter_provider: MeterProvider | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.tracer_provider is not None or self.meter_provider is not None
+
+    def store_observer(self) -> StoreObserver | None:
+        """What the store reports appends and flushes to; None when telemetry is off."""
+        if not self.enabled:
+            return None
+        return StoreTelemetry(
+            tracer_provider=self.tracer_provider,
+            meter_provider=self.meter_provider,
+            broker_name=self.broker_name,
+        )
+
+    def server_interceptors(self) -> list[grpc.aio.ServerInterceptor]:
+        if self.tracer_provider is None:
+            return []
+        return [TracingInterceptor(self.tracer_provider, self.broker_name)]
+
+    def shutdown(self) -> None:
+        """Export what is buffered and stop the exporters."""
+        if self.tracer_provider is not None:
+            self.tracer_provider.shutdown()
+            self.tracer_provider = None
+        if self.meter_provider is not None:
+            self.meter_provider.shutdown()
+            self.meter_provider = None
+
+
+def telemetry_from_env(broker_name: str = "") -> Telemetry:
+    span_exporters = span_exporters_from_env()
+    metric_exporters = metric_exporters_from_env()
+    telemetry = Telemetry(broker_name)
+    if not span_exporters and not metric_exporters:
+        return telemetry
+    resource = resource_from_env(broker_name)
+    if span_exporters:
+        sampler = sampler_from_env()
+        provider = TracerProvider(sampler=sampler, resource=resource)
+        for exporter in span_exporters:
+            provider.add_span_processor(BatchSpanProcessor(exporter))
+        telemetry.tracer_provider = provider
+        log.info(
+            "exporting traces to %s, sampler %s",
+            ", ".join(_describe(name, "traces") for name in _exporter_names("traces")),
+            sampler.get_description(),
+        )
+    if metric_exporters:
+        readers = [PeriodicExportingMetricReader(exporter) for exporter in metric_exporters]
+        telemetry.meter_provider = MeterProvider(metric_readers=readers, resource=resource)
+        log.info(
+            "exporting metrics to %s",
+            ", ".join(_describe(name, "metrics") for name in _exporter_names("metrics")),
+        )
+    return telemetry
+
+
+def _describe(name: str, signal: str) -> str:
+    if name != "otlp":
+        return name
+    endpoint = _env(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT") or _env(
+        "OTEL_EXPORTER_OTLP_ENDPOINT"
+    )
+    return f"otlp ({_protocol(signal)}{', ' + endpoint if endpoint else ''})"

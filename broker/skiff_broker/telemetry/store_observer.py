@@ -1,0 +1,198 @@
+"""The store's appends and flushes as OpenTelemetry spans and latency histograms.
+
+One span per append batch (never one per message) and one per flush. An append
+span is a child of whatever span is current when the store is called: in the
+broker, the gRPC server span of the request. A flush runs on the flush thread,
+so its span takes as parent the append span of the first traced appender it
+served, and links to (some of) the others; a flush that served no traced
+appender (every ASYNC_FLUSH flush) is a root span.
+
+Cost matters: an append is a few microseconds of Python. With a parent-based
+sampler an append under an unsampled parent creates no span at all, and every
+append records one histogram sample.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.metrics import MeterProvider, NoOpMeterProvider
+from opentelemetry.sdk.trace.sampling import ParentBased
+from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanKind, Status, StatusCode
+
+from ..store.message import Message
+from ..store.observer import AppendScope, FlushReport, StoreObserver
+from . import conventions as cv
+
+
+class StoreTelemetry(StoreObserver):
+    """Spans go to ``tracer_provider`` (None: no spans), histograms to ``meter_provider``."""
+
+    def __init__(
+        self,
+        *,
+        tracer_provider: trace.TracerProvider | None,
+        meter_provider: MeterProvider | None,
+        broker_name: str,
+        replication_mode: str = cv.REPLICATION_NONE,
+    ) -> None:
+        self._tracer = tracer_provider.get_tracer(cv.STORE_SCOPE) if tracer_provider else None
+        # Only then is a span under an unsampled parent certain to be dropped.
+        self._follow_parent = isinstance(getattr(tracer_provider, "sampler", None), ParentBased)
+        meter = (meter_provider or NoOpMeterProvider()).get_meter(cv.STORE_SCOPE)
+        self._append_seconds = meter.create_histogram(
+            cv.APPEND_DURATION,
+            unit="s",
+            description="Time to append one batch to the commit log, including the wait "
+            "for the disk under SYNC_FLUSH",
+            explicit_bucket_boundaries_advisory=cv.LATENCY_BUCKETS_S,
+        )
+        self._flush_seconds = meter.create_histogram(
+            cv.FLUSH_DURATION,
+            unit="s",
+            description="Time of one commit-log flush (fdatasync of the dirty pages)",
+            explicit_bucket_boundaries_advisory=cv.LATENCY_BUCKETS_S,
+        )
+        self._common = {cv.BROKER: broker_name, cv.REPLICATION_MODE: replication_mode}
+        # Histogram attribute sets, built once per distinct combination.
+        self._append_points: dict[tuple[str, str, str], dict[str, str]] = {}
+
+    # -- appends ------------------------------------------------------------
+
+    def append(self, messages: Sequence[Message], flush_type: str) -> AppendScope:
+        topic = messages[0].topic if messages else ""
+        tracer = self._tracer
+        if tracer is not None:
+            parent = trace.get_current_span().get_span_context()
+            if not (self._follow_parent and parent.is_valid and not parent.trace_flags.sampled):
+                # Attributes only once sampled: building them costs more than the decision.
+                span = tracer.start_span(cv.APPEND_SPAN, kind=SpanKind.INTERNAL)
+                if span.is_recording():
+                    span.set_attributes(self._append_span_attributes(messages, flush_type))
+                    return _TracedAppend(self, topic, flush_type, span)
+        return _TimedAppend(self, topic, flush_type)
+
+    def _append_span_attributes(
+        self, messages: Sequence[Message], flush_type: str
+    ) -> dict[str, Any]:
+        attributes: dict[str, Any] = {
+            **self._common,
+            cv.MESSAGING_SYSTEM: "rocketmq",
+            cv.FLUSH_TYPE: flush_type,
+            cv.MESSAGE_COUNT: len(messages),
+        }
+        if messages:
+            first = messages[0]
+            # The broker appends one topic and queue per batch; the store allows mixing,
+            # and then the first message's topic stands for the batch.
+            attributes[cv.TOPIC] = first.topic
+            if all(m.queue_id == first.queue_id for m in messages):
+                attributes[cv.QUEUE_ID] = str(first.queue_id)
+        return attributes
+
+    def _record_append(
+        self, seconds: float, topic: str, flush_type: str, status: str, context: Context | None
+    ) -> None:
+        key = (topic, flush_type, status)
+        attributes = self._append_points.get(key)
+        if attributes is None:
+            # Broker and replication mode are the same for every point of a process: they
+            # are resource attributes of the metrics (each attribute costs per sample).
+            attributes = {cv.TOPIC: topic, cv.FLUSH_TYPE: flush_type, cv.PUT_STATUS: status}
+            self._append_points[key] = attributes
+        self._append_seconds.record(seconds, attributes, context=context)
+
+    # -- flushes ------------------------------------------------------------
+
+    def flush_finished(self, report: FlushReport) -> None:
+        outcome = "error" if report.error else "ok"
+        self._flush_seconds.record(
+            report.duration_ns / 1e9, {cv.FLUSH_TYPE: report.flush_type, cv.FLUSH_OUTCOME: outcome}
+        )
+        if self._tracer is None:
+            return
+        contexts = list(report.contexts)
+        # Nobody traced waited for it (always so for ASYNC_FLUSH): a trace of its own.
+        parent = trace.set_span_in_context(NonRecordingSpan(contexts[0])) if contexts else Context()
+        span = self._tracer.start_span(
+            cv.FLUSH_SPAN,
+            context=parent,
+            kind=SpanKind.INTERNAL,
+            links=[Link(c) for c in contexts[1:]],
+            attributes={
+                **self._common,
+                cv.FLUSH_TYPE: report.flush_type,
+                cv.FLUSH_BYTES: report.flushed_bytes,
+                cv.FLUSH_PAGES: report.pages,
+                cv.FLUSH_WAITERS: report.waiters,
+                cv.FLUSH_OUTCOME: outcome,
+            },
+            start_time=report.started_unix_ns,
+        )
+        if report.error:
+            span.set_status(Status(StatusCode.ERROR, report.error))
+        span.end(end_time=report.started_unix_ns + report.duration_ns)
+
+
+class _TimedAppend(AppendScope):
+    """An append that only feeds the histogram."""
+
+    __slots__ = ("_flush_type", "_observer", "_started", "_status", "_topic")
+
+    def __init__(self, observer: StoreTelemetry, topic: str, flush_type: str) -> None:
+        self._observer = observer
+        self._topic = topic
+        self._flush_type = flush_type
+        self._status = ""
+        self._started = 0.0
+
+    def __enter__(self) -> AppendScope:
+        self._started = time.perf_counter()
+        return self
+
+    def done(self, result: Any) -> None:
+        self._status = result.status.value
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        seconds = time.perf_counter() - self._started
+        status = self._status or ("ERROR" if exc_type is not None else "UNKNOWN")
+        self._observer._record_append(seconds, self._topic, self._flush_type, status, None)
+
+
+class _TracedAppend(_TimedAppend):
+    """An append with a sampled span: the histogram sample carries it as exemplar."""
+
+    __slots__ = ("_span",)
+
+    def __init__(self, observer: StoreTelemetry, topic: str, flush_type: str, span: Span) -> None:
+        super().__init__(observer, topic, flush_type)
+        self._span = span
+
+    @property
+    def context(self) -> Any:
+        return self._span.get_span_context()
+
+    def done(self, result: Any) -> None:
+        super().done(result)
+        span = self._span
+        span.set_attribute(cv.PUT_STATUS, self._status)
+        append = result.append
+        span.set_attribute(cv.APPEND_BYTES, append.wrote_bytes if append is not None else 0)
+        if not result.ok:
+            span.set_status(Status(StatusCode.ERROR, result.reason or self._status))
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        seconds = time.perf_counter() - self._started
+        span = self._span
+        if isinstance(exc, BaseException):
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        status = self._status or ("ERROR" if exc_type is not None else "UNKNOWN")
+        self._observer._record_append(
+            seconds, self._topic, self._flush_type, status, trace.set_span_in_context(span)
+        )
+        span.end()

@@ -1,0 +1,23 @@
+import os
+import time
+import uuid
+
+from skiff_broker.client.message_id import MessageIdGenerator
+
+EPOCH_2021_S = 1_609_459_200
+
+
+def test_ids_follow_the_official_clients_v1_layout():
+    generator = MessageIdGenerator()
+    first, second = generator.next(), generator.next()
+
+    for message_id in (first, second):
+        assert len(message_id) == 34
+        assert message_id == message_id.upper()
+        int(message_id, 16)  # all hex
+        assert message_id[:2] == "01"
+        assert message_id[2:14] == f"{uuid.getnode() & 0xFFFFFFFFFFFF:012X}"
+        assert message_id[14:18] == f"{os.getpid() & 0xFFFF:04X}"
+        seconds = int(message_id[18:26], 16)
+        assert abs(seconds - (time.time() - EPOCH_2021_S)) < 3600
+    assert int(second[26:], 16) == int(first[26:], 16) + 1
