@@ -19,6 +19,26 @@ from .service_thread import ServiceThread
 log = logging.getLogger(__name__)
 
 
+class LeastPages:
+    """How many dirty pages make a flush (or commit) worth it right now.
+
+    Usually ``least_pages``; zero (everything) once ``thorough_interval`` has
+    passed since the last thorough pass.
+    """
+
+    def __init__(self, least_pages: int, thorough_interval: float) -> None:
+        self._least_pages = least_pages
+        self._thorough_interval = thorough_interval
+        self._last_thorough = time.monotonic()
+
+    def now(self) -> int:
+        now = time.monotonic()
+        if now - self._last_thorough >= self._thorough_interval:
+            self._last_thorough = now
+            return 0
+        return self._least_pages
+
+
 class AsyncFlushService(ServiceThread):
     name = "async-flush"
 
@@ -37,19 +57,13 @@ class AsyncFlushService(ServiceThread):
         super().__init__(interval)
         self._queue = queue
         self._waiters = waiters
-        self._least_pages = least_pages
-        self._thorough_interval = thorough_interval
+        self._pages = LeastPages(least_pages, thorough_interval)
         self._on_flushed = on_flushed
         self._stamp = stamp
         self._observer = observer
-        self._last_thorough = time.monotonic()
 
     def step(self) -> None:
-        least_pages = self._least_pages
-        now = time.monotonic()
-        if now - self._last_thorough >= self._thorough_interval:
-            self._last_thorough = now
-            least_pages = 0
+        least_pages = self._pages.now()
         self._flush(least_pages)
 
     def _flush(self, least_pages: int) -> None:
@@ -101,17 +115,11 @@ class CommitService(ServiceThread):
         super().__init__(interval)
         self._queue = queue
         self._flusher = flusher
-        self._least_pages = least_pages
-        self._thorough_interval = thorough_interval
-        self._last_thorough = time.monotonic()
+        self._pages = LeastPages(least_pages, thorough_interval)
         self.on_committed: Callable[[], None] = lambda: None
 
     def step(self) -> None:
-        least_pages = self._least_pages
-        now = time.monotonic()
-        if now - self._last_thorough >= self._thorough_interval:
-            self._last_thorough = now
-            least_pages = 0
+        least_pages = self._pages.now()
         moved = False
         while self._queue.commit(least_pages):
             moved = True
@@ -142,14 +150,8 @@ class LogicsFlushService(ServiceThread):
     ) -> None:
         super().__init__(interval)
         self._flush_logics = flush_logics
-        self._least_pages = least_pages
-        self._thorough_interval = thorough_interval
-        self._last_thorough = time.monotonic()
+        self._pages = LeastPages(least_pages, thorough_interval)
 
     def step(self) -> None:
-        least_pages = self._least_pages
-        now = time.monotonic()
-        if now - self._last_thorough >= self._thorough_interval:
-            self._last_thorough = now
-            least_pages = 0
+        least_pages = self._pages.now()
         self._flush_logics(least_pages)

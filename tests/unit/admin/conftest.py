@@ -6,23 +6,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.store_settings import small_store
 
 from skiff_broker.config import BrokerConfig
 from skiff_broker.runtime import Broker
 from skiff_broker.store.config import StoreConfig
 
-SMALL_STORE = {
-    "commit_log_file_size": 256 * 1024,
-    "consume_queue_units_per_file": 100,
-    "max_message_size": 16 * 1024,
-    "max_hash_slot_num": 1000,
-    "max_index_num": 4000,
-    "warm_mapped_files": False,
-    # The machine's own disk use must never make the store refuse writes.
-    "disk_max_used_space_ratio": 100,
-    "disk_space_clean_forcibly_ratio": 1.0,
-    "disk_space_warning_level_ratio": 1.0,
-}
+SMALL_STORE = small_store()
 
 
 def _running(tmp_path: Path, **store: object) -> Iterator[Broker]:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from tests.store_settings import small_store
 
 from skiff_broker.delivery import properties as prop
 from skiff_broker.delivery.delay import DelayService
@@ -29,17 +30,7 @@ TOPIC = "orders"
 QUEUE = 2
 # Generous: polls end as soon as their condition holds.
 DEADLINE_S = 30.0
-SMALL_STORE = {
-    "commit_log_file_size": 256 * 1024,
-    "consume_queue_units_per_file": 100,
-    "max_message_size": 16 * 1024,
-    "max_hash_slot_num": 1000,
-    "max_index_num": 4000,
-    "warm_mapped_files": False,
-    "disk_max_used_space_ratio": 100,
-    "disk_space_clean_forcibly_ratio": 1.0,
-    "disk_space_warning_level_ratio": 1.0,
-}
+SMALL_STORE = small_store()
 
 
 def now_ms() -> int:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.store_settings import small_store
 
 from skiff_broker.delivery import properties as prop
 from skiff_broker.delivery.transactions import TransactionService
@@ -26,17 +27,7 @@ from skiff_broker.store.message_store import MessageStore
 
 TOPIC = "payments"
 QUEUE = 1
-SMALL_STORE = {
-    "commit_log_file_size": 256 * 1024,
-    "consume_queue_units_per_file": 100,
-    "max_message_size": 16 * 1024,
-    "max_hash_slot_num": 1000,
-    "max_index_num": 4000,
-    "warm_mapped_files": False,
-    "disk_max_used_space_ratio": 100,
-    "disk_space_clean_forcibly_ratio": 1.0,
-    "disk_space_warning_level_ratio": 1.0,
-}
+SMALL_STORE = small_store()
 # The background checker never runs within a test; rounds are started by hand.
 NEVER_MS = 3_600_000
 
