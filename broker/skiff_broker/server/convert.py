@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import ipaddress
 
@@ -24,6 +25,7 @@ def timestamp(ms: int) -> Timestamp:
     return Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
 
+@functools.lru_cache(maxsize=4096)
 def record_host(host: str, fallback: str) -> str:
     """``"ip:0"`` for a client-reported IP; ``fallback`` when it is not an IP literal."""
     try:

@@ -269,9 +269,10 @@ def _warm(fd: int, file_size: int) -> None:
 
     Afterwards every extent is written, so later appends are plain overwrites:
     no page faults that allocate blocks and no journal work in a later fdatasync.
+    pwrite releases the GIL for each chunk (copying through a mapping would hold
+    it), so warming in the background does not stall the event loop.
     """
-    with mmap.mmap(fd, file_size) as mm:
+    with memoryview(_ZEROS) as zeros:
         for pos in range(0, file_size, _WARM_CHUNK):
-            end = min(file_size, pos + _WARM_CHUNK)
-            mm[pos:end] = _ZEROS[: end - pos]
+            os.pwrite(fd, zeros[: min(_WARM_CHUNK, file_size - pos)], pos)
     os.fdatasync(fd)

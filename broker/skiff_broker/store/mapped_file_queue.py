@@ -111,15 +111,6 @@ class MappedFileQueue:
             self._files = (*self._files, mf)
         return mf
 
-    def prepare_next(self) -> None:
-        """Have the allocator prepare the segment the next roll (or first append) needs."""
-        if self._allocator is None:
-            return
-        last = self.last_file
-        offset = 0 if last is None else last.file_from_offset + self.file_size
-        os.makedirs(self.directory, exist_ok=True)
-        self._allocator.prepare(os.path.join(self.directory, segment_name(offset)), self.file_size)
-
     def find(self, offset: int) -> MappedFile | None:
         """The segment holding global ``offset``, or None."""
         files = self._files

@@ -20,7 +20,7 @@ from .commit_log import AppendRejected, AppendResult, AppendStatus, CommitLog
 from .config import FlushType, StoreConfig
 from .consume_queue_table import ConsumeQueueTable
 from .dispatcher import ArrivalListener, Dispatcher
-from .errors import StoreError
+from .errors import DiskFullError, StoreError
 from .flush_service import AsyncFlushService, CommitService, LogicsFlushService
 from .flush_waiters import FlushOutcome, FlushWaiters
 from .group_commit import GroupCommitService
@@ -215,8 +215,13 @@ class MessageStore:
         self._allocator = SegmentAllocator(warm=config.warm_mapped_files)
         # Set only now: recovery must not have segments prepared ahead of it.
         queue._allocator = self._allocator
-        # The first append after start must not wait for a segment to be allocated.
-        queue.prepare_next()
+        # The first append must not wait for a segment to be allocated: get the one
+        # it writes to ready now (which also starts preparing its successor).
+        try:
+            queue.last_file_for_append()
+        except (OSError, DiskFullError) as exc:
+            # A full disk: the store still serves reads; appends report DISK_FULL.
+            log.error("could not prepare a commit-log segment: %s", exc)
         self.commit_log.on_append = self.dispatcher.hand
         stamp = self._commit_log_stamp
         if config.flush_type is FlushType.SYNC_FLUSH:

@@ -50,16 +50,6 @@ class SegmentAllocator:
             # The allocator stopped before preparing it: the caller still needs it.
             return MappedFile.create(path, file_size, warm=self._warm)
 
-    def prepare(self, path: str, file_size: int) -> None:
-        """Start preparing ``path`` now, before any append asks for it."""
-        with self._lock:
-            if path in self._pending or self._stopped:
-                return
-            future: Future[MappedFile] = Future()
-            self._pending[path] = future
-            self._queue.append((path, file_size, future))
-            self._wakeup.notify()
-
     def _run(self) -> None:
         while True:
             with self._lock:
