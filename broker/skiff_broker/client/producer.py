@@ -35,6 +35,7 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
 
 from .. import __version__
+from ..endpoints import address_of, endpoints_of
 from .errors import BrokerError, BrokerUnavailable, MessagingError, SkiffError, from_rpc_error
 from .message_id import new_message_id
 from .messaging import SendReceipt
@@ -140,26 +141,6 @@ def _copy_error(error: BaseException) -> BaseException:
         copy = BrokerError(f"sending failed: {error!r}", type(error).__name__)
     copy.__cause__ = error.__cause__ if isinstance(error, SkiffError) else error
     return copy
-
-
-def _endpoint_text(endpoints: pb.Endpoints) -> str | None:
-    if not endpoints.addresses:
-        return None
-    address = endpoints.addresses[0]
-    host = f"[{address.host}]" if endpoints.scheme == pb.AddressScheme.IPv6 else address.host
-    return f"{host}:{address.port}"
-
-
-def _endpoints_proto(endpoint: str) -> pb.Endpoints:
-    host, _, port = endpoint.rpartition(":")
-    host = host.strip("[]")
-    if ":" in host:
-        scheme = pb.AddressScheme.IPv6
-    elif host.replace(".", "").isdigit():
-        scheme = pb.AddressScheme.IPv4
-    else:
-        scheme = pb.AddressScheme.DOMAIN_NAME
-    return pb.Endpoints(scheme=scheme, addresses=[pb.Address(host=host, port=int(port))])
 
 
 class BatchingProducer:
@@ -508,13 +489,13 @@ class BatchingProducer:
         bootstrap = self._connection(self.endpoint)
         request = spb.QueryRouteRequest(
             topic=pb.Resource(name=topic, resource_namespace=self._namespace),
-            endpoints=_endpoints_proto(self.endpoint),
+            endpoints=endpoints_of(self.endpoint),
         )
         response = await self._call(bootstrap, bootstrap.stub.QueryRoute, request)
         if response.status.code not in _SUCCESS:
             raise _status_error(response.status)
         for queue in response.message_queues:
-            endpoint = _endpoint_text(queue.broker.endpoints)
+            endpoint = address_of(queue.broker.endpoints)
             if queue.permission in _WRITABLE and endpoint is not None:
                 return endpoint
         raise MessagingError(

@@ -14,6 +14,7 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
 
 from ..delivery.long_polling import ArrivalHub
+from ..endpoints import endpoints_of
 from ..runtime import Broker
 from . import routing
 from .clients import ClientRegistry
@@ -131,11 +132,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         """Where clients should send RPCs for this broker."""
         advertised = self._broker.config.advertised_endpoint
         if advertised:
-            return routing.endpoints_of(advertised)
+            return endpoints_of(advertised)
         if requested.addresses:
             # The address the client reached us at is one it can reach again.
             return requested
-        return routing.endpoints_of(self._broker.config.listen)
+        return endpoints_of(self._broker.config.listen)
 
     # -- routes and clients -------------------------------------------------
 

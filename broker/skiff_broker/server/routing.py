@@ -50,18 +50,6 @@ def accepted_types(topic: TopicConfig) -> list[int]:
     return _ACCEPTED[topic.message_type]
 
 
-def endpoints_of(address: str) -> pb.Endpoints:
-    host, _, port = address.rpartition(":")
-    host = host.strip("[]")
-    if ":" in host:
-        scheme = pb.AddressScheme.IPv6
-    elif host.replace(".", "").isdigit():
-        scheme = pb.AddressScheme.IPv4
-    else:
-        scheme = pb.AddressScheme.DOMAIN_NAME
-    return pb.Endpoints(scheme=scheme, addresses=[pb.Address(host=host, port=int(port))])
-
-
 def _permission(topic: TopicConfig, queue_id: int) -> int:
     readable = topic.readable and queue_id < topic.read_queue_nums
     writable = topic.writable and queue_id < topic.write_queue_nums

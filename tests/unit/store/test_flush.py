@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.store_settings import small_store
 
 from skiff_broker.store.config import FlushType, StoreConfig
 from skiff_broker.store.message import Message
@@ -32,19 +33,10 @@ GROUP_COMMIT_THREAD = "group-commit"
 
 
 def make_config(tmp_path: Path, **overrides: Any) -> StoreConfig:
-    settings: dict[str, Any] = {
+    # 64 KiB segments: the runs below roll several.
+    settings = {
         "data_dir": str(tmp_path / "store"),
-        "commit_log_file_size": 64 * 1024,  # small: the runs below roll several segments
-        "consume_queue_units_per_file": 100,
-        "max_message_size": 16 * 1024,
-        "max_hash_slot_num": 1000,
-        "max_index_num": 4000,
-        "warm_mapped_files": False,
-        # The machine's own disk use must not make the store refuse writes.
-        "disk_max_used_space_ratio": 100,
-        "disk_space_clean_forcibly_ratio": 1.0,
-        "disk_space_warning_level_ratio": 1.0,
-        **overrides,
+        **small_store(commit_log_file_size=64 * 1024, **overrides),
     }
     config = StoreConfig(**settings)
     config.validate()
