@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
@@ -35,6 +36,7 @@ _SERVER_ERRORS = frozenset(
     }
 )
 _CODES_BY_VALUE = {code.value[0]: code for code in grpc.StatusCode}
+_PROPAGATOR = TraceContextTextMapPropagator()
 
 
 def _parent_context(metadata: Any) -> Context:
@@ -45,7 +47,7 @@ def _parent_context(metadata: Any) -> Context:
     # A fresh context: a request's trace never continues anything but its own caller's.
     if not carrier:
         return Context()
-    return TraceContextTextMapPropagator().extract(carrier, context=Context())
+    return _PROPAGATOR.extract(carrier, context=Context())
 
 
 def _status_code(context: grpc.aio.ServicerContext, error: BaseException | None) -> grpc.StatusCode:
@@ -70,6 +72,13 @@ def _finish(span: Span, context: grpc.aio.ServicerContext, error: BaseException 
     if code in _SERVER_ERRORS:
         details = context.details() if hasattr(context, "details") else None
         span.set_status(Status(StatusCode.ERROR, details or code.name))
+
+
+def _end(span: Span, context: grpc.aio.ServicerContext, error: BaseException | None) -> None:
+    # An unsampled span (most of them) records nothing: no status to work out.
+    if span.is_recording():
+        _finish(span, context, error)
+        span.end()
 
 
 # Distinct handlers wrapped and kept; servers register a few dozen methods.
@@ -100,8 +109,13 @@ class TracingInterceptor(grpc.aio.ServerInterceptor):
             self._wrapped[id(handler)] = (handler, wrapped)
         return wrapped
 
-    def _starter(self, path: str) -> Callable[[grpc.aio.ServicerContext], Any]:
-        """What opens the SERVER span of one call of the method at ``path``."""
+    def _starter(self, path: str) -> Callable[[grpc.aio.ServicerContext], Span]:
+        """What opens the SERVER span of one call of the method at ``path``.
+
+        The span is returned not yet current; unsampled, it is a non-recording span that
+        still has to become current, so that what the handler does under it (the store's
+        append) follows its decision instead of sampling a trace of its own.
+        """
         full_method = path.lstrip("/")
         service, _, method = full_method.rpartition("/")
         attributes = {
@@ -112,20 +126,22 @@ class TracingInterceptor(grpc.aio.ServerInterceptor):
         }
         tracer = self._tracer
 
-        def start(context: grpc.aio.ServicerContext) -> Any:
-            return tracer.start_as_current_span(
+        def start(context: grpc.aio.ServicerContext) -> Span:
+            span = tracer.start_span(
                 full_method,
                 context=_parent_context(context.invocation_metadata()),
                 kind=SpanKind.SERVER,
-                attributes=attributes,
-                record_exception=False,
-                set_status_on_exception=False,
             )
+            # Attributes only once sampled: building them costs more than the decision
+            # (the broker's samplers do not look at attributes).
+            if span.is_recording():
+                span.set_attributes(attributes)
+            return span
 
         return start
 
 
-def _wrap(handler: grpc.RpcMethodHandler, start: Callable[[Any], Any]) -> grpc.RpcMethodHandler:
+def _wrap(handler: grpc.RpcMethodHandler, start: Callable[[Any], Span]) -> grpc.RpcMethodHandler:
     if handler.request_streaming and handler.response_streaming:
         make, behavior = grpc.stream_stream_rpc_method_handler, handler.stream_stream
     elif handler.request_streaming:
@@ -147,37 +163,46 @@ def _wrap(handler: grpc.RpcMethodHandler, start: Callable[[Any], Any]) -> grpc.R
     )
 
 
-def _traced_coroutine(behavior: Callable, start: Callable[[Any], Any]) -> Callable:
+def _traced_coroutine(behavior: Callable, start: Callable[[Any], Span]) -> Callable:
     async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        with start(context) as span:
-            try:
-                response = await behavior(request, context)
-            except BaseException as exc:
-                _finish(span, context, exc)
-                raise
-            _finish(span, context, None)
-            return response
+        span = start(context)
+        token = otel_context.attach(trace.set_span_in_context(span))
+        try:
+            response = await behavior(request, context)
+        except BaseException as exc:
+            _end(span, context, exc)
+            raise
+        finally:
+            otel_context.detach(token)
+        _end(span, context, None)
+        return response
 
     return call
 
 
-def _traced_function(behavior: Callable, start: Callable[[Any], Any]) -> Callable:
+def _traced_function(behavior: Callable, start: Callable[[Any], Span]) -> Callable:
     def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        with start(context) as span:
-            try:
-                response = behavior(request, context)
-            except BaseException as exc:
-                _finish(span, context, exc)
-                raise
-            _finish(span, context, None)
-            return response
+        span = start(context)
+        token = otel_context.attach(trace.set_span_in_context(span))
+        try:
+            response = behavior(request, context)
+        except BaseException as exc:
+            _end(span, context, exc)
+            raise
+        finally:
+            otel_context.detach(token)
+        _end(span, context, None)
+        return response
 
     return call
 
 
-def _traced_stream(behavior: Callable, start: Callable[[Any], Any]) -> Callable:
+def _traced_stream(behavior: Callable, start: Callable[[Any], Span]) -> Callable:
     async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        with start(context) as span:
+        span = start(context)
+        with trace.use_span(
+            span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+        ):
             try:
                 responses = behavior(request, context)
                 if inspect.isasyncgen(responses):
@@ -190,8 +215,8 @@ def _traced_stream(behavior: Callable, start: Callable[[Any], Any]) -> Callable:
                     for response in responses:
                         yield response
             except BaseException as exc:
-                _finish(span, context, exc)
+                _end(span, context, exc)
                 raise
-            _finish(span, context, None)
+        _end(span, context, None)
 
     return call

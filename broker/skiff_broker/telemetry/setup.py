@@ -45,6 +45,7 @@ from opentelemetry.sdk.trace.sampling import (
 
 from ..store.observer import StoreObserver
 from . import conventions as cv
+from .latency_histograms import HistogramSet, PeriodicHistogramExport
 from .server_interceptor import TracingInterceptor
 from .store_observer import StoreTelemetry
 
@@ -199,6 +200,10 @@ class Telemetry:
     broker_name: str = ""
     tracer_provider: TracerProvider | None = None
     meter_provider: MeterProvider | None = None
+    # The store's latency histograms, aggregated outside the SDK's instruments (see
+    # latency_histograms) and exported by ``histogram_export``; None when metrics are off.
+    histograms: HistogramSet | None = None
+    histogram_export: PeriodicHistogramExport | None = None
 
     @property
     def enabled(self) -> bool:
@@ -210,7 +215,7 @@ class Telemetry:
             return None
         return StoreTelemetry(
             tracer_provider=self.tracer_provider,
-            meter_provider=self.meter_provider,
+            histograms=self.histograms,
             broker_name=self.broker_name,
         )
 
@@ -224,6 +229,10 @@ class Telemetry:
         if self.tracer_provider is not None:
             self.tracer_provider.shutdown()
             self.tracer_provider = None
+        if self.histogram_export is not None:
+            # Before the meter provider shuts the exporters down.
+            self.histogram_export.shutdown()
+            self.histogram_export = None
         if self.meter_provider is not None:
             self.meter_provider.shutdown()
             self.meter_provider = None
@@ -248,13 +257,35 @@ def telemetry_from_env(broker_name: str = "") -> Telemetry:
             sampler.get_description(),
         )
     if metric_exporters:
+        # The meter provider is there for SDK instruments (the broker has none today); the
+        # store's histograms share its exporters and export interval.
         readers = [PeriodicExportingMetricReader(exporter) for exporter in metric_exporters]
         telemetry.meter_provider = MeterProvider(metric_readers=readers, resource=resource)
+        telemetry.histograms = HistogramSet(cv.STORE_SCOPE)
+        telemetry.histogram_export = PeriodicHistogramExport(
+            telemetry.histograms,
+            metric_exporters,
+            resource,
+            interval_s=_milliseconds("OTEL_METRIC_EXPORT_INTERVAL", 60_000) / 1000,
+            timeout_s=_milliseconds("OTEL_METRIC_EXPORT_TIMEOUT", 30_000) / 1000,
+        )
         log.info(
             "exporting metrics to %s",
             ", ".join(_describe(name, "metrics") for name in _exporter_names("metrics")),
         )
     return telemetry
+
+
+def _milliseconds(name: str, default: float) -> float:
+    raw = _env(name)
+    try:
+        value = float(raw) if raw else default
+    except ValueError:
+        value = -1.0
+    if value <= 0:
+        log.warning("%s=%r is not a positive number of milliseconds; using %g", name, raw, default)
+        return default
+    return value
 
 
 def _describe(name: str, signal: str) -> str:

@@ -9,7 +9,8 @@ appender (every ASYNC_FLUSH flush) is a root span.
 
 Cost matters: an append is a few microseconds of Python. With a parent-based
 sampler an append under an unsampled parent creates no span at all, and every
-append records one histogram sample.
+append records one histogram sample into the broker's own aggregation
+(``latency_histograms``), not the SDK's.
 """
 
 from __future__ import annotations
@@ -20,43 +21,46 @@ from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.metrics import MeterProvider, NoOpMeterProvider
 from opentelemetry.sdk.trace.sampling import ParentBased
 from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanKind, Status, StatusCode
 
 from ..store.message import Message
 from ..store.observer import AppendScope, FlushReport, StoreObserver
 from . import conventions as cv
+from .latency_histograms import ExplicitBucketHistogram, HistogramSet
 
 
 class StoreTelemetry(StoreObserver):
-    """Spans go to ``tracer_provider`` (None: no spans), histograms to ``meter_provider``."""
+    """Spans go to ``tracer_provider`` (None: no spans), latencies to ``histograms`` (None:
+    not kept)."""
 
     def __init__(
         self,
         *,
         tracer_provider: trace.TracerProvider | None,
-        meter_provider: MeterProvider | None,
+        histograms: HistogramSet | None,
         broker_name: str,
         replication_mode: str = cv.REPLICATION_NONE,
     ) -> None:
         self._tracer = tracer_provider.get_tracer(cv.STORE_SCOPE) if tracer_provider else None
         # Only then is a span under an unsampled parent certain to be dropped.
         self._follow_parent = isinstance(getattr(tracer_provider, "sampler", None), ParentBased)
-        meter = (meter_provider or NoOpMeterProvider()).get_meter(cv.STORE_SCOPE)
-        self._append_seconds = meter.create_histogram(
-            cv.APPEND_DURATION,
-            unit="s",
-            description="Time to append one batch to the commit log, including the wait "
-            "for the disk under SYNC_FLUSH",
-            explicit_bucket_boundaries_advisory=cv.LATENCY_BUCKETS_S,
-        )
-        self._flush_seconds = meter.create_histogram(
-            cv.FLUSH_DURATION,
-            unit="s",
-            description="Time of one commit-log flush (fdatasync of the dirty pages)",
-            explicit_bucket_boundaries_advisory=cv.LATENCY_BUCKETS_S,
-        )
+        self._append_seconds: ExplicitBucketHistogram | None = None
+        self._flush_seconds: ExplicitBucketHistogram | None = None
+        if histograms is not None:
+            self._append_seconds = histograms.histogram(
+                cv.APPEND_DURATION,
+                unit="s",
+                description="Time to append one batch to the commit log, including the wait "
+                "for the disk under SYNC_FLUSH",
+                bounds=cv.LATENCY_BUCKETS_S,
+            )
+            self._flush_seconds = histograms.histogram(
+                cv.FLUSH_DURATION,
+                unit="s",
+                description="Time of one commit-log flush (fdatasync of the dirty pages)",
+                bounds=cv.LATENCY_BUCKETS_S,
+            )
         self._common = {cv.BROKER: broker_name, cv.REPLICATION_MODE: replication_mode}
         # Histogram attribute sets, built once per distinct combination.
         self._append_points: dict[tuple[str, str, str], dict[str, str]] = {}
@@ -68,12 +72,16 @@ class StoreTelemetry(StoreObserver):
         tracer = self._tracer
         if tracer is not None:
             parent = trace.get_current_span().get_span_context()
+            # Under an unsampled parent (every untraced request at the default ratio) the
+            # sampler would say no: skip asking it.
             if not (self._follow_parent and parent.is_valid and not parent.trace_flags.sampled):
                 # Attributes only once sampled: building them costs more than the decision.
                 span = tracer.start_span(cv.APPEND_SPAN, kind=SpanKind.INTERNAL)
                 if span.is_recording():
                     span.set_attributes(self._append_span_attributes(messages, flush_type))
                     return _TracedAppend(self, topic, flush_type, span)
+        if self._append_seconds is None:
+            return _UNOBSERVED
         return _TimedAppend(self, topic, flush_type)
 
     def _append_span_attributes(
@@ -94,9 +102,10 @@ class StoreTelemetry(StoreObserver):
                 attributes[cv.QUEUE_ID] = str(first.queue_id)
         return attributes
 
-    def _record_append(
-        self, seconds: float, topic: str, flush_type: str, status: str, context: Context | None
-    ) -> None:
+    def _record_append(self, seconds: float, topic: str, flush_type: str, status: str) -> None:
+        histogram = self._append_seconds
+        if histogram is None:
+            return
         key = (topic, flush_type, status)
         attributes = self._append_points.get(key)
         if attributes is None:
@@ -104,15 +113,18 @@ class StoreTelemetry(StoreObserver):
             # are resource attributes of the metrics (each attribute costs per sample).
             attributes = {cv.TOPIC: topic, cv.FLUSH_TYPE: flush_type, cv.PUT_STATUS: status}
             self._append_points[key] = attributes
-        self._append_seconds.record(seconds, attributes, context=context)
+        histogram.record(seconds, key, attributes)
 
     # -- flushes ------------------------------------------------------------
 
     def flush_finished(self, report: FlushReport) -> None:
         outcome = "error" if report.error else "ok"
-        self._flush_seconds.record(
-            report.duration_ns / 1e9, {cv.FLUSH_TYPE: report.flush_type, cv.FLUSH_OUTCOME: outcome}
-        )
+        if self._flush_seconds is not None:
+            self._flush_seconds.record(
+                report.duration_ns / 1e9,
+                (report.flush_type, outcome),
+                {cv.FLUSH_TYPE: report.flush_type, cv.FLUSH_OUTCOME: outcome},
+            )
         if self._tracer is None:
             return
         contexts = list(report.contexts)
@@ -138,6 +150,10 @@ class StoreTelemetry(StoreObserver):
         span.end(end_time=report.started_unix_ns + report.duration_ns)
 
 
+# An append neither traced nor timed.
+_UNOBSERVED = AppendScope()
+
+
 class _TimedAppend(AppendScope):
     """An append that only feeds the histogram."""
 
@@ -160,11 +176,11 @@ class _TimedAppend(AppendScope):
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         seconds = time.perf_counter() - self._started
         status = self._status or ("ERROR" if exc_type is not None else "UNKNOWN")
-        self._observer._record_append(seconds, self._topic, self._flush_type, status, None)
+        self._observer._record_append(seconds, self._topic, self._flush_type, status)
 
 
 class _TracedAppend(_TimedAppend):
-    """An append with a sampled span: the histogram sample carries it as exemplar."""
+    """An append with a sampled span (and a histogram sample)."""
 
     __slots__ = ("_span",)
 
@@ -192,7 +208,5 @@ class _TracedAppend(_TimedAppend):
             span.record_exception(exc)
             span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
         status = self._status or ("ERROR" if exc_type is not None else "UNKNOWN")
-        self._observer._record_append(
-            seconds, self._topic, self._flush_type, status, trace.set_span_in_context(span)
-        )
+        self._observer._record_append(seconds, self._topic, self._flush_type, status)
         span.end()

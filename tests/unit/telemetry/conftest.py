@@ -13,4 +13,3 @@ def pipelines() -> Iterator[Pipelines]:
     pipes = in_memory_pipelines()
     yield pipes
     pipes.tracer_provider.shutdown()
-    pipes.meter_provider.shutdown()

@@ -1,29 +1,32 @@
-"""In-memory OpenTelemetry pipelines: the SDK's own span exporter and metric reader."""
+"""In-memory OpenTelemetry pipelines: the SDK's own span exporter, and the broker's
+latency histograms read the way their periodic export reads them."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader, Metric
+from opentelemetry.sdk.metrics.export import HistogramDataPoint, Metric
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 
+from skiff_broker.telemetry import conventions as cv
+from skiff_broker.telemetry.latency_histograms import HistogramSet
+
 
 @dataclasses.dataclass
 class Pipelines:
     tracer_provider: TracerProvider
-    meter_provider: MeterProvider
+    histograms: HistogramSet
     spans_out: InMemorySpanExporter
-    reader: InMemoryMetricReader
 
     def spans(self, name: str | None = None) -> list[ReadableSpan]:
         return [s for s in self.spans_out.get_finished_spans() if name is None or s.name == name]
 
     def metric(self, name: str) -> Metric | None:
-        data = self.reader.get_metrics_data()
+        data = self.histograms.metrics_data(Resource.get_empty())
         for resource_metrics in data.resource_metrics if data else ():
             for scope_metrics in resource_metrics.scope_metrics:
                 for metric in scope_metrics.metrics:
@@ -41,6 +44,4 @@ def in_memory_pipelines() -> Pipelines:
     spans_out = InMemorySpanExporter()
     tracer_provider = TracerProvider(sampler=ParentBased(ALWAYS_ON))
     tracer_provider.add_span_processor(SimpleSpanProcessor(spans_out))
-    reader = InMemoryMetricReader()
-    meter_provider = MeterProvider(metric_readers=[reader])
-    return Pipelines(tracer_provider, meter_provider, spans_out, reader)
+    return Pipelines(tracer_provider, HistogramSet(cv.STORE_SCOPE), spans_out)

@@ -71,7 +71,7 @@ def open_store(tmp_path: Path, pipelines: Pipelines) -> Iterator[Callable[..., M
 def telemetry_for(pipelines: Pipelines) -> StoreTelemetry:
     return StoreTelemetry(
         tracer_provider=pipelines.tracer_provider,
-        meter_provider=pipelines.meter_provider,
+        histograms=pipelines.histograms,
         broker_name=BROKER,
     )
 
@@ -161,7 +161,7 @@ class GatedTelemetry(StoreTelemetry):
     def __init__(self, pipelines: Pipelines) -> None:
         super().__init__(
             tracer_provider=pipelines.tracer_provider,
-            meter_provider=pipelines.meter_provider,
+            histograms=pipelines.histograms,
             broker_name=BROKER,
         )
         self.holding = threading.Event()
@@ -313,7 +313,7 @@ def test_a_failing_flush_observer_does_not_stop_sync_flush(
 ) -> None:
     broken = BrokenTelemetry(
         tracer_provider=pipelines.tracer_provider,
-        meter_provider=pipelines.meter_provider,
+        histograms=pipelines.histograms,
         broker_name=BROKER,
     )
     store = open_store(observer=broken, flush_type=FlushType.SYNC_FLUSH, sync_flush_timeout=30.0)
@@ -326,7 +326,7 @@ def test_telemetry_without_a_tracer_records_only_histograms(
     open_store, pipelines: Pipelines
 ) -> None:
     metrics_only = StoreTelemetry(
-        tracer_provider=None, meter_provider=pipelines.meter_provider, broker_name=BROKER
+        tracer_provider=None, histograms=pipelines.histograms, broker_name=BROKER
     )
     store = open_store(observer=metrics_only, flush_type=FlushType.SYNC_FLUSH)
     assert store.put_messages([message()]).ok

@@ -1,0 +1,116 @@
+"""The broker's own histogram aggregation against the SDK's, and its periodic export."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    InMemoryMetricReader,
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+)
+from opentelemetry.sdk.resources import Resource
+
+from skiff_broker.telemetry import conventions as cv
+from skiff_broker.telemetry.latency_histograms import HistogramSet, PeriodicHistogramExport
+
+# On, between and beyond the bucket bounds, for two attribute sets.
+SAMPLES = [
+    (0.0, "a"),
+    (0.00005, "a"),
+    (0.00007, "a"),
+    (0.0001, "b"),
+    (0.003, "a"),
+    (0.003, "b"),
+    (5.0, "a"),
+    (11.0, "b"),
+    (0.25, "a"),
+]
+
+
+def test_points_match_what_the_sdk_histogram_would_report() -> None:
+    reader = InMemoryMetricReader()
+    sdk = MeterProvider(metric_readers=[reader]).get_meter("t")
+    sdk_histogram = sdk.create_histogram(
+        "latency", unit="s", explicit_bucket_boundaries_advisory=cv.LATENCY_BUCKETS_S
+    )
+    mine = HistogramSet("t").histogram(
+        "latency", unit="s", description="", bounds=cv.LATENCY_BUCKETS_S
+    )
+    for value, label in SAMPLES:
+        sdk_histogram.record(value, {"k": label})
+        mine.record(value, label, {"k": label})
+
+    (expected_metric,) = reader.get_metrics_data().resource_metrics[0].scope_metrics[0].metrics
+    metric = mine.metric(now_ns=1)
+    assert metric is not None and (metric.name, metric.unit) == ("latency", "s")
+    assert metric.data.aggregation_temporality is AggregationTemporality.CUMULATIVE
+
+    def by_label(points: Any) -> dict[str, tuple]:
+        return {
+            p.attributes["k"]: (
+                p.count,
+                round(p.sum, 9),
+                list(p.bucket_counts),
+                tuple(p.explicit_bounds),
+                p.min,
+                p.max,
+            )
+            for p in points
+        }
+
+    assert by_label(metric.data.data_points) == by_label(expected_metric.data.data_points)
+
+
+def test_nothing_recorded_means_nothing_to_export() -> None:
+    histograms = HistogramSet(cv.STORE_SCOPE)
+    histograms.histogram("latency", unit="s", description="", bounds=(1.0,))
+    assert histograms.metrics_data(Resource.get_empty()) is None
+
+
+class CollectingExporter(MetricExporter):
+    """Keeps what it is handed (the real exporters need a receiver: see the integration test)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.exported: list[MetricsData] = []
+        self.exported_once = threading.Event()
+
+    def export(self, metrics_data: MetricsData, **kwargs: Any) -> MetricExportResult:
+        self.exported.append(metrics_data)
+        self.exported_once.set()
+        return MetricExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return True
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        pass
+
+
+def test_export_runs_every_interval_and_at_shutdown_under_the_resource() -> None:
+    histograms = HistogramSet(cv.STORE_SCOPE)
+    latency = histograms.histogram("latency", unit="s", description="d", bounds=(1.0,))
+    latency.record(0.5, "x", {"k": "x"})
+    exporter = CollectingExporter()
+    resource = Resource.create({"service.name": "skiff-test"})
+    export = PeriodicHistogramExport(histograms, [exporter], resource, interval_s=0.01, timeout_s=5)
+    try:
+        assert exporter.exported_once.wait(30), "no periodic export"
+        latency.record(2.0, "x", {"k": "x"})
+    finally:
+        export.shutdown()
+
+    last = exporter.exported[-1]
+    (resource_metrics,) = last.resource_metrics
+    assert resource_metrics.resource.attributes["service.name"] == "skiff-test"
+    (scope_metrics,) = resource_metrics.scope_metrics
+    assert scope_metrics.scope.name == cv.STORE_SCOPE
+    (point,) = scope_metrics.metrics[0].data.data_points
+    # Cumulative: the shutdown export holds both samples.
+    assert (point.count, list(point.bucket_counts), point.sum) == (2, [1, 1], 2.5)
+    assert point.start_time_unix_nano <= point.time_unix_nano
