@@ -64,14 +64,14 @@ class BrokerServer:
             _INBOUND_LIMIT_MIN, _INBOUND_LIMIT_FACTOR * self.config.store.max_message_size
         )
         server = grpc.aio.server(
-            interceptors=self.telemetry.server_interceptors(),
             options=[
                 ("grpc.max_receive_message_length", inbound),
                 ("grpc.max_send_message_length", -1),
                 ("grpc.so_reuseport", 0),
             ],
         )
-        add_to_server(self.messaging, server)
+        # RocketMQ RPCs get SERVER spans; the admin service's rare calls go untraced.
+        add_to_server(self.messaging, server, trace=self.telemetry.handler_tracer())
         admin_pb2_grpc.add_AdminServiceServicer_to_server(
             AdminService(self.broker, endpoint=self.client_endpoint), server
         )

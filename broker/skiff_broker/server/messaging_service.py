@@ -67,17 +67,28 @@ async def _refuse(context: grpc.aio.ServicerContext, request: Undecodable) -> No
     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.reason)
 
 
-def add_to_server(service: MessagingService, server: grpc.aio.Server) -> None:
+def add_to_server(
+    service: MessagingService,
+    server: grpc.aio.Server,
+    *,
+    trace: Callable[[grpc.RpcMethodHandler, str], grpc.RpcMethodHandler] | None = None,
+) -> None:
     """Register ``service`` like the generated ``add_MessagingServiceServicer_to_server``,
-    except that undecodable requests reach the handlers as ``Undecodable``."""
-    handlers = {
-        method.name: _HANDLER_KINDS[(method.client_streaming, method.server_streaming)](
+    except that undecodable requests reach the handlers as ``Undecodable``.
+
+    ``trace`` wraps each method's handler (given its path) once, here, rather than
+    in an interceptor on every call.
+    """
+    handlers = {}
+    for method in _SERVICE.methods:
+        handler = _HANDLER_KINDS[(method.client_streaming, method.server_streaming)](
             getattr(service, method.name),
             request_deserializer=_lenient_parser(getattr(spb, method.input_type.name)),
             response_serializer=getattr(spb, method.output_type.name).SerializeToString,
         )
-        for method in _SERVICE.methods
-    }
+        if trace is not None:
+            handler = trace(handler, f"/{_SERVICE.full_name}/{method.name}")
+        handlers[method.name] = handler
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(_SERVICE.full_name, handlers),)
     )

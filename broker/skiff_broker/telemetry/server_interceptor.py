@@ -109,6 +109,14 @@ class TracingInterceptor(grpc.aio.ServerInterceptor):
             self._wrapped[id(handler)] = (handler, wrapped)
         return wrapped
 
+    def trace(self, handler: grpc.RpcMethodHandler, path: str) -> grpc.RpcMethodHandler:
+        """``handler`` inside a SERVER span, for a server that registers it itself.
+
+        Cheaper than intercepting: grpc.aio runs the interceptor chain as extra
+        coroutines on every call, which costs a busy broker a few percent.
+        """
+        return _wrap(handler, self._starter(path))
+
     def _starter(self, path: str) -> Callable[[grpc.aio.ServicerContext], Span]:
         """What opens the SERVER span of one call of the method at ``path``.
 

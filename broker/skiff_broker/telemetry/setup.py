@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from collections.abc import Callable
 
 import grpc
 from opentelemetry.sdk.metrics import MeterProvider
@@ -219,10 +220,13 @@ class Telemetry:
             broker_name=self.broker_name,
         )
 
-    def server_interceptors(self) -> list[grpc.aio.ServerInterceptor]:
+    def handler_tracer(
+        self,
+    ) -> Callable[[grpc.RpcMethodHandler, str], grpc.RpcMethodHandler] | None:
+        """What wraps a gRPC method handler (and its method path) in a SERVER span."""
         if self.tracer_provider is None:
-            return []
-        return [TracingInterceptor(self.tracer_provider, self.broker_name)]
+            return None
+        return TracingInterceptor(self.tracer_provider, self.broker_name).trace
 
     def shutdown(self) -> None:
         """Export what is buffered and stop the exporters."""

@@ -56,7 +56,7 @@ def test_off_without_an_exporter(telemetry: list[Telemetry]) -> None:
     telemetry.append(telemetry_from_env())
     assert not telemetry[0].enabled
     assert telemetry[0].store_observer() is None
-    assert telemetry[0].server_interceptors() == []
+    assert telemetry[0].handler_tracer() is None
 
 
 def test_an_otlp_endpoint_turns_traces_and_metrics_on(
@@ -67,8 +67,8 @@ def test_an_otlp_endpoint_turns_traces_and_metrics_on(
     made = telemetry[0]
     assert made.tracer_provider is not None and made.meter_provider is not None
     assert isinstance(made.store_observer(), StoreTelemetry)
-    (interceptor,) = made.server_interceptors()
-    assert isinstance(interceptor, TracingInterceptor)
+    tracer = made.handler_tracer()
+    assert tracer is not None and isinstance(tracer.__self__, TracingInterceptor)
     resource = made.tracer_provider.resource.attributes
     assert resource["service.name"] == "skiff-broker"
     assert resource["skiff.broker"] == "broker-x"
@@ -85,7 +85,7 @@ def test_a_signal_endpoint_turns_on_only_that_signal(
     telemetry.append(telemetry_from_env())
     assert telemetry[0].tracer_provider is None
     assert telemetry[0].meter_provider is not None
-    assert telemetry[0].server_interceptors() == []
+    assert telemetry[0].handler_tracer() is None
     assert isinstance(telemetry[0].store_observer(), StoreTelemetry)
 
 
