@@ -274,27 +274,11 @@ class CommitLog:
             physical_offsets.append(base + start)
             queue_offsets.append(queue_offset)
             sizes.append(request.size)
-        self._publish(mf, blob)
+        # The first record's TOTALSIZE and MAGIC land last: until then recovery
+        # sees zeros where the batch starts, so a torn copy is never a record.
+        mf.append(blob, head_last=8)
         self.last_store_timestamp = now
         return AppendResult(base, len(blob), now, physical_offsets, queue_offsets, sizes)
-
-    @staticmethod
-    def _publish(mf: MappedFile, blob: bytearray) -> None:
-        """Copy a batch in so that a crash mid-copy leaves none of it visible.
-
-        Everything but the first record's TOTALSIZE and MAGIC goes first; those
-        8 bytes last. Until they land, recovery sees zeros where the batch
-        starts, which is the end of the log.
-        """
-        target = mf.write_target
-        pos = mf.wrote_position
-        end = pos + len(blob)
-        if end > mf.file_size:
-            raise ValueError(f"{len(blob)} bytes do not fit at {pos} in {mf.path}")
-        with memoryview(blob) as view:
-            target[pos + 8 : end] = view[8:]
-            target[pos : pos + 8] = view[:8]
-        mf.wrote_position = end
 
     def _segment_for(self, total: int) -> MappedFile:
         """The segment that takes ``total`` bytes, padding and rolling if needed."""

@@ -153,13 +153,21 @@ class MappedFile:
         """Where appends go: the pool's write buffer, or the mapping itself."""
         return self._mm if self._write_buffer is None else self._write_buffer
 
-    def append(self, data: bytes) -> int:
-        """Append raw bytes; returns their position in the file."""
+    def append(self, data: bytes | bytearray, *, head_last: int = 0) -> int:
+        """Append raw bytes; returns their position in the file.
+
+        The first ``head_last`` bytes are copied after the rest, so a crash in the
+        middle of the copy leaves them zero: a reader that finds them finds it all.
+        """
         pos = self.wrote_position
         end = pos + len(data)
         if end > self.file_size:
             raise ValueError(f"{len(data)} bytes do not fit at {pos} in {self.path}")
-        self.write_target[pos:end] = data
+        target = self.write_target
+        with memoryview(data) as view:
+            target[pos + head_last : end] = view[head_last:]
+            if head_last:
+                target[pos : pos + head_last] = view[:head_last]
         self.wrote_position = end
         return pos
 

@@ -27,7 +27,7 @@ from .group_commit import GroupCommitService
 from .index_service import IndexService
 from .mapped_file import fsync_directory
 from .message import CorruptRecordError, Message, StoredMessage
-from .observer import NULL_OBSERVER, StoreObserver
+from .observer import NULL_OBSERVER, AppendScope, StoreObserver
 from .recovery import recover_commit_log
 from .retention import DiskState, RetentionService, disk_use_ratio
 from .segment_allocator import SegmentAllocator
@@ -355,10 +355,8 @@ class MessageStore:
         """Append a batch; with SYNC_FLUSH, return once it is on disk (or timed out)."""
         with self._observer.append(messages, self._flush_type) as observed:
             result = self._append(messages)
-            if result.ok and self._group_commit is not None:
-                assert result.append is not None
-                offset = result.append.next_offset
-                self._group_commit.request(offset, observed.context)
+            offset = self._request_flush(result, observed)
+            if offset is not None:
                 outcome = self._waiters.wait(offset, self.config.sync_flush_timeout)
                 result = self._after_flush(result, outcome)
             observed.done(result)
@@ -368,14 +366,21 @@ class MessageStore:
         """As :meth:`put_messages`, waiting for the flush without blocking the event loop."""
         with self._observer.append(messages, self._flush_type) as observed:
             result = self._append(messages)
-            if result.ok and self._group_commit is not None:
-                assert result.append is not None
-                offset = result.append.next_offset
-                self._group_commit.request(offset, observed.context)
+            offset = self._request_flush(result, observed)
+            if offset is not None:
                 outcome = await self._waiters.wait_async(offset, self.config.sync_flush_timeout)
                 result = self._after_flush(result, outcome)
             observed.done(result)
         return result
+
+    def _request_flush(self, result: PutResult, observed: AppendScope) -> int | None:
+        """Under SYNC_FLUSH, ask group commit to flush past the batch; the offset to wait for."""
+        if not result.ok or self._group_commit is None:
+            return None
+        assert result.append is not None
+        offset = result.append.next_offset
+        self._group_commit.request(offset, observed.context)
+        return offset
 
     def put_message(self, message: Message) -> PutResult:
         return self.put_messages([message])
