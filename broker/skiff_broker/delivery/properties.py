@@ -57,7 +57,6 @@ OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 DLQ_PREFIX = "%DLQ%"
 # Topics the broker keeps for itself: clients can neither route to nor change them.
 INTERNAL_TOPICS = frozenset({SCHEDULE_TOPIC, HALF_TOPIC, OP_HALF_TOPIC})
-RETRY_PREFIX = "%RETRY%"
 
 
 def dlq_topic(group: str) -> str:

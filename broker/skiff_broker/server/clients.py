@@ -92,10 +92,6 @@ class ClientRegistry:
             and (topic in s.topics or not s.topics)
         ]
 
-    def is_fifo_group(self, client_id: str) -> bool:
-        session = self._sessions.get(client_id)
-        return bool(session and session.settings and session.settings.subscription.fifo)
-
     def apply_settings(self, client_id: str, settings: pb.Settings) -> pb.Settings:
         """Record a client's settings; returns the settings the broker enforces."""
         session = self.session(client_id)

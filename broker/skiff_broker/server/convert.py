@@ -12,10 +12,6 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from ..delivery import properties as prop
 from ..store.message import StoredMessage, SysFlag, encode_host, offset_message_id
 
-MAX_USER_PROPERTIES = 128
-MAX_USER_PROPERTIES_BYTES = 16 * 1024
-MAX_MESSAGE_GROUP_BYTES = 64
-
 
 def millis(ts: Timestamp) -> int:
     return ts.seconds * 1000 + ts.nanos // 1_000_000

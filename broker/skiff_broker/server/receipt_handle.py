@@ -41,10 +41,6 @@ class ReceiptHandle:
             )
         )
 
-    @property
-    def next_visible_time(self) -> int:
-        return self.retrieve_time + self.invisible_time
-
     @classmethod
     def decode(cls, text: str) -> ReceiptHandle:
         parts = text.split(" ")

@@ -27,6 +27,10 @@ from .status import OK, Code, RequestError, put_code, status
 
 log = logging.getLogger(__name__)
 
+# RocketMQ's proxy limits on what a producer may attach to a message.
+MAX_USER_PROPERTIES = 128
+MAX_USER_PROPERTIES_BYTES = 16 * 1024
+MAX_MESSAGE_GROUP_BYTES = 64
 _TYPE_NAMES = {v: k for k, v in pb.MessageType.items()}
 # Delivery timestamps this large are milliseconds in the seconds field (some clients do that).
 _SECONDS_LIMIT = 10**11
@@ -172,9 +176,10 @@ class Sender:
                 raise RequestError(
                     Code.ILLEGAL_MESSAGE_GROUP, "a FIFO message needs a message group"
                 )
-            if len(group.encode()) >= 64:
+            if len(group.encode()) >= MAX_MESSAGE_GROUP_BYTES:
                 raise RequestError(
-                    Code.ILLEGAL_MESSAGE_GROUP, "a message group must be shorter than 64 bytes"
+                    Code.ILLEGAL_MESSAGE_GROUP,
+                    f"a message group must be shorter than {MAX_MESSAGE_GROUP_BYTES} bytes",
                 )
             properties[prop.MESSAGE_GROUP] = group
         deliver_at = 0
@@ -222,10 +227,12 @@ class Sender:
     @staticmethod
     def _user_properties(proto: pb.Message) -> dict[str, str]:
         user = dict(proto.user_properties)
-        if len(user) > 128 or sum(len(k) + len(v) for k, v in user.items()) > 16 * 1024:
+        size = sum(len(k) + len(v) for k, v in user.items())
+        if len(user) > MAX_USER_PROPERTIES or size > MAX_USER_PROPERTIES_BYTES:
             raise RequestError(
                 Code.MESSAGE_PROPERTIES_TOO_LARGE,
-                "user properties are limited to 128 entries and 16 KiB",
+                f"user properties are limited to {MAX_USER_PROPERTIES} entries and "
+                f"{MAX_USER_PROPERTIES_BYTES // 1024} KiB",
             )
         for name, value in user.items():
             if name in prop.RESERVED:

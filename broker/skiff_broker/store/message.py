@@ -68,7 +68,6 @@ _HEADERS = {
     for born_v6 in (False, True)
     for store_v6 in (False, True)
 }
-HEADER_V4 = _HEADERS[(False, False)]
 SIZE_MAGIC = struct.Struct(">iI")
 SYSFLAG_OFFSET = 36
 # STORETIMESTAMP follows BORNHOST, whose size depends on its address family.
