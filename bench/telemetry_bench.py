@@ -25,8 +25,16 @@ Telemetry is exported over OTLP/HTTP to a receiver in a process of its own
   asyncio clients, each on its own channel, sending one-message ``SendMessage`` requests
   over raw gRPC without trace context, as the official clients do.
 
+Throughput pairs are noisy on a shared machine, so the server level also reports the
+broker's own CPU time per message (from ``/proc``), and ``--profile`` samples the broker
+with py-spy (only the thread holding the GIL) during every ``default`` run and reports
+the share of those samples spent in telemetry code (Skiff's telemetry package and the
+OpenTelemetry SDK and exporters): for a broker bound by one core's worth of Python, that
+share is the throughput telemetry takes, measured inside one run instead of between two.
+
 Run from the repository root:
-``python bench/telemetry_bench.py [--seconds S] [--rounds N] [--only store|server] [--full]``.
+``python bench/telemetry_bench.py [--seconds S] [--rounds N] [--only store|server] [--full]
+[--profile DIR]``.
 """
 
 from __future__ import annotations
@@ -48,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "broker"), str(ROOT)]
+sys.path[:0] = [str(ROOT / "broker"), str(ROOT), str(ROOT / "bench")]
 
 import grpc  # noqa: E402
 from rocketmq.grpc_protocol import definition_pb2 as pb  # noqa: E402
@@ -56,6 +64,7 @@ from rocketmq.grpc_protocol import service_pb2 as spb  # noqa: E402
 from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub  # noqa: E402
 from tests.broker_process import create_topics, data_dir_of, running_broker  # noqa: E402
 
+from broker_bench import BrokerProfile  # noqa: E402
 from skiff_broker.metadata.topic_table import TopicConfig  # noqa: E402
 from skiff_broker.store.config import FlushType, StoreConfig  # noqa: E402
 from skiff_broker.store.message import Message  # noqa: E402
@@ -178,20 +187,43 @@ async def _append_for(store: MessageStore, seconds: float, appenders: int) -> fl
 # -- server level ----------------------------------------------------------------------
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of every thread of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    # After the command name: state is field 3, utime and stime are fields 14 and 15.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def server_run(
-    work: Path, flush_type: str, mode: str, endpoint: str, seconds: float, clients: int
-) -> float:
+    work: Path,
+    flush_type: str,
+    mode: str,
+    endpoint: str,
+    seconds: float,
+    clients: int,
+    profile: BrokerProfile | None = None,
+) -> tuple[float, float]:
+    """Messages per second, and the broker's CPU microseconds per message."""
     tmp = Path(tempfile.mkdtemp(dir=work))
     create_topics(data_dir_of(tmp), TopicConfig(TOPIC, QUEUES, QUEUES))
     args = ("--flush-type", flush_type, "--commit-log-file-size", "256m")
     try:
         with running_broker(tmp, *args, env=otel_env(mode, endpoint)) as broker:
-            return asyncio.run(_send_for(broker.endpoint, seconds, clients))
+            if profile is not None:
+                # Started now, it samples the warm-up too: the share is what matters.
+                profile.begin(broker.proc.pid, WARMUP_S + seconds, f"{flush_type}-{mode}")
+            try:
+                return asyncio.run(_send_for(broker.endpoint, broker.proc.pid, seconds, clients))
+            finally:
+                if profile is not None:
+                    profile.end()
     finally:
         shutil.rmtree(tmp)
 
 
-async def _send_for(endpoint: str, seconds: float, clients: int) -> float:
+async def _send_for(
+    endpoint: str, broker_pid: int, seconds: float, clients: int
+) -> tuple[float, float]:
     counting = False
     count = 0
     stop = False
@@ -222,12 +254,46 @@ async def _send_for(endpoint: str, seconds: float, clients: int) -> float:
     await asyncio.sleep(WARMUP_S)
     counting = True
     started = time.perf_counter()
+    cpu_started = process_cpu_seconds(broker_pid)
     await asyncio.sleep(seconds)
     counting = False
     elapsed = time.perf_counter() - started
+    cpu = process_cpu_seconds(broker_pid) - cpu_started
     stop = True
     await asyncio.gather(*tasks)
-    return count / elapsed
+    return count / elapsed, cpu * 1e6 / max(count, 1)
+
+
+# -- where the broker's time goes ------------------------------------------------------
+
+_TELEMETRY_CODE = ("skiff_broker/telemetry/", "opentelemetry/")
+_PLAIN_BROKER_CODE = "skiff_broker/"
+
+
+def telemetry_samples(raw_path: str) -> tuple[int, int]:
+    """(samples in telemetry code, all samples) of a py-spy raw profile.
+
+    A sample counts when its stack passes through telemetry code and nothing of the
+    broker's own runs beneath that: the SERVER span wrapper awaiting the handler is the
+    handler's time, not telemetry's.
+    """
+    in_telemetry = total = 0
+    with open(raw_path) as f:
+        for line in f:
+            stack, _, count_text = line.rstrip("\n").rpartition(" ")
+            if not stack or not count_text.isdigit():
+                continue
+            count = int(count_text)
+            total += count
+            frames = stack.split(";")
+            for depth, frame in enumerate(frames):
+                if any(code in frame for code in _TELEMETRY_CODE) and not any(
+                    _PLAIN_BROKER_CODE in below and "skiff_broker/telemetry/" not in below
+                    for below in frames[depth + 1 :]
+                ):
+                    in_telemetry += count
+                    break
+    return in_telemetry, total
 
 
 # -- report ----------------------------------------------------------------------------
@@ -238,6 +304,23 @@ def spread(values: list[float]) -> str:
         return f"{min(values):.3f}..{max(values):.3f}"
     q1, _, q3 = statistics.quantiles(values, n=4)
     return f"{min(values):.3f}..{max(values):.3f} (IQR {q1:.3f}..{q3:.3f})"
+
+
+def cpu_cost(off: list[float], on: list[float], mode: str) -> dict[str, Any]:
+    """The broker's CPU per message, on over off, pair by pair; printed and returned.
+
+    Less noisy than throughput on a shared machine: the broker's own CPU time per
+    message does not depend on how much CPU the clients or other processes took, and
+    for a broker that is busy on its core, throughput is its inverse.
+    """
+    ratios = [b / a for a, b in zip(off, on, strict=True)]
+    median = statistics.median(ratios)
+    print(
+        f"  broker CPU per message: off median {statistics.median(off):.0f} us, "
+        f"{mode} {statistics.median(on):.0f} us; {mode}/off median of pair ratios "
+        f"{median:.3f}, spread {spread(ratios)} (throughput equivalent {1 / median:.3f})"
+    )
+    return {"off_us": off, "on_us": on, "ratios": ratios, "median": median}
 
 
 def main() -> None:
@@ -251,12 +334,22 @@ def main() -> None:
     parser.add_argument("--full", action="store_true", help="also measure 100%% sampling")
     parser.add_argument("--data-dir", type=Path, default=Path.cwd(), help="where to work")
     parser.add_argument("--json", type=Path, help="also write every figure here")
+    parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="py-spy the broker in every telemetry-on server run (pip install py-spy)",
+    )
     args = parser.parse_args()
+    profile = BrokerProfile(args.profile) if args.profile else None
+    # flush type -> [samples in telemetry code, all samples]
+    profiled: dict[str, list[int]] = {}
 
     levels = [args.only] if args.only else ["store", "server"]
     flush_types = [args.flush] if args.flush else list(FLUSH_TYPES)
     modes = MODES if args.full else MODES[:2]
     runs: dict[tuple[str, str, str], list[float]] = {}
+    # Server level only: the broker's CPU microseconds per message of each run.
+    broker_cpu: dict[tuple[str, str, str], list[float]] = {}
     work = Path(tempfile.mkdtemp(prefix="telemetry-bench-", dir=args.data_dir))
     try:
         with receiver_process() as endpoint:
@@ -271,9 +364,20 @@ def main() -> None:
                                     work, flush_type, mode, endpoint, args.seconds, args.appenders
                                 )
                             else:
-                                rate = server_run(
-                                    work, flush_type, mode, endpoint, args.seconds, args.clients
+                                rate, cpu_us = server_run(
+                                    work,
+                                    flush_type,
+                                    mode,
+                                    endpoint,
+                                    args.seconds,
+                                    args.clients,
+                                    profile if mode != "off" else None,
                                 )
+                                if profile is not None and mode != "off" and profile.raw_path:
+                                    counts = profiled.setdefault(f"{flush_type} {mode}", [0, 0])
+                                    for i, n in enumerate(telemetry_samples(profile.raw_path)):
+                                        counts[i] += n
+                                broker_cpu.setdefault((level, flush_type, mode), []).append(cpu_us)
                             runs.setdefault((level, flush_type, mode), []).append(rate)
                             note(
                                 f"round {round_no + 1}: {level} {flush_type} {mode}: "
@@ -311,9 +415,29 @@ def main() -> None:
                     line += f"; target >= {TARGET_RATIO}: {verdict}"
                 print(line)
                 row[f"{mode}_over_off"] = {"ratios": ratios, "median": median}
+                if level == "server":
+                    row[f"{mode}_cpu_per_message"] = cpu_cost(
+                        broker_cpu[(level, flush_type, "off")],
+                        broker_cpu[(level, flush_type, mode)],
+                        mode,
+                    )
             report.append(row)
+    for name, (in_telemetry, total) in profiled.items():
+        print(
+            f"py-spy, broker thread holding the GIL, {name}: {in_telemetry:,} of {total:,} "
+            f"samples in telemetry code ({in_telemetry / max(total, 1):.2%})"
+        )
     if args.json:
-        args.json.write_text(json.dumps({"ratio": DEFAULT_SAMPLE_RATIO, "rows": report}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "ratio": DEFAULT_SAMPLE_RATIO,
+                    "rows": report,
+                    "profiled": {k: {"telemetry": v[0], "all": v[1]} for k, v in profiled.items()},
+                },
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":
