@@ -61,6 +61,8 @@ class BrokerProcess:
     data_dir: Path
     log_path: Path
     endpoint: str = ""
+    # Where a master serves replication (empty for a replica).
+    ha_endpoint: str = ""
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -99,6 +101,9 @@ class BrokerProcess:
         while time.monotonic() < end:
             for record in self.log_lines():
                 message = record.get("msg", "")
+                if message.startswith("replication listening on "):
+                    port = message.rpartition(":")[2]
+                    self.ha_endpoint = f"127.0.0.1:{port}"
                 if message.startswith("listening on "):
                     address = message.removeprefix("listening on ")
                     port = address.rpartition(":")[2]
@@ -137,6 +142,9 @@ def start_broker(
                 "127.0.0.1:0",
                 "--commit-log-file-size",
                 COMMIT_LOG_FILE_SIZE,
+                # A master serves replication; several brokers run at once in tests.
+                "--ha-listen",
+                "127.0.0.1:0",
                 *extra_args,
             ],
             env=broker_env(env),

@@ -165,6 +165,75 @@ def main(log_level: str) -> None:
     show_default=True,
     help="Asks about one transaction before it is rolled back.",
 )
+@click.option(
+    "--role",
+    envvar="SKIFF_ROLE",
+    type=click.Choice(["MASTER", "REPLICA", "AUTO"], case_sensitive=False),
+    default="MASTER",
+    show_default=True,
+    help="AUTO: MASTER for StatefulSet ordinal 0 (SKIFF_POD_NAME or HOSTNAME), else REPLICA.",
+)
+@click.option(
+    "--master-address",
+    envvar="SKIFF_MASTER_ADDRESS",
+    default="",
+    help="A replica's master: HOST:PORT of the master's --ha-listen.",
+)
+@click.option(
+    "--ha-listen",
+    envvar="SKIFF_HA_LISTEN",
+    default="0.0.0.0:10912",
+    show_default=True,
+    help="Where a master serves replication (HOST:PORT; port 0 picks a free one).",
+)
+@click.option(
+    "--replication-mode",
+    envvar="SKIFF_REPLICATION_MODE",
+    type=click.Choice(["ASYNC", "SYNC"], case_sensitive=False),
+    default="ASYNC",
+    show_default=True,
+    help="SYNC acknowledges a write once --sync-replicas in-sync replicas hold it.",
+)
+@click.option(
+    "--sync-replicas",
+    envvar="SKIFF_SYNC_REPLICAS",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="In-sync replicas that must hold a write before a SYNC acknowledgement.",
+)
+@click.option(
+    "--ha-max-gap",
+    envvar="SKIFF_HA_MAX_GAP",
+    type=ByteSize(),
+    default="256m",
+    show_default=True,
+    help="A replica further behind than this is out of sync.",
+)
+@click.option(
+    "--sync-replication-timeout",
+    envvar="SKIFF_SYNC_REPLICATION_TIMEOUT",
+    type=click.FloatRange(0, min_open=True),
+    default=5.0,
+    show_default=True,
+    help="Seconds a SYNC write waits for replicas before SLAVE_PERSISTENCE_TIMEOUT.",
+)
+@click.option(
+    "--ha-heartbeat-interval",
+    envvar="SKIFF_HA_HEARTBEAT_INTERVAL",
+    type=click.FloatRange(0, min_open=True),
+    default=5.0,
+    show_default=True,
+    help="Seconds between heartbeats on an idle replication connection.",
+)
+@click.option(
+    "--ha-heartbeat-timeout",
+    envvar="SKIFF_HA_HEARTBEAT_TIMEOUT",
+    type=click.FloatRange(0, min_open=True),
+    default=20.0,
+    show_default=True,
+    help="Seconds without a word before a replication peer is taken for dead.",
+)
 def broker(
     data_dir: str,
     listen: str,
@@ -182,11 +251,22 @@ def broker(
     transaction_check_interval: float,
     transaction_timeout: float,
     transaction_check_max: int,
+    role: str,
+    master_address: str,
+    ha_listen: str,
+    replication_mode: str,
+    sync_replicas: int,
+    ha_max_gap: int,
+    sync_replication_timeout: float,
+    ha_heartbeat_interval: float,
+    ha_heartbeat_timeout: float,
 ) -> None:
     """Run a broker on a local data directory until SIGTERM or Ctrl-C."""
     import asyncio
 
     from .config import BrokerConfig
+    from .ha.config import ReplicationConfig, ReplicationMode, Role
+    from .ha.epoch_file import EpochFileError
     from .server.app import BrokerServer
     from .store.errors import StoreError
 
@@ -211,16 +291,35 @@ def broker(
         transaction_check_interval_ms=int(transaction_check_interval * 1000),
         transaction_timeout_ms=int(transaction_timeout * 1000),
         transaction_check_max=transaction_check_max,
+        replication=ReplicationConfig(
+            role=Role(role.upper()),
+            master_address=master_address,
+            ha_listen=ha_listen,
+            mode=ReplicationMode(replication_mode.upper()),
+            sync_replicas=sync_replicas,
+            max_gap=ha_max_gap,
+            sync_timeout=sync_replication_timeout,
+            heartbeat_interval=ha_heartbeat_interval,
+            heartbeat_timeout=ha_heartbeat_timeout,
+        ),
     )
     try:
+        config.replication.resolve_role(_pod_name())
         config.validate()
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     try:
         server = BrokerServer(config)
         asyncio.run(server.serve_until_signalled())
-    except (StoreError, OSError) as exc:
+    except (StoreError, OSError, EpochFileError) as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+def _pod_name() -> str:
+    """The StatefulSet pod's name, for --role AUTO."""
+    import socket
+
+    return os.environ.get("SKIFF_POD_NAME") or os.environ.get("HOSTNAME") or socket.gethostname()
 
 
 def _store_host(listen: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from .ha.config import ReplicationConfig
 from .store.config import StoreConfig
 
 
@@ -35,6 +36,8 @@ class BrokerConfig:
     transaction_check_max: int = 15
     # Group offsets and pop state are written to disk this often.
     persist_interval_s: float = 5.0
+    # Master/replica replication (role, master address, mode, in-sync rules).
+    replication: ReplicationConfig = dataclasses.field(default_factory=ReplicationConfig)
 
     def validate(self) -> None:
         self.store.validate()
@@ -49,3 +52,4 @@ class BrokerConfig:
             raise ValueError("the transaction check interval must be positive")
         if self.transaction_timeout_ms < 0 or self.transaction_check_max < 0:
             raise ValueError("the transaction timeout and check maximum cannot be negative")
+        self.replication.validate()

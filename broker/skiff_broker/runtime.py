@@ -18,6 +18,11 @@ from .store.observer import StoreObserver
 
 log = logging.getLogger(__name__)
 
+REPLICA_REFUSAL = (
+    "broker {name} is a replica and takes no writes; send to its master "
+    "(routes list only the master's queues as writable)"
+)
+
 # Topics only the broker reads and writes: scheduled and half messages live there
 # until they are due or committed, so no client may send to or read from them.
 
@@ -52,16 +57,29 @@ class Broker:
         self._stop = threading.Event()
         self._persister: threading.Thread | None = None
 
-    def start(self) -> None:
+    def start(self, *, replica: bool = False) -> None:
+        """Recover and start serving; a ``replica`` takes no writes until promoted."""
+        if replica:
+            self.store.read_only_reason = REPLICA_REFUSAL.format(name=self.config.broker_name)
         self.store.start()
         self.topics.load()
         self.offsets.load()
         self.pop.load()
+        if not replica:
+            self.start_writers()
+        self._persister = threading.Thread(target=self._persist_loop, name="persister", daemon=True)
+        self._persister.start()
+
+    @property
+    def is_replica(self) -> bool:
+        return bool(self.store.read_only_reason)
+
+    def start_writers(self) -> None:
+        """Take writes: delayed and transaction messages are delivered from here on."""
+        self.store.read_only_reason = ""
         # Both rebuild what is pending from their system topics, so after the store.
         self.delays.start()
         self.transactions.start()
-        self._persister = threading.Thread(target=self._persist_loop, name="persister", daemon=True)
-        self._persister.start()
 
     def ensure_system_topic(self, name: str, queues: int = 1) -> TopicConfig:
         """A broker-owned topic (dead letters, schedules), created on first use."""
@@ -77,7 +95,8 @@ class Broker:
         if name in prop.INTERNAL_TOPICS:
             return None
         topic = self.topics.get(name)
-        if topic is None and self.config.auto_create_topics:
+        # A replica's topics are its master's.
+        if topic is None and self.config.auto_create_topics and not self.is_replica:
             topic = TopicConfig(
                 name, self.config.default_read_queues, self.config.default_write_queues
             )

@@ -17,6 +17,7 @@ from collections.abc import Callable
 import grpc
 
 from .. import __version__
+from ..ha.replication import PromotionRefused, Replication
 from ..metadata.topic_table import MessageType, Permission, TopicConfig
 from ..runtime import Broker
 from ..store.message import StoredMessage, encode_host, offset_message_id
@@ -131,11 +132,34 @@ def _required(value: str, what: str) -> str:
     return value
 
 
+def _async_handler(method: Callable) -> Callable:
+    """As :func:`_handler`, for a handler that awaits."""
+
+    @functools.wraps(method)
+    async def call(self, request, context):  # type: ignore[no-untyped-def]
+        try:
+            return await method(self, request)
+        except AdminError as exc:
+            code, message = _STATUS_CODES[type(exc)], exc.message
+        except Exception:
+            log.exception("admin %s failed", method.__name__)
+            code, message = grpc.StatusCode.INTERNAL, "the broker failed; see its log"
+        await context.abort(code, message)
+
+    return call
+
+
 class AdminService(admin_pb2_grpc.AdminServiceServicer):
-    def __init__(self, broker: Broker, endpoint: Callable[[], str]) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        endpoint: Callable[[], str],
+        replication: Replication | None = None,
+    ) -> None:
         """``endpoint`` gives the address clients reach this broker at (known once listening)."""
         self._broker = broker
         self._endpoint = endpoint
+        self._replication = replication
         self._topics = TopicAdmin(broker)
         self._progress = ConsumerProgress(broker)
 
@@ -143,6 +167,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
 
     @_handler
     def CreateTopic(self, request: apb.CreateTopicRequest) -> apb.Topic:
+        self._refuse_on_replica()
         spec = request.topic
         config = self._broker.config
         read = spec.read_queue_nums or spec.write_queue_nums or config.default_read_queues
@@ -157,6 +182,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
 
     @_handler
     def UpdateTopic(self, request: apb.UpdateTopicRequest) -> apb.Topic:
+        self._refuse_on_replica()
         spec = request.topic
         change = TopicChange(
             read_queue_nums=spec.read_queue_nums or None,
@@ -168,6 +194,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
 
     @_handler
     def DeleteTopic(self, request: apb.DeleteTopicRequest) -> apb.DeleteTopicResponse:
+        self._refuse_on_replica()
         self._topics.delete(_required(request.name, "topic name"))
         return apb.DeleteTopicResponse(deleted=True)
 
@@ -185,9 +212,9 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     def GetBrokerInfo(self, request: apb.GetBrokerInfoRequest) -> apb.BrokerInfo:
         config = self._broker.config
         stats = self._broker.store.stats()
-        return apb.BrokerInfo(
+        info = apb.BrokerInfo(
             broker_name=config.broker_name,
-            role="MASTER",
+            role="REPLICA" if self._broker.is_replica else "MASTER",
             version=__version__,
             flush_type=str(config.store.flush_type),
             transient_store_pool=config.store.transient_store_pool_enable,
@@ -201,6 +228,52 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             refusal=stats.refusal,
             endpoint=self._endpoint(),
         )
+        if self._replication is not None:
+            replication = self._replication.info()
+            info.role = str(replication.role)
+            info.replication_mode = str(replication.mode)
+            info.epoch = replication.epoch
+            info.epoch_start_offset = replication.epoch_start_offset
+            info.ha_address = replication.ha_address
+            info.master_address = replication.master_address
+            info.replica_connected = replication.connected
+            info.replica_in_sync = replication.in_sync
+            info.replica_lag_bytes = replication.lag_bytes
+            info.replicas.extend(
+                apb.ReplicaInfo(
+                    name=r.name,
+                    address=r.address,
+                    acked_offset=r.acked_offset,
+                    lag_bytes=r.lag_bytes,
+                    in_sync=r.in_sync,
+                    connected=r.connected,
+                )
+                for r in replication.replicas
+            )
+        return info
+
+    @_async_handler
+    async def Promote(self, request: apb.PromoteRequest) -> apb.PromoteResponse:
+        if self._replication is None:
+            raise FailedPrecondition("this broker runs without replication; it is a master")
+        try:
+            await self._replication.promote(force=request.force)
+        except PromotionRefused as exc:
+            raise FailedPrecondition(str(exc)) from None
+        info = self._replication.info()
+        return apb.PromoteResponse(
+            role=str(info.role),
+            epoch=info.epoch,
+            epoch_start_offset=info.epoch_start_offset,
+            ha_address=info.ha_address,
+        )
+
+    def _refuse_on_replica(self) -> None:
+        if self._broker.is_replica:
+            raise FailedPrecondition(
+                "this broker is a replica: it takes its topics from its master; "
+                "change topics on the master"
+            )
 
     def _see_recent_writes(self) -> None:
         self._broker.store.wait_dispatched(_READ_YOUR_WRITES_WAIT_S)

@@ -81,6 +81,35 @@ class BrokerInfo:
     disk_use_ratio: float
     writable: bool
     refusal: str  # why writes are refused; empty while writable
+    replication_mode: str = ""
+    epoch: int = 0
+    epoch_start_offset: int = 0
+    ha_address: str = ""  # a master's replication address
+    replicas: tuple[ReplicaInfo, ...] = ()  # a master's replicas
+    master_address: str = ""  # the master a replica follows
+    replica_connected: bool = False
+    replica_in_sync: bool = False
+    replica_lag_bytes: int = 0  # -1: the replica never heard from its master
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReplicaInfo:
+    """One replica as its master sees it."""
+
+    name: str
+    address: str
+    acked_offset: int
+    lag_bytes: int
+    in_sync: bool
+    connected: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Promotion:
+    role: str
+    epoch: int
+    epoch_start_offset: int
+    ha_address: str
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -257,7 +286,31 @@ class AdminClient:
             disk_use_ratio=info.disk_use_ratio,
             writable=info.writable,
             refusal=info.refusal,
+            replication_mode=info.replication_mode,
+            epoch=info.epoch,
+            epoch_start_offset=info.epoch_start_offset,
+            ha_address=info.ha_address,
+            replicas=tuple(
+                ReplicaInfo(
+                    name=r.name,
+                    address=r.address,
+                    acked_offset=r.acked_offset,
+                    lag_bytes=r.lag_bytes,
+                    in_sync=r.in_sync,
+                    connected=r.connected,
+                )
+                for r in info.replicas
+            ),
+            master_address=info.master_address,
+            replica_connected=info.replica_connected,
+            replica_in_sync=info.replica_in_sync,
+            replica_lag_bytes=info.replica_lag_bytes,
         )
+
+    def promote(self, *, force: bool = False) -> Promotion:
+        """Make this replica the master (FAILED_PRECONDITION if out of sync and not forced)."""
+        reply = self._call(self._stub.Promote, apb.PromoteRequest(force=force))
+        return Promotion(reply.role, reply.epoch, reply.epoch_start_offset, reply.ha_address)
 
     def queue_offsets(self, topic: str) -> list[QueueOffsets]:
         response = self._call(self._stub.GetQueueOffsets, apb.GetQueueOffsetsRequest(topic=topic))

@@ -1,4 +1,4 @@
-"""``skiff admin info|offsets|lag|lookup|query-key|offset-by-time``."""
+"""``skiff admin info|offsets|lag|lookup|query-key|offset-by-time|promote``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from ..client.admin import AdminClient, StoredMessage
+from ..client.admin import AdminClient, BrokerInfo, StoredMessage
 from ..delivery import properties as prop
 from .options import Timestamp, client_command
 from .output import body_text, echo_json, fields, plural, shown_body, table, time_text
@@ -43,8 +43,56 @@ def info(endpoint: str, as_json: bool) -> None:
                 ("disk used", f"{state.disk_use_ratio:.1%}"),
                 ("writable", state.writable),
                 *([("refusal", state.refusal)] if state.refusal else []),
+                ("replication", state.replication_mode or None),
+                ("epoch", f"{state.epoch} (from offset {state.epoch_start_offset})"),
+                *_replication_fields(state),
             ]
         )
+    )
+    if state.replicas:
+        click.echo()
+        click.echo(
+            table(
+                ["REPLICA", "ADDRESS", "ACKED OFFSET", "LAG BYTES", "IN SYNC", "CONNECTED"],
+                [
+                    [r.name, r.address, r.acked_offset, r.lag_bytes, r.in_sync, r.connected]
+                    for r in state.replicas
+                ],
+            )
+        )
+
+
+def _replication_fields(state: BrokerInfo) -> list[tuple[str, Any]]:
+    if state.master_address:
+        lag = "never heard from" if state.replica_lag_bytes < 0 else state.replica_lag_bytes
+        return [
+            ("master", state.master_address),
+            ("connected", state.replica_connected),
+            ("in sync", state.replica_in_sync),
+            ("lag bytes", lag),
+        ]
+    if state.ha_address:
+        return [("replication address", state.ha_address), ("replicas", len(state.replicas))]
+    return []
+
+
+@admin.command()
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Promote even a replica that is not in sync (it may lack acknowledged messages).",
+)
+@client_command
+def promote(force: bool, endpoint: str, as_json: bool) -> None:
+    """Make the replica at --endpoint the master of its group."""
+    with AdminClient(endpoint) as client:
+        result = client.promote(force=force)
+    if as_json:
+        echo_json(dataclasses.asdict(result))
+        return
+    click.echo(
+        f"{endpoint} is now {result.role}, epoch {result.epoch} from offset "
+        f"{result.epoch_start_offset}; serving replication on {result.ha_address}"
     )
 
 

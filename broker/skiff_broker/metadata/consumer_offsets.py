@@ -53,6 +53,25 @@ class ConsumerOffsetTable(JsonConfigFile):
                 del self._offsets[key]
             self._dirty = True
 
+    def snapshot(self) -> dict[str, dict[str, int]]:
+        """ "topic@group" -> {queue id (as text): offset}, as consumerOffset.json holds them."""
+        with self._lock:
+            return {
+                key: {str(q): o for q, o in sorted(queues.items())}
+                for key, queues in self._offsets.items()
+            }
+
+    def replace_all(self, snapshot: dict[str, dict[str, int]]) -> None:
+        """Take a master's offsets in place of this table's (persisted with the next persist)."""
+        offsets = {
+            key: {int(queue): int(offset) for queue, offset in queues.items()}
+            for key, queues in snapshot.items()
+        }
+        with self._lock:
+            if offsets != self._offsets:
+                self._offsets = offsets
+                self._dirty = True
+
     def persist(self, *, force: bool = False) -> bool:
         """Write the table if it changed; returns True if a file was written."""
         with self._lock:

@@ -122,6 +122,19 @@ class TopicTable(JsonConfigFile):
             self._persist()
             return True
 
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        """Every topic as topics.json holds it (what a master sends its replicas)."""
+        return {t.name: t.to_json() for t in self._topics.values()}
+
+    def replace_all(self, documents: dict[str, dict[str, Any]]) -> None:
+        """Take a master's topics in place of this table's; persisted if they differ."""
+        topics = {name: TopicConfig.from_json(doc) for name, doc in documents.items()}
+        with self._lock:
+            if topics == self._topics:
+                return
+            self._topics = topics
+            self._persist()
+
     def _persist(self) -> None:
         self.data_version = {
             "timestamp": int(time.time() * 1000),

@@ -13,6 +13,7 @@ from ..admin.service import AdminService
 from ..admin.v1 import admin_pb2_grpc
 from ..config import BrokerConfig
 from ..delivery.long_polling import ArrivalHub
+from ..ha.replication import Replication
 from ..runtime import Broker
 from ..telemetry import telemetry_from_env
 from .messaging_service import MessagingService, add_to_server
@@ -31,8 +32,16 @@ class BrokerServer:
         config.validate()
         self.config = config
         # From the OTEL_* variables; off (and free) unless an exporter is configured.
-        self.telemetry = telemetry_from_env(config.broker_name)
+        self.telemetry = telemetry_from_env(
+            config.broker_name, replication_mode=str(config.replication.mode)
+        )
         self.broker = Broker(config, observer=self.telemetry.store_observer())
+        # Named once the gRPC port is known: replicas on one host differ by port.
+        self.replication = Replication(
+            config.replication,
+            self.broker,
+            name=lambda: f"{config.broker_name}@{self.client_endpoint()}",
+        )
         self.messaging: MessagingService | None = None
         self.port = 0
         self._server: grpc.aio.Server | None = None
@@ -54,7 +63,8 @@ class BrokerServer:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         # Recovery can scan a lot of log; nothing else runs on the loop yet.
-        self.broker.start()
+        self.replication.load()
+        self.broker.start(replica=self.replication.is_replica)
         hub = ArrivalHub(loop)
         self.broker.store.add_arrival_listener(hub.on_arrival)
         self.messaging = MessagingService(self.broker, hub)
@@ -73,7 +83,8 @@ class BrokerServer:
         # RocketMQ RPCs get SERVER spans; the admin service's rare calls go untraced.
         add_to_server(self.messaging, server, trace=self.telemetry.handler_tracer())
         admin_pb2_grpc.add_AdminServiceServicer_to_server(
-            AdminService(self.broker, endpoint=self.client_endpoint), server
+            AdminService(self.broker, endpoint=self.client_endpoint, replication=self.replication),
+            server,
         )
         try:
             self.port = server.add_insecure_port(self.config.listen)
@@ -81,6 +92,12 @@ class BrokerServer:
             self.broker.stop()
             self.telemetry.shutdown()
             raise OSError(f"cannot listen on {self.config.listen}: {exc}") from exc
+        try:
+            await self.replication.start()
+        except OSError:
+            self.broker.stop()
+            self.telemetry.shutdown()
+            raise
         await server.start()
         self._server = server
         log.info("listening on %s", self.address)
@@ -89,6 +106,7 @@ class BrokerServer:
         if self._server is not None:
             await self._server.stop(grace)
             self._server = None
+        await self.replication.stop()
         self.broker.stop()
         # Last: spans of the final flushes are exported too.
         self.telemetry.shutdown()

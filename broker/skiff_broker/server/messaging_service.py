@@ -161,6 +161,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             self._broker.config.broker_name,
             self._endpoints(request.endpoints),
             request.topic.resource_namespace,
+            writable_broker=not self._broker.is_replica,
         )
         return spb.QueryRouteResponse(status=OK, message_queues=queues)
 
@@ -174,6 +175,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             self._broker.config.broker_name,
             self._endpoints(request.endpoints),
             request.topic.resource_namespace,
+            writable_broker=not self._broker.is_replica,
         )
         if not found:
             raise RequestError(Code.FORBIDDEN, f"topic {topic.name!r} has no readable queue")

@@ -50,9 +50,9 @@ def accepted_types(topic: TopicConfig) -> list[int]:
     return _ACCEPTED[topic.message_type]
 
 
-def _permission(topic: TopicConfig, queue_id: int) -> int:
+def _permission(topic: TopicConfig, queue_id: int, writable_broker: bool) -> int:
     readable = topic.readable and queue_id < topic.read_queue_nums
-    writable = topic.writable and queue_id < topic.write_queue_nums
+    writable = writable_broker and topic.writable and queue_id < topic.write_queue_nums
     if readable and writable:
         return pb.Permission.READ_WRITE
     if readable:
@@ -63,16 +63,25 @@ def _permission(topic: TopicConfig, queue_id: int) -> int:
 
 
 def message_queues(
-    topic: TopicConfig, broker_name: str, endpoints: pb.Endpoints, namespace: str = ""
+    topic: TopicConfig,
+    broker_name: str,
+    endpoints: pb.Endpoints,
+    namespace: str = "",
+    *,
+    writable_broker: bool = True,
 ) -> list[pb.MessageQueue]:
-    """One entry per queue id; producers use the writable ones, consumers the readable."""
+    """One entry per queue id; producers use the writable ones, consumers the readable.
+
+    A replica (``writable_broker`` False) lists its queues read-only: producers never
+    pick them.
+    """
     broker = pb.Broker(name=broker_name, id=0, endpoints=endpoints)
     resource = pb.Resource(name=topic.name, resource_namespace=namespace)
     return [
         pb.MessageQueue(
             topic=resource,
             id=queue_id,
-            permission=_permission(topic, queue_id),
+            permission=_permission(topic, queue_id, writable_broker),
             broker=broker,
             accept_message_types=accepted_types(topic),
         )
@@ -81,7 +90,12 @@ def message_queues(
 
 
 def assignments(
-    topic: TopicConfig, broker_name: str, endpoints: pb.Endpoints, namespace: str = ""
+    topic: TopicConfig,
+    broker_name: str,
+    endpoints: pb.Endpoints,
+    namespace: str = "",
+    *,
+    writable_broker: bool = True,
 ) -> list[pb.Assignment]:
     """For push consumers: the whole broker (queue -1: any queue) or, for FIFO, each queue."""
     if not topic.readable or topic.read_queue_nums == 0:
@@ -93,7 +107,9 @@ def assignments(
     else:
         queue_ids = [-1]
     permission = (
-        pb.Permission.READ_WRITE if topic.perm == Permission.READ_WRITE else pb.Permission.READ
+        pb.Permission.READ_WRITE
+        if writable_broker and topic.perm == Permission.READ_WRITE
+        else pb.Permission.READ
     )
     return [
         pb.Assignment(

@@ -55,6 +55,7 @@ class Sender:
             raise RequestError(
                 Code.MESSAGE_CORRUPTED, "all messages of one send request must share a topic"
             )
+        self._require_master()
         topic = self._writable_topic(topic_name)
         # Messages without a group share one queue per request, so a batching
         # producer's request becomes one contiguous append.
@@ -90,6 +91,10 @@ class Sender:
             else (entries[0].status if len(codes) == 1 else status(Code.MULTIPLE_RESULTS))
         )
         return spb.SendMessageResponse(status=overall, entries=entries)
+
+    def _require_master(self) -> None:
+        if self._broker.is_replica:
+            raise RequestError(Code.FORBIDDEN, self._broker.store.read_only_reason)
 
     def _writable_topic(self, name: str) -> TopicConfig:
         require_topic_name(name)
@@ -260,6 +265,7 @@ class Sender:
         ):
             # An unresolved answer from a check: ask again later.
             return spb.EndTransactionResponse(status=OK)
+        self._require_master()
         await self._broker.transactions.end(
             topic=request.topic.name,
             message_id=request.message_id,

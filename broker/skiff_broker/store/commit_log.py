@@ -164,6 +164,36 @@ class CommitLog:
             self.on_append([entry[3] for entry in layout])
         return result
 
+    def append_raw(self, offset: int, data: bytes | memoryview, notify: Callable[[], None]) -> int:
+        """Copy records another log already holds at ``offset`` (replication); returns the end.
+
+        ``offset`` must be where this log ends, and the bytes must fit in the
+        segment holding it (a sender sends one segment at a time).
+        """
+        with self._lock:
+            queue = self.queue
+            if queue.last_file is None:
+                mf = queue.last_file_for_append(offset)
+                if mf.wrote_position == 0 and offset != mf.file_from_offset:
+                    mf.set_positions(offset - mf.file_from_offset)
+            else:
+                end = queue.max_wrote_offset
+                if offset != end:
+                    raise ValueError(
+                        f"replicated bytes start at {offset}, but the log ends at {end}"
+                    )
+                mf = queue.last_file_for_append()
+            position = offset - mf.file_from_offset
+            if position != mf.wrote_position or len(data) > mf.remaining:
+                raise ValueError(
+                    f"{len(data)} replicated bytes at {offset} do not fit segment "
+                    f"{mf.file_from_offset} (written to {mf.wrote_position})"
+                )
+            mf.append(data, head_last=min(8, len(data)))
+            end = mf.file_from_offset + mf.wrote_position
+        notify()
+        return end
+
     def _topic_bytes(self, topic: str) -> bytes:
         encoded = self._valid_topics.get(topic)
         if encoded is not None:

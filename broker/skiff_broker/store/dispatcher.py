@@ -269,6 +269,7 @@ class Dispatcher:
     # -- thread -------------------------------------------------------------
 
     def start(self) -> None:
+        self._stopped = False
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self._thread.start()
 

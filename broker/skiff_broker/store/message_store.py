@@ -14,6 +14,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol
 
 from .checkpoint import Checkpoint
 from .commit_log import AppendRejected, AppendResult, AppendStatus, CommitLog
@@ -50,6 +51,8 @@ class PutStatus(enum.Enum):
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
     DISK_FULL = "DISK_FULL"
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    # SYNC replication: too few in-sync replicas confirmed the write in time.
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
 
 
 @dataclasses.dataclass(slots=True)
@@ -104,6 +107,24 @@ _APPEND_TO_PUT = {
 }
 
 
+class ReplicationGate(Protocol):
+    """What the store tells replication about appends, and waits for under SYNC replication."""
+
+    timeout: float
+
+    def appended(self) -> None:
+        """New bytes are in the log (any thread; must not block)."""
+
+    def needs_wait(self) -> bool:
+        """True if writers must wait for replicas (SYNC mode)."""
+
+    async def wait_async(self, offset: int) -> bool:
+        """True once enough in-sync replicas hold everything below ``offset``."""
+
+    def wait(self, offset: int) -> bool:
+        """As :meth:`wait_async`, blocking the calling thread."""
+
+
 class MessageStore:
     def __init__(self, config: StoreConfig, observer: StoreObserver | None = None) -> None:
         config.validate()
@@ -141,6 +162,10 @@ class MessageStore:
         self._allocation_failure = ""
         self.clean_start = False
         self._flushed_stamp = 0
+        # Set by replication: appends are announced to it and, under SYNC, waited for.
+        self.replication: ReplicationGate | None = None
+        # Set while this store follows a master: client appends are refused with it.
+        self.read_only_reason = ""
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -194,6 +219,10 @@ class MessageStore:
             include_index=self.index is not None,
             quiet_bytes=config.max_message_size + 1024 * 1024,
         )
+        self._cut_logics(end, redispatch_from)
+
+    def _cut_logics(self, end: int, redispatch_from: int) -> None:
+        """After the commit log was cut at ``end``: cut queues and index, re-dispatch the rest."""
         for cq in self.consume_queues:
             cq.truncate_dirty(end)
         if self.index is not None:
@@ -322,6 +351,8 @@ class MessageStore:
     def _refusal(self) -> PutResult | None:
         if not self._running:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, "the store is not running")
+        if self.read_only_reason:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, self.read_only_reason)
         if self._waiters.failure:
             return PutResult(
                 PutStatus.SERVICE_NOT_AVAILABLE,
@@ -352,26 +383,56 @@ class MessageStore:
             return PutResult(_APPEND_TO_PUT[exc.status], exc.reason)
 
     def put_messages(self, messages: Sequence[Message]) -> PutResult:
-        """Append a batch; with SYNC_FLUSH, return once it is on disk (or timed out)."""
+        """Append a batch; with SYNC_FLUSH, return once it is on disk (or timed out).
+
+        Under SYNC replication, also once enough in-sync replicas hold it (or timed out).
+        """
         with self._observer.append(messages, self._flush_type) as observed:
             result = self._append(messages)
             offset = self._request_flush(result, observed)
+            gate = self._announce(result)
             if offset is not None:
                 outcome = self._waiters.wait(offset, self.config.sync_flush_timeout)
                 result = self._after_flush(result, outcome)
+            if gate is not None and result.ok:
+                assert result.append is not None
+                result = self._after_replication(result, gate.wait(result.append.next_offset))
             observed.done(result)
         return result
 
     async def put_messages_async(self, messages: Sequence[Message]) -> PutResult:
-        """As :meth:`put_messages`, waiting for the flush without blocking the event loop."""
+        """As :meth:`put_messages`, waiting without blocking the event loop."""
         with self._observer.append(messages, self._flush_type) as observed:
             result = self._append(messages)
             offset = self._request_flush(result, observed)
+            gate = self._announce(result)
             if offset is not None:
                 outcome = await self._waiters.wait_async(offset, self.config.sync_flush_timeout)
                 result = self._after_flush(result, outcome)
+            if gate is not None and result.ok:
+                assert result.append is not None
+                replicated = await gate.wait_async(result.append.next_offset)
+                result = self._after_replication(result, replicated)
             observed.done(result)
         return result
+
+    def _announce(self, result: PutResult) -> ReplicationGate | None:
+        """Tell replication about an append; the gate to wait on under SYNC replication."""
+        gate = self.replication
+        if gate is None or not result.ok:
+            return None
+        gate.appended()
+        return gate if gate.needs_wait() else None
+
+    def _after_replication(self, result: PutResult, replicated: bool) -> PutResult:
+        if replicated:
+            return result
+        timeout = self.replication.timeout if self.replication is not None else 0.0
+        reason = (
+            f"too few in-sync replicas confirmed the write within {timeout:g}s; it is in the "
+            "master's log but may be lost if the master fails (see skiff admin info)"
+        )
+        return PutResult(PutStatus.FLUSH_SLAVE_TIMEOUT, reason, result.append)
 
     def _request_flush(self, result: PutResult, observed: AppendScope) -> int | None:
         """Under SYNC_FLUSH, ask group commit to flush past the batch; the offset to wait for."""
@@ -396,6 +457,37 @@ class MessageStore:
                 "the message is written but not known to be on disk"
             )
         return PutResult(PutStatus.FLUSH_DISK_TIMEOUT, reason, result.append)
+
+    # -- replication ----------------------------------------------------------
+
+    def append_replicated(self, offset: int, data: bytes | memoryview) -> int:
+        """Write a run of the master's log bytes at ``offset`` (which must be the log's end).
+
+        The run never crosses a segment boundary (the master sends segment by
+        segment); a run that ends a segment includes its BLANK record. Returns
+        the new end of the log. The dispatcher builds queues and index from it.
+        """
+        return self.commit_log.append_raw(offset, data, self.dispatcher.notify_new_data)
+
+    def truncate_to(self, offset: int) -> None:
+        """Cut the log at ``offset`` (a replica whose tail its master never had).
+
+        The same cut as crash recovery's: commit log, then consume queues and
+        index, then re-dispatch. Appends must not run meanwhile (a replica has none).
+        """
+        if offset >= self.commit_log.queue.max_wrote_offset:
+            return
+        log.warning("cutting the commit log from %d back to %d", self.commit_log.max_offset, offset)
+        self.dispatcher.stop()
+        queue = self.commit_log.queue
+        queue.commit_all()
+        queue.flush_all()
+        queue.truncate(offset, quiet_bytes=self.config.max_message_size + 1024 * 1024)
+        queue.flushed_where = queue.committed_where = offset
+        self._cut_logics(offset, offset)
+        self.dispatcher.start()
+        self.checkpoint.clean_shutdown_offset = -1
+        self.checkpoint.flush()
 
     # -- reading ------------------------------------------------------------
 

@@ -179,7 +179,9 @@ def sampler_from_env() -> Sampler:
     return ParentBased(TraceIdRatioBased(_ratio(1.0 if explicit else DEFAULT_SAMPLE_RATIO)))
 
 
-def resource_from_env(broker_name: str = "") -> Resource:
+def resource_from_env(
+    broker_name: str = "", replication_mode: str = cv.REPLICATION_NONE
+) -> Resource:
     """OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME, with service.name skiff-broker by default.
 
     The broker's name and replication mode are resource attributes too: they are the
@@ -190,7 +192,7 @@ def resource_from_env(broker_name: str = "") -> Resource:
         attributes["service.name"] = DEFAULT_SERVICE_NAME
     if broker_name:
         attributes[cv.BROKER] = broker_name
-        attributes[cv.REPLICATION_MODE] = cv.REPLICATION_NONE
+        attributes[cv.REPLICATION_MODE] = replication_mode
     return Resource.create(attributes)
 
 
@@ -200,6 +202,7 @@ class Telemetry:
 
     broker_name: str = ""
     tracer_provider: TracerProvider | None = None
+    replication_mode: str = cv.REPLICATION_NONE
     meter_provider: MeterProvider | None = None
     # The store's latency histograms, aggregated outside the SDK's instruments (see
     # latency_histograms) and exported by ``histogram_export``; None when metrics are off.
@@ -218,6 +221,7 @@ class Telemetry:
             tracer_provider=self.tracer_provider,
             histograms=self.histograms,
             broker_name=self.broker_name,
+            replication_mode=self.replication_mode,
         )
 
     def handler_tracer(
@@ -242,13 +246,15 @@ class Telemetry:
             self.meter_provider = None
 
 
-def telemetry_from_env(broker_name: str = "") -> Telemetry:
+def telemetry_from_env(
+    broker_name: str = "", replication_mode: str = cv.REPLICATION_NONE
+) -> Telemetry:
     span_exporters = span_exporters_from_env()
     metric_exporters = metric_exporters_from_env()
-    telemetry = Telemetry(broker_name)
+    telemetry = Telemetry(broker_name, replication_mode=replication_mode)
     if not span_exporters and not metric_exporters:
         return telemetry
-    resource = resource_from_env(broker_name)
+    resource = resource_from_env(broker_name, replication_mode)
     if span_exporters:
         sampler = sampler_from_env()
         provider = TracerProvider(sampler=sampler, resource=resource)

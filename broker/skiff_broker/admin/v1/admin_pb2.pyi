@@ -90,7 +90,7 @@ class GetBrokerInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class BrokerInfo(_message.Message):
-    __slots__ = ("broker_name", "role", "version", "flush_type", "transient_store_pool", "commit_log_min_offset", "commit_log_max_offset", "flushed_offset", "committed_offset", "dispatched_offset", "disk_use_ratio", "writable", "refusal", "endpoint")
+    __slots__ = ("broker_name", "role", "version", "flush_type", "transient_store_pool", "commit_log_min_offset", "commit_log_max_offset", "flushed_offset", "committed_offset", "dispatched_offset", "disk_use_ratio", "writable", "refusal", "endpoint", "replication_mode", "epoch", "epoch_start_offset", "ha_address", "replicas", "master_address", "replica_connected", "replica_in_sync", "replica_lag_bytes")
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -105,6 +105,15 @@ class BrokerInfo(_message.Message):
     WRITABLE_FIELD_NUMBER: _ClassVar[int]
     REFUSAL_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_MODE_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    HA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    MASTER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_IN_SYNC_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
     broker_name: str
     role: str
     version: str
@@ -119,7 +128,50 @@ class BrokerInfo(_message.Message):
     writable: bool
     refusal: str
     endpoint: str
-    def __init__(self, broker_name: _Optional[str] = ..., role: _Optional[str] = ..., version: _Optional[str] = ..., flush_type: _Optional[str] = ..., transient_store_pool: _Optional[bool] = ..., commit_log_min_offset: _Optional[int] = ..., commit_log_max_offset: _Optional[int] = ..., flushed_offset: _Optional[int] = ..., committed_offset: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., disk_use_ratio: _Optional[float] = ..., writable: _Optional[bool] = ..., refusal: _Optional[str] = ..., endpoint: _Optional[str] = ...) -> None: ...
+    replication_mode: str
+    epoch: int
+    epoch_start_offset: int
+    ha_address: str
+    replicas: _containers.RepeatedCompositeFieldContainer[ReplicaInfo]
+    master_address: str
+    replica_connected: bool
+    replica_in_sync: bool
+    replica_lag_bytes: int
+    def __init__(self, broker_name: _Optional[str] = ..., role: _Optional[str] = ..., version: _Optional[str] = ..., flush_type: _Optional[str] = ..., transient_store_pool: _Optional[bool] = ..., commit_log_min_offset: _Optional[int] = ..., commit_log_max_offset: _Optional[int] = ..., flushed_offset: _Optional[int] = ..., committed_offset: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., disk_use_ratio: _Optional[float] = ..., writable: _Optional[bool] = ..., refusal: _Optional[str] = ..., endpoint: _Optional[str] = ..., replication_mode: _Optional[str] = ..., epoch: _Optional[int] = ..., epoch_start_offset: _Optional[int] = ..., ha_address: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ReplicaInfo, _Mapping]]] = ..., master_address: _Optional[str] = ..., replica_connected: _Optional[bool] = ..., replica_in_sync: _Optional[bool] = ..., replica_lag_bytes: _Optional[int] = ...) -> None: ...
+
+class ReplicaInfo(_message.Message):
+    __slots__ = ("name", "address", "acked_offset", "lag_bytes", "in_sync", "connected")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ACKED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    IN_SYNC_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    address: str
+    acked_offset: int
+    lag_bytes: int
+    in_sync: bool
+    connected: bool
+    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., acked_offset: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., in_sync: _Optional[bool] = ..., connected: _Optional[bool] = ...) -> None: ...
+
+class PromoteRequest(_message.Message):
+    __slots__ = ("force",)
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    force: bool
+    def __init__(self, force: _Optional[bool] = ...) -> None: ...
+
+class PromoteResponse(_message.Message):
+    __slots__ = ("role", "epoch", "epoch_start_offset", "ha_address")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    HA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    epoch: int
+    epoch_start_offset: int
+    ha_address: str
+    def __init__(self, role: _Optional[str] = ..., epoch: _Optional[int] = ..., epoch_start_offset: _Optional[int] = ..., ha_address: _Optional[str] = ...) -> None: ...
 
 class GetQueueOffsetsRequest(_message.Message):
     __slots__ = ("topic",)

@@ -89,6 +89,11 @@ class AdminServiceStub:
                 request_serializer=skiff_dot_admin_dot_v1_dot_admin__pb2.GetOffsetByTimeRequest.SerializeToString,
                 response_deserializer=skiff_dot_admin_dot_v1_dot_admin__pb2.GetOffsetByTimeResponse.FromString,
                 _registered_method=True)
+        self.Promote = channel.unary_unary(
+                '/skiff.admin.v1.AdminService/Promote',
+                request_serializer=skiff_dot_admin_dot_v1_dot_admin__pb2.PromoteRequest.SerializeToString,
+                response_deserializer=skiff_dot_admin_dot_v1_dot_admin__pb2.PromoteResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -160,6 +165,12 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Promote(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -217,6 +228,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.GetOffsetByTime,
                     request_deserializer=skiff_dot_admin_dot_v1_dot_admin__pb2.GetOffsetByTimeRequest.FromString,
                     response_serializer=skiff_dot_admin_dot_v1_dot_admin__pb2.GetOffsetByTimeResponse.SerializeToString,
+            ),
+            'Promote': grpc.unary_unary_rpc_method_handler(
+                    servicer.Promote,
+                    request_deserializer=skiff_dot_admin_dot_v1_dot_admin__pb2.PromoteRequest.FromString,
+                    response_serializer=skiff_dot_admin_dot_v1_dot_admin__pb2.PromoteResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -516,6 +532,33 @@ class AdminService:
             '/skiff.admin.v1.AdminService/GetOffsetByTime',
             skiff_dot_admin_dot_v1_dot_admin__pb2.GetOffsetByTimeRequest.SerializeToString,
             skiff_dot_admin_dot_v1_dot_admin__pb2.GetOffsetByTimeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Promote(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/skiff.admin.v1.AdminService/Promote',
+            skiff_dot_admin_dot_v1_dot_admin__pb2.PromoteRequest.SerializeToString,
+            skiff_dot_admin_dot_v1_dot_admin__pb2.PromoteResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,96 @@
+"""Typed settings of replication; defaults follow RocketMQ's broker and store config."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+
+MiB = 1024**2
+
+
+class Role(enum.StrEnum):
+    MASTER = "MASTER"
+    REPLICA = "REPLICA"
+    AUTO = "AUTO"
+
+
+class ReplicationMode(enum.StrEnum):
+    # The master acknowledges after its own append (and flush, under SYNC_FLUSH).
+    ASYNC = "ASYNC"
+    # ... and only once enough in-sync replicas hold the bytes.
+    SYNC = "SYNC"
+
+
+_ORDINAL = re.compile(r"-(\d+)$")
+
+
+def role_from_pod_name(pod_name: str) -> Role:
+    """A StatefulSet pod's role: ordinal 0 is the master, every other ordinal a replica."""
+    match = _ORDINAL.search(pod_name)
+    if match is None:
+        raise ValueError(
+            f"--role AUTO needs a StatefulSet pod name ending in -<ordinal> (like skiff-a-0), "
+            f"got {pod_name!r}; set SKIFF_POD_NAME or choose --role MASTER or REPLICA"
+        )
+    return Role.MASTER if int(match.group(1)) == 0 else Role.REPLICA
+
+
+def parse_host_port(value: str, option: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"{option} must be HOST:PORT, got {value!r}")
+    return host.strip("[]"), int(port)
+
+
+@dataclasses.dataclass(slots=True)
+class ReplicationConfig:
+    """Durations are seconds; sizes are bytes."""
+
+    role: Role = Role.MASTER
+    # A replica's master: the host:port of the master's replication listener.
+    master_address: str = ""
+    # Where a master serves replication (RocketMQ's haListenPort is 10912).
+    ha_listen: str = "0.0.0.0:10912"
+    mode: ReplicationMode = ReplicationMode.ASYNC
+    # SYNC: replicas that must hold a write before it is acknowledged.
+    sync_replicas: int = 1
+    # A replica further behind than this is out of sync (RocketMQ: haMaxGapNotInSync).
+    max_gap: int = 256 * MiB
+    # SYNC: a write not replicated within this answers SLAVE_PERSISTENCE_TIMEOUT
+    # (RocketMQ: syncFlushTimeout, 5 s).
+    sync_timeout: float = 5.0
+    # Both ends send a heartbeat this often when idle (RocketMQ: haSendHeartbeatInterval)...
+    heartbeat_interval: float = 5.0
+    # ... and drop a peer not heard from for this long (RocketMQ: haHousekeepingInterval).
+    heartbeat_timeout: float = 20.0
+    # Largest run of log bytes sent in one frame.
+    transfer_batch_bytes: int = 1 * MiB
+    # Topic config and consumer offsets are sent to replicas this often when changed.
+    metadata_interval: float = 1.0
+
+    def resolve_role(self, pod_name: str) -> None:
+        """Turn AUTO into MASTER or REPLICA from the pod name."""
+        if self.role is Role.AUTO:
+            self.role = role_from_pod_name(pod_name)
+
+    def validate(self) -> None:
+        """Raise ValueError with a sentence that says what to change."""
+        parse_host_port(self.ha_listen, "--ha-listen")
+        if self.role is Role.REPLICA:
+            if not self.master_address:
+                raise ValueError(
+                    "a replica needs its master's replication address: "
+                    "set --master-address HOST:PORT (SKIFF_MASTER_ADDRESS)"
+                )
+            parse_host_port(self.master_address, "--master-address")
+        if self.sync_replicas < 1:
+            raise ValueError("--sync-replicas must be at least 1")
+        if self.max_gap < 1:
+            raise ValueError("--ha-max-gap must be positive, e.g. 256m")
+        if self.sync_timeout <= 0:
+            raise ValueError("--sync-replication-timeout must be positive")
+        if not 0 < self.heartbeat_interval < self.heartbeat_timeout:
+            raise ValueError(
+                "--ha-heartbeat-interval must be positive and shorter than --ha-heartbeat-timeout"
+            )

@@ -1,0 +1,108 @@
+"""Which replicas are in sync, and SYNC-mode writers waiting for enough of them.
+
+A replica is in sync while it is connected and no further behind the master's
+log than the configured gap. The replicated watermark is the offset that at
+least ``required`` in-sync replicas have acknowledged; a SYNC write waits until
+the watermark passes the end of its records. The waiting itself is the store's
+group-commit waiter list, fed with this watermark instead of the flushed offset:
+one release per acknowledgement, however many writers it covers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+
+from ..store.flush_waiters import FlushOutcome, FlushWaiters
+
+
+@dataclasses.dataclass(slots=True)
+class ReplicaState:
+    name: str
+    address: str
+    acked_offset: int
+    connected: bool = True
+    last_heard: float = dataclasses.field(default_factory=time.monotonic)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReplicaStatus:
+    """What admin info shows of one replica."""
+
+    name: str
+    address: str
+    acked_offset: int
+    lag_bytes: int
+    in_sync: bool
+    connected: bool
+
+
+class InSyncTracker:
+    def __init__(self, *, required: int, max_gap: int, master_offset: Callable[[], int]) -> None:
+        self.required = required
+        self.max_gap = max_gap
+        self._master_offset = master_offset
+        # By replica name: a replica that reconnects takes its old entry's place.
+        self._replicas: dict[str, ReplicaState] = {}
+        self.waiters = FlushWaiters()
+
+    def connected(self, name: str, address: str, offset: int) -> ReplicaState:
+        state = ReplicaState(name, address, offset)
+        self._replicas[name] = state
+        self._advance()
+        return state
+
+    def disconnected(self, state: ReplicaState) -> None:
+        # Only the entry of this connection: a newer one may already have replaced it.
+        if self._replicas.get(state.name) is state:
+            state.connected = False
+
+    def acked(self, state: ReplicaState, offset: int) -> None:
+        state.acked_offset = offset
+        state.last_heard = time.monotonic()
+        self._advance()
+
+    def is_in_sync(self, state: ReplicaState, master_offset: int | None = None) -> bool:
+        if master_offset is None:
+            master_offset = self._master_offset()
+        return state.connected and master_offset - state.acked_offset <= self.max_gap
+
+    def replicated_offset(self) -> int:
+        """The offset at least ``required`` in-sync replicas hold; -1 if too few are in sync."""
+        master_offset = self._master_offset()
+        acks = sorted(
+            (s.acked_offset for s in self._replicas.values() if self.is_in_sync(s, master_offset)),
+            reverse=True,
+        )
+        return acks[self.required - 1] if len(acks) >= self.required else -1
+
+    def _advance(self) -> None:
+        watermark = self.replicated_offset()
+        if watermark >= 0:
+            self.waiters.advance(watermark)
+
+    def recheck(self) -> None:
+        """Re-evaluate after the master's log grew (a gap may have closed or opened)."""
+        self._advance()
+
+    async def wait_async(self, offset: int, timeout: float) -> bool:
+        """True once enough in-sync replicas hold everything below ``offset``."""
+        return await self.waiters.wait_async(offset, timeout) is FlushOutcome.FLUSHED
+
+    def wait(self, offset: int, timeout: float) -> bool:
+        return self.waiters.wait(offset, timeout) is FlushOutcome.FLUSHED
+
+    def statuses(self) -> list[ReplicaStatus]:
+        master_offset = self._master_offset()
+        return [
+            ReplicaStatus(
+                name=s.name,
+                address=s.address,
+                acked_offset=s.acked_offset,
+                lag_bytes=max(0, master_offset - s.acked_offset),
+                in_sync=self.is_in_sync(s, master_offset),
+                connected=s.connected,
+            )
+            for s in sorted(self._replicas.values(), key=lambda s: s.name)
+        ]

@@ -1,0 +1,283 @@
+"""The master's side of replication: serve each replica the commit log from where it stands.
+
+One asyncio task per replica connection, on the broker's event loop. After the
+handshake (the replica's offset and epochs against the master's, which decide
+where its copy continues) the session sends the log in runs of at most
+``transfer_batch_bytes``, one segment at a time, straight from the mapped
+segment; when the replica has everything it waits for the next append, and
+sends a heartbeat when idle. The replica's ACKs move its acknowledged offset,
+which SYNC writers wait on (:mod:`.in_sync`). Topic config and consumer
+offsets follow as METADATA frames whenever they change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import socket
+import threading
+import time
+
+from ..runtime import Broker
+from . import framing
+from .config import ReplicationConfig, ReplicationMode, parse_host_port
+from .epoch_file import EpochEntry, EpochFile, consistent_point
+from .framing import FrameType, FramingError
+from .in_sync import InSyncTracker, ReplicaState
+
+log = logging.getLogger(__name__)
+
+
+class ReplicationRefused(Exception):
+    """A replica's log cannot continue from this master's; the reason says what to do."""
+
+
+class _Session:
+    """One replica connection."""
+
+    def __init__(self) -> None:
+        self.wake = asyncio.Event()
+
+
+class ReplicationMaster:
+    def __init__(self, config: ReplicationConfig, broker: Broker, epochs: EpochFile) -> None:
+        self.config = config
+        self._broker = broker
+        self._store = broker.store
+        self._epochs = epochs
+        self.tracker = InSyncTracker(
+            required=config.sync_replicas,
+            max_gap=config.max_gap,
+            master_offset=lambda: self._store.commit_log.max_offset,
+        )
+        self.timeout = config.sync_timeout
+        self.address = ""
+        self._server: asyncio.Server | None = None
+        self._sessions: set[_Session] = set()
+        self._tasks: set[asyncio.Task] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
+        self._wake_pending = False
+
+    # -- lifecycle ----------------------------------------------------------
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        host, port = parse_host_port(self.config.ha_listen, "--ha-listen")
+        try:
+            self._server = await asyncio.start_server(
+                self._serve, host, port, reuse_address=True, limit=1024 * 1024
+            )
+        except OSError as exc:
+            raise OSError(
+                f"cannot serve replication on {self.config.ha_listen}: {exc}; "
+                "choose another --ha-listen"
+            ) from exc
+        bound = self._server.sockets[0].getsockname()
+        self.address = f"{host}:{bound[1]}"
+        log.info("replication listening on %s", self.address)
+        # Appends by delay and transaction workers are seen when dispatched.
+        self._store.add_arrival_listener(lambda _queues: self.appended())
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        # Nothing will be replicated any more: writers still waiting time out.
+
+    # -- the store's ReplicationGate -----------------------------------------
+
+    def appended(self) -> None:
+        if threading.get_ident() == self._loop_thread:
+            self._wake_all()
+        elif self._loop is not None and not self._wake_pending:
+            self._wake_pending = True
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._wake_all)
+
+    def needs_wait(self) -> bool:
+        return self.config.mode is ReplicationMode.SYNC
+
+    async def wait_async(self, offset: int) -> bool:
+        return await self.tracker.wait_async(offset, self.timeout)
+
+    def wait(self, offset: int) -> bool:
+        return self.tracker.wait(offset, self.timeout)
+
+    def _wake_all(self) -> None:
+        self._wake_pending = False
+        for session in self._sessions:
+            session.wake.set()
+
+    # -- one replica ----------------------------------------------------------
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        peer = writer.get_extra_info("peername")
+        address = f"{peer[0]}:{peer[1]}" if peer else "?"
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        state: ReplicaState | None = None
+        session = _Session()
+        try:
+            hello = await asyncio.wait_for(
+                framing.read_frame(reader), self.config.heartbeat_timeout
+            )
+            if hello.type is not FrameType.HELLO:
+                raise FramingError(f"expected HELLO, got {hello.type.name}")
+            try:
+                name, start = self._handshake(hello.json(), address)
+            except ReplicationRefused as exc:
+                log.error("refused replica at %s: %s", address, exc)
+                writer.write(framing.encode_json(FrameType.REFUSED, {"reason": str(exc)}))
+                await writer.drain()
+                return
+            writer.write(
+                framing.encode_json(
+                    FrameType.WELCOME,
+                    {
+                        "start_offset": start,
+                        "master_offset": self._store.commit_log.max_offset,
+                        "epochs": [e.to_json() for e in self._epochs.entries],
+                        "file_size": self._store.config.commit_log_file_size,
+                    },
+                )
+            )
+            state = self.tracker.connected(name, address, start)
+            log.info("replica %s (%s) connected; sending the log from %d", name, address, start)
+            self._sessions.add(session)
+            acks = asyncio.create_task(self._read_acks(reader, state))
+            try:
+                await self._send_log(writer, session, start, acks)
+            finally:
+                acks.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await acks
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError) as exc:
+            log.warning("replica %s: connection lost (%s)", state.name if state else address, exc)
+        except FramingError as exc:
+            log.error("replica at %s sent an invalid frame: %s; dropping it", address, exc)
+        except ReplicationRefused as exc:
+            log.error("replica at %s: %s; dropping it", address, exc)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self._sessions.discard(session)
+            if state is not None:
+                self.tracker.disconnected(state)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+            self._tasks.discard(task)
+
+    def _handshake(self, hello: dict, address: str) -> tuple[str, int]:
+        """The replica's name and the offset its copy continues from."""
+        name = str(hello.get("replica") or address)
+        file_size = self._store.config.commit_log_file_size
+        if hello.get("file_size") != file_size:
+            raise ReplicationRefused(
+                f"the replica's commit-log segments are {hello.get('file_size')} bytes, the "
+                f"master's {file_size}; run both with the same --commit-log-file-size"
+            )
+        try:
+            replica_offset = int(hello["max_offset"])
+            replica_epochs = [EpochEntry.from_json(e) for e in hello.get("epochs", [])]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise FramingError(f"bad HELLO: {exc}") from None
+        master_offset = self._store.commit_log.max_offset
+        point = consistent_point(
+            replica_epochs, replica_offset, self._epochs.entries, master_offset
+        )
+        if point is None:
+            raise ReplicationRefused(
+                "the replica's log shares no master term with this master's; empty the "
+                "replica's data directory so that it copies the log from the start"
+            )
+        min_offset = self._store.commit_log.min_offset
+        if point < min_offset:
+            if replica_offset > 0:
+                raise ReplicationRefused(
+                    f"the replica stops at {point}, but the master keeps its log only from "
+                    f"{min_offset}; empty the replica's data directory to copy it afresh"
+                )
+            point = min_offset
+        return name, point
+
+    async def _read_acks(self, reader: asyncio.StreamReader, state: ReplicaState) -> None:
+        while True:
+            frame = await asyncio.wait_for(
+                framing.read_frame(reader), self.config.heartbeat_timeout
+            )
+            if frame.type is not FrameType.ACK:
+                raise FramingError(f"expected ACK, got {frame.type.name}")
+            self.tracker.acked(state, frame.offset())
+
+    async def _send_log(
+        self,
+        writer: asyncio.StreamWriter,
+        session: _Session,
+        position: int,
+        acks: asyncio.Task,
+    ) -> None:
+        commit_log = self._store.commit_log
+        batch = self.config.transfer_batch_bytes
+        last_sent = time.monotonic()
+        sent_metadata = b""
+        metadata_at = 0.0
+        while not acks.done():
+            now = time.monotonic()
+            if now - metadata_at >= self.config.metadata_interval:
+                metadata_at = now
+                document = self._metadata()
+                if document != sent_metadata:
+                    writer.write(framing.encode(FrameType.METADATA, document))
+                    sent_metadata = document
+            end = commit_log.max_offset
+            if position < end:
+                got = commit_log.read_segment_tail(position, min(batch, end - position))
+                if got is None or not got[1]:
+                    raise ReplicationRefused(
+                        f"the log at {position} is no longer stored (deleted by retention)"
+                    )
+                data = got[1]
+                writer.write(framing.data_header(end, position, len(data)))
+                writer.write(data)
+                position += len(data)
+                last_sent = now
+                await writer.drain()
+                # A replica further behind than the gap may have come back into sync.
+                self.tracker.recheck()
+                continue
+            session.wake.clear()
+            idle = self.config.heartbeat_interval - (time.monotonic() - last_sent)
+            if idle <= 0:
+                writer.write(framing.encode_offset(FrameType.HEARTBEAT, end))
+                await writer.drain()
+                last_sent = time.monotonic()
+                continue
+            wait = min(idle, self.config.metadata_interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(session.wake.wait(), wait)
+        # The ack reader ended: surface why.
+        acks.result()
+
+    def _metadata(self) -> bytes:
+        return json.dumps(
+            {
+                "topics": self._broker.topics.snapshot(),
+                "offsets": self._broker.offsets.snapshot(),
+            },
+            separators=(",", ":"),
+            sort_keys=True,
+        ).encode()

@@ -1,0 +1,242 @@
+"""A replica's side of replication: follow the master's commit log byte for byte.
+
+The client connects to the master's replication address and says how far its
+log goes and which master terms it holds. The master answers where the copy
+continues; a replica that holds bytes the master never had (it followed an
+earlier master further than the new one got) first cuts its log back to that
+point, with the store's recovery truncation. Then it writes each DATA run into
+its own commit log at the same offset and acknowledges the new end. Its own
+dispatcher builds consume queues and index, so consumers can read here.
+
+An ACK is also the replica's heartbeat: one goes out at least every heartbeat
+interval. A master not heard from within the heartbeat timeout is taken for
+dead; the client reconnects every second until it answers again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+
+from ..runtime import Broker
+from . import framing
+from .config import ReplicationConfig, parse_host_port
+from .epoch_file import EpochEntry, EpochFile
+from .framing import FrameType, FramingError
+
+log = logging.getLogger(__name__)
+
+RECONNECT_DELAY_S = 1.0
+# A master that refused this replica is asked again this much later.
+REFUSED_RETRY_S = 10.0
+
+
+class ReplicaClient:
+    def __init__(
+        self, config: ReplicationConfig, broker: Broker, epochs: EpochFile, name: str
+    ) -> None:
+        self.config = config
+        self._broker = broker
+        self._store = broker.store
+        self._epochs = epochs
+        self.name = name
+        # The master's end of log as last heard (-1: never heard from it).
+        self.master_offset = -1
+        self.connected = False
+        self.last_heard = 0.0
+        self.refusal = ""
+        self._pending_epochs: list[EpochEntry] = []
+        self._task: asyncio.Task | None = None
+
+    # -- lifecycle ------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="replica-client")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self.connected = False
+
+    @property
+    def lag_bytes(self) -> int:
+        if self.master_offset < 0:
+            return -1
+        return max(0, self.master_offset - self._store.commit_log.max_offset)
+
+    def in_sync(self) -> bool:
+        """As of the last word from the master: within the gap of its log."""
+        return 0 <= self.lag_bytes <= self.config.max_gap
+
+    # -- following the master -------------------------------------------------
+
+    async def _run(self) -> None:
+        while True:
+            delay = RECONNECT_DELAY_S
+            try:
+                await self._session()
+            except _Refused as exc:
+                self.refusal = str(exc)
+                log.error("master %s refused this replica: %s", self.config.master_address, exc)
+                delay = REFUSED_RETRY_S
+            except (OSError, asyncio.IncompleteReadError, TimeoutError) as exc:
+                if self.connected or not self.last_heard:
+                    log.warning(
+                        "replication from %s interrupted: %s; reconnecting",
+                        self.config.master_address,
+                        exc or type(exc).__name__,
+                    )
+            except FramingError as exc:
+                log.error("master %s sent an invalid frame: %s", self.config.master_address, exc)
+            finally:
+                self.connected = False
+            await asyncio.sleep(delay)
+
+    async def _session(self) -> None:
+        host, port = parse_host_port(self.config.master_address, "--master-address")
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port, limit=4 * 1024 * 1024),
+            self.config.heartbeat_timeout,
+        )
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        heartbeats: asyncio.Task | None = None
+        try:
+            store = self._store
+            writer.write(
+                framing.encode_json(
+                    FrameType.HELLO,
+                    {
+                        "replica": self.name,
+                        "max_offset": store.commit_log.queue.max_wrote_offset,
+                        "epochs": [e.to_json() for e in self._epochs.entries],
+                        "file_size": store.config.commit_log_file_size,
+                    },
+                )
+            )
+            await writer.drain()
+            reply = await asyncio.wait_for(
+                framing.read_frame(reader), self.config.heartbeat_timeout
+            )
+            if reply.type is FrameType.REFUSED:
+                raise _Refused(str(reply.json().get("reason", "no reason given")))
+            if reply.type is not FrameType.WELCOME:
+                raise FramingError(f"expected WELCOME, got {reply.type.name}")
+            self._welcome(reply.json())
+            self.connected = True
+            self.refusal = ""
+            self._heard()
+            log.info(
+                "following master %s from %d (its log ends at %d)",
+                self.config.master_address,
+                store.commit_log.queue.max_wrote_offset,
+                self.master_offset,
+            )
+            writer.write(
+                framing.encode_offset(FrameType.ACK, store.commit_log.queue.max_wrote_offset)
+            )
+            heartbeats = asyncio.create_task(self._send_heartbeats(writer))
+            await self._receive(reader, writer)
+        finally:
+            if heartbeats is not None:
+                heartbeats.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await heartbeats
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    def _welcome(self, welcome: dict) -> None:
+        try:
+            start = int(welcome["start_offset"])
+            self.master_offset = int(welcome["master_offset"])
+            master_epochs = [EpochEntry.from_json(e) for e in welcome["epochs"]]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise FramingError(f"bad WELCOME: {exc}") from None
+        store = self._store
+        end = store.commit_log.queue.max_wrote_offset
+        if end > start:
+            log.warning(
+                "this replica's log diverged from master %s at %d: cutting %d bytes it "
+                "never acknowledged",
+                self.config.master_address,
+                start,
+                end - start,
+            )
+            store.truncate_to(start)
+            self._epochs.truncate_after(start)
+        elif end < start and end != 0:
+            raise _Refused(f"master continues at {start}, but this log ends at {end}")
+        # Terms are recorded once the copied log reaches them.
+        self._pending_epochs = master_epochs
+        self._record_epochs(start)
+
+    def _record_epochs(self, end: int) -> None:
+        reached = [e for e in self._pending_epochs if e.start_offset <= end]
+        if reached != self._epochs.entries:
+            self._epochs.replace(reached)
+
+    def _heard(self) -> None:
+        self.last_heard = time.monotonic()
+
+    async def _receive(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        store = self._store
+        timeout = self.config.heartbeat_timeout
+        pending_epoch_start = self._next_epoch_start()
+        while True:
+            frame = await asyncio.wait_for(framing.read_frame(reader), timeout)
+            self._heard()
+            if frame.type is FrameType.DATA:
+                master_offset, offset, data = frame.data()
+                self.master_offset = master_offset
+                try:
+                    end = store.append_replicated(offset, data)
+                except ValueError as exc:
+                    raise FramingError(str(exc)) from None
+                if end >= pending_epoch_start:
+                    self._record_epochs(end)
+                    pending_epoch_start = self._next_epoch_start()
+                writer.write(framing.encode_offset(FrameType.ACK, end))
+                if writer.transport.get_write_buffer_size() > 64 * 1024:
+                    await writer.drain()
+            elif frame.type is FrameType.HEARTBEAT:
+                self.master_offset = frame.offset()
+            elif frame.type is FrameType.METADATA:
+                self._apply_metadata(frame.json())
+            else:
+                raise FramingError(f"unexpected {frame.type.name} frame")
+
+    def _next_epoch_start(self) -> int:
+        held = len(self._epochs.entries)
+        pending = self._pending_epochs[held:] if len(self._pending_epochs) > held else []
+        return pending[0].start_offset if pending else 2**63 - 1
+
+    async def _send_heartbeats(self, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await asyncio.sleep(self.config.heartbeat_interval)
+            writer.write(
+                framing.encode_offset(FrameType.ACK, self._store.commit_log.queue.max_wrote_offset)
+            )
+            await writer.drain()
+
+    def _apply_metadata(self, document: dict) -> None:
+        topics = document.get("topics")
+        offsets = document.get("offsets")
+        if not isinstance(topics, dict) or not isinstance(offsets, dict):
+            raise FramingError("METADATA needs topics and offsets")
+        try:
+            self._broker.topics.replace_all(topics)
+            self._broker.offsets.replace_all(offsets)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise FramingError(f"bad METADATA: {exc}") from None
+
+
+class _Refused(Exception):
+    pass
