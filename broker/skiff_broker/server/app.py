@@ -36,12 +36,7 @@ class BrokerServer:
             config.broker_name, replication_mode=str(config.replication.mode)
         )
         self.broker = Broker(config, observer=self.telemetry.store_observer())
-        # Named once the gRPC port is known: replicas on one host differ by port.
-        self.replication = Replication(
-            config.replication,
-            self.broker,
-            name=lambda: f"{config.broker_name}@{self.client_endpoint()}",
-        )
+        self.replication = Replication(config.replication, self.broker, name=self._replica_name)
         self.messaging: MessagingService | None = None
         self.port = 0
         self._server: grpc.aio.Server | None = None
@@ -50,6 +45,12 @@ class BrokerServer:
     def address(self) -> str:
         host = self.config.listen.rpartition(":")[0]
         return f"{host}:{self.port}"
+
+    def _replica_name(self) -> str:
+        """How a master tells its replicas apart, the same across restarts."""
+        if self.config.advertised_endpoint:
+            return f"{self.config.broker_name}@{self.config.advertised_endpoint}"
+        return f"{self.config.broker_name}@{socket.gethostname()}:{self.config.store.data_dir}"
 
     def client_endpoint(self) -> str:
         """Where clients reach this broker: the advertised address, else the listen address."""
