@@ -82,10 +82,6 @@ class InSyncTracker:
         if watermark >= 0:
             self.waiters.advance(watermark)
 
-    def recheck(self) -> None:
-        """Re-evaluate after the master's log grew (a gap may have closed or opened)."""
-        self._advance()
-
     async def wait_async(self, offset: int, timeout: float) -> bool:
         """True once enough in-sync replicas hold everything below ``offset``."""
         return await self.waiters.wait_async(offset, timeout) is FlushOutcome.FLUSHED

@@ -26,6 +26,7 @@ from .config import ReplicationConfig, ReplicationMode, parse_host_port
 from .epoch_file import EpochEntry, EpochFile, consistent_point
 from .framing import FrameType, FramingError
 from .in_sync import InSyncTracker, ReplicaState
+from .liveness import Liveness
 
 log = logging.getLogger(__name__)
 
@@ -157,13 +158,16 @@ class ReplicationMaster:
             state = self.tracker.connected(name, address, start)
             log.info("replica %s (%s) connected; sending the log from %d", name, address, start)
             self._sessions.add(session)
-            acks = asyncio.create_task(self._read_acks(reader, state))
+            liveness = Liveness(self.config.heartbeat_timeout)
+            acks = asyncio.create_task(self._read_acks(reader, state, liveness))
+            watchdog = asyncio.create_task(liveness.watch(writer.transport, f"replica {name}"))
             try:
                 await self._send_log(writer, session, start, acks)
             finally:
-                acks.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await acks
+                for task in (acks, watchdog):
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError) as exc:
             log.warning("replica %s: connection lost (%s)", state.name if state else address, exc)
         except FramingError as exc:
@@ -214,11 +218,12 @@ class ReplicationMaster:
             point = min_offset
         return name, point
 
-    async def _read_acks(self, reader: asyncio.StreamReader, state: ReplicaState) -> None:
+    async def _read_acks(
+        self, reader: asyncio.StreamReader, state: ReplicaState, liveness: Liveness
+    ) -> None:
         while True:
-            frame = await asyncio.wait_for(
-                framing.read_frame(reader), self.config.heartbeat_timeout
-            )
+            frame = await framing.read_frame(reader)
+            liveness.heard()
             if frame.type is not FrameType.ACK:
                 raise FramingError(f"expected ACK, got {frame.type.name}")
             self.tracker.acked(state, frame.offset())
@@ -251,13 +256,11 @@ class ReplicationMaster:
                         f"the log at {position} is no longer stored (deleted by retention)"
                     )
                 data = got[1]
-                writer.write(framing.data_header(end, position, len(data)))
-                writer.write(data)
+                # One write, so one send() for a small run.
+                writer.write(framing.data_header(end, position, len(data)) + data)
                 position += len(data)
                 last_sent = now
                 await writer.drain()
-                # A replica further behind than the gap may have come back into sync.
-                self.tracker.recheck()
                 continue
             session.wake.clear()
             idle = self.config.heartbeat_interval - (time.monotonic() - last_sent)
@@ -268,7 +271,8 @@ class ReplicationMaster:
                 continue
             wait = min(idle, self.config.metadata_interval)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(session.wake.wait(), wait)
+                async with asyncio.timeout(wait):
+                    await session.wake.wait()
         # The ack reader ended: surface why.
         acks.result()
 

@@ -26,6 +26,7 @@ from . import framing
 from .config import ReplicationConfig, parse_host_port
 from .epoch_file import EpochEntry, EpochFile
 from .framing import FrameType, FramingError
+from .liveness import Liveness
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ class ReplicaClient:
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        heartbeats: asyncio.Task | None = None
+        heartbeats: list[asyncio.Task] = []
         try:
             store = self._store
             writer.write(
@@ -142,13 +143,19 @@ class ReplicaClient:
             writer.write(
                 framing.encode_offset(FrameType.ACK, store.commit_log.queue.max_wrote_offset)
             )
-            heartbeats = asyncio.create_task(self._send_heartbeats(writer))
-            await self._receive(reader, writer)
+            liveness = Liveness(self.config.heartbeat_timeout)
+            heartbeats = [
+                asyncio.create_task(self._send_heartbeats(writer)),
+                asyncio.create_task(
+                    liveness.watch(writer.transport, f"master {self.config.master_address}")
+                ),
+            ]
+            await self._receive(reader, writer, liveness)
         finally:
-            if heartbeats is not None:
-                heartbeats.cancel()
+            for task in heartbeats:
+                task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await heartbeats
+                    await task
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
@@ -186,13 +193,15 @@ class ReplicaClient:
     def _heard(self) -> None:
         self.last_heard = time.monotonic()
 
-    async def _receive(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _receive(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, liveness: Liveness
+    ) -> None:
         store = self._store
-        timeout = self.config.heartbeat_timeout
         pending_epoch_start = self._next_epoch_start()
         while True:
-            frame = await asyncio.wait_for(framing.read_frame(reader), timeout)
-            self._heard()
+            frame = await framing.read_frame(reader)
+            liveness.heard()
+            self.last_heard = liveness.last_heard
             if frame.type is FrameType.DATA:
                 master_offset, offset, data = frame.data()
                 self.master_offset = master_offset
