@@ -111,6 +111,11 @@ class ReplicationMaster:
         return await self.tracker.wait_async(offset, self.timeout)
 
     def wait(self, offset: int) -> bool:
+        if threading.get_ident() == self._loop_thread:
+            # A blocking write on the event loop (a dead-letter move during a receive)
+            # cannot wait here: the acknowledgements it waits for arrive on this loop.
+            # Such writes are the broker's own; producers' sends wait in wait_async.
+            return True
         return self.tracker.wait(offset, self.timeout)
 
     def _wake_all(self) -> None:

@@ -82,17 +82,22 @@ class Replication:
 
     async def _serve_as_master(self) -> None:
         store = self._broker.store
+        master = ReplicationMaster(self.config, self._broker, self.epochs)
+        # Listening first: a broker that cannot serve replication starts no term.
+        await master.start()
         # A log from before any term (or a new one) belongs to this first term whole.
         start = store.commit_log.max_offset if self.epochs.entries else store.commit_log.min_offset
-        term = self.epochs.new_term(start)
+        try:
+            term = self.epochs.new_term(start)
+        except OSError:
+            await master.stop()
+            raise
         log.info(
             "master term %d from offset %d (%s replication)",
             term.epoch,
             term.start_offset,
             self.config.mode,
         )
-        master = ReplicationMaster(self.config, self._broker, self.epochs)
-        await master.start()
         self.master = master
         store.replication = master
 
@@ -115,15 +120,20 @@ class Replication:
                 "or pass force to accept losing what it lacks"
             )
         await client.stop()
-        self.client = None
         broker = self._broker
         store = broker.store
         if not store.wait_dispatched(_PROMOTION_DISPATCH_WAIT_S):
             log.warning("promoting before the copied log is fully dispatched")
         # Queue offsets continue where the copied consume queues end.
         store.commit_log.queue_offsets = store.consume_queues.next_offsets()
+        try:
+            await self._serve_as_master()
+        except OSError as exc:
+            # Still a replica: follow the master again.
+            client.start()
+            raise PromotionRefused(str(exc)) from None
+        self.client = None
         self.role = Role.MASTER
-        await self._serve_as_master()
         broker.start_writers()
         log.info("promoted to master%s", " (forced)" if force else "")
 

@@ -120,6 +120,17 @@ def _check_fixed_fields(m: Message) -> None:
             )
 
 
+def _first_store_timestamp(data: bytes | memoryview) -> int:
+    """STORETIMESTAMP of the first message record in ``data``, or -1 if it starts with none."""
+    if len(data) < SYSFLAG_OFFSET + 4 or SIZE_MAGIC.unpack_from(data, 0)[1] != MESSAGE_MAGIC:
+        return -1
+    sys_flag = int.from_bytes(data[SYSFLAG_OFFSET : SYSFLAG_OFFSET + 4], "big", signed=True)
+    at = STORE_TIMESTAMP_OFFSET_V6 if sys_flag & BORNHOST_V6 else STORE_TIMESTAMP_OFFSET
+    if len(data) < at + 8:
+        return -1
+    return _LONG.unpack_from(data, at)[0]
+
+
 class CommitLog:
     def __init__(
         self,
@@ -191,6 +202,10 @@ class CommitLog:
                 )
             mf.append(data, head_last=min(8, len(data)))
             end = mf.file_from_offset + mf.wrote_position
+            # The checkpoint's flush stamp: the run's first record is old enough a bound.
+            stamp = _first_store_timestamp(data)
+            if stamp > self.last_store_timestamp:
+                self.last_store_timestamp = stamp
         notify()
         return end
 
