@@ -92,7 +92,7 @@ class Node:
                 stderr=log_file,
             )
         self.endpoint = self._wait_for("listening on ")
-        self.ha_endpoint = self._wait_for("replication listening on ", required=False)
+        self.ha_endpoint = self._wait_for("serving replication on ", required=False)
 
     def _wait_for(self, prefix: str, required: bool = True) -> str:
         end = time.monotonic() + START_DEADLINE_S

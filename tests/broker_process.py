@@ -101,7 +101,7 @@ class BrokerProcess:
         while time.monotonic() < end:
             for record in self.log_lines():
                 message = record.get("msg", "")
-                if message.startswith("replication listening on "):
+                if message.startswith("serving replication on "):
                     port = message.rpartition(":")[2]
                     self.ha_endpoint = f"127.0.0.1:{port}"
                 if message.startswith("listening on "):

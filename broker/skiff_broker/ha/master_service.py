@@ -79,7 +79,7 @@ class ReplicationMaster:
             ) from exc
         bound = self._server.sockets[0].getsockname()
         self.address = f"{host}:{bound[1]}"
-        log.info("replication listening on %s", self.address)
+        log.info("serving replication on %s", self.address)
         # Appends by delay and transaction workers are seen when dispatched.
         self._store.add_arrival_listener(lambda _queues: self.appended())
 
