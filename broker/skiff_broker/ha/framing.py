@@ -3,11 +3,12 @@
 Why TCP and not gRPC: the transfer is bulk bytes that go straight from one
 commit log's mapped segment into another's. A frame here is a 5-byte header and
 the log bytes themselves, written to the socket without re-encoding; acks are
-13 bytes. A gRPC stream would wrap each run in a protobuf message and pass it
-through grpc.aio's per-message machinery (task hops, copies, flow-control
-bookkeeping), which in this code base costs tens of microseconds per message —
-the same order as a whole SYNC send — on both ends of every SYNC round trip.
-(``bench/replication_bench.py --transport`` measures both on this machine.)
+13 bytes. A gRPC stream would wrap each run in a message and pass it through
+grpc.aio's per-message machinery (task hops, copies, flow-control bookkeeping)
+on both ends of every SYNC round trip. ``bench/replication_bench.py
+--transport`` measures both: on the 2-CPU development machine an acknowledged
+1 KiB run took about 40 µs over these frames and 200 µs over a grpc.aio
+stream, 64 KiB runs 54 µs against 286 µs.
 
 Every frame: ``type`` (1 byte) and payload length (4 bytes, big-endian), then
 the payload.
