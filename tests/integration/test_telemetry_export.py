@@ -53,7 +53,7 @@ def test_each_send_continues_the_callers_trace_down_to_its_append(run: SpanFileR
         assert append.parent_span_id == server.span_id
         assert append.attributes == {
             cv.BROKER: "broker-t",
-            cv.REPLICATION_MODE: "NONE",
+            cv.REPLICATION_MODE: "ASYNC",
             cv.MESSAGING_SYSTEM: "rocketmq",
             cv.FLUSH_TYPE: "SYNC_FLUSH",
             cv.MESSAGE_COUNT: 1,
@@ -82,7 +82,7 @@ def test_group_commit_flush_spans_count_their_waiters(run: SpanFileRun) -> None:
     for flush in flushes:
         assert flush.attributes[cv.FLUSH_TYPE] == "SYNC_FLUSH"
         assert flush.attributes[cv.BROKER] == "broker-t"
-        assert flush.attributes[cv.REPLICATION_MODE] == "NONE"
+        assert flush.attributes[cv.REPLICATION_MODE] == "ASYNC"
         assert flush.attributes[cv.FLUSH_BYTES] >= 0
         # A child of its first waiter's append, linked to the others it served.
         parent = appends[flush.parent_span_id]
@@ -105,7 +105,7 @@ def final_points(run: SpanFileRun, name: str) -> dict[tuple, object]:
     for point, resource in run.receiver.histogram_points(name):
         # Broker name and replication mode come with the resource, once per export.
         assert resource[cv.BROKER] == "broker-t"
-        assert resource[cv.REPLICATION_MODE] == "NONE"
+        assert resource[cv.REPLICATION_MODE] == "ASYNC"
         assert resource["service.name"] == "skiff-broker"
         points[tuple(sorted(attributes(point.attributes).items()))] = point
     return points

@@ -78,6 +78,17 @@ def test_an_otlp_endpoint_turns_traces_and_metrics_on(
     assert [type(e) for e in metric_exporters_from_env()] == [HttpMetricExporter]
 
 
+def test_the_replication_mode_is_a_resource_attribute(
+    monkeypatch: pytest.MonkeyPatch, telemetry: list[Telemetry]
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", ENDPOINT)
+    telemetry.append(telemetry_from_env("broker-x", replication_mode="SYNC"))
+    made = telemetry[0]
+    assert made.tracer_provider is not None
+    assert made.tracer_provider.resource.attributes["skiff.replication_mode"] == "SYNC"
+    assert made.replication_mode == "SYNC"
+
+
 def test_a_signal_endpoint_turns_on_only_that_signal(
     monkeypatch: pytest.MonkeyPatch, telemetry: list[Telemetry]
 ) -> None:
