@@ -211,7 +211,7 @@ def send_load(
             window.begin()
             await asyncio.sleep(seconds)
             window.end()
-            cpu = sum(m.shares()[0] for m in meters)
+            cpu = [m.shares()[0] for m in meters]
             stop = True
             await asyncio.gather(*tasks)
         latency = latency_of(window.latencies)
@@ -220,7 +220,8 @@ def send_load(
             "p50_ms": latency.p50_ms if latency else float("nan"),
             "p99_ms": latency.p99_ms if latency else float("nan"),
             "errors": window.errors,
-            "broker_cpu": cpu,
+            "master_cpu": cpu[0],
+            "replica_cpu": cpu[1] if len(cpu) > 1 else 0.0,
         }
 
     return asyncio.run(main())
@@ -308,8 +309,8 @@ def measure_transport(runs: int) -> list[tuple[str, int, float, float]]:
 def render(results: dict[str, dict[str, list[dict]]], senders: Sequence[int]) -> str:
     lines = [
         "| workload | replication | msg/s (median) | x none | p99 ms (median) | p99 x none "
-        "| broker CPU (all processes) | errors |",
-        "|---|---|---|---|---|---|---|---|",
+        "| master CPU | replica CPU | errors |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for count in senders:
         key = f"{count} producers"
@@ -320,12 +321,14 @@ def render(results: dict[str, dict[str, list[dict]]], senders: Sequence[int]) ->
             rows = results[key][kind]
             rate = statistics.median(r["msg_per_s"] for r in rows)
             p99 = statistics.median(r["p99_ms"] for r in rows)
-            cpu = statistics.median(r["broker_cpu"] for r in rows)
+            master_cpu = statistics.median(r["master_cpu"] for r in rows)
+            replica_cpu = statistics.median(r["replica_cpu"] for r in rows)
             errors = sum(r["errors"] for r in rows)
+            replica = f"{replica_cpu:.2f}" if kind != "none" else "-"
             lines.append(
                 f"| {key} | {kind.upper() if kind != 'none' else 'none'} | {rate:,.0f} "
-                f"| {rate / base_rate:.2f} | {p99:.1f} | {p99 / base_p99:.2f} | {cpu:.2f} "
-                f"| {errors} |"
+                f"| {rate / base_rate:.2f} | {p99:.1f} | {p99 / base_p99:.2f} "
+                f"| {master_cpu:.2f} | {replica} | {errors} |"
             )
     return "\n".join(lines)
 
