@@ -103,17 +103,6 @@ def data_header(master_offset: int, offset: int, length: int) -> bytes:
     )
 
 
-def decode(buffer: bytes | bytearray | memoryview) -> tuple[Frame | None, int]:
-    """The first whole frame in ``buffer`` and the bytes it took, or (None, 0)."""
-    if len(buffer) < HEADER.size:
-        return None, 0
-    frame_type, length = _check_header(bytes(buffer[: HEADER.size]))
-    end = HEADER.size + length
-    if len(buffer) < end:
-        return None, 0
-    return Frame(frame_type, bytes(buffer[HEADER.size : end])), end
-
-
 def _check_header(header: bytes) -> tuple[FrameType, int]:
     raw_type, length = HEADER.unpack(header)
     try:

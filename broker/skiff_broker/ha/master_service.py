@@ -181,6 +181,8 @@ class ReplicationMaster:
             log.error("replica at %s: %s; dropping it", address, exc)
         except asyncio.CancelledError:
             pass
+        except Exception:
+            log.exception("replication to %s failed", state.name if state else address)
         finally:
             self._sessions.discard(session)
             if state is not None:

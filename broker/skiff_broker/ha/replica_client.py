@@ -48,7 +48,6 @@ class ReplicaClient:
         self.master_offset = -1
         self.connected = False
         self.last_heard = 0.0
-        self.refusal = ""
         self._pending_epochs: list[EpochEntry] = []
         self._task: asyncio.Task | None = None
 
@@ -83,7 +82,6 @@ class ReplicaClient:
             try:
                 await self._session()
             except _Refused as exc:
-                self.refusal = str(exc)
                 log.error("master %s refused this replica: %s", self.config.master_address, exc)
                 delay = REFUSED_RETRY_S
             except (OSError, asyncio.IncompleteReadError, TimeoutError) as exc:
@@ -95,6 +93,9 @@ class ReplicaClient:
                     )
             except FramingError as exc:
                 log.error("master %s sent an invalid frame: %s", self.config.master_address, exc)
+            except Exception:
+                # Keep following: a replica that stopped retrying would fall behind for good.
+                log.exception("replication from %s failed", self.config.master_address)
             finally:
                 self.connected = False
             await asyncio.sleep(delay)
@@ -132,7 +133,6 @@ class ReplicaClient:
                 raise FramingError(f"expected WELCOME, got {reply.type.name}")
             self._welcome(reply.json())
             self.connected = True
-            self.refusal = ""
             self._heard()
             log.info(
                 "following master %s from %d (its log ends at %d)",

@@ -43,28 +43,32 @@ def test_frames_round_trip_through_a_stream() -> None:
     assert heartbeat.offset() == 9000
 
 
-def test_decode_waits_for_a_whole_frame() -> None:
+def read_one(stream: bytes) -> framing.Frame:
+    async def read() -> framing.Frame:
+        reader = asyncio.StreamReader()
+        reader.feed_data(stream)
+        reader.feed_eof()
+        return await framing.read_frame(reader)
+
+    return asyncio.run(read())
+
+
+def test_a_frame_cut_short_is_an_incomplete_read() -> None:
     whole = framing.encode_offset(FrameType.ACK, 7)
-    assert framing.decode(whole[:-1]) == (None, 0)
-    frame, used = framing.decode(whole + b"next")
-    assert frame is not None and frame.offset() == 7 and used == len(whole)
+    assert read_one(whole).offset() == 7
+    with pytest.raises(asyncio.IncompleteReadError):
+        read_one(whole[:-1])
 
 
 def test_unknown_frame_type_is_refused() -> None:
     with pytest.raises(FramingError, match="unknown frame type 99"):
-        framing.decode(bytes([99, 0, 0, 0, 0]))
+        read_one(bytes([99, 0, 0, 0, 0]))
 
 
 def test_oversized_length_is_refused_before_reading_it() -> None:
     header = framing.HEADER.pack(FrameType.DATA, framing.MAX_PAYLOAD + 1)
-
-    async def read() -> None:
-        reader = asyncio.StreamReader()
-        reader.feed_data(header)
-        await framing.read_frame(reader)
-
     with pytest.raises(FramingError, match="exceeds"):
-        asyncio.run(read())
+        read_one(header)
 
 
 @pytest.mark.parametrize(
