@@ -491,3 +491,31 @@ def test_auto_role_needs_an_ordinal_and_a_replica_needs_its_master(
     )
     assert result.returncode == 2
     assert message in result.stderr
+
+
+def test_heartbeats_find_a_silent_peer_in_both_directions(group: Group) -> None:
+    quick = ("--ha-heartbeat-interval", "0.3", "--ha-heartbeat-timeout", "2")
+    master = group.master("master", *quick)
+    replica = group.replica("replica", master, *quick)
+    send(master, [b"hello"])
+    wait_caught_up(master, replica)
+    assert info(master).replicas[0].connected and info(replica).replica_connected
+
+    # A frozen replica keeps its connection open: only its missing heartbeats tell.
+    os.kill(replica.proc.pid, signal.SIGSTOP)
+    try:
+        wait_for(
+            "the master to drop the silent replica", lambda: not info(master).replicas[0].connected
+        )
+    finally:
+        os.kill(replica.proc.pid, signal.SIGCONT)
+    wait_for("the replica to reconnect", lambda: info(master).replicas[0].connected)
+
+    os.kill(master.proc.pid, signal.SIGSTOP)
+    try:
+        wait_for(
+            "the replica to drop the silent master", lambda: not info(replica).replica_connected
+        )
+    finally:
+        os.kill(master.proc.pid, signal.SIGCONT)
+    wait_for("the replica to follow again", lambda: info(replica).replica_connected)
