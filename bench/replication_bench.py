@@ -292,13 +292,22 @@ async def _grpc_round_trips(run_bytes: int, runs: int) -> float:
     return elapsed
 
 
-def measure_transport(runs: int) -> list[tuple[str, int, float, float]]:
-    """(transport, run bytes, µs per acknowledged run, MB/s) for small and large runs."""
+def measure_transport(runs: int, repeats: int = 3) -> list[tuple[str, int, float, float]]:
+    """(transport, run bytes, µs per acknowledged run, MB/s) for small and large runs.
+
+    Each transport is timed ``repeats`` times, alternating with the other; the median
+    repeat is reported (a busy machine slows single repeats by several times).
+    """
     rows = []
+    transports = (("TCP frames", _tcp_round_trips), ("grpc.aio", _grpc_round_trips))
     for run_bytes in (1024, 64 * 1024, 1024 * 1024):
         count = max(50, runs * 1024 // run_bytes) if run_bytes > 1024 else runs
-        for name, measure in (("TCP frames", _tcp_round_trips), ("grpc.aio", _grpc_round_trips)):
-            seconds = asyncio.run(measure(run_bytes, count))
+        timings: dict[str, list[float]] = {name: [] for name, _ in transports}
+        for _ in range(repeats):
+            for name, measure in transports:
+                timings[name].append(asyncio.run(measure(run_bytes, count)))
+        for name, _ in transports:
+            seconds = statistics.median(timings[name])
             rows.append((name, run_bytes, seconds / count * 1e6, run_bytes * count / seconds / 1e6))
     return rows
 
