@@ -98,9 +98,13 @@ class EpochFile:
         text = f"{len(self._entries)}\n{zlib.crc32(body.encode())}\n{body}"
         write_atomically(self.path, text.encode())
 
-    def new_term(self, start_offset: int) -> EpochEntry:
-        """Begin this broker's term as master at ``start_offset``; returns its entry."""
-        entry = EpochEntry(self.epoch + 1, start_offset)
+    def new_term(self, start_offset: int, *, above: int = 0) -> EpochEntry:
+        """Begin this broker's term as master at ``start_offset``; returns its entry.
+
+        The epoch is higher than every recorded one and than ``above`` (a term a
+        replica heard of but whose log it never reached).
+        """
+        entry = EpochEntry(max(self.epoch, above) + 1, start_offset)
         self._entries.append(entry)
         self._save()
         return entry

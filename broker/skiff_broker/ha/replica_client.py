@@ -70,6 +70,11 @@ class ReplicaClient:
             return -1
         return max(0, self.master_offset - self._store.commit_log.max_offset)
 
+    @property
+    def highest_epoch_seen(self) -> int:
+        """The newest master term this replica heard of, reached by its log or not."""
+        return max((e.epoch for e in self._pending_epochs), default=0)
+
     def in_sync(self) -> bool:
         """As of the last word from the master: within the gap of its log."""
         return 0 <= self.lag_bytes <= self.config.max_gap

@@ -80,7 +80,7 @@ class Replication:
             await self.master.stop()
         self._broker.store.replication = None
 
-    async def _serve_as_master(self) -> None:
+    async def _serve_as_master(self, *, above_epoch: int = 0) -> None:
         store = self._broker.store
         master = ReplicationMaster(self.config, self._broker, self.epochs)
         # Listening first: a broker that cannot serve replication starts no term.
@@ -88,7 +88,7 @@ class Replication:
         # A log from before any term (or a new one) belongs to this first term whole.
         start = store.commit_log.max_offset if self.epochs.entries else store.commit_log.min_offset
         try:
-            term = self.epochs.new_term(start)
+            term = self.epochs.new_term(start, above=above_epoch)
         except OSError:
             await master.stop()
             raise
@@ -127,7 +127,8 @@ class Replication:
         # Queue offsets continue where the copied consume queues end.
         store.commit_log.queue_offsets = store.consume_queues.next_offsets()
         try:
-            await self._serve_as_master()
+            # Never reuse the number of a term the old master began.
+            await self._serve_as_master(above_epoch=client.highest_epoch_seen)
         except OSError as exc:
             # Still a replica: follow the master again.
             client.start()

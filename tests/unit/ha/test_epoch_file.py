@@ -28,6 +28,13 @@ def test_terms_are_numbered_and_survive_a_reload(tmp_path: Path) -> None:
     assert (tmp_path / "epoch").read_text().splitlines()[2:] == ["1-0", "2-4096"]
 
 
+def test_a_new_term_never_reuses_a_number_heard_of(tmp_path: Path) -> None:
+    epochs = EpochFile(str(tmp_path / "epoch"))
+    epochs.replace([EpochEntry(1, 0)])
+    # The old master began term 2 past this replica's end; promotion must skip it.
+    assert epochs.new_term(800, above=2) == EpochEntry(3, 800)
+
+
 def test_a_damaged_file_stops_with_what_to_do(tmp_path: Path) -> None:
     path = tmp_path / "epoch"
     epochs = EpochFile(str(path))
