@@ -349,7 +349,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=float, default=1.0, help="warm-up per run")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per workload")
     parser.add_argument(
-        "--senders", default="64,2048", help="concurrent senders of each workload (comma list)"
+        "--senders",
+        default="64,2048",
+        help="concurrent senders of each workload (comma list; empty: only --transport)",
     )
     parser.add_argument(
         "--transport",
@@ -370,7 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     groups: dict[str, BrokerGroup] = {}
     results: dict[str, dict[str, list[dict]]] = {}
     try:
-        for kind in GROUPS:
+        for kind in GROUPS if args.senders else ():
             note(f"starting the {kind} group")
             groups[kind] = BrokerGroup(root, kind)
         for count in args.senders:
@@ -393,13 +395,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         for group in groups.values():
             group.stop()
         shutil.rmtree(root, ignore_errors=True)
-    print(
-        f"Replication cost, {os.cpu_count()} CPUs, {args.rounds} interleaved rounds of "
-        f"{args.seconds:g} s, 1 KiB bodies, BatchingProducer; ratios to the unreplicated "
-        "master in the same run"
-    )
-    print()
-    print(render(results, args.senders))
+    if args.senders:
+        print(
+            f"Replication cost, {os.cpu_count()} CPUs, {args.rounds} interleaved rounds of "
+            f"{args.seconds:g} s, 1 KiB bodies, BatchingProducer; ratios to the unreplicated "
+            "master in the same run"
+        )
+        print()
+        print(render(results, args.senders))
     transport = []
     if args.transport:
         note("transport: TCP frames and grpc.aio stream")
