@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -519,3 +520,28 @@ def test_heartbeats_find_a_silent_peer_in_both_directions(group: Group) -> None:
     finally:
         os.kill(master.proc.pid, signal.SIGCONT)
     wait_for("the replica to follow again", lambda: info(replica).replica_connected)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_a_replica_follows_its_master_through_a_restart_into_a_new_term(group: Group) -> None:
+    ha_listen = f"127.0.0.1:{free_port()}"
+    master = group.master("master", "--ha-listen", ha_listen)
+    replica = group.replica("replica", master)
+    before = send(master, [b"term-1-%d" % i for i in range(80)])
+    wait_caught_up(master, replica)
+    master.stop()
+    wait_for("the replica to notice", lambda: not info(replica).replica_connected)
+
+    master = group.master("master", "--ha-listen", ha_listen)
+    assert info(master).epoch == 2
+    after = send(master, [b"term-2-%d" % i for i in range(80)])
+    end = wait_caught_up(master, replica)
+    assert log_bytes(replica, end) == log_bytes(master, end)
+    assert pull_all(replica) == before | after
+    wait_for("the new term on the replica", lambda: info(replica).epoch == 2)
+    assert (replica.data_dir / "epoch").read_text() == (master.data_dir / "epoch").read_text()
