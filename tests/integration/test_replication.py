@@ -225,6 +225,17 @@ def test_async_replica_holds_the_same_bytes_and_takes_no_writes(group: Group) ->
     assert (master_state.role, master_state.replication_mode) == ("MASTER", "ASYNC")
     (seen,) = master_state.replicas
     assert (seen.acked_offset, seen.lag_bytes, seen.in_sync, seen.connected) == (end, 0, True, True)
+    shown = subprocess.run(
+        [*SKIFF, "admin", "info", "--endpoint", master.endpoint],
+        env=broker_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    header, row = shown.stdout.splitlines()[-2:]
+    assert header.startswith("REPLICA") and "LAG BYTES" in header and "IN SYNC" in header
+    assert row.split()[2:] == [str(end), "0", "yes", "yes"]
     assert replica_state.role == "REPLICA"
     assert replica_state.master_address == master.ha_endpoint
     assert replica_state.epoch == master_state.epoch == 1
