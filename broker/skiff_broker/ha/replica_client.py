@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 RECONNECT_DELAY_S = 1.0
 # A master that refused this replica is asked again this much later.
 REFUSED_RETRY_S = 10.0
+# Failed connection attempts in a row between two log lines about them.
+_QUIET_RETRIES = 60
 
 
 class ReplicaClient:
@@ -82,6 +84,7 @@ class ReplicaClient:
     # -- following the master -------------------------------------------------
 
     async def _run(self) -> None:
+        failures = 0
         while True:
             delay = RECONNECT_DELAY_S
             try:
@@ -90,11 +93,14 @@ class ReplicaClient:
                 log.error("master %s refused this replica: %s", self.config.master_address, exc)
                 delay = REFUSED_RETRY_S
             except (OSError, asyncio.IncompleteReadError, TimeoutError) as exc:
-                if self.connected or not self.last_heard:
+                failures = 1 if self.connected else failures + 1
+                # The first failure, then one a minute while the master stays away.
+                if failures % _QUIET_RETRIES == 1:
                     log.warning(
-                        "replication from %s interrupted: %s; reconnecting",
+                        "replication from %s interrupted: %s; reconnecting every %g s",
                         self.config.master_address,
                         exc or type(exc).__name__,
+                        RECONNECT_DELAY_S,
                     )
             except FramingError as exc:
                 log.error("master %s sent an invalid frame: %s", self.config.master_address, exc)
