@@ -12,6 +12,7 @@ import enum
 import fcntl
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
@@ -162,6 +163,9 @@ class MessageStore:
         self._allocation_failure = ""
         self.clean_start = False
         self._flushed_stamp = 0
+        # Held while consume queues and index are flushed, cleaned or cut (a replica's
+        # truncation runs beside the background services).
+        self._logics_lock = threading.Lock()
         # Set by replication: appends are announced to it and, under SYNC, waited for.
         self.replication: ReplicationGate | None = None
         # Set while this store follows a master: client appends are refused with it.
@@ -484,7 +488,8 @@ class MessageStore:
         queue.flush_all()
         queue.truncate(offset, quiet_bytes=self.config.max_message_size + 1024 * 1024)
         queue.flushed_where = queue.committed_where = offset
-        self._cut_logics(offset, offset)
+        with self._logics_lock:
+            self._cut_logics(offset, offset)
         self.dispatcher.start()
         self.checkpoint.clean_shutdown_offset = -1
         self.checkpoint.flush()
@@ -684,7 +689,8 @@ class MessageStore:
     def _flush_logics_and_checkpoint(self, least_pages: int) -> None:
         # Read before the flush: every unit dispatched by then is covered by it.
         logics_stamp = self.dispatcher.last_store_timestamp
-        self._flush_logics(least_pages)
+        with self._logics_lock:
+            self._flush_logics(least_pages)
         self.checkpoint.physic_msg_timestamp = self._flushed_stamp
         self.checkpoint.logics_msg_timestamp = logics_stamp
         self.checkpoint.index_msg_timestamp = logics_stamp
@@ -702,10 +708,11 @@ class MessageStore:
 
     def _delete_expired_logic_files(self) -> None:
         min_offset = self.commit_log.min_offset
-        for cq in self.consume_queues:
-            cq.delete_expired(min_offset)
-        if self.index is not None:
-            self.index.delete_expired(min_offset)
+        with self._logics_lock:
+            for cq in self.consume_queues:
+                cq.delete_expired(min_offset)
+            if self.index is not None:
+                self.index.delete_expired(min_offset)
 
     def _set_disk_state(self, state: DiskState) -> None:
         if state.full and not self._disk.full:
