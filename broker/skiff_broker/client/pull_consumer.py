@@ -155,7 +155,14 @@ class PullConsumer:
         self._namespace = namespace
         self._client_id = f"{socket.gethostname()}@skiff-pull@{uuid.uuid4().hex[:12]}"
         self._channel = grpc.insecure_channel(
-            endpoint, options=[("grpc.max_receive_message_length", -1)]
+            endpoint,
+            options=[
+                ("grpc.max_receive_message_length", -1),
+                # A pull streams one response per message: reading them on the calling
+                # thread, not handed over from gRPC's polling thread one by one, is
+                # several times faster.
+                (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1),
+            ],
         )
         self._stub = service_pb2_grpc.MessagingServiceStub(self._channel)
         self._prefetcher: concurrent.futures.ThreadPoolExecutor | None = None
