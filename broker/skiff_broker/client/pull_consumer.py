@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import grpc
+import grpc.experimental
 from google.protobuf.duration_pb2 import Duration
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
