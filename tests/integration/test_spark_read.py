@@ -128,6 +128,17 @@ def test_bad_options_say_what_to_do(spark, broker):
         reader.load().collect()
     with pytest.raises(Exception, match="startingOffsets must be JSON like"):
         reader.option("topic", "sr-known").option("startingOffsets", "{oops").load().collect()
+    with AdminClient(broker.endpoint) as admin:
+        admin.create_topic("sr-options", read_queues=1)
+    past_the_end = json.dumps({"sr-options": {"0": 5}})
+    with pytest.raises(Exception, match="the start offset 5 is after the end offset 0"):
+        reader.option("topic", "sr-options").option(
+            "startingOffsets", past_the_end
+        ).load().collect()
+    with pytest.raises(Exception, match="has no readable queue"):
+        reader.option("topic", "sr-options").option(
+            "startingOffsets", json.dumps({"sr-options": {"3": 0}})
+        ).load().collect()
 
 
 def last_checkpointed_offsets(checkpoint: Path) -> dict:

@@ -21,7 +21,7 @@ from pyspark.sql.streaming.datasource import (
 
 from ..client.pull_consumer import DataLost, PullConsumer, PulledMessage
 from . import offsets as off
-from .options import SourceOptions
+from .options import OptionError, SourceOptions
 from .schema import arrow_schema, record_batch
 
 log = logging.getLogger(__name__)
@@ -103,6 +103,14 @@ class SkiffBatchReader(DataSourceReader):
             end = off.resolve(consumer, options.topics, options.ending)
         finally:
             consumer.close()
+        for topic, queues in end.items():
+            for queue, stop in queues.items():
+                if start[topic][queue] > stop:
+                    raise OptionError(
+                        f"{topic}/{queue}: the start offset {start[topic][queue]} is after the "
+                        f"end offset {stop}; check startingOffsets and endingOffsets (the "
+                        "queue's latest offset is the end unless endingOffsets names one)"
+                    )
         return _partitions(
             options, off.slices(start, end, fail_on_data_loss=options.fail_on_data_loss)
         )
