@@ -103,6 +103,7 @@ def analyze(
     from ..spark.traces import NoSpansFound, format_ms
     from ..spark.traces import analyze as run_analysis
 
+    click.echo(f"analysing {len(files)} span file(s) with a local Spark job ...", err=True)
     spark = local_session("skiff-traces-analyze")
     try:
         result = run_analysis(spark, files, Path(output), window=window, file_format=file_format)
