@@ -7,8 +7,9 @@ import click
 from .admin_commands import admin
 from .messaging_commands import consume, send
 from .topic_commands import topic
+from .traces_commands import traces
 
 
 def register(main: click.Group) -> None:
-    for command in (topic, admin, send, consume):
+    for command in (topic, admin, send, consume, traces):
         main.add_command(command)

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Batch-read throughput of the Skiff Spark data source, against Parquet in the same run.
+
+Starts a real broker, fills a topic with ``--messages`` messages of
+``--body-bytes`` each, then times in one local Spark session (``local[N]``):
+
+- ``skiff``: ``spark.read.format("skiff")`` of the whole topic, every column
+  materialised (written to Spark's ``noop`` sink);
+- ``parquet``: the same rows, saved once as Parquet on local disk, read the same way.
+
+Each read runs ``--repeats`` times after one warm-up; the table shows the median,
+messages/s, MB/s of message bodies, and the ratio of the Skiff read to the
+Parquet read. Needs ``pip install '.[spark]'`` and Java 17+.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "broker"))
+sys.path.insert(0, str(ROOT))
+
+from tests.broker_process import running_broker  # noqa: E402
+from tests.queue_ends import wait_for_messages  # noqa: E402
+
+from skiff_broker.client.admin import AdminClient  # noqa: E402
+from skiff_broker.client.messaging import MessagingClient, OutgoingMessage  # noqa: E402
+from skiff_broker.spark.session import local_session  # noqa: E402
+
+TOPIC = "bench-spark"
+SEND_BATCH = 512
+MB = 1e6
+
+
+def note(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def fill(endpoint: str, messages: int, body_bytes: int, queues: int) -> int:
+    with AdminClient(endpoint) as admin:
+        admin.create_topic(TOPIC, read_queues=queues)
+    sent = 0
+    with MessagingClient(endpoint, timeout=60) as client:
+        while sent < messages:
+            count = min(SEND_BATCH, messages - sent)
+            client.send(
+                [
+                    OutgoingMessage(TOPIC, (b"%012d" % (sent + i)).ljust(body_bytes, b"x"))
+                    for i in range(count)
+                ]
+            )
+            sent += count
+    wait_for_messages(endpoint, TOPIC, messages)
+    return messages * body_bytes
+
+
+def timed(action, repeats: int) -> list[float]:
+    action()  # warm-up: Python workers, JIT, page cache
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        action()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--body-bytes", type=int, default=256)
+    parser.add_argument("--queues", type=int, default=4, help="queues of the topic (partitions)")
+    parser.add_argument("--cores", type=int, default=2, help="Spark local[N]")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="skiff-spark-bench-") as scratch:
+        scratch_path = Path(scratch)
+        with running_broker(scratch_path) as broker:
+            note(f"filling {TOPIC}: {args.messages} x {args.body_bytes} B ...")
+            started = time.perf_counter()
+            body_total = fill(broker.endpoint, args.messages, args.body_bytes, args.queues)
+            note(f"filled in {time.perf_counter() - started:.1f} s; starting Spark ...")
+            spark = local_session("skiff-spark-bench", cores=args.cores)
+            try:
+                skiff = (
+                    spark.read.format("skiff")
+                    .option("endpoints", broker.endpoint)
+                    .option("topic", TOPIC)
+                    .load()
+                )
+                parquet_path = str(scratch_path / "messages.parquet")
+                skiff.write.parquet(parquet_path)
+                parquet = spark.read.parquet(parquet_path)
+                rows = parquet.count()
+                if rows != args.messages:
+                    raise SystemExit(f"parquet copy holds {rows} rows, not {args.messages}")
+
+                def read_all(frame):
+                    return lambda: frame.write.format("noop").mode("overwrite").save()
+
+                results = {}
+                for name, frame in (("skiff", skiff), ("parquet", parquet)):
+                    note(f"timing {name} reads ...")
+                    results[name] = timed(read_all(frame), args.repeats)
+            finally:
+                spark.stop()
+
+    baseline = statistics.median(results["parquet"])
+    print(
+        f"Spark batch read, {args.messages:,} messages x {args.body_bytes} B body "
+        f"({body_total / MB:.1f} MB of bodies), {args.queues} queues, local[{args.cores}], "
+        f"{os.cpu_count()} CPUs; median of {args.repeats} after a warm-up"
+    )
+    print()
+    print("| source | seconds | messages/s | MB/s (bodies) | time vs parquet |")
+    print("|---|---|---|---|---|")
+    for name, times in results.items():
+        median = statistics.median(times)
+        print(
+            f"| {name} | {median:.2f} | {args.messages / median:,.0f} | "
+            f"{body_total / MB / median:.1f} | {median / baseline:.2f}x |"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""``skiff traces analyze`` on spans a real broker exported, checked against the raw file."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import subprocess
+import sys
+from collections import defaultdict
+
+import pytest
+from tests.broker_process import broker_env
+from tests.span_files import produce_span_file
+
+from skiff_broker.spark.traces import NoSpansFound, analyze
+
+
+def durations_in(traces_path) -> dict[tuple, list[float]]:
+    """Span durations in ms by (kind, broker, topic, flush type, replication mode), read
+    straight from the OTLP JSON lines."""
+    groups: dict[tuple, list[float]] = defaultdict(list)
+    for line in traces_path.read_text().splitlines():
+        for resource_spans in json.loads(line)["resourceSpans"]:
+            for scope_spans in resource_spans["scopeSpans"]:
+                for span in scope_spans["spans"]:
+                    if span["name"] not in ("skiff.store.append", "skiff.store.flush"):
+                        continue
+                    attributes = {
+                        a["key"]: next(iter(a["value"].values())) for a in span["attributes"]
+                    }
+                    append = span["name"] == "skiff.store.append"
+                    key = (
+                        "append" if append else "flush",
+                        attributes["skiff.broker"],
+                        attributes["messaging.destination.name"] if append else "*",
+                        attributes["skiff.flush_type"],
+                        attributes["skiff.replication_mode"],
+                    )
+                    nanos = int(span["endTimeUnixNano"]) - int(span["startTimeUnixNano"])
+                    groups[key].append(nanos / 1e6)
+    return groups
+
+
+def nearest_rank(values: list[float], quantile: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(quantile * len(ordered)) - 1)]
+
+
+def skiff(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "skiff_broker", *args],
+        env=broker_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_analyze_reports_append_and_flush_latency_of_real_spans(tmp_path):
+    run = produce_span_file(tmp_path, flush_type="SYNC_FLUSH", broker_name="broker-a")
+    expected = durations_in(run.traces_path)
+    # What the broker was asked to do shows in the input: one append per sampled send.
+    assert len(expected[("append", "broker-a", "SpanTopicA", "SYNC_FLUSH", "NONE")]) == 20
+    assert ("flush", "broker-a", "*", "SYNC_FLUSH", "NONE") in expected
+
+    out = tmp_path / "report"
+    done = skiff(
+        "traces", "analyze", str(run.traces_path.parent), "--output", str(out),
+        "--window", "10 minutes", "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+
+    assert report["spans"] == sum(len(v) for v in expected.values())
+    overall = {
+        (r["kind"], r["broker"], r["topic"], r["flush_type"], r["replication_mode"]): r
+        for r in report["overall"]
+    }
+    assert set(overall) == set(expected)
+    for key, values in expected.items():
+        row = overall[key]
+        assert row["count"] == len(values)
+        assert row["failures"] == 0
+        assert math.isclose(row["max_ms"], max(values), rel_tol=1e-9)
+        assert math.isclose(row["mean_ms"], sum(values) / len(values), rel_tol=1e-9)
+        for quantile, column in ((0.5, "p50_ms"), (0.9, "p90_ms"), (0.99, "p99_ms")):
+            assert math.isclose(row[column], nearest_rank(values, quantile), rel_tol=1e-9)
+
+    with open(report["summary"], newline="") as summary:
+        rows = list(csv.DictReader(summary))
+    assert sum(int(r["count"]) for r in rows) == report["spans"]
+    assert {(r["kind"], r["topic"]) for r in rows} == {(k[0], k[2]) for k in expected}
+    assert all(r["window_start"] < r["window_end"] for r in rows)
+    with open(report["plot"], "rb") as png:
+        assert png.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_analyze_says_what_is_wrong_with_its_input(spark, tmp_path):
+    not_spans = tmp_path / "other.jsonl"
+    not_spans.write_text(json.dumps({"resourceSpans": []}) + "\n" + '{"resourceMetrics": []}\n')
+    with pytest.raises(NoSpansFound, match=r"no skiff\.store\.append or skiff\.store\.flush span"):
+        analyze(spark, [str(not_spans)], tmp_path / "out")
+
+    missing = skiff("traces", "analyze", str(tmp_path / "nowhere.jsonl"))
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+
+    # Without the spark extra the command says what to install.
+    without_spark = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.modules['pyspark'] = None; from skiff_broker.cli import main; main()",
+            "traces",
+            "analyze",
+            str(not_spans),
+        ],
+        env=broker_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert without_spark.returncode == 1
+    assert "pip install 'skiff[spark]'" in without_spark.stderr
