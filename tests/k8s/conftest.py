@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from tests.kube_control_plane import ControlPlane, binaries_dir, running_control_plane
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.kube_control_plane import (
+    REPO_ROOT,
+    ControlPlane,
+    binaries_dir,
+    running_control_plane,
+)
 
 
 @pytest.fixture(scope="session")
@@ -30,7 +32,7 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
 @pytest.fixture(scope="session")
 def crds(control_plane: ControlPlane) -> ControlPlane:
     """The control plane with Skiff's CRDs installed and established."""
-    control_plane.kubectl("apply", "-f", str(ROOT / "crds"))
+    control_plane.kubectl("apply", "-f", str(REPO_ROOT / "crds"))
     control_plane.kubectl(
         "wait", "--for", "condition=Established", "--timeout", "60s",
         "crd/brokers.skiff.io", "crd/topics.skiff.io",
