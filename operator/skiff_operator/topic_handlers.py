@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 from collections.abc import Mapping
@@ -25,6 +24,8 @@ from .naming import group_suffix
 from .operator_state import OperatorState
 from .topic_changes import plan_topic_change
 
+log = logging.getLogger(__name__)
+
 _PERMISSIONS = {
     "READ_WRITE": Permission.READ_WRITE,
     "READ": Permission.READ,
@@ -35,7 +36,7 @@ _PERMISSIONS = {
 @dataclasses.dataclass(frozen=True, slots=True)
 class GroupOutcome:
     group: str
-    topic: Topic | None  # as the broker holds it after this reconcile
+    topic: Topic | None  # as the broker holds it after this reconcile (None: unknown)
     error: SkiffError | None = None
 
 
@@ -100,11 +101,12 @@ async def reconcile_topic(
     outcomes = await asyncio.gather(
         *(_sync_group(state, namespace, broker_name, index, desired) for index in range(groups))
     )
-    synced = [o for o in outcomes if o.topic is not None and o.error is None]
-    if synced:
-        patch.status["readQueues"] = min(o.topic.read_queues for o in synced if o.topic)
-        patch.status["writeQueues"] = max(o.topic.write_queues for o in synced if o.topic)
-    patch.status["groups"] = [o.group for o in synced]
+    held = [o.topic for o in outcomes if o.topic is not None]
+    if held:
+        # What every group can serve: the fewest read queues, the most write queues.
+        patch.status["readQueues"] = min(t.read_queues for t in held)
+        patch.status["writeQueues"] = max(t.write_queues for t in held)
+    patch.status["groups"] = [o.group for o in outcomes if o.error is None]
 
     failed = [o for o in outcomes if o.error is not None]
     if not failed:
@@ -133,8 +135,18 @@ async def _sync_group(
     try:
         topic = await asyncio.to_thread(sync_topic_on_group, endpoint, desired, state.admin_timeout)
     except SkiffError as exc:
-        return GroupOutcome(suffix, None, exc)
+        reached = await asyncio.to_thread(_topic_on_group, endpoint, desired.name, state)
+        return GroupOutcome(suffix, reached, exc)
     return GroupOutcome(suffix, topic)
+
+
+def _topic_on_group(endpoint: str, name: str, state: OperatorState) -> Topic | None:
+    """The topic as a broker holds it now; None if it has none or cannot say."""
+    try:
+        with AdminClient(endpoint, timeout=state.admin_timeout) as admin:
+            return admin.get_topic(name)
+    except SkiffError:
+        return None
 
 
 async def delete_topic(
@@ -172,5 +184,10 @@ async def delete_topic(
 
 
 def _delete_on_group(endpoint: str, topic: str, timeout: float) -> None:
-    with AdminClient(endpoint, timeout=timeout) as admin, contextlib.suppress(NotFound):
-        admin.delete_topic(topic)
+    # NotFound: nothing left to delete. InvalidArgument: the broker refuses the name
+    # (one of its own topics), so the operator never created it either.
+    with AdminClient(endpoint, timeout=timeout) as admin:
+        try:
+            admin.delete_topic(topic)
+        except (NotFound, InvalidArgument) as exc:
+            log.info("topic %s not deleted on %s: %s", topic, endpoint, exc.message)
