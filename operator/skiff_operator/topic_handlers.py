@@ -134,6 +134,13 @@ async def _sync_group(
     endpoint = state.resolver.master_endpoint(namespace, broker, index)
     try:
         topic = await asyncio.to_thread(sync_topic_on_group, endpoint, desired, state.admin_timeout)
+    except BrokerUnavailable:
+        # The client's own advice (check --endpoint) means nothing to a Topic's reader.
+        unreachable = BrokerUnavailable(
+            f"the master of group {suffix} at {endpoint} does not answer; it may still be "
+            "starting (see the Broker's status)"
+        )
+        return GroupOutcome(suffix, None, unreachable)
     except SkiffError as exc:
         reached = await asyncio.to_thread(_topic_on_group, endpoint, desired.name, state)
         return GroupOutcome(suffix, reached, exc)

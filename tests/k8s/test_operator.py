@@ -404,8 +404,18 @@ def receive(endpoint: str, topic: str, group: str, count: int) -> list[bytes]:
     return received
 
 
+def test_a_topic_waits_for_an_unreachable_broker(cluster: Cluster) -> None:
+    # Nothing listens on the resolved endpoint yet: the pods have not started.
+    cluster.apply(topic_manifest("early", readQueues=2, writeQueues=2))
+    topic = cluster.wait_ready("topic", "early", "False", "BrokerUnavailable")
+    assert "the master of group a at 127.0.0.1:" in ready_condition(topic)["message"]
+    assert topic["metadata"]["finalizers"] == ["skiff.io/finalizer"]
+
+
 def test_the_stored_pod_spec_boots_a_broker_and_a_topic_works(cluster: Cluster) -> None:
     cluster.broker_process = broker = start_broker_from_stored_pod_spec(cluster)
+    # The waiting Topic is retried and lands once the broker answers.
+    cluster.wait_ready("topic", "early", "True", "Reconciled")
     with AdminClient(broker.endpoint) as admin:
         info = admin.broker_info()
     # The settings the operator rendered reached the broker.
