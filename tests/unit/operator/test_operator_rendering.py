@@ -78,6 +78,12 @@ def test_stateful_set_has_replicas_headless_service_and_data_claim() -> None:
     (group,) = render_broker(broker_spec, BROKER)
     stateful_set = group.stateful_set["spec"]
     assert stateful_set["replicas"] == 3
+    # Rolling updates walk from the highest ordinal to 0: replicas before their master.
+    assert stateful_set["updateStrategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"partition": 0},
+    }
+    assert stateful_set["podManagementPolicy"] == "OrderedReady"
     assert stateful_set["serviceName"] == group.headless_service["metadata"]["name"]
     assert group.headless_service["spec"]["clusterIP"] == "None"
     (claim,) = stateful_set["volumeClaimTemplates"]
