@@ -137,6 +137,19 @@ class ControlPlane:
                     process.wait()
 
 
+def _rsa_private_key_pem() -> bytes:
+    """The key that signs ServiceAccount tokens (TokenRequest) and verifies them."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
 def _start(command: list[str], log_path: Path) -> subprocess.Popen:
     with open(log_path, "wb") as log:
         return subprocess.Popen(command, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
@@ -177,11 +190,7 @@ def running_control_plane(bin_dir: Path, work_dir: Path) -> Iterator[ControlPlan
     )
     try:
         signing_key = work_dir / "service-account.key"
-        subprocess.run(
-            ["openssl", "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048",
-             "-out", str(signing_key)],
-            check=True, capture_output=True,
-        )  # fmt: skip
+        signing_key.write_bytes(_rsa_private_key_pem())
         tokens = work_dir / "tokens.csv"
         tokens.write_text(f'{ADMIN_TOKEN},admin,admin-uid,"system:masters"\n')
         api = _start(
