@@ -34,6 +34,19 @@ async def reconcile_broker(
 ) -> None:
     """Apply every child of the Broker; remove groups scaled away once they are drained."""
     state: OperatorState = memo.state
+    async with state.lock_for("Broker", namespace, name):
+        await _reconcile_broker(state, body, spec, name, namespace, patch, logger)
+
+
+async def _reconcile_broker(
+    state: OperatorState,
+    body: kopf.Body,
+    spec: kopf.Spec,
+    name: str,
+    namespace: str,
+    patch: kopf.Patch,
+    logger: logging.Logger,
+) -> None:
     api = state.api
     generation = int(body.metadata.get("generation") or 0)
     conditions = list(body.get("status", {}).get("conditions") or [])
@@ -69,6 +82,11 @@ async def reconcile_broker(
     await _refresh_status(state, body, name, namespace, broker_spec, patch, conditions)
 
 
+async def forget_broker(name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
+    """Deletion cascades through owner references; only the operator's own lock goes."""
+    memo.state.forget("Broker", namespace, name)
+
+
 async def refresh_broker_status(
     body: kopf.Body,
     spec: kopf.Spec,
@@ -84,9 +102,11 @@ async def refresh_broker_status(
     # A refusal or failure stays until the reconcile that set it succeeds.
     if ready is not None and ready.get("reason") in ("ScaleInRefused", "ApplyFailed"):
         return
-    await _refresh_status(
-        memo.state, body, name, namespace, BrokerSpec.from_manifest(spec), patch, conditions
-    )
+    state: OperatorState = memo.state
+    async with state.lock_for("Broker", namespace, name):
+        await _refresh_status(
+            state, body, name, namespace, BrokerSpec.from_manifest(spec), patch, conditions
+        )
 
 
 async def _refresh_status(

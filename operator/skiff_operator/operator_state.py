@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
 from .broker_endpoints import EndpointResolver
@@ -14,6 +15,14 @@ class OperatorState:
     config: OperatorConfig
     api: KubeApi
     resolver: EndpointResolver
+    # One reconcile at a time per object: a timer and a change handler may fire together.
+    _locks: dict[tuple[str, ...], asyncio.Lock] = dataclasses.field(default_factory=dict)
+
+    def lock_for(self, *key: str) -> asyncio.Lock:
+        return self._locks.setdefault(key, asyncio.Lock())
+
+    def forget(self, *key: str) -> None:
+        self._locks.pop(key, None)
 
     @property
     def retry_delay(self) -> float:

@@ -8,7 +8,7 @@ from typing import Any
 import kopf
 
 from . import GROUP, VERSION
-from .broker_handlers import reconcile_broker, refresh_broker_status
+from .broker_handlers import forget_broker, reconcile_broker, refresh_broker_status
 from .config import OperatorConfig
 from .kube_api import KubeApi
 from .operator_state import OperatorState
@@ -73,3 +73,5 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         reconcile_topic
     )
     on_resource(kopf.on.delete, "topics", id="delete")(delete_topic)
+    # optional: no finalizer on Brokers, their children go by garbage collection.
+    on_resource(kopf.on.delete, "brokers", id="forget", optional=True)(forget_broker)

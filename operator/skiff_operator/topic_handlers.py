@@ -12,6 +12,7 @@ import kopf
 
 from skiff_broker.client.admin import AdminClient, MessageType, Permission, Topic
 from skiff_broker.client.errors import (
+    AlreadyExists,
     BrokerUnavailable,
     FailedPrecondition,
     InvalidArgument,
@@ -62,7 +63,11 @@ def sync_topic_on_group(endpoint: str, desired: Topic, timeout: float) -> Topic:
         except NotFound:
             current = None
         for step in plan_topic_change(current, desired):
-            current = admin.apply_topic(step)
+            try:
+                current = admin.apply_topic(step)
+            except AlreadyExists:
+                # Created by someone else since the look-up: change it from what it is.
+                return sync_topic_on_group(endpoint, desired, timeout)
         return current or desired
 
 
@@ -77,6 +82,19 @@ async def reconcile_topic(
     **_: Any,
 ) -> None:
     state: OperatorState = memo.state
+    async with state.lock_for("Topic", namespace, name):
+        await _reconcile_topic(state, body, spec, name, namespace, patch, logger)
+
+
+async def _reconcile_topic(
+    state: OperatorState,
+    body: kopf.Body,
+    spec: kopf.Spec,
+    name: str,
+    namespace: str,
+    patch: kopf.Patch,
+    logger: logging.Logger,
+) -> None:
     generation = int(body.metadata.get("generation") or 0)
     conditions = list(body.get("status", {}).get("conditions") or [])
     desired = desired_topic(name, spec)
@@ -167,6 +185,18 @@ async def delete_topic(
 ) -> None:
     """Finalizer: remove the topic from the brokers unless ``deletionPolicy: Retain``."""
     state: OperatorState = memo.state
+    async with state.lock_for("Topic", namespace, name):
+        await _delete_topic(state, spec, name, namespace, logger)
+    state.forget("Topic", namespace, name)
+
+
+async def _delete_topic(
+    state: OperatorState,
+    spec: kopf.Spec,
+    name: str,
+    namespace: str,
+    logger: logging.Logger,
+) -> None:
     topic_name = spec.get("topicName") or name
     if spec.get("deletionPolicy") == "Retain":
         logger.info("keeping topic %s on the brokers (deletionPolicy Retain)", topic_name)
