@@ -73,5 +73,5 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         reconcile_topic
     )
     on_resource(kopf.on.delete, "topics", id="delete")(delete_topic)
-    # optional: no finalizer on Brokers, their children go by garbage collection.
+    # Children go by garbage collection; this only drops the operator's lock.
     on_resource(kopf.on.delete, "brokers", id="forget", optional=True)(forget_broker)

@@ -540,3 +540,15 @@ def test_scaling_out_adds_a_group_and_scaling_in_waits_for_its_messages(cluster:
     wait_for(lambda: cluster.get("statefulset", f"{BROKER}-b") is None, "group b to go")
     assert cluster.get("configmap", f"{BROKER}-b-settings") is None
     assert cluster.get("statefulset", f"{BROKER}-a") is not None
+
+
+def test_deleting_the_broker_is_not_held_up(cluster: Cluster) -> None:
+    broker = cluster.get("broker", BROKER)
+    assert broker is not None
+    # Children go by owner references (garbage collection); the operator's finalizer
+    # (it stops the Broker's status timer) is released at once.
+    cluster.plane.kubectl("delete", "broker", BROKER, "-n", NAMESPACE, "--timeout=60s")
+    assert cluster.get("broker", BROKER) is None
+    stateful_set = cluster.get("statefulset", f"{BROKER}-a")
+    if stateful_set is not None:  # no garbage collector runs here
+        assert stateful_set["metadata"]["ownerReferences"][0]["uid"] == broker["metadata"]["uid"]
