@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -40,14 +40,15 @@ class KubeApiError(Exception):
 class KubeApi:
     """``async with KubeApi(connection) as api: await api.apply(manifest)``."""
 
-    def __init__(self, connection: kopf.ConnectionInfo) -> None:
-        self._server = connection.server.rstrip("/")
-        self._connection = connection
+    def __init__(self, login: Callable[[], kopf.ConnectionInfo]) -> None:
+        """``login`` gives the current credentials; it is asked again after a 401."""
+        self._login = login
+        self._connection = login()
+        self._server = self._connection.server.rstrip("/")
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> KubeApi:
         self._session = aiohttp.ClientSession(
-            headers=self._auth_headers(),
             connector=aiohttp.TCPConnector(ssl=self._ssl_context()),
             timeout=aiohttp.ClientTimeout(total=30),
         )
@@ -89,18 +90,27 @@ class KubeApi:
     ) -> dict[str, Any]:
         assert self._session is not None, "use KubeApi in 'async with'"
         data = json.dumps(body) if body is not None else None
-        headers = {"Content-Type": content_type} if data is not None else {}
-        async with self._session.request(
-            method, self._server + path, data=data, params=params, headers=headers
-        ) as response:
-            text = await response.text()
-            if response.status >= 400:
-                try:
-                    message = json.loads(text).get("message", text)
-                except ValueError:
-                    message = text
-                raise KubeApiError(response.status, message)
-            return json.loads(text) if text else {}
+        for attempt in range(2):
+            headers = self._auth_headers()
+            if data is not None:
+                headers["Content-Type"] = content_type
+            async with self._session.request(
+                method, self._server + path, data=data, params=params, headers=headers
+            ) as response:
+                text = await response.text()
+                status = response.status
+            # A ServiceAccount token is rotated on disk; read it again once.
+            if status == 401 and attempt == 0:
+                self._connection = self._login()
+                continue
+            break
+        if status >= 400:
+            try:
+                message = json.loads(text).get("message", text)
+            except ValueError:
+                message = text
+            raise KubeApiError(status, message)
+        return json.loads(text) if text else {}
 
     @staticmethod
     def path(kind: str, namespace: str, name: str = "") -> str:

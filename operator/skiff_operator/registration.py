@@ -53,7 +53,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         settings.posting.level = logging.WARNING
         # Brokers and Topics are known; watching CRDs and namespaces needs no extra rights.
         settings.scanning.disabled = True
-        api = KubeApi(cluster_connection(settings))
+        api = KubeApi(lambda: cluster_connection(settings))
         await api.__aenter__()
         memo.state = OperatorState(config, api, config.endpoint_resolver())
 
