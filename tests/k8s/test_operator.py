@@ -491,6 +491,21 @@ def test_a_topic_of_a_missing_broker_says_so_and_deletes_freely(cluster: Cluster
     assert cluster.get("topic", "orphan") is None
 
 
+def test_a_child_the_api_server_refuses_shows_in_the_broker_status(cluster: Cluster) -> None:
+    # The CRD passes resources through; the StatefulSet validation refuses this quantity.
+    faulty = broker_manifest(resources={"limits": {"memory": "plenty"}})
+    faulty["metadata"]["name"] = "faulty"
+    cluster.apply(faulty)
+    broker = cluster.wait_ready("broker", "faulty", "False", "ApplyFailed")
+    assert "quantities must match the regular expression" in ready_condition(broker)["message"]
+    assert cluster.get("statefulset", "faulty-a") is None
+    # Fixing the spec clears it.
+    cluster.merge_patch("broker", "faulty", {"spec": {"resources": {"limits": {"memory": "1Gi"}}}})
+    cluster.wait_ready("broker", "faulty", "False", "PodsNotReady")
+    assert cluster.get("statefulset", "faulty-a") is not None
+    cluster.plane.kubectl("delete", "broker", "faulty", "-n", NAMESPACE, "--timeout=60s")
+
+
 def test_an_operator_restart_resumes(cluster: Cluster) -> None:
     """A change made while the operator is down is rolled out when it comes back."""
     cluster.stop_operator()
