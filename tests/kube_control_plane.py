@@ -3,8 +3,9 @@
 The binaries come from ``scripts/k8s-binaries`` (built from their Go modules, cached under
 ``${XDG_CACHE_HOME:-~/.cache}/skiff/k8s/<version>/bin``; ``SKIFF_K8S_BIN`` names another
 folder). The API server runs with RBAC authorization; the test administrator is a static
-token in ``system:masters``. There is no controller manager, scheduler or kubelet: objects
-are stored and validated, nothing runs them.
+token in ``system:masters``. No scheduler or kubelet runs, and the controller manager only
+when a test starts it (``running_garbage_collector``): objects are stored and validated,
+nothing runs them.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 import yaml
 
 KUBE_VERSION = "v1.34.4"  # scripts/k8s-binaries builds this version
-BINARIES = ("etcd", "kube-apiserver", "kubectl", "helm")
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "helm")
 ADMIN_TOKEN = "skiff-test-admin-token"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 START_DEADLINE_S = 120.0
@@ -135,6 +136,35 @@ class ControlPlane:
                 except subprocess.TimeoutExpired:
                     process.kill()
                     process.wait()
+
+
+@contextlib.contextmanager
+def running_garbage_collector(plane: ControlPlane) -> Iterator[subprocess.Popen]:
+    """kube-controller-manager with only its garbage collector: owner references cascade."""
+    log_path = plane.work_dir / "kube-controller-manager.log"
+    process = _start(
+        [
+            plane.tool("kube-controller-manager"),
+            "--kubeconfig", str(plane.kubeconfig),
+            "--controllers", "garbage-collector-controller",
+            "--leader-elect=false",
+            "--secure-port", "0",
+        ],
+        log_path,
+    )  # fmt: skip
+    try:
+        time.sleep(0.5)
+        if process.poll() is not None:
+            raise AssertionError(f"kube-controller-manager exited:\n{_tail(log_path)}")
+        yield process
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
 def _rsa_private_key_pem() -> bytes:

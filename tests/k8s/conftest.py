@@ -19,8 +19,9 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
     bin_dir = binaries_dir()
     if bin_dir is None:
         message = (
-            "kube-apiserver, etcd, kubectl and helm are not built; run scripts/k8s-binaries "
-            "(scripts/test does) or point SKIFF_K8S_BIN at a folder holding them"
+            "kube-apiserver, kube-controller-manager, etcd, kubectl and helm are not built; "
+            "run scripts/k8s-binaries (scripts/test does) or point SKIFF_K8S_BIN at a folder "
+            "holding them"
         )
         if os.environ.get("SKIFF_REQUIRE_K8S"):
             pytest.fail(f"SKIFF_REQUIRE_K8S is set: {message}")

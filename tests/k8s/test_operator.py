@@ -39,7 +39,13 @@ from rocketmq import (
     SimpleConsumer,
 )
 from tests.broker_process import BrokerProcess
-from tests.kube_control_plane import REPO_ROOT, ControlPlane, free_port, write_kubeconfig
+from tests.kube_control_plane import (
+    REPO_ROOT,
+    ControlPlane,
+    free_port,
+    running_garbage_collector,
+    write_kubeconfig,
+)
 
 from skiff_broker.client.admin import AdminClient
 from skiff_broker.client.errors import NotFound
@@ -555,6 +561,28 @@ def test_scaling_out_adds_a_group_and_scaling_in_waits_for_its_messages(cluster:
     wait_for(lambda: cluster.get("statefulset", f"{BROKER}-b") is None, "group b to go")
     assert cluster.get("configmap", f"{BROKER}-b-settings") is None
     assert cluster.get("statefulset", f"{BROKER}-a") is not None
+
+
+def test_deleting_a_broker_cascades_to_its_children(cluster: Cluster) -> None:
+    cascade = broker_manifest()
+    cascade["metadata"]["name"] = "cascade"
+    cluster.apply(cascade)
+    children = [
+        ("statefulset", "cascade-a"),
+        ("service", "cascade-a"),
+        ("service", "cascade-a-pods"),
+        ("configmap", "cascade-a-settings"),
+        ("poddisruptionbudget", "cascade-a"),
+    ]
+    for kind, name in children:
+        wait_for(lambda kind=kind, name=name: cluster.get(kind, name), f"{kind} {name}")
+    with running_garbage_collector(cluster.plane):
+        cluster.plane.kubectl("delete", "broker", "cascade", "-n", NAMESPACE, "--timeout=60s")
+        for kind, name in children:
+            wait_for(
+                lambda kind=kind, name=name: cluster.get(kind, name) is None,
+                f"the garbage collector to delete {kind} {name}",
+            )
 
 
 def test_deleting_the_broker_is_not_held_up(cluster: Cluster) -> None:
