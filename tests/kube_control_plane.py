@@ -4,7 +4,7 @@ The binaries come from ``scripts/k8s-binaries`` (built from their Go modules, ca
 ``${XDG_CACHE_HOME:-~/.cache}/skiff/k8s/<version>/bin``; ``SKIFF_K8S_BIN`` names another
 folder). The API server runs with RBAC authorization; the test administrator is a static
 token in ``system:masters``. No scheduler or kubelet runs, and the controller manager only
-when a test starts it (``running_garbage_collector``): objects are stored and validated,
+with the controllers a test starts (``running_controllers``): objects are stored and validated,
 nothing runs them.
 """
 
@@ -139,14 +139,14 @@ class ControlPlane:
 
 
 @contextlib.contextmanager
-def running_garbage_collector(plane: ControlPlane) -> Iterator[subprocess.Popen]:
-    """kube-controller-manager with only its garbage collector: owner references cascade."""
+def running_controllers(plane: ControlPlane, *controllers: str) -> Iterator[subprocess.Popen]:
+    """kube-controller-manager running only ``controllers`` (e.g. the garbage collector)."""
     log_path = plane.work_dir / "kube-controller-manager.log"
     process = _start(
         [
             plane.tool("kube-controller-manager"),
             "--kubeconfig", str(plane.kubeconfig),
-            "--controllers", "garbage-collector-controller",
+            "--controllers", ",".join(controllers),
             "--leader-elect=false",
             "--secure-port", "0",
         ],

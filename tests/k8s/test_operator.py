@@ -43,7 +43,7 @@ from tests.kube_control_plane import (
     REPO_ROOT,
     ControlPlane,
     free_port,
-    running_garbage_collector,
+    running_controllers,
     write_kubeconfig,
 )
 
@@ -90,7 +90,7 @@ def operator_process(
                 "--topic-resync-interval", "2",
                 "--retry-delay", "1",
                 "--liveness", "",
-                "--log-format", "plain",
+                "--log-format", "json",
             ],
             env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
         )  # fmt: skip
@@ -146,6 +146,16 @@ class Cluster:
         if subresource:
             args += ["--subresource", subresource]
         self.plane.kubectl(*args)
+
+    def delete(self, kind: str, *names: str) -> None:
+        """Delete and wait until gone; the operator releases its finalizer."""
+        result = self.plane.kubectl(
+            "delete", kind, *names, "-n", NAMESPACE, "--timeout=120s", check=False
+        )
+        assert result.returncode == 0, (
+            f"deleting {kind} {' '.join(names)} failed: {result.stderr}\n"
+            f"operator log:\n{self.operator_log_text()}"
+        )
 
     def wait_ready(self, kind: str, name: str, status: str, reason: str = "") -> dict:
         def matches() -> dict | None:
@@ -479,7 +489,7 @@ def test_deleting_a_topic_deletes_it_on_the_brokers_unless_retained(cluster: Clu
     cluster.apply(topic_manifest("dropped"))
     cluster.wait_ready("topic", "kept", "True", "Reconciled")
     cluster.wait_ready("topic", "dropped", "True", "Reconciled")
-    cluster.plane.kubectl("delete", "topic", "kept", "dropped", "-n", NAMESPACE, "--wait=true")
+    cluster.delete("topic", "kept", "dropped")
     assert cluster.get("topic", "dropped") is None
     with AdminClient(endpoint) as admin:
         assert admin.get_topic("kept").name == "kept"
@@ -493,7 +503,7 @@ def test_a_topic_of_a_missing_broker_says_so_and_deletes_freely(cluster: Cluster
     cluster.apply(orphan)
     topic = cluster.wait_ready("topic", "orphan", "False", "BrokerNotFound")
     assert "Broker 'nowhere' does not exist" in ready_condition(topic)["message"]
-    cluster.plane.kubectl("delete", "topic", "orphan", "-n", NAMESPACE, "--timeout=60s")
+    cluster.delete("topic", "orphan")
     assert cluster.get("topic", "orphan") is None
 
 
@@ -509,7 +519,7 @@ def test_a_child_the_api_server_refuses_shows_in_the_broker_status(cluster: Clus
     cluster.merge_patch("broker", "faulty", {"spec": {"resources": {"limits": {"memory": "1Gi"}}}})
     cluster.wait_ready("broker", "faulty", "False", "PodsNotReady")
     assert cluster.get("statefulset", "faulty-a") is not None
-    cluster.plane.kubectl("delete", "broker", "faulty", "-n", NAMESPACE, "--timeout=60s")
+    cluster.delete("broker", "faulty")
 
 
 def test_an_operator_restart_resumes(cluster: Cluster) -> None:
@@ -555,7 +565,7 @@ def test_scaling_out_adds_a_group_and_scaling_in_waits_for_its_messages(cluster:
     assert cluster.get("statefulset", f"{BROKER}-b") is not None
 
     # Once the topics are gone from the broker, the group goes.
-    cluster.plane.kubectl("delete", "topics", "--all", "-n", NAMESPACE, "--timeout=60s")
+    cluster.delete("topics", "--all")
     with AdminClient(endpoint) as admin:
         admin.delete_topic("kept")
     wait_for(lambda: cluster.get("statefulset", f"{BROKER}-b") is None, "group b to go")
@@ -576,8 +586,8 @@ def test_deleting_a_broker_cascades_to_its_children(cluster: Cluster) -> None:
     ]
     for kind, name in children:
         wait_for(lambda kind=kind, name=name: cluster.get(kind, name), f"{kind} {name}")
-    with running_garbage_collector(cluster.plane):
-        cluster.plane.kubectl("delete", "broker", "cascade", "-n", NAMESPACE, "--timeout=60s")
+    with running_controllers(cluster.plane, "garbage-collector-controller"):
+        cluster.delete("broker", "cascade")
         for kind, name in children:
             wait_for(
                 lambda kind=kind, name=name: cluster.get(kind, name) is None,
@@ -585,12 +595,44 @@ def test_deleting_a_broker_cascades_to_its_children(cluster: Cluster) -> None:
             )
 
 
+def test_data_claims_are_kept_unless_asked(cluster: Cluster) -> None:
+    """The StatefulSet controller creates the claims; deleting a Broker keeps them unless
+    ``deleteClaimsWithBroker``. Pods are created but never scheduled (no scheduler)."""
+    for name, delete_claims in (("keep", False), ("drop", True)):
+        manifest = broker_manifest(
+            replicasPerGroup=1, storage={"size": "1Gi", "deleteClaimsWithBroker": delete_claims}
+        )
+        manifest["metadata"]["name"] = name
+        cluster.apply(manifest)
+        wait_for(lambda name=name: cluster.get("statefulset", f"{name}-a"), f"{name}-a")
+    controllers = (
+        "garbage-collector-controller",
+        "statefulset-controller",
+        "serviceaccount-controller",
+        "persistentvolumeclaim-protection-controller",
+    )
+    with running_controllers(cluster.plane, *controllers):
+        for name in ("keep", "drop"):
+            wait_for(
+                lambda name=name: cluster.get("persistentvolumeclaim", f"data-{name}-a-0"),
+                f"the claim of pod {name}-a-0",
+            )
+        cluster.delete("broker", "keep", "drop")
+        wait_for(
+            lambda: cluster.get("persistentvolumeclaim", "data-drop-a-0") is None,
+            "the claim of the Broker that asked for it to be deleted",
+        )
+        wait_for(lambda: cluster.get("statefulset", "keep-a") is None, "keep-a to go")
+        claim = cluster.get("persistentvolumeclaim", "data-keep-a-0")
+        assert claim is not None and not claim["metadata"].get("deletionTimestamp")
+
+
 def test_deleting_the_broker_is_not_held_up(cluster: Cluster) -> None:
     broker = cluster.get("broker", BROKER)
     assert broker is not None
     # Children go by owner references (garbage collection); the operator's finalizer
     # (it stops the Broker's status timer) is released at once.
-    cluster.plane.kubectl("delete", "broker", BROKER, "-n", NAMESPACE, "--timeout=60s")
+    cluster.delete("broker", BROKER)
     assert cluster.get("broker", BROKER) is None
     stateful_set = cluster.get("statefulset", f"{BROKER}-a")
     if stateful_set is not None:  # no garbage collector runs here
