@@ -569,7 +569,15 @@ def test_scaling_out_adds_a_group_and_scaling_in_waits_for_its_messages(cluster:
     with AdminClient(endpoint) as admin:
         admin.delete_topic("kept")
     wait_for(lambda: cluster.get("statefulset", f"{BROKER}-b") is None, "group b to go")
-    assert cluster.get("configmap", f"{BROKER}-b-settings") is None
+    for kind, name in (
+        ("configmap", f"{BROKER}-b-settings"),
+        ("service", f"{BROKER}-b"),
+        ("service", f"{BROKER}-b-pods"),
+        ("poddisruptionbudget", f"{BROKER}-b"),
+    ):
+        wait_for(
+            lambda kind=kind, name=name: cluster.get(kind, name) is None, f"{kind} {name} to go"
+        )
     assert cluster.get("statefulset", f"{BROKER}-a") is not None
 
 
