@@ -120,36 +120,50 @@ async def _refresh_status(
 ) -> None:
     generation = int(body.metadata.get("generation") or 0)
     group_status = []
-    waiting = []
+    not_ready = []
+    rolling = []
+    wanted = spec.replicas_per_group
     for index in range(spec.groups):
         suffix = group_suffix(index)
         set_name = f"{name}-{suffix}"
-        stateful_set = await state.api.get("StatefulSet", namespace, set_name)
-        observed: Mapping[str, Any] = (stateful_set or {}).get("status") or {}
+        stateful_set = await state.api.get("StatefulSet", namespace, set_name) or {}
+        observed: Mapping[str, Any] = stateful_set.get("status") or {}
         ready = int(observed.get("readyReplicas") or 0)
         updated = int(observed.get("updatedReplicas") or 0)
         group_status.append(
             {
                 "name": suffix,
                 "statefulSet": set_name,
-                "replicas": spec.replicas_per_group,
+                "replicas": wanted,
                 "readyReplicas": ready,
                 "endpoint": _client_endpoint(state, name, index, namespace),
             }
         )
-        if ready < spec.replicas_per_group or updated < spec.replicas_per_group:
-            waiting.append(
-                f"group {suffix}: {ready}/{spec.replicas_per_group} pods ready, "
-                f"{updated}/{spec.replicas_per_group} updated"
-            )
+        if ready < wanted:
+            not_ready.append(f"group {suffix}: {ready}/{wanted} pods ready")
+        elif _rolling_out(stateful_set, updated, wanted):
+            rolling.append(f"group {suffix}: {updated}/{wanted} pods updated")
     patch.status["groups"] = group_status
     patch.status["clientEndpoint"] = _client_endpoint(state, name, 0, namespace)
     patch.status["observedGeneration"] = generation
-    if waiting:
-        _set_ready(patch, conditions, False, "PodsNotReady", "; ".join(waiting), generation)
+    if not_ready:
+        message = "; ".join(not_ready + rolling)
+        _set_ready(patch, conditions, False, "PodsNotReady", message, generation)
+    elif rolling:
+        _set_ready(patch, conditions, False, "RollingOut", "; ".join(rolling), generation)
     else:
-        message = f"{spec.groups} group(s) of {spec.replicas_per_group} pod(s) ready"
+        message = f"{spec.groups} group(s) of {wanted} pod(s) ready"
         _set_ready(patch, conditions, True, "Ready", message, generation)
+
+
+def _rolling_out(stateful_set: Mapping[str, Any], updated: int, wanted: int) -> bool:
+    """The StatefulSet controller has not yet brought every pod to the current template."""
+    status = stateful_set.get("status") or {}
+    generation = int((stateful_set.get("metadata") or {}).get("generation") or 0)
+    if int(status.get("observedGeneration") or 0) < generation:
+        return True
+    update, current = status.get("updateRevision"), status.get("currentRevision")
+    return updated < wanted or bool(update and current and update != current)
 
 
 def _client_endpoint(state: OperatorState, name: str, index: int, namespace: str) -> str:

@@ -274,15 +274,26 @@ def test_a_broker_gets_its_children_owned_by_it(cluster: Cluster) -> None:
     assert "PodsNotReady" in printed
 
 
+def report_pods(cluster: Cluster, ready: int, updated: int, rolled_out: bool) -> None:
+    """What the StatefulSet controller would report; none runs in this module."""
+    stateful_set = cluster.get("statefulset", f"{BROKER}-a")
+    assert stateful_set is not None
+    generation = stateful_set["metadata"]["generation"]
+    status = {
+        "replicas": 2,
+        "readyReplicas": ready,
+        "updatedReplicas": updated,
+        "currentReplicas": 2,
+        "availableReplicas": ready,
+        "observedGeneration": generation,
+        "currentRevision": f"{BROKER}-a-{generation if rolled_out else 'old'}",
+        "updateRevision": f"{BROKER}-a-{generation}",
+    }
+    cluster.merge_patch("statefulset", f"{BROKER}-a", {"status": status}, subresource="status")
+
+
 def test_ready_follows_the_pods(cluster: Cluster) -> None:
-    # No StatefulSet controller runs here; this reports what it would once pods run.
-    cluster.merge_patch(
-        "statefulset",
-        f"{BROKER}-a",
-        {"status": {"replicas": 2, "readyReplicas": 2, "updatedReplicas": 2,
-                    "currentReplicas": 2, "availableReplicas": 2}},
-        subresource="status",
-    )  # fmt: skip
+    report_pods(cluster, ready=2, updated=2, rolled_out=True)
     broker = cluster.wait_ready("broker", BROKER, "True", "Ready")
     assert broker["status"]["groups"][0]["readyReplicas"] == 2
 
@@ -305,13 +316,21 @@ def test_a_spec_change_rolls_out(cluster: Cluster) -> None:
         "the ConfigMap to carry the new flush type",
     )
     wait_for(lambda: settings_hash() != before, "a new settings hash on the pod template")
-    broker = wait_for(
-        lambda: (
-            (b := cluster.get("broker", BROKER)) and b["status"]["observedGeneration"] == 2 and b
-        ),
-        "observedGeneration 2",
-    )
+    # The StatefulSet has a new template the controller has not rolled out yet.
+    broker = cluster.wait_ready("broker", BROKER, "False", "RollingOut")
     assert broker["metadata"]["generation"] == 2
+    assert broker["status"]["observedGeneration"] == 2
+    # The highest ordinal restarts first: the replica is updated, the master not yet.
+    report_pods(cluster, ready=2, updated=1, rolled_out=False)
+    wait_for(
+        lambda: (
+            ready_condition(cluster.get("broker", BROKER)).get("message")
+            == "group a: 1/2 pods updated"
+        ),
+        "the Broker to report the rollout's progress",
+    )
+    report_pods(cluster, ready=2, updated=2, rolled_out=True)
+    cluster.wait_ready("broker", BROKER, "True", "Ready")
 
 
 def substitute(value: str, env: dict[str, str]) -> str:
