@@ -1,0 +1,51 @@
+"""Where the operator reaches a broker group's master (its admin gRPC service).
+
+In a cluster that is the master pod's DNS name through the group's headless Service.
+``EndpointResolver`` is the one place that decides it, so that an operator running
+outside the cluster (or a test, where no pod DNS exists) can point it elsewhere with a
+template.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .naming import (
+    CLIENT_PORT,
+    group_name,
+    group_suffix,
+    headless_service_name,
+    master_dns_name,
+    master_pod_name,
+)
+
+# Fields a template may use: {namespace} {broker} {group} {group_name} {pod}
+# {headless_service} {cluster_domain} {port} {master_dns_name}.
+DEFAULT_TEMPLATE = "{master_dns_name}:{port}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EndpointResolver:
+    template: str = DEFAULT_TEMPLATE
+    cluster_domain: str = "cluster.local"
+
+    def master_endpoint(self, namespace: str, broker: str, index: int) -> str:
+        """``host:port`` of the admin service of group ``index``'s master."""
+        try:
+            return self.template.format(
+                namespace=namespace,
+                broker=broker,
+                group=group_suffix(index),
+                group_name=group_name(broker, index),
+                pod=master_pod_name(broker, index),
+                headless_service=headless_service_name(broker, index),
+                cluster_domain=self.cluster_domain,
+                port=CLIENT_PORT,
+                master_dns_name=master_dns_name(broker, index, namespace, self.cluster_domain),
+            )
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(
+                f"the broker endpoint template {self.template!r} is invalid ({exc}); use the "
+                "fields {namespace} {broker} {group} {group_name} {pod} {headless_service} "
+                "{cluster_domain} {port} {master_dns_name}"
+            ) from None

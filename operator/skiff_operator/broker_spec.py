@@ -1,0 +1,90 @@
+"""A Broker's spec as typed values, with the CRD's defaults for fields the API server left out.
+
+The API server fills defaults from the CRD schema; the same defaults live here so that
+rendering works on a spec read from a file or written by hand in a test.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StorageSpec:
+    size: str = "10Gi"
+    storage_class_name: str = ""
+    delete_claims_with_broker: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SchedulingSpec:
+    node_selector: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    affinity: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    spread_across_nodes: bool = True
+    spread_across_zones: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TelemetrySpec:
+    otlp_endpoint: str = ""
+    sampling_ratio: float = 0.01
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BrokerSpec:
+    image: str = ""
+    image_pull_policy: str = "IfNotPresent"
+    groups: int = 1
+    replicas_per_group: int = 1
+    replication_mode: str = "ASYNC"
+    flush_type: str = "ASYNC_FLUSH"
+    transient_store_pool: bool = False
+    default_read_queues: int = 8
+    default_write_queues: int = 8
+    storage: StorageSpec = StorageSpec()
+    resources: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    scheduling: SchedulingSpec = SchedulingSpec()
+    telemetry: TelemetrySpec = TelemetrySpec()
+    settings: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_manifest(cls, spec: Mapping[str, Any]) -> BrokerSpec:
+        """``spec`` as stored by the API server (camelCase keys)."""
+        storage = spec.get("storage") or {}
+        scheduling = spec.get("scheduling") or {}
+        telemetry = spec.get("telemetry") or {}
+        defaults = cls()
+        return cls(
+            image=spec.get("image") or defaults.image,
+            image_pull_policy=spec.get("imagePullPolicy") or defaults.image_pull_policy,
+            groups=int(spec.get("groups", defaults.groups)),
+            replicas_per_group=int(spec.get("replicasPerGroup", defaults.replicas_per_group)),
+            replication_mode=spec.get("replicationMode") or defaults.replication_mode,
+            flush_type=spec.get("flushType") or defaults.flush_type,
+            transient_store_pool=bool(spec.get("transientStorePool", False)),
+            default_read_queues=int(spec.get("defaultReadQueues", defaults.default_read_queues)),
+            default_write_queues=int(spec.get("defaultWriteQueues", defaults.default_write_queues)),
+            storage=StorageSpec(
+                size=str(storage.get("size") or defaults.storage.size),
+                storage_class_name=storage.get("storageClassName") or "",
+                delete_claims_with_broker=bool(storage.get("deleteClaimsWithBroker", False)),
+            ),
+            resources=dict(spec.get("resources") or {}),
+            scheduling=SchedulingSpec(
+                node_selector=dict(scheduling.get("nodeSelector") or {}),
+                affinity=dict(scheduling.get("affinity") or {}),
+                tolerations=tuple(scheduling.get("tolerations") or ()),
+                spread_across_nodes=bool(scheduling.get("spreadAcrossNodes", True)),
+                spread_across_zones=bool(scheduling.get("spreadAcrossZones", False)),
+            ),
+            telemetry=TelemetrySpec(
+                otlp_endpoint=telemetry.get("otlpEndpoint") or "",
+                sampling_ratio=float(
+                    telemetry.get("samplingRatio", defaults.telemetry.sampling_ratio)
+                ),
+            ),
+            settings={str(k): str(v) for k, v in (spec.get("settings") or {}).items()},
+        )

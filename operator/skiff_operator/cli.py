@@ -1,0 +1,122 @@
+"""``skiff-operator``: runs the operator until SIGTERM."""
+
+from __future__ import annotations
+
+import click
+import kopf
+
+from .config import OperatorConfig
+from .registration import register
+
+_DEFAULTS = OperatorConfig()
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--namespace",
+    "namespaces",
+    envvar="SKIFF_OPERATOR_NAMESPACES",
+    multiple=True,
+    help="Watch only this namespace (repeatable; env: comma-separated). Default: all.",
+)
+@click.option(
+    "--broker-image",
+    envvar="SKIFF_OPERATOR_BROKER_IMAGE",
+    default=_DEFAULTS.default_broker_image,
+    show_default=True,
+    help="Broker image for Brokers that name none.",
+)
+@click.option(
+    "--cluster-domain",
+    envvar="SKIFF_OPERATOR_CLUSTER_DOMAIN",
+    default=_DEFAULTS.cluster_domain,
+    show_default=True,
+)
+@click.option(
+    "--broker-endpoint-template",
+    envvar="SKIFF_OPERATOR_BROKER_ENDPOINT_TEMPLATE",
+    default=_DEFAULTS.broker_endpoint_template,
+    show_default=True,
+    help="How to reach a group's master, e.g. '{pod}.{headless_service}.{namespace}:{port}'.",
+)
+@click.option(
+    "--status-interval",
+    envvar="SKIFF_OPERATOR_STATUS_INTERVAL",
+    type=float,
+    default=_DEFAULTS.status_interval_s,
+    show_default=True,
+    help="Seconds between Broker status refreshes.",
+)
+@click.option(
+    "--topic-resync-interval",
+    envvar="SKIFF_OPERATOR_TOPIC_RESYNC_INTERVAL",
+    type=float,
+    default=_DEFAULTS.topic_resync_interval_s,
+    show_default=True,
+    help="Seconds between re-checks of each Topic on its brokers.",
+)
+@click.option(
+    "--retry-delay",
+    envvar="SKIFF_OPERATOR_RETRY_DELAY",
+    type=float,
+    default=_DEFAULTS.retry_delay_s,
+    show_default=True,
+    help="Seconds before a reconcile that waits on a broker retries.",
+)
+@click.option(
+    "--liveness",
+    envvar="SKIFF_OPERATOR_LIVENESS",
+    default=_DEFAULTS.liveness_endpoint,
+    show_default=True,
+    help="Health endpoint for the liveness probe ('' turns it off).",
+)
+@click.option(
+    "--log-format",
+    envvar="SKIFF_OPERATOR_LOG_FORMAT",
+    type=click.Choice(["json", "plain"]),
+    default="json",
+    show_default=True,
+)
+@click.option("--verbose", "-v", is_flag=True, envvar="SKIFF_OPERATOR_VERBOSE")
+def main(
+    namespaces: tuple[str, ...],
+    broker_image: str,
+    cluster_domain: str,
+    broker_endpoint_template: str,
+    status_interval: float,
+    topic_resync_interval: float,
+    retry_delay: float,
+    liveness: str,
+    log_format: str,
+    verbose: bool,
+) -> None:
+    """Run the Skiff operator: Broker and Topic resources (skiff.io/v1alpha1)."""
+    watched = tuple(n.strip() for item in namespaces for n in item.split(",") if n.strip())
+    config = OperatorConfig(
+        namespaces=watched,
+        default_broker_image=broker_image,
+        cluster_domain=cluster_domain,
+        broker_endpoint_template=broker_endpoint_template,
+        status_interval_s=status_interval,
+        topic_resync_interval_s=topic_resync_interval,
+        retry_delay_s=retry_delay,
+        liveness_endpoint=liveness,
+    )
+    try:
+        config.validate()
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    kopf.configure(
+        verbose=verbose,
+        log_format=kopf.LogFormat.JSON if log_format == "json" else kopf.LogFormat.PLAIN,
+    )
+    registry = kopf.OperatorRegistry()
+    register(registry, config)
+    kopf.run(
+        registry=registry,
+        standalone=True,
+        clusterwide=not watched,
+        namespaces=watched,
+        liveness_endpoint=liveness or None,
+        memo=kopf.Memo(),
+    )

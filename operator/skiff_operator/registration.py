@@ -1,0 +1,77 @@
+"""Wires the handlers into a kopf registry with the intervals of an OperatorConfig."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+
+from . import GROUP, VERSION
+from .broker_handlers import forget_broker, reconcile_broker, refresh_broker_status
+from .config import OperatorConfig
+from .kube_api import KubeApi
+from .operator_state import OperatorState
+from .topic_handlers import delete_topic, reconcile_topic
+
+# kopf keeps its bookkeeping in annotations under this prefix (the CRDs' status schema
+# has no room for it), and its finalizer under this name.
+ANNOTATION_PREFIX = "skiff.io"
+FINALIZER = "skiff.io/finalizer"
+
+
+def cluster_connection(settings: kopf.OperatorSettings) -> kopf.ConnectionInfo:
+    """In a pod: its ServiceAccount token; elsewhere: $KUBECONFIG or ~/.kube/config."""
+    connection = kopf.login_with_service_account(settings=settings) or kopf.login_with_kubeconfig(
+        settings=settings
+    )
+    if connection is None:
+        raise kopf.LoginError(
+            "no Kubernetes credentials found: run the operator in a pod with a "
+            "ServiceAccount, or set KUBECONFIG"
+        )
+    return connection
+
+
+def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
+    def on_resource(decorator: Any, plural: str, **options: Any) -> Any:
+        return decorator(GROUP, VERSION, plural, registry=registry, **options)
+
+    @kopf.on.login(registry=registry)
+    def login(settings: kopf.OperatorSettings, **_: Any) -> kopf.ConnectionInfo:
+        return cluster_connection(settings)
+
+    @kopf.on.startup(registry=registry)
+    async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
+            prefix=ANNOTATION_PREFIX
+        )
+        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+            prefix=ANNOTATION_PREFIX
+        )
+        settings.persistence.finalizer = FINALIZER
+        settings.posting.level = logging.WARNING
+        # Brokers and Topics are known; watching CRDs and namespaces needs no extra rights.
+        settings.scanning.disabled = True
+        api = KubeApi(lambda: cluster_connection(settings))
+        await api.__aenter__()
+        memo.state = OperatorState(config, api, config.endpoint_resolver())
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop(memo: kopf.Memo, **_: Any) -> None:
+        state: OperatorState | None = getattr(memo, "state", None)
+        if state is not None:
+            await state.api.__aexit__(None, None, None)
+
+    for decorator in (kopf.on.create, kopf.on.update, kopf.on.resume):
+        on_resource(decorator, "brokers", id="reconcile")(reconcile_broker)
+        on_resource(decorator, "topics", id="reconcile")(reconcile_topic)
+    on_resource(kopf.timer, "brokers", id="status", interval=config.status_interval_s)(
+        refresh_broker_status
+    )
+    on_resource(kopf.timer, "topics", id="resync", interval=config.topic_resync_interval_s)(
+        reconcile_topic
+    )
+    on_resource(kopf.on.delete, "topics", id="delete")(delete_topic)
+    # Children go by garbage collection; this only drops the operator's lock.
+    on_resource(kopf.on.delete, "brokers", id="forget", optional=True)(forget_broker)

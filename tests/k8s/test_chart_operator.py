@@ -1,0 +1,114 @@
+"""The operator exactly as the chart's Deployment runs it: its command, its environment.
+
+The container's command and environment come from ``helm template``; the process runs
+here with the token of the chart's ServiceAccount. Two things differ from a pod and are
+replaced: the in-cluster credentials (a kubeconfig with the same token instead of the
+mounted token file) and the pod's network (the liveness port becomes a free loopback port).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from tests.kube_control_plane import REPO_ROOT, ControlPlane, free_port, write_kubeconfig
+
+RELEASE_NAMESPACE = "chart-system"
+WATCHED = "chart-run"
+BROKER_IMAGE = "registry.test/skiff/broker"
+
+
+def wait_for(condition: Callable[[], Any], what: str, deadline_s: float = 90.0) -> Any:
+    end = time.monotonic() + deadline_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.3)
+
+
+def test_the_chart_deployment_runs_the_operator(crds: ControlPlane, tmp_path: Path) -> None:
+    for namespace in (RELEASE_NAMESPACE, WATCHED, "not-watched"):
+        crds.kubectl("create", "namespace", namespace)
+    rendered = crds.helm(
+        "template", "skiff", str(REPO_ROOT / "charts" / "skiff"),
+        "--namespace", RELEASE_NAMESPACE,
+        "--set", f"operator.watchNamespaces={{{WATCHED}}}",
+        "--set", f"operator.brokerImage.repository={BROKER_IMAGE}",
+    )  # fmt: skip
+    documents = [d for d in yaml.safe_load_all(rendered) if d]
+    crds.apply([d for d in documents if d["kind"] != "Deployment"])
+    (deployment,) = [d for d in documents if d["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    token = crds.kubectl(
+        "create", "token", pod["serviceAccountName"], "-n", RELEASE_NAMESPACE
+    ).stdout.strip()  # fmt: skip
+    kubeconfig = write_kubeconfig(
+        tmp_path / "kubeconfig", crds.server, crds.ca_path, token, "chart-operator"
+    )
+
+    env = {entry["name"]: entry["value"] for entry in container["env"]}
+    probe = container["livenessProbe"]["httpGet"]
+    health_port = next(p["containerPort"] for p in container["ports"] if p["name"] == probe["port"])
+    local_port = free_port()
+    env["SKIFF_OPERATOR_LIVENESS"] = env["SKIFF_OPERATOR_LIVENESS"].replace(
+        f"0.0.0.0:{health_port}", f"127.0.0.1:{local_port}"
+    )
+    bin_dir = Path(sys.executable).parent
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SKIFF_")}
+    log_path = tmp_path / "operator.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [str(bin_dir / container["command"][0]), *container.get("args", [])],
+            env={**base, **env, "KUBECONFIG": str(kubeconfig)},
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+        )
+    try:
+        broker = {
+            "apiVersion": "skiff.io/v1alpha1",
+            "kind": "Broker",
+            "metadata": {"name": "charted"},
+            "spec": {},
+        }
+        crds.apply([{**broker, "metadata": {"name": "charted", "namespace": WATCHED}}])
+        crds.apply([{**broker, "metadata": {"name": "ignored", "namespace": "not-watched"}}])
+        stateful_set = wait_for(
+            lambda: crds.get("statefulset", "charted-a", WATCHED), "the operator to render"
+        )
+        image = stateful_set["spec"]["template"]["spec"]["containers"][0]["image"]
+        chart = yaml.safe_load((REPO_ROOT / "charts" / "skiff" / "Chart.yaml").read_text())
+        assert image == f"{BROKER_IMAGE}:{chart['appVersion']}"
+
+        url = f"http://127.0.0.1:{local_port}{probe['path']}"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            assert response.status == 200
+
+        # Only the watched namespace is the operator's business.
+        time.sleep(2)
+        assert crds.get("statefulset", "ignored-a", "not-watched") is None
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            code = process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            pytest.fail(f"the operator did not stop on SIGTERM:\n{log_path.read_text()[-3000:]}")
+    assert code == 0, log_path.read_text()[-3000:]
+    # Logs are JSON lines (the chart's logFormat).
+    records = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+    assert records, "the operator logged nothing"

@@ -1,0 +1,666 @@
+"""The operator against a real API server, running as the chart's own ServiceAccount.
+
+The operator is a subprocess (``python -m skiff_operator``) whose kubeconfig holds a token
+of the chart's ServiceAccount, issued through the TokenRequest API, with the chart's RBAC
+applied from ``helm template``: anything it does beyond those rights fails here as it
+would in a cluster.
+
+No kubelet, scheduler or controller manager runs here, so no pod starts and no pod DNS
+exists. The operator reaches a group's master through its injectable endpoint resolver
+(``--broker-endpoint-template``), pointed at one local port where the tests start the
+broker from the pod spec the operator stored. Every broker group therefore resolves to
+that one broker; the tests that depend on it say so. Where the StatefulSet controller
+would report ready pods, the test writes the StatefulSet status itself.
+
+The tests of this module run in order and build on each other (one Broker, its Topics).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rocketmq import (
+    ClientConfiguration,
+    Credentials,
+    FilterExpression,
+    Message,
+    Producer,
+    SimpleConsumer,
+)
+from tests.broker_process import BrokerProcess
+from tests.kube_control_plane import (
+    REPO_ROOT,
+    ControlPlane,
+    free_port,
+    running_controllers,
+    write_kubeconfig,
+)
+
+from skiff_broker.client.admin import AdminClient
+from skiff_broker.client.errors import NotFound
+
+NAMESPACE = "shop"
+OPERATOR_NAMESPACE = "skiff-system"
+BROKER = "orders"
+DEADLINE_S = 90.0
+
+
+def wait_for(condition: Callable[[], Any], what: str, deadline_s: float = DEADLINE_S) -> Any:
+    end = time.monotonic() + deadline_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.3)
+
+
+def ready_condition(obj: dict | None) -> dict:
+    conditions = ((obj or {}).get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == "Ready"), {})
+
+
+@contextlib.contextmanager
+def operator_process(
+    plane: ControlPlane, kubeconfig: Path, broker_port: int, log_path: Path
+) -> Iterator[subprocess.Popen]:
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("SKIFF_")},
+        "KUBECONFIG": str(kubeconfig),
+        "PYTHONPATH": os.pathsep.join(sys.path),
+    }
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            [
+                sys.executable, "-m", "skiff_operator",
+                "--broker-endpoint-template", f"127.0.0.1:{broker_port}",
+                "--status-interval", "1",
+                "--topic-resync-interval", "2",
+                "--retry-delay", "1",
+                "--liveness", "",
+                "--log-format", "json",
+            ],
+            env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+class Cluster:
+    """What the tests of this module share."""
+
+    def __init__(self, plane: ControlPlane, work_dir: Path) -> None:
+        self.plane = plane
+        self.work_dir = work_dir
+        self.broker_port = free_port()
+        self.operator_log = work_dir / "operator.log"
+        self.operator_kubeconfig = work_dir / "operator.kubeconfig"
+        self.broker_process: BrokerProcess | None = None
+        self._operator: contextlib.ExitStack | None = None
+
+    def start_operator(self) -> None:
+        self._operator = contextlib.ExitStack()
+        self._operator.enter_context(
+            operator_process(
+                self.plane, self.operator_kubeconfig, self.broker_port, self.operator_log
+            )
+        )
+
+    def stop_operator(self) -> None:
+        """SIGTERM, as Kubernetes stops a pod."""
+        if self._operator is not None:
+            self._operator.close()
+            self._operator = None
+
+    def operator_log_text(self) -> str:
+        return self.operator_log.read_text(errors="replace")[-5000:]
+
+    def get(self, kind: str, name: str) -> dict | None:
+        return self.plane.get(kind, name, NAMESPACE)
+
+    def apply(self, *manifests: dict) -> None:
+        self.plane.apply(list(manifests))
+
+    def merge_patch(self, kind: str, name: str, patch: dict, subresource: str = "") -> None:
+        args = ["patch", kind, name, "-n", NAMESPACE, "--type", "merge", "-p", json.dumps(patch)]
+        if subresource:
+            args += ["--subresource", subresource]
+        self.plane.kubectl(*args)
+
+    def delete(self, kind: str, *names: str) -> None:
+        """Delete and wait until gone; the operator releases its finalizer."""
+        result = self.plane.kubectl(
+            "delete", kind, *names, "-n", NAMESPACE, "--timeout=120s", check=False
+        )
+        assert result.returncode == 0, (
+            f"deleting {kind} {' '.join(names)} failed: {result.stderr}\n"
+            f"operator log:\n{self.operator_log_text()}"
+        )
+
+    def wait_ready(self, kind: str, name: str, status: str, reason: str = "") -> dict:
+        def matches() -> dict | None:
+            obj = self.get(kind, name)
+            condition = ready_condition(obj)
+            generation = (obj or {}).get("metadata", {}).get("generation")
+            if (
+                condition.get("status") == status
+                and (not reason or condition.get("reason") == reason)
+                and condition.get("observedGeneration") == generation
+            ):
+                return obj
+            return None
+
+        try:
+            return wait_for(matches, f"{kind} {name} Ready={status} {reason}")
+        except AssertionError:
+            current = ready_condition(self.get(kind, name))
+            raise AssertionError(
+                f"{kind} {name} never became Ready={status} {reason}; it is {current}\n"
+                f"operator log:\n{self.operator_log_text()}"
+            ) from None
+
+
+@pytest.fixture(scope="module")
+def cluster(crds: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    work_dir = tmp_path_factory.mktemp("operator")
+    shared = Cluster(crds, work_dir)
+    crds.kubectl("create", "namespace", OPERATOR_NAMESPACE)
+    crds.kubectl("create", "namespace", NAMESPACE)
+    rbac = crds.helm(
+        "template", "skiff", str(REPO_ROOT / "charts" / "skiff"),
+        "--namespace", OPERATOR_NAMESPACE,
+        "--show-only", "templates/serviceaccount.yaml",
+        "--show-only", "templates/rbac.yaml",
+    )  # fmt: skip
+    crds.kubectl("apply", "-f", "-", input=rbac)
+    # A token of the chart's ServiceAccount, issued by the TokenRequest API.
+    token = crds.kubectl(
+        "create", "token", "skiff-operator", "-n", OPERATOR_NAMESPACE, "--duration", "2h"
+    ).stdout.strip()
+    write_kubeconfig(shared.operator_kubeconfig, crds.server, crds.ca_path, token, "skiff-operator")
+    shared.start_operator()
+    try:
+        yield shared
+    finally:
+        shared.stop_operator()
+        if shared.broker_process is not None:
+            shared.broker_process.kill()
+
+
+def test_the_operator_identity_has_only_what_it_needs(cluster: Cluster) -> None:
+    def can(*args: str) -> str:
+        result = cluster.plane.kubectl(
+            "auth", "can-i", *args, "-n", NAMESPACE,
+            kubeconfig=cluster.operator_kubeconfig, check=False,
+        )  # fmt: skip
+        return result.stdout.strip()
+
+    assert can("patch", "statefulsets.apps") == "yes"
+    assert can("patch", "brokers.skiff.io/status") == "yes"
+    assert can("get", "secrets") == "no"
+    assert can("create", "pods") == "no"
+    assert can("delete", "brokers.skiff.io") == "no"
+    assert can("delete", "persistentvolumeclaims") == "no"
+
+
+def broker_manifest(**spec: Any) -> dict:
+    return {
+        "apiVersion": "skiff.io/v1alpha1",
+        "kind": "Broker",
+        "metadata": {"name": BROKER, "namespace": NAMESPACE},
+        "spec": {
+            "groups": 1,
+            "replicasPerGroup": 2,
+            # Small segments: the broker started from this spec runs on a test machine.
+            "settings": {"SKIFF_COMMIT_LOG_FILE_SIZE": "8m"},
+            **spec,
+        },
+    }
+
+
+def test_a_broker_gets_its_children_owned_by_it(cluster: Cluster) -> None:
+    cluster.apply(broker_manifest())
+    stateful_set = wait_for(lambda: cluster.get("statefulset", f"{BROKER}-a"), "the StatefulSet")
+    broker = cluster.get("broker", BROKER)
+    assert broker is not None
+    uid = broker["metadata"]["uid"]
+    children = [
+        ("statefulset", f"{BROKER}-a"),
+        ("service", f"{BROKER}-a"),
+        ("service", f"{BROKER}-a-pods"),
+        ("configmap", f"{BROKER}-a-settings"),
+        ("poddisruptionbudget", f"{BROKER}-a"),
+    ]
+    for kind, name in children:
+        child = wait_for(lambda kind=kind, name=name: cluster.get(kind, name), f"{kind} {name}")
+        (owner,) = child["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"], owner["uid"]) == ("Broker", BROKER, uid)
+        assert owner["controller"] is True
+    assert stateful_set["spec"]["replicas"] == 2
+    shown = cluster.plane.kubectl(
+        "get", "statefulset", f"{BROKER}-a", "-n", NAMESPACE, "-o", "json",
+        "--show-managed-fields",
+    ).stdout  # fmt: skip
+    managers = {m["manager"] for m in json.loads(shown)["metadata"]["managedFields"]}
+    assert "skiff-operator" in managers
+
+    broker = cluster.wait_ready("broker", BROKER, "False", "PodsNotReady")
+    status = broker["status"]
+    assert status["observedGeneration"] == 1
+    assert status["clientEndpoint"] == f"{BROKER}-a.{NAMESPACE}.svc.cluster.local:8081"
+    assert status["groups"][0]["readyReplicas"] == 0
+    assert "0/2 pods ready" in ready_condition(broker)["message"]
+    printed = cluster.plane.kubectl("get", "skb", BROKER, "-n", NAMESPACE).stdout
+    assert "PodsNotReady" in printed
+
+
+def report_pods(cluster: Cluster, ready: int, updated: int, rolled_out: bool) -> None:
+    """What the StatefulSet controller would report; none runs in this module."""
+    stateful_set = cluster.get("statefulset", f"{BROKER}-a")
+    assert stateful_set is not None
+    generation = stateful_set["metadata"]["generation"]
+    status = {
+        "replicas": 2,
+        "readyReplicas": ready,
+        "updatedReplicas": updated,
+        "currentReplicas": 2,
+        "availableReplicas": ready,
+        "observedGeneration": generation,
+        "currentRevision": f"{BROKER}-a-{generation if rolled_out else 'old'}",
+        "updateRevision": f"{BROKER}-a-{generation}",
+    }
+    cluster.merge_patch("statefulset", f"{BROKER}-a", {"status": status}, subresource="status")
+
+
+def test_ready_follows_the_pods(cluster: Cluster) -> None:
+    report_pods(cluster, ready=2, updated=2, rolled_out=True)
+    broker = cluster.wait_ready("broker", BROKER, "True", "Ready")
+    assert broker["status"]["groups"][0]["readyReplicas"] == 2
+
+
+def test_a_spec_change_rolls_out(cluster: Cluster) -> None:
+    def settings_hash() -> str:
+        stateful_set = cluster.get("statefulset", f"{BROKER}-a")
+        assert stateful_set is not None
+        return stateful_set["spec"]["template"]["metadata"]["annotations"]["skiff.io/settings-hash"]
+
+    before = settings_hash()
+    cluster.merge_patch("broker", BROKER, {"spec": {"flushType": "SYNC_FLUSH"}})
+    wait_for(
+        lambda: (
+            (cluster.get("configmap", f"{BROKER}-a-settings") or {})
+            .get("data", {})
+            .get("SKIFF_FLUSH_TYPE")
+            == "SYNC_FLUSH"
+        ),
+        "the ConfigMap to carry the new flush type",
+    )
+    wait_for(lambda: settings_hash() != before, "a new settings hash on the pod template")
+    # The StatefulSet has a new template the controller has not rolled out yet.
+    broker = cluster.wait_ready("broker", BROKER, "False", "RollingOut")
+    assert broker["metadata"]["generation"] == 2
+    assert broker["status"]["observedGeneration"] == 2
+    # The highest ordinal restarts first: the replica is updated, the master not yet.
+    report_pods(cluster, ready=2, updated=1, rolled_out=False)
+    wait_for(
+        lambda: (
+            ready_condition(cluster.get("broker", BROKER)).get("message")
+            == "group a: 1/2 pods updated"
+        ),
+        "the Broker to report the rollout's progress",
+    )
+    report_pods(cluster, ready=2, updated=2, rolled_out=True)
+    cluster.wait_ready("broker", BROKER, "True", "Ready")
+
+
+def substitute(value: str, env: dict[str, str]) -> str:
+    """$(VAR) expansion as kubelet does it: defined names only, $$ escapes."""
+    return re.sub(
+        r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+        lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)),
+        value,
+    )
+
+
+def start_broker_from_stored_pod_spec(cluster: Cluster) -> BrokerProcess:
+    """Run the group's master as its pod would, from the objects stored in the API server."""
+    stateful_set = cluster.get("statefulset", f"{BROKER}-a")
+    assert stateful_set is not None
+    pod = stateful_set["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env: dict[str, str] = {}
+    for source in container.get("envFrom", []):
+        config_map = cluster.get("configmap", source["configMapRef"]["name"])
+        assert config_map is not None
+        env.update(config_map["data"])
+    # The downward API values kubelet would give pod 0 of the StatefulSet.
+    downward = {"metadata.name": f"{BROKER}-a-0", "status.podIP": "127.0.0.1"}
+    for entry in container["env"]:
+        if "valueFrom" in entry:
+            env[entry["name"]] = downward[entry["valueFrom"]["fieldRef"]["fieldPath"]]
+        else:
+            env[entry["name"]] = substitute(entry["value"], env)
+    # The pod's volume becomes a temp directory; its network a loopback port.
+    data_dir = cluster.work_dir / "pod-data"
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "data"]
+    env = {k: v.replace(mount["mountPath"], str(data_dir)) for k, v in env.items()}
+    container_port = next(p["containerPort"] for p in container["ports"] if p["name"] == "grpc")
+    assert env["SKIFF_LISTEN"] == f"0.0.0.0:{container_port}"
+    env["SKIFF_LISTEN"] = f"127.0.0.1:{cluster.broker_port}"
+    env["SKIFF_ADVERTISE"] = env["SKIFF_ADVERTISE"].replace(
+        f":{container_port}", f":{cluster.broker_port}"
+    )
+    # The image puts the installed console scripts on PATH; so does this venv.
+    bin_dir = Path(sys.executable).parent
+    command = [str(bin_dir / container["command"][0]), *container["command"][1:]]
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SKIFF_", "OTEL_"))}
+    log_path = cluster.work_dir / "pod-broker.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [*command, *container["args"]],
+            env={**base, "PATH": f"{bin_dir}{os.pathsep}{base.get('PATH', '')}", **env},
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+        )
+    broker = BrokerProcess(process, data_dir, log_path)
+    try:
+        wait_for(
+            lambda: (
+                process.poll() is not None
+                or any(r.get("msg", "").startswith("listening on ") for r in broker.log_lines())
+            ),
+            "the broker to listen",
+        )
+    except AssertionError:
+        process.kill()
+        raise
+    assert process.poll() is None, f"the broker exited:\n{broker.log()[-3000:]}"
+    broker.endpoint = f"127.0.0.1:{cluster.broker_port}"
+    return broker
+
+
+def topic_manifest(name: str, **spec: Any) -> dict:
+    return {
+        "apiVersion": "skiff.io/v1alpha1",
+        "kind": "Topic",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"brokerRef": {"name": BROKER}, **spec},
+    }
+
+
+def send(endpoint: str, topic: str, bodies: list[bytes]) -> None:
+    producer = Producer(ClientConfiguration(endpoint, Credentials()), (topic,))
+    producer.startup()
+    try:
+        for body in bodies:
+            message = Message()
+            message.topic = topic
+            message.body = body
+            producer.send(message)
+    finally:
+        producer.shutdown()
+
+
+def receive(endpoint: str, topic: str, group: str, count: int) -> list[bytes]:
+    consumer = SimpleConsumer(
+        ClientConfiguration(endpoint, Credentials()), group, {topic: FilterExpression()}, 2
+    )
+    consumer.startup()
+    received: list[bytes] = []
+    try:
+        end = time.monotonic() + DEADLINE_S
+        while len(received) < count and time.monotonic() < end:
+            for message in consumer.receive(32, 30):
+                received.append(message.body)
+                consumer.ack(message)
+    finally:
+        consumer.shutdown()
+    return received
+
+
+def test_a_topic_waits_for_an_unreachable_broker(cluster: Cluster) -> None:
+    # Nothing listens on the resolved endpoint yet: the pods have not started.
+    cluster.apply(topic_manifest("early", readQueues=2, writeQueues=2))
+    topic = cluster.wait_ready("topic", "early", "False", "BrokerUnavailable")
+    assert "the master of group a at 127.0.0.1:" in ready_condition(topic)["message"]
+    assert topic["metadata"]["finalizers"] == ["skiff.io/finalizer"]
+
+
+def test_the_stored_pod_spec_boots_a_broker_and_a_topic_works(cluster: Cluster) -> None:
+    cluster.broker_process = broker = start_broker_from_stored_pod_spec(cluster)
+    # The waiting Topic is retried and lands once the broker answers.
+    cluster.wait_ready("topic", "early", "True", "Reconciled")
+    with AdminClient(broker.endpoint) as admin:
+        info = admin.broker_info()
+    # The settings the operator rendered reached the broker.
+    assert info.broker_name == f"{BROKER}-a"
+    assert info.flush_type == "SYNC_FLUSH"
+
+    cluster.apply(topic_manifest("events", topicName="OrderEvents", readQueues=4, writeQueues=4))
+    topic = cluster.wait_ready("topic", "events", "True", "Reconciled")
+    assert topic["status"]["groups"] == ["a"]
+    assert (topic["status"]["readQueues"], topic["status"]["writeQueues"]) == (4, 4)
+    with AdminClient(broker.endpoint) as admin:
+        stored = admin.get_topic("OrderEvents")
+    assert (stored.read_queues, stored.write_queues) == (4, 4)
+
+    bodies = [f"order {i}".encode() for i in range(5)]
+    send(broker.endpoint, "OrderEvents", bodies)
+    assert sorted(receive(broker.endpoint, "OrderEvents", "billing", len(bodies))) == sorted(bodies)
+
+
+def test_topic_changes_follow_the_safe_order(cluster: Cluster) -> None:
+    endpoint = f"127.0.0.1:{cluster.broker_port}"
+    cluster.apply(topic_manifest("shrinking", readQueues=8, writeQueues=8))
+    cluster.wait_ready("topic", "shrinking", "True", "Reconciled")
+    bodies = [f"pending {i}".encode() for i in range(32)]
+    send(endpoint, "shrinking", bodies)
+
+    cluster.merge_patch("topic", "shrinking", {"spec": {"readQueues": 2, "writeQueues": 2}})
+    topic = cluster.wait_ready("topic", "shrinking", "False", "Draining")
+    # Writes shrank first; reads wait for the queues no longer written to drain.
+    assert (topic["status"]["readQueues"], topic["status"]["writeQueues"]) == (8, 2)
+    assert "holds" in ready_condition(topic)["message"]
+    with AdminClient(endpoint) as admin:
+        stored = admin.get_topic("shrinking")
+    assert (stored.read_queues, stored.write_queues) == (8, 2)
+
+    assert len(receive(endpoint, "shrinking", "drainers", len(bodies))) == len(bodies)
+    topic = cluster.wait_ready("topic", "shrinking", "True", "Reconciled")
+    assert (topic["status"]["readQueues"], topic["status"]["writeQueues"]) == (2, 2)
+
+    cluster.merge_patch("topic", "shrinking", {"spec": {"readQueues": 6, "writeQueues": 6}})
+    topic = cluster.wait_ready("topic", "shrinking", "True", "Reconciled")
+    assert (topic["status"]["readQueues"], topic["status"]["writeQueues"]) == (6, 6)
+
+
+def test_a_broker_refusal_shows_in_the_topic_status(cluster: Cluster) -> None:
+    # The broker keeps some topic names for itself; it answers INVALID_ARGUMENT.
+    cluster.apply(topic_manifest("reserved", topicName="SCHEDULE_TOPIC_XXXX"))
+    topic = cluster.wait_ready("topic", "reserved", "False", "Invalid")
+    assert "belongs to the broker" in ready_condition(topic)["message"]
+
+
+def test_deleting_a_topic_deletes_it_on_the_brokers_unless_retained(cluster: Cluster) -> None:
+    endpoint = f"127.0.0.1:{cluster.broker_port}"
+    cluster.apply(topic_manifest("kept", deletionPolicy="Retain"))
+    cluster.apply(topic_manifest("dropped"))
+    cluster.wait_ready("topic", "kept", "True", "Reconciled")
+    cluster.wait_ready("topic", "dropped", "True", "Reconciled")
+    cluster.delete("topic", "kept", "dropped")
+    assert cluster.get("topic", "dropped") is None
+    with AdminClient(endpoint) as admin:
+        assert admin.get_topic("kept").name == "kept"
+        with pytest.raises(NotFound):
+            admin.get_topic("dropped")
+
+
+def test_a_topic_of_a_missing_broker_says_so_and_deletes_freely(cluster: Cluster) -> None:
+    orphan = topic_manifest("orphan")
+    orphan["spec"]["brokerRef"]["name"] = "nowhere"
+    cluster.apply(orphan)
+    topic = cluster.wait_ready("topic", "orphan", "False", "BrokerNotFound")
+    assert "Broker 'nowhere' does not exist" in ready_condition(topic)["message"]
+    cluster.delete("topic", "orphan")
+    assert cluster.get("topic", "orphan") is None
+
+
+def test_a_child_the_api_server_refuses_shows_in_the_broker_status(cluster: Cluster) -> None:
+    # The CRD passes resources through; the StatefulSet validation refuses this quantity.
+    faulty = broker_manifest(resources={"limits": {"memory": "plenty"}})
+    faulty["metadata"]["name"] = "faulty"
+    cluster.apply(faulty)
+    broker = cluster.wait_ready("broker", "faulty", "False", "ApplyFailed")
+    assert "quantities must match the regular expression" in ready_condition(broker)["message"]
+    assert cluster.get("statefulset", "faulty-a") is None
+    # Fixing the spec clears it.
+    cluster.merge_patch("broker", "faulty", {"spec": {"resources": {"limits": {"memory": "1Gi"}}}})
+    cluster.wait_ready("broker", "faulty", "False", "PodsNotReady")
+    assert cluster.get("statefulset", "faulty-a") is not None
+    cluster.delete("broker", "faulty")
+
+
+def test_an_operator_restart_resumes(cluster: Cluster) -> None:
+    """A change made while the operator is down is rolled out when it comes back."""
+    cluster.stop_operator()
+    cluster.merge_patch("broker", BROKER, {"spec": {"defaultReadQueues": 16}})
+    cluster.merge_patch("topic", "events", {"spec": {"readQueues": 6}})
+    cluster.start_operator()
+    wait_for(
+        lambda: (
+            (cluster.get("configmap", f"{BROKER}-a-settings") or {})
+            .get("data", {})
+            .get("SKIFF_DEFAULT_READ_QUEUES")
+            == "16"
+        ),
+        "the restarted operator to render the change",
+    )
+    topic = cluster.wait_ready("topic", "events", "True", "Reconciled")
+    assert topic["status"]["readQueues"] == 6
+    with AdminClient(f"127.0.0.1:{cluster.broker_port}") as admin:
+        assert admin.get_topic("OrderEvents").read_queues == 6
+
+
+def test_scaling_out_adds_a_group_and_scaling_in_waits_for_its_messages(cluster: Cluster) -> None:
+    endpoint = f"127.0.0.1:{cluster.broker_port}"
+    cluster.merge_patch("broker", BROKER, {"spec": {"groups": 2}})
+    wait_for(lambda: cluster.get("statefulset", f"{BROKER}-b"), "the second group's StatefulSet")
+    wait_for(lambda: cluster.get("configmap", f"{BROKER}-b-settings"), "its ConfigMap")
+    # Topics follow onto the new group (here: the same local broker, see the module doc).
+    topic = wait_for(
+        lambda: (
+            (t := cluster.get("topic", "events")) and t["status"].get("groups") == ["a", "b"] and t
+        ),
+        "the Topic on both groups",
+    )
+    assert ready_condition(topic)["status"] == "True"
+
+    # Group b resolves to the local broker, which holds messages: scale-in must wait.
+    cluster.merge_patch("broker", BROKER, {"spec": {"groups": 1}})
+    broker = cluster.wait_ready("broker", BROKER, "False", "ScaleInRefused")
+    message = ready_condition(broker)["message"]
+    assert "group b holds" in message and "OrderEvents" in message
+    assert cluster.get("statefulset", f"{BROKER}-b") is not None
+
+    # Once the topics are gone from the broker, the group goes.
+    cluster.delete("topics", "--all")
+    with AdminClient(endpoint) as admin:
+        admin.delete_topic("kept")
+    wait_for(lambda: cluster.get("statefulset", f"{BROKER}-b") is None, "group b to go")
+    for kind, name in (
+        ("configmap", f"{BROKER}-b-settings"),
+        ("service", f"{BROKER}-b"),
+        ("service", f"{BROKER}-b-pods"),
+        ("poddisruptionbudget", f"{BROKER}-b"),
+    ):
+        wait_for(
+            lambda kind=kind, name=name: cluster.get(kind, name) is None, f"{kind} {name} to go"
+        )
+    assert cluster.get("statefulset", f"{BROKER}-a") is not None
+
+
+def test_deleting_a_broker_cascades_to_its_children(cluster: Cluster) -> None:
+    cascade = broker_manifest()
+    cascade["metadata"]["name"] = "cascade"
+    cluster.apply(cascade)
+    children = [
+        ("statefulset", "cascade-a"),
+        ("service", "cascade-a"),
+        ("service", "cascade-a-pods"),
+        ("configmap", "cascade-a-settings"),
+        ("poddisruptionbudget", "cascade-a"),
+    ]
+    for kind, name in children:
+        wait_for(lambda kind=kind, name=name: cluster.get(kind, name), f"{kind} {name}")
+    with running_controllers(cluster.plane, "garbage-collector-controller"):
+        cluster.delete("broker", "cascade")
+        for kind, name in children:
+            wait_for(
+                lambda kind=kind, name=name: cluster.get(kind, name) is None,
+                f"the garbage collector to delete {kind} {name}",
+            )
+
+
+def test_data_claims_are_kept_unless_asked(cluster: Cluster) -> None:
+    """The StatefulSet controller creates the claims; deleting a Broker keeps them unless
+    ``deleteClaimsWithBroker``. Pods are created but never scheduled (no scheduler)."""
+    for name, delete_claims in (("keep", False), ("drop", True)):
+        manifest = broker_manifest(
+            replicasPerGroup=1, storage={"size": "1Gi", "deleteClaimsWithBroker": delete_claims}
+        )
+        manifest["metadata"]["name"] = name
+        cluster.apply(manifest)
+        wait_for(lambda name=name: cluster.get("statefulset", f"{name}-a"), f"{name}-a")
+    controllers = (
+        "garbage-collector-controller",
+        "statefulset-controller",
+        "serviceaccount-controller",
+        "persistentvolumeclaim-protection-controller",
+    )
+    with running_controllers(cluster.plane, *controllers):
+        for name in ("keep", "drop"):
+            wait_for(
+                lambda name=name: cluster.get("persistentvolumeclaim", f"data-{name}-a-0"),
+                f"the claim of pod {name}-a-0",
+            )
+        cluster.delete("broker", "keep", "drop")
+        wait_for(
+            lambda: cluster.get("persistentvolumeclaim", "data-drop-a-0") is None,
+            "the claim of the Broker that asked for it to be deleted",
+        )
+        wait_for(lambda: cluster.get("statefulset", "keep-a") is None, "keep-a to go")
+        claim = cluster.get("persistentvolumeclaim", "data-keep-a-0")
+        assert claim is not None and not claim["metadata"].get("deletionTimestamp")
+
+
+def test_deleting_the_broker_is_not_held_up(cluster: Cluster) -> None:
+    broker = cluster.get("broker", BROKER)
+    assert broker is not None
+    # Children go by owner references (garbage collection); the operator's finalizer
+    # (it stops the Broker's status timer) is released at once.
+    cluster.delete("broker", BROKER)
+    assert cluster.get("broker", BROKER) is None
+    stateful_set = cluster.get("statefulset", f"{BROKER}-a")
+    if stateful_set is not None:  # no garbage collector runs here
+        assert stateful_set["metadata"]["ownerReferences"][0]["uid"] == broker["metadata"]["uid"]

@@ -1,0 +1,256 @@
+"""Rendering a Broker into its children: a pure function of the spec."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from skiff_operator.broker_spec import BrokerSpec
+from skiff_operator.naming import group_suffix
+from skiff_operator.rendering import (
+    SETTINGS_HASH_ANNOTATION,
+    BrokerIdentity,
+    RenderSettings,
+    render_broker,
+)
+
+ROOT = Path(__file__).resolve().parents[3]
+BROKER = BrokerIdentity(name="orders", namespace="shop", uid="0b6f6c1e-1111-2222-3333-444455556666")
+
+
+def spec(**fields: object) -> BrokerSpec:
+    return BrokerSpec.from_manifest(fields)
+
+
+def env_of(container: dict) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in container["env"]}
+
+
+def test_group_suffixes_follow_rocketmq_broker_names() -> None:
+    assert [group_suffix(i) for i in (0, 1, 25, 26, 27, 701, 702)] == [
+        "a",
+        "b",
+        "z",
+        "aa",
+        "ab",
+        "zz",
+        "aaa",
+    ]
+
+
+def test_one_group_renders_five_children_owned_by_the_broker() -> None:
+    (group,) = render_broker(spec(), BROKER)
+    kinds = [m["kind"] for m in group.all()]
+    assert kinds == ["ConfigMap", "Service", "Service", "StatefulSet", "PodDisruptionBudget"]
+    for manifest in group.all():
+        metadata = manifest["metadata"]
+        assert metadata["namespace"] == "shop"
+        assert metadata["labels"]["skiff.io/broker"] == "orders"
+        (owner,) = metadata["ownerReferences"]
+        assert owner == {
+            "apiVersion": "skiff.io/v1alpha1",
+            "kind": "Broker",
+            "name": "orders",
+            "uid": BROKER.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+def test_groups_get_their_own_names_and_selectors() -> None:
+    groups = render_broker(spec(groups=3), BROKER)
+    assert [g.name for g in groups] == ["orders-a", "orders-b", "orders-c"]
+    selectors = [g.stateful_set["spec"]["selector"]["matchLabels"] for g in groups]
+    assert len({tuple(sorted(s.items())) for s in selectors}) == 3
+    for group in groups:
+        labels = group.stateful_set["spec"]["template"]["metadata"]["labels"]
+        selector = group.stateful_set["spec"]["selector"]["matchLabels"]
+        assert selector.items() <= labels.items()
+
+
+def test_stateful_set_has_replicas_headless_service_and_data_claim() -> None:
+    broker_spec = spec(
+        replicasPerGroup=3,
+        storage={"size": "50Gi", "storageClassName": "local-nvme", "deleteClaimsWithBroker": True},
+    )
+    (group,) = render_broker(broker_spec, BROKER)
+    stateful_set = group.stateful_set["spec"]
+    assert stateful_set["replicas"] == 3
+    # Rolling updates walk from the highest ordinal to 0: replicas before their master.
+    assert stateful_set["updateStrategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"partition": 0},
+    }
+    assert stateful_set["podManagementPolicy"] == "OrderedReady"
+    assert stateful_set["serviceName"] == group.headless_service["metadata"]["name"]
+    assert group.headless_service["spec"]["clusterIP"] == "None"
+    (claim,) = stateful_set["volumeClaimTemplates"]
+    assert claim["metadata"]["name"] == "data"
+    assert claim["spec"]["resources"]["requests"]["storage"] == "50Gi"
+    assert claim["spec"]["storageClassName"] == "local-nvme"
+    assert stateful_set["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == "Delete"
+    mounts = stateful_set["template"]["spec"]["containers"][0]["volumeMounts"]
+    assert {"name": "data", "mountPath": "/var/lib/skiff"} in mounts
+
+
+def test_claims_are_kept_unless_asked() -> None:
+    (group,) = render_broker(spec(), BROKER)
+    policy = group.stateful_set["spec"]["persistentVolumeClaimRetentionPolicy"]
+    assert policy == {"whenDeleted": "Retain", "whenScaled": "Retain"}
+    (claim,) = group.stateful_set["spec"]["volumeClaimTemplates"]
+    assert "storageClassName" not in claim["spec"]
+
+
+def test_config_map_carries_the_broker_settings_as_skiff_variables() -> None:
+    broker_spec = spec(
+        flushType="SYNC_FLUSH",
+        replicasPerGroup=2,
+        replicationMode="SYNC",
+        defaultReadQueues=16,
+        defaultWriteQueues=12,
+        settings={"SKIFF_MAX_MESSAGE_SIZE": "8m"},
+    )
+    group = render_broker(broker_spec, BROKER)[0]
+    data = group.config_map["data"]
+    assert data["SKIFF_FLUSH_TYPE"] == "SYNC_FLUSH"
+    assert data["SKIFF_TRANSIENT_STORE_POOL"] == "false"
+    assert data["SKIFF_BROKER_NAME"] == "orders-a"
+    assert data["SKIFF_DATA_DIR"] == "/var/lib/skiff"
+    assert data["SKIFF_LISTEN"] == "0.0.0.0:8081"
+    assert data["SKIFF_ROLE"] == "AUTO"
+    assert data["SKIFF_REPLICATION_MODE"] == "SYNC"
+    assert data["SKIFF_MASTER_ADDRESS"] == ("orders-a-0.orders-a-pods.shop.svc.cluster.local:10912")
+    assert data["SKIFF_DEFAULT_READ_QUEUES"] == "16"
+    assert data["SKIFF_DEFAULT_WRITE_QUEUES"] == "12"
+    assert data["SKIFF_MAX_MESSAGE_SIZE"] == "8m"
+    assert not any(key.startswith("OTEL_") for key in data)
+    container = group.stateful_set["spec"]["template"]["spec"]["containers"][0]
+    assert container["envFrom"] == [
+        {"configMapRef": {"name": group.config_map["metadata"]["name"]}}
+    ]
+
+
+def test_telemetry_settings_only_with_an_endpoint() -> None:
+    broker_spec = spec(telemetry={"otlpEndpoint": "http://collector:4318", "samplingRatio": 0.25})
+    data = render_broker(broker_spec, BROKER)[0].config_map["data"]
+    assert data["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://collector:4318"
+    assert data["OTEL_TRACES_SAMPLER_ARG"] == "0.25"
+
+
+def test_cluster_domain_and_default_image_come_from_the_operator() -> None:
+    render = RenderSettings(default_image="registry.local/skiff:9", cluster_domain="corp.internal")
+    group = render_broker(spec(), BROKER, render)[0]
+    container = group.stateful_set["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "registry.local/skiff:9"
+    assert group.config_map["data"]["SKIFF_MASTER_ADDRESS"].endswith(
+        ".shop.svc.corp.internal:10912"
+    )
+    own_image = render_broker(spec(image="mine:1"), BROKER, render)[0]
+    assert own_image.stateful_set["spec"]["template"]["spec"]["containers"][0]["image"] == "mine:1"
+
+
+def test_pod_runs_the_broker_with_per_pod_values_from_the_downward_api() -> None:
+    group = render_broker(spec(), BROKER)[0]
+    pod = group.stateful_set["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"] == ["skiff"]
+    assert container["args"] == ["broker"]
+    env = env_of(container)
+    assert env["SKIFF_ADVERTISE"] == "$(POD_IP):8081"
+    assert env["SKIFF_POD_NAME"] == "$(POD_NAME)"
+    fields = {
+        e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"]
+        for e in container["env"]
+        if "valueFrom" in e
+    }
+    assert fields == {"POD_NAME": "metadata.name", "POD_IP": "status.podIP"}
+    # $(VAR) only refers to variables defined earlier in the list.
+    names = [e["name"] for e in container["env"]]
+    assert names.index("POD_IP") < names.index("SKIFF_ADVERTISE")
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["runAsNonRoot"] is True
+    assert pod["securityContext"]["fsGroup"] == security["runAsUser"]
+
+
+def test_client_service_selects_only_the_master() -> None:
+    group = render_broker(spec(replicasPerGroup=3), BROKER)[0]
+    selector = group.client_service["spec"]["selector"]
+    assert selector["statefulset.kubernetes.io/pod-name"] == "orders-a-0"
+    assert group.client_service["spec"]["ports"] == [
+        {"name": "grpc", "port": 8081, "targetPort": "grpc"}
+    ]
+    assert group.disruption_budget["spec"]["maxUnavailable"] == 1
+
+
+def test_scheduling_spreads_pods_of_a_group_and_keeps_user_rules() -> None:
+    toleration = {"key": "dedicated", "operator": "Equal", "value": "mq", "effect": "NoSchedule"}
+    broker_spec = spec(
+        scheduling={
+            "spreadAcrossZones": True,
+            "tolerations": [toleration],
+            "nodeSelector": {"disk": "nvme"},
+        }
+    )
+    pod = render_broker(broker_spec, BROKER)[0].stateful_set["spec"]["template"]["spec"]
+    keys = [c["topologyKey"] for c in pod["topologySpreadConstraints"]]
+    assert keys == ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]
+    assert pod["tolerations"] == [toleration]
+    assert pod["nodeSelector"] == {"disk": "nvme"}
+    unspread = spec(scheduling={"spreadAcrossNodes": False})
+    pod = render_broker(unspread, BROKER)[0].stateful_set["spec"]["template"]["spec"]
+    assert "topologySpreadConstraints" not in pod
+
+
+def test_settings_hash_moves_with_settings_only() -> None:
+    def hash_of(broker_spec: BrokerSpec) -> str:
+        template = render_broker(broker_spec, BROKER)[0].stateful_set["spec"]["template"]
+        return template["metadata"]["annotations"][SETTINGS_HASH_ANNOTATION]
+
+    base = hash_of(spec())
+    assert hash_of(spec()) == base
+    assert hash_of(spec(flushType="SYNC_FLUSH")) != base
+    assert hash_of(spec(settings={"SKIFF_MAX_MESSAGE_SIZE": "8m"})) != base
+    assert hash_of(spec(resources={"limits": {"memory": "2Gi"}})) != base
+    # Scaling changes the replica count, not the pods: no restart.
+    assert hash_of(spec(replicasPerGroup=3)) == base
+
+
+def test_rendering_is_a_pure_function_of_its_input() -> None:
+    broker_spec = spec(groups=2, replicasPerGroup=2)
+    first = [g.all() for g in render_broker(broker_spec, BROKER)]
+    second = [g.all() for g in render_broker(broker_spec, BROKER)]
+    assert first == second
+    # Mutating one result does not leak into the next.
+    first[0][0]["data"]["SKIFF_FLUSH_TYPE"] = "changed"
+    assert render_broker(broker_spec, BROKER)[0].config_map["data"]["SKIFF_FLUSH_TYPE"] == (
+        "ASYNC_FLUSH"
+    )
+
+
+def _crd_spec_defaults(properties: dict) -> dict:
+    defaults = {}
+    for key, schema in properties.items():
+        if "properties" in schema:
+            nested = _crd_spec_defaults(schema["properties"])
+            if nested:
+                defaults[key] = nested
+        elif "default" in schema:
+            defaults[key] = schema["default"]
+    return defaults
+
+
+def test_spec_defaults_match_the_crd_defaults() -> None:
+    crd = yaml.safe_load((ROOT / "crds" / "skiff.io_brokers.yaml").read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    from_crd = BrokerSpec.from_manifest(_crd_spec_defaults(schema["properties"]))
+    assert from_crd == BrokerSpec.from_manifest({})
+
+
+@pytest.mark.parametrize("name", ["skiff.io_brokers.yaml", "skiff.io_topics.yaml"])
+def test_chart_ships_the_same_crd_files(name: str) -> None:
+    assert (ROOT / "charts" / "skiff" / "crds" / name).read_bytes() == (
+        ROOT / "crds" / name
+    ).read_bytes(), f"copy crds/{name} to charts/skiff/crds/ after changing it"
