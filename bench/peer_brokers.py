@@ -231,7 +231,7 @@ class RocketMQBroker(Broker):
             "\n".join(
                 [
                     "brokerClusterName=DefaultCluster",
-                    "brokerName=bench",
+                    "brokerName=bench-broker-a",  # not a topic name: RocketMQ reserves it
                     "brokerId=0",
                     "brokerIP1=127.0.0.1",
                     f"listenPort={broker_port}",
@@ -294,8 +294,35 @@ class RocketMQBroker(Broker):
         )
         wait_for_port(grpc_port, proxy, self.log, deadline)
         self.endpoint = f"127.0.0.1:{grpc_port}"
-        # The broker registers its topics with the name server a moment after start.
-        time.sleep(3)
+        self._wait_for_routes(deadline)
+
+    def _wait_for_routes(self, deadline: float) -> None:
+        """The proxy serves before the broker has registered its topics with the name server."""
+        import grpc
+        from rocketmq.grpc_protocol import definition_pb2 as pb
+        from rocketmq.grpc_protocol import service_pb2 as spb
+        from rocketmq.grpc_protocol import service_pb2_grpc
+
+        host, _, port = self.endpoint.rpartition(":")
+        request = spb.QueryRouteRequest(
+            topic=pb.Resource(name=TOPICS[0]),
+            endpoints=pb.Endpoints(
+                scheme=pb.AddressScheme.IPv4, addresses=[pb.Address(host=host, port=int(port))]
+            ),
+        )
+        with grpc.insecure_channel(self.endpoint) as channel:
+            stub = service_pb2_grpc.MessagingServiceStub(channel)
+            while time.monotonic() < deadline:
+                with contextlib.suppress(grpc.RpcError):
+                    response = stub.QueryRoute(
+                        request,
+                        timeout=5,
+                        metadata=(("x-mq-client-id", "skiff-peers-bench"), ("x-mq-protocol", "v2")),
+                    )
+                    if response.status.code == pb.Code.OK and response.message_queues:
+                        return
+                time.sleep(0.5)
+        raise RuntimeError(f"the proxy never served a route for {TOPICS[0]!r}:\n{tail(self.log)}")
 
 
 class RedisBroker(Broker):

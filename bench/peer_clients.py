@@ -220,10 +220,12 @@ async def wait_all(pending: set[asyncio.Future]) -> None:
 
 
 class Driver:
-    """One client of one system. ``modes`` are the produce modes it is measured in."""
+    """One client of one system. ``modes`` are the produce modes it is measured in;
+    ``consumes`` is False for a client that only produces."""
 
     client = ""
     modes: tuple[str, ...] = ("batch", "single")
+    consumes = True
 
     def __init__(self, endpoint: str) -> None:
         self.endpoint = endpoint
@@ -258,7 +260,8 @@ async def fill_with(send: Callable[[int], Awaitable[int]], count: int, limit_s: 
         while issued < count and time.monotonic() < end:
             n = min(FILL_CHUNK, count - issued)
             issued += n
-            done += await send(n)
+            stored = await send(n)  # read done only after the await: workers interleave
+            done += stored
 
     await asyncio.gather(*(worker() for _ in range(4)))
     return done
@@ -517,8 +520,12 @@ class OfficialDriver(Driver):
         return consumer
 
     async def drain(self, topic: str, count: int, limit_s: float) -> Sample:
-        """receive(32) and ack_async each message, in 8 threads."""
-        consumer = self._consumer(topic, f"bench-drain-{os.getpid()}")
+        """receive(32) and ack each message, in 8 threads."""
+        loop = asyncio.get_running_loop()
+        # Started from a thread: started inside a running event loop, receive() finds nothing.
+        consumer = await loop.run_in_executor(
+            None, self._consumer, topic, f"bench-drain-{topic}-{os.getpid()}"
+        )
         state = {"got": 0, "errors": 0, "last": ""}
         lock = threading.Lock()
         stop = threading.Event()
@@ -532,10 +539,17 @@ class OfficialDriver(Driver):
                         state["errors"] += 1
                         state["last"] = repr(exc)[:200]
                     continue
+                acked = 0
                 for message in messages:
-                    consumer.ack_async(message)
+                    try:
+                        consumer.ack(message)
+                        acked += 1
+                    except Exception as exc:
+                        with lock:
+                            state["errors"] += 1
+                            state["last"] = repr(exc)[:200]
                 with lock:
-                    state["got"] += len(messages)
+                    state["got"] += acked
                     if state["got"] >= count:
                         stop.set()
 
@@ -543,7 +557,7 @@ class OfficialDriver(Driver):
         try:
             with concurrent.futures.ThreadPoolExecutor(8) as pool:
                 futures = [pool.submit(drainer) for _ in range(8)]
-                await asyncio.get_running_loop().run_in_executor(None, stop.wait, limit_s)
+                await loop.run_in_executor(None, stop.wait, limit_s)
                 elapsed = time.perf_counter() - start
                 stop.set()
                 concurrent.futures.wait(futures)
@@ -556,7 +570,10 @@ class OfficialDriver(Driver):
     async def e2e(self, topic: str, size: int, rate: float, seconds: float) -> Sample:
         """send_async at the rate; 4 threads receive (no acks: the window ends first)."""
         latencies = Latencies()
-        consumer = self._consumer(topic, f"bench-e2e-{os.getpid()}")
+        loop = asyncio.get_running_loop()
+        consumer = await loop.run_in_executor(
+            None, self._consumer, topic, f"bench-e2e-{os.getpid()}"
+        )
         producer = self._producer(topic)
         stop = threading.Event()
 
@@ -972,9 +989,15 @@ class KafkaDriver(Driver):
             consumer.close()
 
 
+class BatchingProducerDriver(BatchingDriver):
+    """The batching producer alone: RocketMQ 5.3's proxy does not implement PullMessage."""
+
+    consumes = False
+
+
 DRIVERS: dict[str, tuple[type[Driver], ...]] = {
     "skiff": (BatchingDriver, OfficialDriver),
-    "rocketmq": (OfficialDriver, BatchingDriver),
+    "rocketmq": (OfficialDriver, BatchingProducerDriver),
     "redis": (RedisDriver,),
     "nats": (NatsDriver,),
     "kafka": (KafkaDriver,),

@@ -245,7 +245,7 @@ class Runner:
                 self._backlogs(broker, drivers)
                 for driver in drivers:
                     rate = min(self.e2e_max_rate, peaks.get(driver.client, 0) / 2)
-                    if rate < 1:
+                    if rate < 1 or not driver.consumes:
                         continue
                     broker.idle(plan.idle_limit_s)
                     sample, cpu, wall = self._measure(
@@ -301,6 +301,8 @@ class Runner:
                 f"({filled * SIZES[size_name] / MiB:,.0f} MiB of bodies) in {fill_s:.1f} s"
             )
             for driver in drivers:
+                if not driver.consumes:
+                    continue
                 broker.idle(plan.idle_limit_s)
                 sample, cpu, wall = self._measure(
                     broker, driver.drain(topic, filled, plan.drain_limit_s)

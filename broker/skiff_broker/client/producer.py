@@ -441,6 +441,18 @@ class BatchingProducer:
     def _settle(self, batch: _Batch, response: spb.SendMessageResponse) -> None:
         """Give each caller its receipt, or the error the broker answered for its message."""
         entries = response.entries
+        if (
+            len(entries) == 1 < len(batch.items)
+            and entries[0].status.code in _SUCCESS
+            and response.status.code in _SUCCESS
+        ):
+            # Apache RocketMQ's proxy stores a request as one batch and answers one
+            # entry: the batch's first queue offset; the batch occupies the offsets after it.
+            first = entries[0].offset
+            for index, item in enumerate(batch.items):
+                if not item.future.done():
+                    item.future.set_result(SendReceipt(item.message_id, first + index))
+            return
         if len(entries) != len(batch.items):
             if response.status.code not in _SUCCESS:
                 error: Exception = _status_error(response.status)
