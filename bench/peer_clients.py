@@ -712,7 +712,7 @@ class NatsDriver(Driver):
     async def _connect(self) -> Any:
         import nats
 
-        nc = await nats.connect(self.endpoint, max_pending_size=1 << 30)
+        nc = await nats.connect(self.endpoint, pending_size=64 << 20)
         return nc
 
     async def _stream(self, js: Any, topic: str) -> None:
