@@ -266,8 +266,9 @@ class RocketMQBroker(Broker):
                 "-Xmx256m",
                 *jvm[1:],
                 "org.apache.rocketmq.namesrv.NamesrvStartup",
-            ]
-            + ["-c", str(self.data_dir / "namesrv.conf")],
+                "-c",
+                str(self.data_dir / "namesrv.conf"),
+            ],
             "namesrv.log",
             env=env,
             cwd=self.data_dir,

@@ -95,7 +95,7 @@ async def run_producers(
     warmup: float,
     seconds: float,
 ) -> Sample:
-    """``producers`` tasks calling ``send(chunk)`` back to back; counts chunks done in the window."""
+    """``producers`` tasks calling ``send(chunk)`` back to back; counts chunks done in time."""
     window = Window()
     stop = asyncio.Event()
 
@@ -783,7 +783,7 @@ class NatsDriver(Driver):
             while got < count and time.monotonic() < end:
                 try:
                     messages = await subscription.fetch(4096, timeout=2)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     break
                 except Exception:
                     errors += 1

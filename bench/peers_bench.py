@@ -27,10 +27,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import peer_brokers  # noqa: E402
-import peer_clients  # noqa: E402
-import peer_install  # noqa: E402
-from peer_brokers import ASYNC, SYNC  # noqa: E402
+import peer_brokers
+import peer_clients
+import peer_install
+from peer_brokers import ASYNC, SYNC
 
 SIZES = {"100B": 100, "1KiB": 1024}
 PRODUCERS = (1, 64)
@@ -490,7 +490,8 @@ def table(rows: list[Row], resources: list[dict[str, Any]], goals: list[dict[str
     )
     lines.append("")
     lines.append(
-        f"{'system':<14} {'dur':<5} {'version':<10} {'CPU s':>7} {'wall s':>7} {'peak RSS MiB':>12}  durability"
+        f"{'system':<14} {'dur':<5} {'version':<10} {'CPU s':>7} {'wall s':>7} "
+        f"{'peak RSS MiB':>12}  durability"
     )
     for res in resources:
         lines.append(
