@@ -226,6 +226,9 @@ class Driver:
     client = ""
     modes: tuple[str, ...] = ("batch", "single")
     consumes = True
+    # Its own topic: a new Skiff group reads from the start, so a second client on the
+    # same topic would first wade through the first one's messages.
+    e2e_topic = "e2e"
 
     def __init__(self, endpoint: str) -> None:
         self.endpoint = endpoint
@@ -460,6 +463,7 @@ def _official_message(topic: str, body: bytes) -> Any:
 
 class OfficialDriver(Driver):
     client = "official rocketmq-python-client"
+    e2e_topic = "e2e-official"
     # The proxy refuses long polls under 5 s and wants the call deadline beyond them.
     AWAIT_S = 5
 

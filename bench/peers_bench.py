@@ -50,6 +50,7 @@ NAMES = {
 class Plan:
     warmup: float
     seconds: float
+    async_sizes: tuple[str, ...]  # body sizes of the produce rows
     sync_sizes: tuple[str, ...]
     backlog_1k_bytes: int
     backlog_100_messages: int
@@ -59,8 +60,8 @@ class Plan:
     idle_limit_s: float
 
 
-QUICK = Plan(0.5, 1.0, ("1KiB",), 32 * MiB, 200_000, 30, 20, 3, 3)
-FULL = Plan(1.0, 3.0, ("100B", "1KiB"), GiB, 2_000_000, 100, 60, 8, 10)
+QUICK = Plan(0.5, 1.0, ("1KiB",), ("1KiB",), 32 * MiB, 200_000, 30, 10, 3, 2)
+FULL = Plan(1.0, 3.0, ("100B", "1KiB"), ("100B", "1KiB"), GiB, 2_000_000, 100, 45, 6, 5)
 
 
 @dataclasses.dataclass
@@ -214,7 +215,8 @@ class Runner:
         started = time.perf_counter()
         drivers = [cls(broker.endpoint) for cls in peer_clients.DRIVERS[system]]
         try:
-            sizes = SIZES if durability == ASYNC else {s: SIZES[s] for s in plan.sync_sizes}
+            chosen = plan.async_sizes if durability == ASYNC else plan.sync_sizes
+            sizes = {s: SIZES[s] for s in chosen}
             peaks: dict[str, float] = {}
             for driver in drivers:
                 for size_name, size in sizes.items():
@@ -249,7 +251,7 @@ class Runner:
                         continue
                     broker.idle(plan.idle_limit_s)
                     sample, cpu, wall = self._measure(
-                        broker, driver.e2e("e2e", SIZES["1KiB"], rate, plan.e2e_seconds)
+                        broker, driver.e2e(driver.e2e_topic, SIZES["1KiB"], rate, plan.e2e_seconds)
                     )
                     self._row(
                         broker,
@@ -557,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--e2e-max-rate",
         type=float,
-        default=20_000,
+        default=5_000,
         help="cap on the end-to-end offered rate (msg/s): one Python process sends and receives",
     )
     args = parser.parse_args(argv)
