@@ -306,7 +306,15 @@ class BatchingDriver(Driver):
             return await fill_with(send, count, limit_s)
 
     async def drain(self, topic: str, count: int, limit_s: float) -> Sample:
-        return await grpc_pull_drain(self.endpoint, topic, count, limit_s)
+        try:
+            from skiff_broker.client.pull_consumer import PullConsumer  # noqa: F401
+        except ImportError:
+            sample = await grpc_pull_drain(self.endpoint, topic, count, limit_s)
+            sample.note = "PullMessage loop in the benchmark (no skiff_broker.client.pull_consumer)"
+            return sample
+        return await asyncio.get_running_loop().run_in_executor(
+            None, pull_consumer_drain, self.endpoint, topic, count, limit_s
+        )
 
     async def e2e(self, topic: str, size: int, rate: float, seconds: float) -> Sample:
         latencies = Latencies()
@@ -413,6 +421,42 @@ async def grpc_pull_drain(endpoint: str, topic: str, count: int, limit_s: float)
     finally:
         await channel.close()
     return Sample(got, time.perf_counter() - start, errors=errors, last_error=last_error)
+
+
+def pull_consumer_drain(endpoint: str, topic: str, count: int, limit_s: float) -> Sample:
+    """Skiff's PullConsumer: one thread per queue reading [min, max) with prefetch."""
+    from skiff_broker.client.pull_consumer import PullConsumer
+
+    with PullConsumer(endpoint) as probe:
+        ranges = probe.queue_ranges(topic)
+    got = [0] * len(ranges)
+    errors: list[str] = []
+    end = time.monotonic() + limit_s
+
+    def read(index: int) -> None:
+        queue = ranges[index]
+        try:
+            with PullConsumer(endpoint) as consumer:
+                for _ in consumer.read_range(
+                    topic, queue.queue_id, queue.min_offset, queue.max_offset, batch_size=1024
+                ):
+                    got[index] += 1
+                    if got[index] % 1024 == 0 and time.monotonic() > end:
+                        return
+        except Exception as exc:
+            errors.append(repr(exc)[:200])
+
+    start = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(len(ranges)) as pool:
+        list(pool.map(read, range(len(ranges))))
+    elapsed = time.perf_counter() - start
+    return Sample(
+        min(sum(got), count),
+        elapsed,
+        errors=len(errors),
+        note="skiff_broker.client.pull_consumer, a thread per queue",
+        last_error=errors[-1] if errors else "",
+    )
 
 
 async def grpc_pull_follow(

@@ -61,7 +61,7 @@ class Plan:
 
 
 QUICK = Plan(0.5, 1.0, ("1KiB",), ("1KiB",), 32 * MiB, 200_000, 30, 10, 3, 2)
-FULL = Plan(1.0, 3.0, ("100B", "1KiB"), ("100B", "1KiB"), GiB, 2_000_000, 100, 45, 6, 5)
+FULL = Plan(0.5, 2.5, ("100B", "1KiB"), ("100B", "1KiB"), GiB, 500_000, 75, 30, 6, 5)
 
 
 @dataclasses.dataclass
