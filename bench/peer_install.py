@@ -27,6 +27,7 @@ REDIS_PACKAGE = "redis-server"  # Debian's; its version is recorded with the res
 # module name -> pinned requirement
 PYTHON_CLIENTS = {
     "redis": "redis==8.1.0",
+    "hiredis": "hiredis==3.5.0",  # redis-py's C reply parser: the client's fastest mode
     "nats": "nats-py==2.16.0",
     "confluent_kafka": "confluent-kafka==2.16.1",
     "psutil": "psutil==7.2.2",
