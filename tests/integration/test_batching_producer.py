@@ -28,7 +28,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc
 from tests.broker_process import BrokerProcess, create_topics, data_dir_of, running_broker
 
 from skiff_broker.client.admin import AdminClient
-from skiff_broker.client.errors import MessagingError
+from skiff_broker.client.errors import BrokerError, MessagingError
 from skiff_broker.client.producer import BatchingProducer, ProducerClosed, SendReceipt
 from skiff_broker.metadata.topic_table import MessageType, TopicConfig
 
@@ -471,3 +471,99 @@ def test_backpressure_bounds_what_the_producer_buffers(tmp_path: Path) -> None:
     assert most_buffered <= 2 * max_batch
     assert recorder.max_in_flight == 1
     assert sum(recorder.sizes()) == count
+
+
+# -- Apache RocketMQ's batch answer --------------------------------------------------
+
+
+class OneEntryPerBatchServer(service_pb2_grpc.MessagingServiceServicer):
+    """Answers SendMessage as Apache RocketMQ 5's proxy does: one entry for a whole batch.
+
+    A stand-in, because Apache RocketMQ needs a JVM and Maven artifacts that the
+    test run does not install; bench/peers_bench.py sends to the real one. The
+    entry carries the queue offset of the batch's first message; ``entries``
+    overrides how many entries an answer has.
+    """
+
+    def __init__(self) -> None:
+        self.port = 0
+        self.next_offset = 0
+        self.entries: int | None = None
+        self.batches: list[int] = []
+
+    async def QueryRoute(self, request, context):  # type: ignore[no-untyped-def]
+        endpoints = pb.Endpoints(
+            scheme=pb.AddressScheme.IPv4, addresses=[pb.Address(host="127.0.0.1", port=self.port)]
+        )
+        queue = pb.MessageQueue(
+            topic=request.topic,
+            id=0,
+            permission=pb.Permission.READ_WRITE,
+            broker=pb.Broker(name="rocketmq", id=0, endpoints=endpoints),
+        )
+        return spb.QueryRouteResponse(status=pb.Status(code=pb.Code.OK), message_queues=[queue])
+
+    async def SendMessage(self, request, context):  # type: ignore[no-untyped-def]
+        count = len(request.messages)
+        self.batches.append(count)
+        first = self.next_offset
+        self.next_offset += count
+        entry = spb.SendResultEntry(
+            status=pb.Status(code=pb.Code.OK),
+            message_id=",".join(m.system_properties.message_id for m in request.messages),
+            offset=first,
+        )
+        return spb.SendMessageResponse(
+            status=pb.Status(code=pb.Code.OK), entries=[entry] * (self.entries or 1)
+        )
+
+
+@contextlib.asynccontextmanager
+async def one_entry_server() -> Any:
+    servicer = OneEntryPerBatchServer()
+    server = grpc.aio.server()
+    service_pb2_grpc.add_MessagingServiceServicer_to_server(servicer, server)
+    servicer.port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        yield servicer
+    finally:
+        await server.stop(None)
+
+
+def test_a_one_entry_answer_for_a_batch_settles_every_send_in_order() -> None:
+    count = 600
+
+    async def produce() -> tuple[list[SendReceipt], list[int]]:
+        async with one_entry_server() as server:
+            async with BatchingProducer(
+                f"127.0.0.1:{server.port}", batch_max_messages=100, max_in_flight_requests=1
+            ) as producer:
+                receipts = await asyncio.gather(
+                    *(producer.send("rocketmq-topic", f"m{i}".encode()) for i in range(count))
+                )
+            return receipts, server.batches
+
+    receipts, batches = run(produce)
+    assert sum(batches) == count and max(batches) == 100 and len(batches) >= 6
+    # Each send gets its own ID and the offset after the previous message of its batch.
+    assert sorted(r.offset for r in receipts) == list(range(count))
+    assert len({r.message_id for r in receipts}) == count
+    assert all(MESSAGE_ID.match(r.message_id) for r in receipts)
+
+
+def test_an_answer_with_the_wrong_number_of_entries_fails_its_sends() -> None:
+    async def produce() -> list[Any]:
+        async with one_entry_server() as server:
+            server.entries = 2
+            async with BatchingProducer(f"127.0.0.1:{server.port}") as producer:
+                return await asyncio.gather(
+                    *(producer.send("rocketmq-topic", b"x") for _ in range(3)),
+                    return_exceptions=True,
+                )
+
+    results = run(produce)
+    assert len(results) == 3
+    for error in results:
+        assert isinstance(error, BrokerError), error
+        assert "2 entries for 3 messages" in error.message
