@@ -242,17 +242,7 @@ class MessagingClient:
     def _from_proto(message: pb.Message) -> ReceivedMessage:
         system = message.system_properties
         return ReceivedMessage(
-            topic=message.topic.name,
-            queue_id=system.queue_id,
-            queue_offset=system.queue_offset,
-            message_id=system.message_id,
-            tag=system.tag,
-            keys=tuple(system.keys),
-            message_group=system.message_group,
-            properties=dict(message.user_properties),
-            body=_decoded_body(message),
-            born_timestamp=_millis(system.born_timestamp),
-            store_timestamp=_millis(system.store_timestamp),
+            **stored_fields(message),
             delivery_attempt=system.delivery_attempt,
             receipt_handle=system.receipt_handle,
         )
@@ -278,3 +268,21 @@ class MessagingClient:
         for entry in response.entries:
             _check(entry.status)
         _check(response.status)
+
+
+def stored_fields(message: pb.Message) -> dict:
+    """What the broker stored of a message, as keyword arguments of the client's message types."""
+    system = message.system_properties
+    return {
+        "topic": message.topic.name,
+        "queue_id": system.queue_id,
+        "queue_offset": system.queue_offset,
+        "message_id": system.message_id,
+        "tag": system.tag,
+        "keys": tuple(system.keys),
+        "message_group": system.message_group,
+        "properties": dict(message.user_properties),
+        "body": _decoded_body(message),
+        "born_timestamp": _millis(system.born_timestamp),
+        "store_timestamp": _millis(system.store_timestamp),
+    }

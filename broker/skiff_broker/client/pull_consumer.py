@@ -30,7 +30,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc
 
 from .. import __version__
 from .errors import BrokerError, MessagingError, from_rpc_error
-from .messaging import _decoded_body, _millis, _timestamp
+from .messaging import _timestamp, stored_fields
 
 __all__ = [
     "DataLost",
@@ -119,20 +119,7 @@ def _duration(seconds: float) -> Duration:
 
 
 def _from_proto(message: pb.Message) -> PulledMessage:
-    system = message.system_properties
-    return PulledMessage(
-        topic=message.topic.name,
-        queue_id=system.queue_id,
-        queue_offset=system.queue_offset,
-        message_id=system.message_id,
-        tag=system.tag,
-        keys=tuple(system.keys),
-        message_group=system.message_group,
-        properties=dict(message.user_properties),
-        body=_decoded_body(message),
-        born_timestamp=_millis(system.born_timestamp),
-        store_timestamp=_millis(system.store_timestamp),
-    )
+    return PulledMessage(**stored_fields(message))
 
 
 class PullConsumer:
