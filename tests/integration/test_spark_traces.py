@@ -60,9 +60,10 @@ def skiff(*args: str) -> subprocess.CompletedProcess:
 def test_analyze_reports_append_and_flush_latency_of_real_spans(tmp_path):
     run = produce_span_file(tmp_path, flush_type="SYNC_FLUSH", broker_name="broker-a")
     expected = durations_in(run.traces_path)
-    # What the broker was asked to do shows in the input: one append per sampled send.
-    assert len(expected[("append", "broker-a", "SpanTopicA", "SYNC_FLUSH", "NONE")]) == 20
-    assert ("flush", "broker-a", "*", "SYNC_FLUSH", "NONE") in expected
+    # What the broker was asked to do shows in the input: one append per sampled send. A broker
+    # without replicas still reports its configured replication mode, ASYNC by default.
+    assert len(expected[("append", "broker-a", "SpanTopicA", "SYNC_FLUSH", "ASYNC")]) == 20
+    assert ("flush", "broker-a", "*", "SYNC_FLUSH", "ASYNC") in expected
 
     out = tmp_path / "report"
     done = skiff(
