@@ -23,11 +23,18 @@ log = logging.getLogger(__name__)
 
 
 def disk_use_ratio(path: str) -> float:
-    """Fraction of the file system holding ``path`` that this process cannot use."""
+    """Used share of the file system holding ``path``, as ``df`` reports it.
+
+    Blocks reserved for root count neither as used nor as available: counting them
+    as used would call a file system with a large reserve full while it still has
+    plenty of room for this process.
+    """
     st = os.statvfs(path)
-    if st.f_blocks == 0:
+    used = st.f_blocks - st.f_bfree
+    reachable = used + st.f_bavail
+    if reachable <= 0:
         return 0.0
-    return 1.0 - st.f_bavail / st.f_blocks
+    return used / reachable
 
 
 def is_delete_hour(delete_when: str, hour: int) -> bool:

@@ -411,7 +411,8 @@ def tmpfs_config(data_dir: Path, **overrides: object) -> StoreConfig:
 
 def use_ratio(path: Path) -> float:
     st = os.statvfs(path)
-    return 1.0 - st.f_bavail / st.f_blocks
+    used = st.f_blocks - st.f_bfree
+    return used / (used + st.f_bavail)
 
 
 def make_filler(path: Path, size: int) -> None:
@@ -425,8 +426,8 @@ def make_filler(path: Path, size: int) -> None:
 def filler_to_reach(mount: Path, target_ratio: float) -> int:
     """Bytes that take the file system's use to ``target_ratio`` (in whole blocks)."""
     st = os.statvfs(mount)
-    used_blocks = st.f_blocks - st.f_bavail
-    blocks = int(target_ratio * st.f_blocks) - used_blocks
+    used_blocks = st.f_blocks - st.f_bfree
+    blocks = int(target_ratio * (used_blocks + st.f_bavail)) - used_blocks
     assert blocks > 0, "the file system is already past the target"
     return blocks * st.f_frsize
 
