@@ -104,6 +104,22 @@ def main(log_level: str) -> None:
     show_default=True,
 )
 @click.option(
+    "--consume-queue-file-entries",
+    envvar="SKIFF_CONSUME_QUEUE_FILE_ENTRIES",
+    type=click.IntRange(min=1),
+    default=300_000,
+    show_default=True,
+    help="Entries (20 bytes each) in each pre-allocated consume-queue file.",
+)
+@click.option(
+    "--index-file-entries",
+    envvar="SKIFF_INDEX_FILE_ENTRIES",
+    type=click.IntRange(min=4),
+    default=20_000_000,
+    show_default=True,
+    help="Keys in each pre-allocated index file (20 bytes each, plus a hash slot per 4 keys).",
+)
+@click.option(
     "--file-reserved-hours",
     envvar="SKIFF_FILE_RESERVED_HOURS",
     type=float,
@@ -243,6 +259,8 @@ def broker(
     transient_store_pool: bool,
     commit_log_file_size: int,
     max_message_size: int,
+    consume_queue_file_entries: int,
+    index_file_entries: int,
     file_reserved_hours: float,
     delete_when: str,
     sync_flush_timeout: float,
@@ -276,6 +294,10 @@ def broker(
         transient_store_pool_enable=transient_store_pool,
         commit_log_file_size=commit_log_file_size,
         max_message_size=max_message_size,
+        consume_queue_units_per_file=consume_queue_file_entries,
+        max_index_num=index_file_entries,
+        # RocketMQ's proportions: a hash slot for every four keys.
+        max_hash_slot_num=index_file_entries // 4,
         file_reserved_time_hours=file_reserved_hours,
         delete_when=delete_when,
         sync_flush_timeout=sync_flush_timeout,

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+from skiff_broker.client.admin import AdminClient
+from skiff_broker.client.messaging import MessagingClient, OutgoingMessage
 from skiff_broker.store.config import StoreConfig
 from skiff_broker.store.message import Message
 from skiff_broker.store.message_store import MessageStore
@@ -41,6 +43,7 @@ def test_broker_takes_settings_from_env_and_stops_cleanly_on_sigterm(tmp_path):
             SKIFF_FLUSH_TYPE="SYNC_FLUSH",
             SKIFF_COMMIT_LOG_FILE_SIZE="1m",
             SKIFF_MAX_MESSAGE_SIZE="64k",
+            SKIFF_INDEX_FILE_ENTRIES="1000",
         ),
         stderr=subprocess.PIPE,
         text=True,
@@ -51,6 +54,11 @@ def test_broker_takes_settings_from_env_and_stops_cleanly_on_sigterm(tmp_path):
         assert any("SYNC_FLUSH" in e["msg"] for e in entries)
         assert entries[-1]["msg"].startswith("listening on 127.0.0.1:")
         assert (data / "abort").exists()
+        endpoint = entries[-1]["msg"].removeprefix("listening on ")
+        with AdminClient(endpoint) as admin:
+            admin.create_topic("env-settings")
+        with MessagingClient(endpoint) as messaging:
+            messaging.send([OutgoingMessage("env-settings", b"indexed", keys=("k1",))])
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:
@@ -58,6 +66,10 @@ def test_broker_takes_settings_from_env_and_stops_cleanly_on_sigterm(tmp_path):
     assert not (data / "abort").exists(), "a clean stop removes the abort marker"
     segments = os.listdir(data / "commitlog")
     assert all(os.path.getsize(data / "commitlog" / s) == 1024 * 1024 for s in segments)
+    # 40-byte header, a 4-byte hash slot per four keys, 20 bytes per key.
+    indexes = os.listdir(data / "index")
+    assert indexes
+    assert all(os.path.getsize(data / "index" / f) == 40 + 250 * 4 + 1000 * 20 for f in indexes)
 
 
 def test_invalid_settings_are_refused_with_a_reason(tmp_path):
