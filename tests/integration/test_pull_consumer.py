@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import grpc
 import pytest
 from tests.broker_process import BrokerProcess, running_broker
 from tests.queue_ends import wait_for_messages
 from tests.retention_broker import RETENTION_ARGS, wait_for_deletion
 
 from skiff_broker.client.admin import AdminClient
-from skiff_broker.client.errors import MessagingError
+from skiff_broker.client.errors import MessagingError, NotFound
 from skiff_broker.client.messaging import MessagingClient, OutgoingMessage
 from skiff_broker.client.pull_consumer import DataLost, PullConsumer, PullStatus, QueueRange
+from skiff_broker.records.v1 import records_pb2 as rpb
+from skiff_broker.records.v1 import records_pb2_grpc
 
 
 @pytest.fixture(scope="module")
@@ -102,9 +105,12 @@ def test_group_offsets_are_kept_on_the_broker(broker):
 
 
 def test_unknown_topic_is_a_clear_error(broker):
-    with PullConsumer(broker.endpoint) as consumer, pytest.raises(MessagingError) as caught:
-        consumer.pull("pc-missing", 0, 0)
-    assert caught.value.code == "TOPIC_NOT_FOUND"
+    with PullConsumer(broker.endpoint) as consumer:
+        with pytest.raises(MessagingError) as caught:
+            consumer.queue_ids("pc-missing")
+        assert caught.value.code == "TOPIC_NOT_FOUND"
+        with pytest.raises(NotFound, match="topic 'pc-missing' does not exist"):
+            consumer.pull("pc-missing", 0, 0)
 
 
 def test_deleted_offsets_raise_or_are_skipped(tmp_path):
@@ -128,3 +134,67 @@ def test_deleted_offsets_raise_or_are_skipped(tmp_path):
             assert first >= oldest
             assert [m.queue_offset for m in got] == list(range(first, 60))
             assert [m.body[:4] for m in got] == [f"{i:04d}".encode() for i in range(first, 60)]
+
+
+def test_one_fetch_carries_thousands_of_messages_and_tags_filter_exactly(broker):
+    with AdminClient(broker.endpoint) as admin:
+        admin.create_topic("pc-bulk", read_queues=1)
+    bodies = [f"bulk {i}".encode() * 10 for i in range(5000)]
+    with MessagingClient(broker.endpoint) as messaging:
+        for start in range(0, 5000, 500):
+            messaging.send(
+                [
+                    OutgoingMessage("pc-bulk", bodies[i], tag="even" if i % 2 == 0 else "odd")
+                    for i in range(start, start + 500)
+                ]
+            )
+    wait_for_messages(broker.endpoint, "pc-bulk", 5000)
+    with PullConsumer(broker.endpoint) as consumer:
+        everything = consumer.pull("pc-bulk", 0, 0, max_messages=5000)
+        assert [m.body for m in everything.messages] == bodies
+        assert everything.next_offset == 5000
+
+        odd = consumer.pull("pc-bulk", 0, 0, max_messages=100, tag_expression="odd")
+        assert [m.queue_offset for m in odd.messages] == list(range(1, 200, 2))
+        assert {m.tag for m in odd.messages} == {"odd"}
+        assert odd.next_offset == 200
+
+        small = consumer.pull("pc-bulk", 0, 0, max_messages=5000, max_bytes=1000)
+        assert 0 < len(small.messages) < 20
+
+
+@pytest.fixture(scope="module")
+def two_messages(broker: BrokerProcess) -> str:
+    fill(broker.endpoint, "pc-refused", queues=1, per_queue=2)
+    return "pc-refused"
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"topic": "pc-nope"}, "does not exist"),
+        ({"topic": "bad/name"}, "topic"),
+        ({"queue_id": 9}, "out of range"),
+        ({"offset": -1}, "negative"),
+        ({"max_records": 0}, "max_records"),
+        ({"max_records": 70000}, "max_records"),
+        ({"max_bytes": 1 << 30}, "max_bytes"),
+        ({"wait_ms": -5}, "wait_ms"),
+        ({"tags": ["a|b"]}, "tag"),
+    ],
+)
+def test_bad_fetches_are_refused_and_the_broker_keeps_serving(
+    broker, two_messages, change, problem
+):
+    fetch = {"topic": two_messages, "queue_id": 0, "offset": 0, "max_records": 10}
+    with grpc.insecure_channel(broker.endpoint) as channel:
+        stub = records_pb2_grpc.RecordServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.Fetch(rpb.FetchRequest(**{**fetch, **change}), timeout=10)
+        assert caught.value.code() in (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            grpc.StatusCode.NOT_FOUND,
+        )
+        assert problem in caught.value.details()
+        good = stub.Fetch(rpb.FetchRequest(**fetch), timeout=10)
+        assert (good.result, good.record_count) == (rpb.FetchResponse.FOUND, 2)

@@ -1,13 +1,15 @@
 """A synchronous pull consumer: the caller names each queue and offset.
 
-It speaks apache.rocketmq.v2 directly: QueryRoute for a topic's readable
-queues, QueryOffset for a queue's min and max offsets (or the first offset at
-a time), PullMessage to read from an explicit offset, and GetOffset /
-UpdateOffset for offsets a consumer group keeps on the broker.
+Reading goes through Skiff's record API (skiff.records.v1 Fetch): one call
+returns up to tens of thousands of stored records, decoded here (see
+``records``). Routes and offsets use apache.rocketmq.v2: QueryRoute for a
+topic's readable queues, QueryOffset for a queue's min and max offsets (or the
+first offset at a time), and GetOffset / UpdateOffset for offsets a consumer
+group keeps on the broker.
 
 Offsets follow RocketMQ: a queue holds ``[min_offset, max_offset)``;
 ``max_offset`` is the offset the next message will get. :meth:`PullConsumer.read_range`
-iterates over a bounded range and keeps the next pull in flight (on a
+iterates over a bounded range and keeps the next fetch in flight (on a
 background thread) while the caller works on the messages of the current one.
 """
 
@@ -22,15 +24,17 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import grpc
-import grpc.experimental
-from google.protobuf.duration_pb2 import Duration
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
 
 from .. import __version__
+from ..delivery.tag_filter import TagFilter
+from ..records.v1 import records_pb2 as rpb
+from ..records.v1 import records_pb2_grpc
 from .errors import BrokerError, MessagingError, from_rpc_error
-from .messaging import _timestamp, stored_fields
+from .messaging import _timestamp
+from .records import CorruptRecords, PulledMessage, decode_records
 
 __all__ = [
     "DataLost",
@@ -42,9 +46,10 @@ __all__ = [
 ]
 
 DEFAULT_TIMEOUT_S = 10.0
-DEFAULT_BATCH_SIZE = 256
+DEFAULT_BATCH_SIZE = 8192
 # The broker refuses larger batches.
-MAX_BATCH_SIZE = 1024
+MAX_BATCH_SIZE = 65536
+DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 MAX_LONG_POLL_S = 20.0
 _READABLE = frozenset({pb.Permission.READ, pb.Permission.READ_WRITE})
 
@@ -78,21 +83,6 @@ class PullStatus(enum.Enum):
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class PulledMessage:
-    topic: str
-    queue_id: int
-    queue_offset: int
-    message_id: str
-    tag: str
-    keys: tuple[str, ...]
-    message_group: str
-    properties: dict[str, str]
-    body: bytes
-    born_timestamp: int  # ms since the epoch, as the producer stamped it
-    store_timestamp: int  # ms since the epoch, when the broker stored it
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
 class PullResult:
     status: PullStatus
     messages: list[PulledMessage]
@@ -111,15 +101,6 @@ class QueueRange:
 def _status_error(status: pb.Status) -> MessagingError:
     name = pb.Code.Name(status.code) if status.code in pb.Code.values() else str(status.code)
     return MessagingError(status.code, name, status.message or name)
-
-
-def _duration(seconds: float) -> Duration:
-    millis = int(max(0.0, seconds) * 1000)
-    return Duration(seconds=millis // 1000, nanos=millis % 1000 * 1_000_000)
-
-
-def _from_proto(message: pb.Message) -> PulledMessage:
-    return PulledMessage(**stored_fields(message))
 
 
 class PullConsumer:
@@ -143,16 +124,10 @@ class PullConsumer:
         self._namespace = namespace
         self._client_id = f"{socket.gethostname()}@skiff-pull@{uuid.uuid4().hex[:12]}"
         self._channel = grpc.insecure_channel(
-            endpoint,
-            options=[
-                ("grpc.max_receive_message_length", -1),
-                # A pull streams one response per message: reading them on the calling
-                # thread, not handed over from gRPC's polling thread one by one, is
-                # several times faster.
-                (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1),
-            ],
+            endpoint, options=[("grpc.max_receive_message_length", -1)]
         )
         self._stub = service_pb2_grpc.MessagingServiceStub(self._channel)
+        self._records = records_pb2_grpc.RecordServiceStub(self._channel)
         self._prefetcher: concurrent.futures.ThreadPoolExecutor | None = None
 
     def close(self) -> None:
@@ -265,10 +240,11 @@ class PullConsumer:
         offset: int,
         *,
         max_messages: int = 32,
+        max_bytes: int = DEFAULT_MAX_BYTES,
         wait_s: float = 0.0,
         tag_expression: str = "*",
     ) -> PullResult:
-        """Up to ``max_messages`` messages of one queue from ``offset``.
+        """Up to ``max_messages`` messages (about ``max_bytes``) of one queue from ``offset``.
 
         With ``wait_s`` > 0 and no message at ``offset`` yet, the broker holds the
         request until one arrives or the time is up (long polling).
@@ -277,47 +253,46 @@ class PullConsumer:
             raise ValueError(f"max_messages must be 1 to {MAX_BATCH_SIZE}")
         if offset < 0:
             raise ValueError("an offset cannot be negative")
-        wait_s = min(wait_s, MAX_LONG_POLL_S)
-        request = spb.PullMessageRequest(
-            group=self._resource(self.group),
-            message_queue=self._queue(topic, queue_id),
+        tags = TagFilter.parse(tag_expression).tags
+        wait_s = min(max(wait_s, 0.0), MAX_LONG_POLL_S)
+        request = rpb.FetchRequest(
+            topic=topic,
+            queue_id=queue_id,
             offset=offset,
-            batch_size=max_messages,
-            filter_expression=pb.FilterExpression(
-                type=pb.FilterType.TAG, expression=tag_expression
-            ),
-            long_polling_timeout=_duration(wait_s),
+            max_records=max_messages,
+            max_bytes=max_bytes,
+            tags=sorted(tags) if tags is not None else (),
+            wait_ms=int(wait_s * 1000),
         )
-        status: pb.Status | None = None
-        messages: list[PulledMessage] = []
-        next_offset = offset
         try:
-            for frame in self._stub.PullMessage(
+            response = self._records.Fetch(
                 request, timeout=wait_s + self._timeout, metadata=self._metadata()
-            ):
-                content = frame.WhichOneof("content")
-                if content == "status":
-                    status = frame.status
-                elif content == "message":
-                    messages.append(_from_proto(frame.message))
-                elif content == "next_offset":
-                    next_offset = frame.next_offset
+            )
         except grpc.RpcError as exc:
             raise from_rpc_error(exc, self.endpoint) from None
-        if status is None:
-            raise BrokerError(f"the broker at {self.endpoint} answered a pull without a status")
-        if status.code == pb.Code.OK:
-            return PullResult(PullStatus.FOUND, messages, next_offset)
-        if status.code == pb.Code.MESSAGE_NOT_FOUND:
-            return PullResult(PullStatus.NO_NEW_MESSAGE, [], next_offset)
-        if status.code == pb.Code.ILLEGAL_OFFSET:
-            # The broker points at its min offset when ours is too small, at its max
-            # offset when ours is too large.
-            kind = (
-                PullStatus.OFFSET_TOO_SMALL if next_offset > offset else PullStatus.OFFSET_TOO_LARGE
-            )
-            return PullResult(kind, [], next_offset)
-        raise _status_error(status)
+        result = response.result
+        if result == rpb.FetchResponse.FOUND:
+            try:
+                messages = decode_records(response.records)
+            except CorruptRecords as exc:
+                log.error(
+                    "%s/%d: skipping offsets after %d up to %d: %s",
+                    topic,
+                    queue_id,
+                    exc.messages[-1].queue_offset if exc.messages else offset - 1,
+                    response.next_offset - 1,
+                    exc,
+                )
+                messages = exc.messages
+            if tags is not None:
+                # The broker filters on tag hashes; two tags may share one.
+                messages = [m for m in messages if m.tag in tags]
+            return PullResult(PullStatus.FOUND, messages, response.next_offset)
+        if result == rpb.FetchResponse.OFFSET_TOO_SMALL:
+            return PullResult(PullStatus.OFFSET_TOO_SMALL, [], response.next_offset)
+        if result == rpb.FetchResponse.OFFSET_TOO_LARGE:
+            return PullResult(PullStatus.OFFSET_TOO_LARGE, [], response.next_offset)
+        return PullResult(PullStatus.NO_NEW_MESSAGE, [], response.next_offset)
 
     def read_range(
         self,

@@ -14,6 +14,8 @@ from ..admin.v1 import admin_pb2_grpc
 from ..config import BrokerConfig
 from ..delivery.long_polling import ArrivalHub
 from ..ha.replication import Replication
+from ..records.service import RecordService
+from ..records.service import add_to_server as add_record_service
 from ..runtime import Broker
 from ..telemetry import telemetry_from_env
 from .messaging_service import MessagingService, add_to_server
@@ -87,6 +89,7 @@ class BrokerServer:
             AdminService(self.broker, endpoint=self.client_endpoint, replication=self.replication),
             server,
         )
+        add_record_service(RecordService(self.broker, hub), server)
         try:
             self.port = server.add_insecure_port(self.config.listen)
         except RuntimeError as exc:

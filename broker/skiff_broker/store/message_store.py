@@ -88,6 +88,16 @@ class GetResult:
 
 
 @dataclasses.dataclass(slots=True)
+class RecordsResult:
+    status: GetStatus
+    data: bytes  # whole records, back to back
+    count: int
+    next_offset: int
+    min_offset: int
+    max_offset: int
+
+
+@dataclasses.dataclass(slots=True)
 class StoreStats:
     commit_log_min_offset: int
     commit_log_max_offset: int
@@ -513,46 +523,129 @@ class MessageStore:
         commit log; ``accept`` then checks the message itself (hash collisions).
         A record that fails its CRC is logged and skipped, never returned.
         """
+        messages: list[StoredMessage] = []
+
+        def take(queue_offset: int, physical: int, size: int) -> bool:
+            message = self._read(physical, size)
+            if message is None or (accept is not None and not accept(message)):
+                return False
+            messages.append(message)
+            return True
+
+        status, next_offset, min_offset, max_offset = self._walk_queue(
+            topic, queue_id, offset, max_count, max_bytes, tag_codes, take, accept is not None
+        )
+        if status is GetStatus.FOUND and not messages:
+            status = GetStatus.NO_MATCHED_MESSAGE
+        return GetResult(status, messages, next_offset, min_offset, max_offset)
+
+    def get_records(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        *,
+        max_bytes: int = 4 * 1024 * 1024,
+        tag_codes: set[int] | None = None,
+    ) -> RecordsResult:
+        """Raw records of one queue from ``offset``, back to back, as the commit log holds them.
+
+        Records that sit next to each other in the log are copied as one run.
+        Nothing is decoded or CRC-checked here: the reader checks each record.
+        """
+        # [commit-log offset, length, records before it, its first queue offset] per run
+        runs: list[list[int]] = []
+        count = 0
+        segment_size = self.config.commit_log_file_size
+
+        def take(queue_offset: int, physical: int, size: int) -> bool:
+            nonlocal count
+            last = runs[-1] if runs else None
+            if (
+                last is not None
+                and last[0] + last[1] == physical
+                and last[0] // segment_size == (physical + size - 1) // segment_size
+            ):
+                last[1] += size
+            else:
+                runs.append([physical, size, count, queue_offset])
+            count += 1
+            return True
+
+        status, next_offset, min_offset, max_offset = self._walk_queue(
+            topic, queue_id, offset, max_count, max_bytes, tag_codes, take, False
+        )
+        chunks = []
+        for physical, length, before, first_queue_offset in runs:
+            chunk = self.commit_log.read(physical, length)
+            if chunk is None:
+                # Retention deleted the rest while it was read: end before it, and
+                # let the next fetch find out where the queue starts now.
+                count, next_offset = before, first_queue_offset
+                break
+            chunks.append(chunk)
+        data = b"".join(chunks)
+        if status is GetStatus.FOUND and not data:
+            if runs:  # retention took every record found: point at the queue's start now
+                status, next_offset = GetStatus.OFFSET_TOO_SMALL, self.min_offset(topic, queue_id)
+            else:
+                status = GetStatus.NO_MATCHED_MESSAGE
+        return RecordsResult(status, data, count, next_offset, min_offset, max_offset)
+
+    def _walk_queue(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        max_bytes: int,
+        tag_codes: set[int] | None,
+        take: Callable[[int, int, int], bool],
+        exact_filter: bool,
+    ) -> tuple[GetStatus, int, int, int]:
+        """Hand each unit of a queue from ``offset`` whose tag matches to ``take``.
+
+        Stops after ``max_count`` taken units or ``max_bytes`` taken bytes. Returns
+        the status, the offset after the last unit scanned and the queue's bounds.
+        """
         cq = self.consume_queues.get(topic, queue_id)
         if cq is None:
-            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, [], 0, 0, 0)
+            return GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0
         min_offset, max_offset = cq.min_offset, cq.max_offset
         if max_offset == 0:
-            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, [], 0, min_offset, max_offset)
+            return GetStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset
         if offset < min_offset:
-            return GetResult(GetStatus.OFFSET_TOO_SMALL, [], min_offset, min_offset, max_offset)
+            return GetStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset
         if offset == max_offset:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], offset, min_offset, max_offset)
+            return GetStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset
         if offset > max_offset:
-            return GetResult(
-                GetStatus.OFFSET_OVERFLOW_BADLY, [], max_offset, min_offset, max_offset
-            )
-        messages: list[StoredMessage] = []
+            return GetStatus.OFFSET_OVERFLOW_BADLY, max_offset, min_offset, max_offset
         next_offset = offset
+        taken = 0
         size_total = 0
-        filtering = tag_codes is not None or accept is not None
+        filtering = tag_codes is not None or exact_filter
         # A filter that matches nothing must not turn one read into a scan of the queue.
         scan_end = min(max_offset, offset + self.config.max_filter_message_count)
-        while len(messages) < max_count and next_offset < scan_end and size_total < max_bytes:
-            wanted = _FILTER_READ_UNITS if filtering else max_count - len(messages)
+        while taken < max_count and next_offset < scan_end and size_total < max_bytes:
+            wanted = _FILTER_READ_UNITS if filtering else max_count - taken
             units = cq.read_units(next_offset, min(wanted, scan_end - next_offset))
             if not units:
                 # A blank stretch or a deleted file: step over it.
                 next_offset += 1
                 continue
             for physical, size, tag_code in units:
+                queue_offset = next_offset
                 next_offset += 1
                 if tag_codes is not None and tag_code not in tag_codes:
                     continue
-                message = self._read(physical, size)
-                if message is None or (accept is not None and not accept(message)):
+                if not take(queue_offset, physical, size):
                     continue
-                messages.append(message)
+                taken += 1
                 size_total += size
-                if size_total >= max_bytes or len(messages) >= max_count:
+                if size_total >= max_bytes or taken >= max_count:
                     break
-        status = GetStatus.FOUND if messages else GetStatus.NO_MATCHED_MESSAGE
-        return GetResult(status, messages, next_offset, min_offset, max_offset)
+        return GetStatus.FOUND, next_offset, min_offset, max_offset
 
     def scan_queue(
         self, topic: str, queue_id: int, start: int

@@ -1,0 +1,238 @@
+"""Messages out of the raw records a fetch returns (skiff.records.v1).
+
+The broker sends records exactly as its commit log holds them (RocketMQ's
+layout, see ``skiff_broker.store.message``); decoding them here, in one tight
+loop, is what lets a consumer read hundreds of thousands of messages a second.
+Properties are decoded only when a message's properties, ID, tag, keys or group
+are first asked for: a consumer that only needs bodies never pays for them.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import zlib
+
+from ..delivery import properties as prop
+from ..store.message import (
+    MESSAGE_MAGIC,
+    decode_properties,
+    header_struct,
+    offset_message_id,
+)
+
+__all__ = ["CorruptRecords", "PulledMessage", "decode_records"]
+
+log = logging.getLogger(__name__)
+
+_COMPRESSED = 0x1
+_HOST_V6_BITS = 0x30
+_PLAIN_HEADER = header_struct(0)
+# TOTALSIZE .. BODYLENGTH, then at least the topic length and properties length.
+_MIN_RECORD = _PLAIN_HEADER.size + 3
+
+
+class CorruptRecords(ValueError):
+    """A record whose framing is broken: nothing after it in the batch can be read.
+
+    ``messages`` holds the messages decoded before it.
+    """
+
+    def __init__(self, reason: str, messages: list[PulledMessage]) -> None:
+        super().__init__(reason)
+        self.messages = messages
+
+
+class PulledMessage:
+    """A message read from a queue, with the offsets the broker gave it.
+
+    ``properties`` holds the user's properties; the broker's own (ID, tag, keys,
+    message group) have attributes of their own.
+    """
+
+    __slots__ = (
+        "_all_properties",
+        "_physical_offset",
+        "_raw_properties",
+        "_store_host",
+        "body",
+        "born_timestamp",
+        "queue_id",
+        "queue_offset",
+        "store_timestamp",
+        "topic",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        body: bytes,
+        born_timestamp: int,  # ms since the epoch, as the producer stamped it
+        store_timestamp: int,  # ms since the epoch, when the broker stored it
+        raw_properties: bytes,
+        physical_offset: int,
+        store_host: bytes,
+    ) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.body = body
+        self.born_timestamp = born_timestamp
+        self.store_timestamp = store_timestamp
+        self._raw_properties = raw_properties
+        self._physical_offset = physical_offset
+        self._store_host = store_host
+        self._all_properties: dict[str, str] | None = None
+
+    def _stored_properties(self) -> dict[str, str]:
+        if self._all_properties is None:
+            self._all_properties = decode_properties(self._raw_properties)
+        return self._all_properties
+
+    @property
+    def message_id(self) -> str:
+        # Records written without a client ID have RocketMQ's offset message ID.
+        return self._stored_properties().get(prop.UNIQ_KEY) or offset_message_id(
+            self._store_host, self._physical_offset
+        )
+
+    @property
+    def tag(self) -> str:
+        return self._stored_properties().get(prop.TAGS, "")
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        keys = self._stored_properties().get(prop.KEYS, "")
+        return tuple(keys.split(" ")) if keys else ()
+
+    @property
+    def message_group(self) -> str:
+        return self._stored_properties().get(prop.MESSAGE_GROUP, "")
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return {k: v for k, v in self._stored_properties().items() if k not in prop.RESERVED}
+
+    def _fields(self) -> tuple:
+        return (
+            self.topic,
+            self.queue_id,
+            self.queue_offset,
+            self.message_id,
+            self.tag,
+            self.keys,
+            self.message_group,
+            self.properties,
+            self.body,
+            self.born_timestamp,
+            self.store_timestamp,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PulledMessage):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    __hash__ = None  # type: ignore[assignment]  # equal messages may differ in identity only
+
+    def __repr__(self) -> str:
+        return (
+            f"PulledMessage(topic={self.topic!r}, queue_id={self.queue_id}, "
+            f"queue_offset={self.queue_offset}, message_id={self.message_id!r}, "
+            f"tag={self.tag!r}, body={self.body[:32]!r}{'...' if len(self.body) > 32 else ''})"
+        )
+
+
+def decode_records(data: bytes, *, check_crc: bool = True) -> list[PulledMessage]:
+    """The messages in ``data``, records back to back.
+
+    A record whose body fails its CRC is logged and left out, as the broker
+    does with what it decodes itself. Broken framing (a size or magic that
+    cannot be) raises :class:`CorruptRecords`.
+    """
+    messages: list[PulledMessage] = []
+    append = messages.append
+    unpack_plain = _PLAIN_HEADER.unpack_from
+    plain_size = _PLAIN_HEADER.size
+    crc32 = zlib.crc32
+    topics: dict[bytes, str] = {}
+    end = len(data)
+    position = 0
+    while position < end:
+        if position + _MIN_RECORD > end:
+            raise CorruptRecords(f"a record at byte {position} is cut short", messages)
+        (
+            size,
+            magic,
+            crc,
+            queue_id,
+            _flag,
+            queue_offset,
+            physical_offset,
+            sys_flag,
+            born_timestamp,
+            _born_host,
+            store_timestamp,
+            store_host,
+            _reconsume_times,
+            _prepared_offset,
+            body_length,
+        ) = unpack_plain(data, position)
+        header_size = plain_size
+        if sys_flag & _HOST_V6_BITS:
+            header = header_struct(sys_flag)
+            header_size = header.size
+            if position + header_size + 3 > end:
+                raise CorruptRecords(f"a record at byte {position} is cut short", messages)
+            (_, _, _, _, _, _, _, _, _, _, store_timestamp, store_host, _, _, body_length) = (
+                header.unpack_from(data, position)
+            )
+        record_end = position + size
+        if magic != MESSAGE_MAGIC or size < header_size + 3 or record_end > end:
+            raise CorruptRecords(
+                f"the record at byte {position} has magic {magic:#x} and size {size}", messages
+            )
+        body_start = position + header_size
+        topic_at = body_start + body_length
+        if body_length < 0 or topic_at + 3 > record_end:
+            raise CorruptRecords(
+                f"the record at byte {position} has impossible body length {body_length}",
+                messages,
+            )
+        body = data[body_start:topic_at]
+        topic_length = data[topic_at]
+        properties_at = topic_at + 3 + topic_length
+        if properties_at > record_end or (
+            properties_at + ((data[properties_at - 2] << 8) | data[properties_at - 1]) != record_end
+        ):
+            raise CorruptRecords(
+                f"the record at byte {position} has inconsistent field lengths", messages
+            )
+        position = record_end
+        if check_crc and crc32(body) & 0x7FFFFFFF != crc:
+            log.error(
+                "skipping message at queue offset %d: its body fails the CRC check", queue_offset
+            )
+            continue
+        raw_topic = data[topic_at + 1 : topic_at + 1 + topic_length]
+        topic = topics.get(raw_topic)
+        if topic is None:
+            topic = topics[raw_topic] = raw_topic.decode("utf-8", "replace")
+        if sys_flag & _COMPRESSED:
+            body = gzip.decompress(body) if body[:2] == b"\x1f\x8b" else zlib.decompress(body)
+        append(
+            PulledMessage(
+                topic,
+                queue_id,
+                queue_offset,
+                body,
+                born_timestamp,
+                store_timestamp,
+                data[properties_at:record_end],
+                physical_offset,
+                store_host,
+            )
+        )
+    return messages
