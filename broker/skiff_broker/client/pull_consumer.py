@@ -249,11 +249,24 @@ class PullConsumer:
         With ``wait_s`` > 0 and no message at ``offset`` yet, the broker holds the
         request until one arrives or the time is up (long polling).
         """
+        tags = TagFilter.parse(tag_expression).tags
+        response = self._fetch(topic, queue_id, offset, max_messages, max_bytes, wait_s, tags)
+        return self._result(response, topic, queue_id, offset, tags)
+
+    def _fetch(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_messages: int,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        wait_s: float = 0.0,
+        tags: frozenset[str] | None = None,
+    ) -> rpb.FetchResponse:
         if not 0 < max_messages <= MAX_BATCH_SIZE:
             raise ValueError(f"max_messages must be 1 to {MAX_BATCH_SIZE}")
         if offset < 0:
             raise ValueError("an offset cannot be negative")
-        tags = TagFilter.parse(tag_expression).tags
         wait_s = min(max(wait_s, 0.0), MAX_LONG_POLL_S)
         request = rpb.FetchRequest(
             topic=topic,
@@ -265,11 +278,20 @@ class PullConsumer:
             wait_ms=int(wait_s * 1000),
         )
         try:
-            response = self._records.Fetch(
+            return self._records.Fetch(
                 request, timeout=wait_s + self._timeout, metadata=self._metadata()
             )
         except grpc.RpcError as exc:
             raise from_rpc_error(exc, self.endpoint) from None
+
+    @staticmethod
+    def _result(
+        response: rpb.FetchResponse,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        tags: frozenset[str] | None,
+    ) -> PullResult:
         result = response.result
         if result == rpb.FetchResponse.FOUND:
             try:
@@ -307,7 +329,7 @@ class PullConsumer:
     ) -> Iterator[PulledMessage]:
         """The messages of one queue with ``start <= offset < end``, in offset order.
 
-        The next pull is in flight while the caller handles the current batch.
+        The next fetch is in flight while the current batch is decoded and handled.
         Offsets retention already deleted raise :class:`DataLost`; with
         ``skip_lost`` the read goes on from the oldest offset still stored, after
         calling ``on_lost`` (or logging a warning). The range ends early if the
@@ -323,16 +345,22 @@ class PullConsumer:
             )
         prefetcher = self._prefetcher
 
-        def pull_from(offset: int) -> concurrent.futures.Future[PullResult]:
+        def pull_from(offset: int) -> concurrent.futures.Future[rpb.FetchResponse]:
             return prefetcher.submit(
-                self.pull, topic, queue_id, offset, max_messages=min(batch_size, end - offset)
+                self._fetch, topic, queue_id, offset, min(batch_size, end - offset)
             )
 
         offset = start
         pending = pull_from(offset)
         try:
             while True:
-                result = pending.result()
+                response = pending.result()
+                if response.result == rpb.FetchResponse.FOUND and response.next_offset < end:
+                    # The next fetch travels while this one is decoded.
+                    pending = pull_from(response.next_offset)
+                else:
+                    pending = None
+                result = self._result(response, topic, queue_id, offset, None)
                 if result.status is PullStatus.OFFSET_TOO_SMALL:
                     lost = DataLost(topic, queue_id, offset, result.next_offset)
                     if not skip_lost:
@@ -353,16 +381,13 @@ class PullConsumer:
                     continue
                 if result.status is not PullStatus.FOUND:
                     return
-                next_offset = min(result.next_offset, end)
-                # Ask for the next batch before handing this one over.
-                pending = pull_from(next_offset) if next_offset < end else None
                 for message in result.messages:
                     if message.queue_offset >= end:
                         break
                     yield message
                 if pending is None:
                     return
-                offset = next_offset
+                offset = result.next_offset
         finally:
             if pending is not None:
                 pending.cancel()
