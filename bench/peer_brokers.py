@@ -191,6 +191,9 @@ class SkiffBroker(Broker):
                 f"127.0.0.1:{port}",
                 "--flush-type",
                 flush,
+                # No replicas here; a fixed replication port could clash with another broker.
+                "--ha-listen",
+                "127.0.0.1:0",
             ],
             env=env,
         )

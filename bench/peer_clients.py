@@ -306,22 +306,25 @@ class BatchingDriver(Driver):
             return await fill_with(send, count, limit_s)
 
     async def drain(self, topic: str, count: int, limit_s: float) -> Sample:
-        try:
-            from skiff_broker.client.pull_consumer import PullConsumer  # noqa: F401
-        except ImportError:
-            sample = await grpc_pull_drain(self.endpoint, topic, count, limit_s)
-            sample.note = "PullMessage loop in the benchmark (no skiff_broker.client.pull_consumer)"
-            return sample
         return await asyncio.get_running_loop().run_in_executor(
             None, pull_consumer_drain, self.endpoint, topic, count, limit_s
         )
 
     async def e2e(self, topic: str, size: int, rate: float, seconds: float) -> Sample:
+        from skiff_broker.client.pull_consumer import PullConsumer
+
         latencies = Latencies()
-        stop = asyncio.Event()
-        pullers = [
-            asyncio.create_task(grpc_pull_follow(self.endpoint, topic, q, latencies, stop))
-            for q in range(8)
+        stop = threading.Event()
+        with PullConsumer(self.endpoint) as probe:
+            queues = probe.queue_ids(topic)
+        loop = asyncio.get_running_loop()
+        # A thread for every queue: the default executor may have fewer.
+        threads = concurrent.futures.ThreadPoolExecutor(len(queues))
+        followers = [
+            loop.run_in_executor(
+                threads, pull_consumer_follow, self.endpoint, topic, q, latencies, stop
+            )
+            for q in queues
         ]
         pending, keep = gather_tasks()
         try:
@@ -336,91 +339,10 @@ class BatchingDriver(Driver):
                 await wait_all(pending)
         finally:
             stop.set()
-            await asyncio.wait(pullers, timeout=STOP_DEADLINE_S)
+            await asyncio.wait(followers, timeout=STOP_DEADLINE_S)
+            threads.shutdown(wait=False)
+        sample.note = f"{sample.note}; Skiff PullConsumer long-polling each queue".strip("; ")
         return sample
-
-
-def _grpc_stub(endpoint: str) -> tuple[Any, Any]:
-    import grpc
-    from rocketmq.grpc_protocol import service_pb2_grpc
-
-    channel = grpc.aio.insecure_channel(endpoint, options=[("grpc.max_receive_message_length", -1)])
-    return channel, service_pb2_grpc.MessagingServiceStub(channel)
-
-
-def _pull_request(topic: str, queue: int, offset: int, batch: int, poll_s: float) -> Any:
-    from google.protobuf.duration_pb2 import Duration
-    from rocketmq.grpc_protocol import definition_pb2 as pb
-    from rocketmq.grpc_protocol import service_pb2 as spb
-
-    return spb.PullMessageRequest(
-        group=pb.Resource(name="bench-pull"),
-        message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=queue),
-        offset=offset,
-        batch_size=batch,
-        filter_expression=pb.FilterExpression(type=pb.FilterType.TAG, expression="*"),
-        long_polling_timeout=Duration(seconds=int(poll_s), nanos=int(poll_s % 1 * 1e9)),
-    )
-
-
-async def _pull(stub: Any, request: Any, timeout: float) -> tuple[list[bytes], int, str]:
-    """One PullMessage: bodies, next offset, and a status text if it failed."""
-    from rocketmq.grpc_protocol import definition_pb2 as pb
-
-    bodies: list[bytes] = []
-    next_offset = request.offset
-    problem = ""
-    async for frame in stub.PullMessage(request, timeout=timeout):
-        content = frame.WhichOneof("content")
-        if content == "message":
-            bodies.append(frame.message.body)
-        elif content == "next_offset":
-            next_offset = frame.next_offset
-        elif content == "status" and frame.status.code not in (
-            pb.Code.OK,
-            pb.Code.MESSAGE_NOT_FOUND,
-        ):
-            problem = f"{pb.Code.Name(frame.status.code)}: {frame.status.message}"
-    return bodies, next_offset, problem
-
-
-async def grpc_pull_drain(endpoint: str, topic: str, count: int, limit_s: float) -> Sample:
-    """PullMessage loops, one per queue, from offset 0 until ``count`` messages came back."""
-    channel, stub = _grpc_stub(endpoint)
-    got = 0
-    errors = 0
-    last_error = ""
-    done = asyncio.Event()
-    start = time.perf_counter()
-    end = time.monotonic() + limit_s
-
-    async def queue_reader(queue: int) -> None:
-        nonlocal got, errors, last_error
-        offset = 0
-        while not done.is_set() and time.monotonic() < end:
-            try:
-                bodies, offset, problem = await _pull(
-                    stub, _pull_request(topic, queue, offset, 1024, 0.0), 30
-                )
-            except Exception as exc:
-                errors += 1
-                last_error = repr(exc)[:200]
-                await asyncio.sleep(0.1)
-                continue
-            if problem:
-                errors += 1
-                last_error = problem
-            got += len(bodies)
-            if got >= count:
-                done.set()
-            if not bodies:
-                return  # this queue is drained
-
-    try:
-        await asyncio.gather(*(queue_reader(q) for q in range(8)))
-    finally:
-        await channel.close()
-    return Sample(got, time.perf_counter() - start, errors=errors, last_error=last_error)
 
 
 def pull_consumer_drain(endpoint: str, topic: str, count: int, limit_s: float) -> Sample:
@@ -430,6 +352,7 @@ def pull_consumer_drain(endpoint: str, topic: str, count: int, limit_s: float) -
     with PullConsumer(endpoint) as probe:
         ranges = probe.queue_ranges(topic)
     got = [0] * len(ranges)
+    body_bytes = [0] * len(ranges)
     errors: list[str] = []
     end = time.monotonic() + limit_s
 
@@ -437,11 +360,13 @@ def pull_consumer_drain(endpoint: str, topic: str, count: int, limit_s: float) -
         queue = ranges[index]
         try:
             with PullConsumer(endpoint) as consumer:
-                for _ in consumer.read_range(
-                    topic, queue.queue_id, queue.min_offset, queue.max_offset, batch_size=1024
+                # Every message's body is looked at, as a consumer would.
+                for message in consumer.read_range(
+                    topic, queue.queue_id, queue.min_offset, queue.max_offset
                 ):
                     got[index] += 1
-                    if got[index] % 1024 == 0 and time.monotonic() > end:
+                    body_bytes[index] += len(message.body)
+                    if got[index] % 4096 == 0 and time.monotonic() > end:
                         return
         except Exception as exc:
             errors.append(repr(exc)[:200])
@@ -454,36 +379,24 @@ def pull_consumer_drain(endpoint: str, topic: str, count: int, limit_s: float) -
         min(sum(got), count),
         elapsed,
         errors=len(errors),
-        note="skiff_broker.client.pull_consumer, a thread per queue",
+        note="skiff_broker.client.pull_consumer (record fetches), a thread per queue",
         last_error=errors[-1] if errors else "",
     )
 
 
-async def grpc_pull_follow(
-    endpoint: str, topic: str, queue: int, latencies: Latencies, stop: asyncio.Event
+def pull_consumer_follow(
+    endpoint: str, topic: str, queue: int, latencies: Latencies, stop: threading.Event
 ) -> None:
-    """Long-poll one queue from its current end, recording each body's age."""
-    from rocketmq.grpc_protocol import definition_pb2 as pb
-    from rocketmq.grpc_protocol import service_pb2 as spb
+    """Long-poll one queue from its current end with Skiff's PullConsumer."""
+    from skiff_broker.client.pull_consumer import PullConsumer
 
-    channel, stub = _grpc_stub(endpoint)
-    try:
-        response = await stub.QueryOffset(
-            spb.QueryOffsetRequest(
-                message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=queue),
-                query_offset_policy=pb.QueryOffsetPolicy.END,
-            ),
-            timeout=10,
-        )
-        offset = response.offset
+    with PullConsumer(endpoint) as consumer:
+        offset = consumer.max_offset(topic, queue)
         while not stop.is_set():
-            bodies, offset, _ = await _pull(
-                stub, _pull_request(topic, queue, offset, 1024, 1.0), 10
-            )
-            if bodies:
-                latencies.record(bodies)
-    finally:
-        await channel.close()
+            result = consumer.pull(topic, queue, offset, max_messages=4096, wait_s=0.5)
+            if result.messages:
+                latencies.record([m.body for m in result.messages])
+            offset = result.next_offset
 
 
 # -- the official RocketMQ 5 Python client (Skiff and RocketMQ) ----------------------------
