@@ -15,7 +15,6 @@ background thread) while the caller works on the messages of the current one.
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import enum
 import logging
@@ -106,8 +105,7 @@ def _status_error(status: pb.Status) -> MessagingError:
 class PullConsumer:
     """``with PullConsumer("127.0.0.1:8081") as consumer: consumer.pull("orders", 0, 0)``.
 
-    One instance may be used from several threads; :meth:`read_range` uses one
-    extra thread of its own for prefetching.
+    One instance may be used from several threads.
     """
 
     def __init__(
@@ -128,12 +126,8 @@ class PullConsumer:
         )
         self._stub = service_pb2_grpc.MessagingServiceStub(self._channel)
         self._records = records_pb2_grpc.RecordServiceStub(self._channel)
-        self._prefetcher: concurrent.futures.ThreadPoolExecutor | None = None
 
     def close(self) -> None:
-        if self._prefetcher is not None:
-            self._prefetcher.shutdown(wait=True, cancel_futures=True)
-            self._prefetcher = None
         self._channel.close()
 
     def __enter__(self) -> PullConsumer:
@@ -263,6 +257,19 @@ class PullConsumer:
         wait_s: float = 0.0,
         tags: frozenset[str] | None = None,
     ) -> rpb.FetchResponse:
+        return self._fetch_later(topic, queue_id, offset, max_messages, max_bytes, wait_s, tags)()
+
+    def _fetch_later(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_messages: int,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        wait_s: float = 0.0,
+        tags: frozenset[str] | None = None,
+    ) -> Callable[[], rpb.FetchResponse]:
+        """Start a fetch; the function returned waits for its response."""
         if not 0 < max_messages <= MAX_BATCH_SIZE:
             raise ValueError(f"max_messages must be 1 to {MAX_BATCH_SIZE}")
         if offset < 0:
@@ -277,12 +284,19 @@ class PullConsumer:
             tags=sorted(tags) if tags is not None else (),
             wait_ms=int(wait_s * 1000),
         )
-        try:
-            return self._records.Fetch(
-                request, timeout=wait_s + self._timeout, metadata=self._metadata()
-            )
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc, self.endpoint) from None
+        # gRPC carries the call on its own threads; nothing here waits for it.
+        call = self._records.Fetch.future(
+            request, timeout=wait_s + self._timeout, metadata=self._metadata()
+        )
+
+        def response() -> rpb.FetchResponse:
+            try:
+                return call.result()
+            except grpc.RpcError as exc:
+                raise from_rpc_error(exc, self.endpoint) from None
+
+        response.cancel = call.cancel  # type: ignore[attr-defined]
+        return response
 
     @staticmethod
     def _result(
@@ -295,7 +309,7 @@ class PullConsumer:
         result = response.result
         if result == rpb.FetchResponse.FOUND:
             try:
-                messages = decode_records(response.records)
+                messages = decode_records(response.records, topic=topic)
             except CorruptRecords as exc:
                 log.error(
                     "%s/%d: skipping offsets after %d up to %d: %s",
@@ -339,22 +353,15 @@ class PullConsumer:
         if start >= end:
             return
         batch_size = max(1, min(batch_size, MAX_BATCH_SIZE))
-        if self._prefetcher is None:
-            self._prefetcher = concurrent.futures.ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix="skiff-pull-prefetch"
-            )
-        prefetcher = self._prefetcher
 
-        def pull_from(offset: int) -> concurrent.futures.Future[rpb.FetchResponse]:
-            return prefetcher.submit(
-                self._fetch, topic, queue_id, offset, min(batch_size, end - offset)
-            )
+        def pull_from(offset: int) -> Callable[[], rpb.FetchResponse]:
+            return self._fetch_later(topic, queue_id, offset, min(batch_size, end - offset))
 
         offset = start
         pending = pull_from(offset)
         try:
             while True:
-                response = pending.result()
+                response = pending()
                 if response.result == rpb.FetchResponse.FOUND and response.next_offset < end:
                     # The next fetch travels while this one is decoded.
                     pending = pull_from(response.next_offset)
@@ -381,10 +388,10 @@ class PullConsumer:
                     continue
                 if result.status is not PullStatus.FOUND:
                     return
-                for message in result.messages:
-                    if message.queue_offset >= end:
-                        break
-                    yield message
+                messages = result.messages
+                if messages and messages[-1].queue_offset >= end:
+                    messages = [m for m in messages if m.queue_offset < end]
+                yield from messages
                 if pending is None:
                     return
                 offset = result.next_offset
