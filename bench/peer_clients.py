@@ -289,7 +289,7 @@ class BatchingDriver(Driver):
         async with self._producer() as producer:
 
             async def send(n: int) -> None:
-                await asyncio.gather(*(producer.send(topic, body) for _ in range(n)))
+                await producer.send_batch(topic, [body] * n)
 
             return await run_producers(send, producers, chunk_of(mode, producers), warmup, seconds)
 
@@ -298,9 +298,7 @@ class BatchingDriver(Driver):
         async with self._producer() as producer:
 
             async def send(n: int) -> int:
-                got = await asyncio.gather(
-                    *(producer.send(topic, body) for _ in range(n)), return_exceptions=True
-                )
+                got = await producer.send_batch(topic, [body] * n, return_exceptions=True)
                 return sum(not isinstance(g, BaseException) for g in got)
 
             return await fill_with(send, count, limit_s)

@@ -1,8 +1,8 @@
 """Skiff's BatchingProducer against real broker processes.
 
 Sends are counted with a grpc.aio client interceptor that sees every
-SendMessage request the producer makes (how many messages it carries, which
-message groups, how many requests overlap). Messages are read back with the
+request the producer makes, SendMessage or record Append (how many messages it
+carries, which message groups, how many requests overlap). Messages are read back with the
 official client's SimpleConsumer, or with raw PullMessage where queue order
 matters.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import math
 import re
 import time
@@ -30,6 +31,7 @@ from tests.broker_process import BrokerProcess, create_topics, data_dir_of, runn
 from skiff_broker.client.admin import AdminClient
 from skiff_broker.client.errors import BrokerError, MessagingError
 from skiff_broker.client.producer import BatchingProducer, ProducerClosed, SendReceipt
+from skiff_broker.client.records import decode_records
 from skiff_broker.metadata.topic_table import MessageType, TopicConfig
 
 # Generous: polls and waits end as soon as their condition holds.
@@ -63,11 +65,19 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         yield process
 
 
+@dataclasses.dataclass(frozen=True)
+class Sent:
+    message_id: str
+    group: str
+    body: bytes
+
+
 class SendRecorder(grpc.aio.UnaryUnaryClientInterceptor):
-    """Records every SendMessage request and how requests overlapped in time."""
+    """Records every send request (as its messages) and how requests overlapped in time."""
 
     def __init__(self) -> None:
-        self.requests: list[list[pb.Message]] = []
+        self.requests: list[list[Sent]] = []
+        self.kinds: list[str] = []
         self.in_flight = 0
         self.max_in_flight = 0
         self.group_in_flight: collections.Counter[str] = collections.Counter()
@@ -77,10 +87,21 @@ class SendRecorder(grpc.aio.UnaryUnaryClientInterceptor):
         method = client_call_details.method
         if isinstance(method, bytes):
             method = method.decode()
-        if not method.endswith("/SendMessage"):
+        if method.endswith("/SendMessage"):
+            sent = [
+                Sent(m.system_properties.message_id, m.system_properties.message_group, m.body)
+                for m in request.messages
+            ]
+        elif method.endswith("/Append"):
+            sent = [
+                Sent(m.message_id, m.message_group, m.body)
+                for m in decode_records(request.records, check_crc=False)
+            ]
+        else:
             return await continuation(client_call_details, request)
-        self.requests.append(list(request.messages))
-        groups = {m.system_properties.message_group for m in request.messages}
+        self.kinds.append(method.rpartition("/")[2])
+        self.requests.append(sent)
+        groups = {m.group for m in sent}
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         for group in groups:
@@ -197,7 +218,7 @@ def test_thousands_of_concurrent_sends_travel_in_batches_and_come_back_intact(
     # The broker stores a request as one contiguous run of one queue.
     offset_of = {r.message_id: r.offset for r in receipts}
     for messages in recorder.requests:
-        offsets = [offset_of[m.system_properties.message_id] for m in messages]
+        offsets = [offset_of[m.message_id] for m in messages]
         assert offsets == list(range(offsets[0], offsets[0] + len(offsets)))
 
     with simple_consumer(broker.endpoint, "batch-bulk-readers", BULK_TOPIC) as consumer:
@@ -251,10 +272,8 @@ def test_a_message_group_keeps_its_order_under_concurrency(broker: BrokerProcess
 
     # A group never had two requests in flight, though each needed many requests
     # and requests of different groups did overlap.
-    requests_per_group = collections.Counter(
-        m[0].system_properties.message_group for m in recorder.requests
-    )
-    assert all(len({m.system_properties.message_group for m in r}) == 1 for r in recorder.requests)
+    requests_per_group = collections.Counter(m[0].group for m in recorder.requests)
+    assert all(len({m.group for m in r}) == 1 for r in recorder.requests)
     assert min(requests_per_group.values()) >= per_group // 16
     assert max(recorder.max_group_in_flight.values()) == 1
     assert recorder.max_in_flight > 1

@@ -72,8 +72,10 @@ _BY_STATUS = {
 
 def from_rpc_error(exc: grpc.RpcError, endpoint: str) -> SkiffError:
     """The exception a failed gRPC call stands for."""
-    code = exc.code() if isinstance(exc, grpc.Call) else grpc.StatusCode.UNKNOWN
-    details = (exc.details() if isinstance(exc, grpc.Call) else "") or str(code)
+    # Sync calls raise a grpc.Call, grpc.aio calls an AioRpcError: both have these.
+    has_status = isinstance(exc, grpc.Call | grpc.aio.AioRpcError)
+    code = exc.code() if has_status else grpc.StatusCode.UNKNOWN
+    details = (exc.details() if has_status else "") or str(code)
     if code is grpc.StatusCode.UNAVAILABLE:
         return BrokerUnavailable(
             f"cannot reach a broker at {endpoint} ({details}); check --endpoint "

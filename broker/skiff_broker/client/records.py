@@ -23,7 +23,7 @@ from ..store.message import (
     offset_message_id,
 )
 
-__all__ = ["CorruptRecords", "PulledMessage", "decode_records"]
+__all__ = ["CorruptRecords", "PulledMessage", "decode_records", "encode_record", "topic_field"]
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,45 @@ _WANTED = struct.Struct(">iIii4xqqiq8xq8s4x8xi")
 assert _WANTED.size == _PLAIN_HEADER.size
 # TOTALSIZE .. BODYLENGTH, then at least the topic length and properties length.
 _MIN_RECORD = _PLAIN_HEADER.size + 3
+
+
+_NO_HOST = bytes(8)
+
+
+def topic_field(topic: str) -> bytes:
+    """TOPICLENGTH and TOPIC of a record, to pass to :func:`encode_record`."""
+    raw = topic.encode()
+    return bytes((len(raw),)) + raw
+
+
+def encode_record(topic: bytes, body: bytes, properties: bytes, born_timestamp: int) -> bytes:
+    """One record for an append: ``topic`` from :func:`topic_field`, ``properties``
+    from ``encode_properties``. The broker fills in queue, offsets and hosts."""
+    return b"".join(
+        (
+            _PLAIN_HEADER.pack(
+                _PLAIN_HEADER.size + len(body) + len(topic) + 2 + len(properties),
+                MESSAGE_MAGIC,
+                zlib.crc32(body) & 0x7FFFFFFF,
+                0,
+                0,
+                0,
+                0,
+                0,
+                born_timestamp,
+                _NO_HOST,
+                0,
+                _NO_HOST,
+                0,
+                0,
+                len(body),
+            ),
+            body,
+            topic,
+            len(properties).to_bytes(2, "big"),
+            properties,
+        )
+    )
 
 
 class CorruptRecords(ValueError):

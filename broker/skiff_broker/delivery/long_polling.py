@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 
 
 class ArrivalHub:
@@ -17,13 +18,29 @@ class ArrivalHub:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._events: dict[str, asyncio.Event] = {}
+        # Topics with arrivals the loop has not woken waiters for yet, and whether a
+        # wake-up is already on its way: a busy dispatcher hands over many batches
+        # per turn of the loop, and each hand-over through the loop costs a syscall.
+        self._lock = threading.Lock()
+        self._arrived: set[str] = set()
+        self._wake_scheduled = False
 
     def on_arrival(self, touched: set[tuple[str, int]]) -> None:
-        """Dispatcher listener (any thread): one loop callback per dispatched batch."""
-        topics = {topic for topic, _ in touched}
+        """Dispatcher listener (any thread): at most one loop callback pending at a time."""
+        with self._lock:
+            self._arrived.update(topic for topic, _ in touched)
+            if self._wake_scheduled:
+                return
+            self._wake_scheduled = True
         # A stopped loop has nobody waiting.
         with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self._wake, topics)
+            self._loop.call_soon_threadsafe(self._wake_arrived)
+
+    def _wake_arrived(self) -> None:
+        with self._lock:
+            topics, self._arrived = self._arrived, set()
+            self._wake_scheduled = False
+        self._wake(topics)
 
     def notify(self, topic: str) -> None:
         """Wake the waiters of ``topic`` (call on the loop's own thread)."""

@@ -50,6 +50,42 @@ RESERVED = frozenset(
     }
 )
 
+# Properties a producer sets among the broker's own, and its limits on the rest
+# (RocketMQ's proxy limits).
+PRODUCER_PROPERTIES = frozenset({TAGS, KEYS, UNIQ_KEY})
+MAX_USER_PROPERTIES = 128
+MAX_USER_PROPERTIES_BYTES = 16 * 1024
+
+
+def producer_property_problem(properties: dict[str, str]) -> str | None:
+    """Why a producer's message may not carry these properties; None if it may.
+
+    ``properties`` are a stored record's: the user's plus TAGS, KEYS and UNIQ_KEY.
+    """
+    if not properties.get(UNIQ_KEY, "").strip():
+        return "it needs a UNIQ_KEY property: the message ID"
+    user = 0
+    size = 0
+    for name, value in properties.items():
+        if name in PRODUCER_PROPERTIES:
+            continue
+        if name in RESERVED:
+            return f"property {name!r} is reserved for the broker; choose another name"
+        if not name:
+            return "a property name must not be empty"
+        user += 1
+        size += len(name) + len(value)
+    if user > MAX_USER_PROPERTIES or size > MAX_USER_PROPERTIES_BYTES:
+        return (
+            f"user properties are limited to {MAX_USER_PROPERTIES} entries and "
+            f"{MAX_USER_PROPERTIES_BYTES // 1024} KiB"
+        )
+    tag = properties.get(TAGS)
+    if tag is not None and (not tag.strip() or "|" in tag):
+        return f"tag {tag!r} must be non-blank without '|'"
+    return None
+
+
 # System topics.
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"

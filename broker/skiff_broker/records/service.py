@@ -1,8 +1,9 @@
-"""skiff.records.v1.RecordService: a queue's stored records, many per call.
+"""skiff.records.v1.RecordService: messages as commit-log records, many per call.
 
-A fetch copies runs of records straight out of the commit log; the broker
-decodes nothing, so one call can carry tens of thousands of messages. The
-client checks each record's CRC, and the exact tag for tag-hash collisions.
+An append takes records the client encoded: the broker checks each one and
+fills in its own fields, without building a record from a protobuf. A fetch
+copies runs of records straight out of the commit log; the client checks each
+record's CRC, and the exact tag for tag-hash collisions.
 """
 
 from __future__ import annotations
@@ -11,11 +12,16 @@ import time
 
 import grpc
 
+from ..delivery import properties as prop
 from ..delivery.long_polling import ArrivalHub
-from ..metadata.topic_table import validate_topic_name
+from ..metadata.topic_table import MessageType, TopicConfig, validate_topic_name
 from ..runtime import Broker
+from ..server.convert import peer_host
+from ..store.commit_log import AppendRejected
 from ..store.hashing import tag_hash
-from ..store.message_store import GetStatus
+from ..store.message import encode_host
+from ..store.message_store import GetStatus, PutResult, PutStatus
+from ..store.prepared_records import prepare_records
 from .v1 import records_pb2 as rpb
 from .v1 import records_pb2_grpc
 
@@ -24,6 +30,17 @@ DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 MAX_BYTES = 64 * 1024 * 1024
 # A fetch answers this long before the caller's deadline, so the answer arrives in time.
 _DEADLINE_MARGIN_S = 0.5
+
+_STORED_BUT = {
+    PutStatus.FLUSH_DISK_TIMEOUT: rpb.AppendResponse.FLUSH_DISK_TIMEOUT,
+    PutStatus.FLUSH_SLAVE_TIMEOUT: rpb.AppendResponse.FLUSH_SLAVE_TIMEOUT,
+}
+_NOT_STORED = {
+    PutStatus.MESSAGE_ILLEGAL: grpc.StatusCode.INVALID_ARGUMENT,
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: grpc.StatusCode.INVALID_ARGUMENT,
+    PutStatus.DISK_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    PutStatus.SERVICE_NOT_AVAILABLE: grpc.StatusCode.UNAVAILABLE,
+}
 
 _RESULTS = {
     GetStatus.FOUND: rpb.FetchResponse.FOUND,
@@ -36,6 +53,82 @@ class RecordService(records_pb2_grpc.RecordServiceServicer):
     def __init__(self, broker: Broker, hub: ArrivalHub) -> None:
         self._broker = broker
         self._hub = hub
+        self._round_robin: dict[str, int] = {}
+
+    async def Append(
+        self, request: rpb.AppendRequest, context: grpc.aio.ServicerContext
+    ) -> rpb.AppendResponse:
+        broker = self._broker
+        topic, problem = self._writable(request.topic)
+        if problem is not None:
+            await context.abort(*problem)
+        assert topic is not None
+        store = broker.store
+        try:
+            batch = prepare_records(
+                request.records,
+                topic.name,
+                self._next_queue(topic),
+                born_host=encode_host(peer_host(context.peer())),
+                store_host=store.commit_log.store_host,
+                max_message_size=store.config.max_message_size,
+                born_default=int(time.time() * 1000),
+                check_properties=prop.producer_property_problem,
+            )
+        except AppendRejected as exc:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"nothing was stored: {exc.reason}"
+            )
+        result = await store.put_records_async(batch)
+        return await self._answer(result, batch.queue_id, context)
+
+    @staticmethod
+    async def _answer(
+        result: PutResult, queue_id: int, context: grpc.aio.ServicerContext
+    ) -> rpb.AppendResponse:
+        if result.append is None:
+            code = _NOT_STORED.get(result.status, grpc.StatusCode.INTERNAL)
+            await context.abort(code, f"nothing was stored: {result.reason}")
+        assert result.append is not None
+        offsets = result.append.queue_offsets
+        return rpb.AppendResponse(
+            status=_STORED_BUT.get(result.status, rpb.AppendResponse.STORED),
+            message=result.reason,
+            queue_id=queue_id,
+            first_offset=offsets[0],
+            record_count=len(offsets),
+        )
+
+    def _writable(self, name: str) -> tuple[TopicConfig | None, tuple[grpc.StatusCode, str] | None]:
+        try:
+            validate_topic_name(name)
+        except ValueError as exc:
+            return None, (grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        if self._broker.is_replica:
+            return None, (
+                grpc.StatusCode.FAILED_PRECONDITION,
+                self._broker.store.read_only_reason or "this broker is a replica",
+            )
+        topic = self._broker.topic_for_use(name)
+        if topic is None:
+            return None, (
+                grpc.StatusCode.NOT_FOUND,
+                f"topic {name!r} does not exist; create it first (skiff topic create {name})",
+            )
+        if not topic.writable:
+            return None, (grpc.StatusCode.FAILED_PRECONDITION, f"topic {name!r} is not writable")
+        if topic.message_type != MessageType.NORMAL:
+            return None, (
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"topic {name!r} takes {topic.message_type} messages; append takes NORMAL "
+                "messages only (send the others with SendMessage)",
+            )
+        return topic, None
+
+    def _next_queue(self, topic: TopicConfig) -> int:
+        index = self._round_robin.get(topic.name, 0)
+        self._round_robin[topic.name] = (index + 1) % topic.write_queue_nums
+        return index % topic.write_queue_nums
 
     async def Fetch(
         self, request: rpb.FetchRequest, context: grpc.aio.ServicerContext

@@ -27,9 +27,6 @@ from .status import OK, Code, RequestError, put_code, status
 
 log = logging.getLogger(__name__)
 
-# RocketMQ's proxy limits on what a producer may attach to a message.
-MAX_USER_PROPERTIES = 128
-MAX_USER_PROPERTIES_BYTES = 16 * 1024
 MAX_MESSAGE_GROUP_BYTES = 64
 _TYPE_NAMES = {v: k for k, v in pb.MessageType.items()}
 # Delivery timestamps this large are milliseconds in the seconds field (some clients do that).
@@ -233,11 +230,11 @@ class Sender:
     def _user_properties(proto: pb.Message) -> dict[str, str]:
         user = dict(proto.user_properties)
         size = sum(len(k) + len(v) for k, v in user.items())
-        if len(user) > MAX_USER_PROPERTIES or size > MAX_USER_PROPERTIES_BYTES:
+        if len(user) > prop.MAX_USER_PROPERTIES or size > prop.MAX_USER_PROPERTIES_BYTES:
             raise RequestError(
                 Code.MESSAGE_PROPERTIES_TOO_LARGE,
-                f"user properties are limited to {MAX_USER_PROPERTIES} entries and "
-                f"{MAX_USER_PROPERTIES_BYTES // 1024} KiB",
+                f"user properties are limited to {prop.MAX_USER_PROPERTIES} entries and "
+                f"{prop.MAX_USER_PROPERTIES_BYTES // 1024} KiB",
             )
         for name, value in user.items():
             if name in prop.RESERVED:

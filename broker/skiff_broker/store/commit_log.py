@@ -14,12 +14,16 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from .config import StoreConfig
 from .dispatch_request import DispatchRequest
 from .errors import DiskFullError
 from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
+
+if TYPE_CHECKING:
+    from .prepared_records import PreparedRecords
 from .message import (
     BLANK_MAGIC,
     BORNHOST_V6,
@@ -173,6 +177,13 @@ class CommitLog:
             result = self._append_locked(blob, layout)
             # Under the lock, so the dispatcher receives batches in log order.
             self.on_append([entry[3] for entry in layout])
+        return result
+
+    def append_prepared(self, batch: PreparedRecords) -> AppendResult:
+        """Append records ``prepare_records`` checked and laid out, as one contiguous batch."""
+        with self._lock:
+            result = self._append_locked(batch.blob, batch.layout)
+            self.on_append([entry[3] for entry in batch.layout])
         return result
 
     def append_raw(self, offset: int, data: bytes | memoryview, notify: Callable[[], None]) -> int:

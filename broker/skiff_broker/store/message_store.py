@@ -30,6 +30,7 @@ from .index_service import IndexService
 from .mapped_file import fsync_directory
 from .message import CorruptRecordError, Message, StoredMessage
 from .observer import NULL_OBSERVER, AppendScope, StoreObserver
+from .prepared_records import PreparedRecords
 from .recovery import recover_commit_log
 from .retention import DiskState, RetentionService, disk_use_ratio
 from .segment_allocator import SegmentAllocator
@@ -85,6 +86,15 @@ class GetResult:
     next_offset: int
     min_offset: int
     max_offset: int
+
+
+def _batch_place(messages: Sequence[Message]) -> tuple[str, int | None]:
+    """The topic of a batch (its first message's) and its queue, None if it spans several."""
+    if not messages:
+        return "", None
+    first = messages[0]
+    same_queue = all(m.queue_id == first.queue_id for m in messages)
+    return first.topic, first.queue_id if same_queue else None
 
 
 @dataclasses.dataclass(slots=True)
@@ -384,12 +394,12 @@ class MessageStore:
             return PutResult(PutStatus.DISK_FULL, self._allocation_failure)
         return None
 
-    def _append(self, messages: Sequence[Message]) -> PutResult:
+    def _append(self, append: Callable[[], AppendResult]) -> PutResult:
         refused = self._refusal()
         if refused is not None:
             return refused
         try:
-            return PutResult(PutStatus.PUT_OK, append=self.commit_log.append(messages))
+            return PutResult(PutStatus.PUT_OK, append=append())
         except AppendRejected as exc:
             if exc.status is AppendStatus.DISK_FULL:
                 self._allocation_failed_at = time.monotonic()
@@ -401,8 +411,9 @@ class MessageStore:
 
         Under SYNC replication, also once enough in-sync replicas hold it (or timed out).
         """
-        with self._observer.append(messages, self._flush_type) as observed:
-            result = self._append(messages)
+        topic, queue_id = _batch_place(messages)
+        with self._observer.append(topic, queue_id, len(messages), self._flush_type) as observed:
+            result = self._append(lambda: self.commit_log.append(messages))
             offset = self._request_flush(result, observed)
             gate = self._announce(result)
             if offset is not None:
@@ -416,8 +427,22 @@ class MessageStore:
 
     async def put_messages_async(self, messages: Sequence[Message]) -> PutResult:
         """As :meth:`put_messages`, waiting without blocking the event loop."""
-        with self._observer.append(messages, self._flush_type) as observed:
-            result = self._append(messages)
+        topic, queue_id = _batch_place(messages)
+        return await self._put_async(
+            topic, queue_id, len(messages), lambda: self.commit_log.append(messages)
+        )
+
+    async def put_records_async(self, batch: PreparedRecords) -> PutResult:
+        """As :meth:`put_messages_async`, for records a client encoded (``prepared_records``)."""
+        return await self._put_async(
+            batch.topic, batch.queue_id, batch.count, lambda: self.commit_log.append_prepared(batch)
+        )
+
+    async def _put_async(
+        self, topic: str, queue_id: int | None, count: int, append: Callable[[], AppendResult]
+    ) -> PutResult:
+        with self._observer.append(topic, queue_id, count, self._flush_type) as observed:
+            result = self._append(append)
             offset = self._request_flush(result, observed)
             gate = self._announce(result)
             if offset is not None:

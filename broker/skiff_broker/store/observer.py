@@ -4,7 +4,8 @@ The store knows nothing of how they are reported: telemetry (traces, metrics)
 implements :class:`StoreObserver` elsewhere and is handed to ``MessageStore``.
 The default, :data:`NULL_OBSERVER`, does nothing and allocates nothing per append.
 
-Per append batch the store calls ``observer.append(messages, flush_type)`` and uses
+Per append batch the store calls ``observer.append(topic, queue_id, count,
+flush_type)`` (queue_id None when the batch spans queues) and uses
 the result as a context manager around the whole put (for SYNC_FLUSH that includes
 waiting for the disk), calling ``done(result)`` with the outcome. Its ``context`` is
 an opaque token the store hands to the group-commit service, so that the flush
@@ -20,7 +21,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from .mapped_file import PAGE_SIZE
-from .message import Message
 
 # The flush report keeps at most this many appenders' tokens: one becomes the
 # flush's parent, the rest links. A group commit can serve thousands of waiters.
@@ -67,7 +67,7 @@ class FlushReport:
 class StoreObserver:
     """Receives the store's appends and flushes. This base ignores them."""
 
-    def append(self, messages: Sequence[Message], flush_type: str) -> AppendScope:
+    def append(self, topic: str, queue_id: int | None, count: int, flush_type: str) -> AppendScope:
         return _NULL_SCOPE
 
     def flush_finished(self, report: FlushReport) -> None:

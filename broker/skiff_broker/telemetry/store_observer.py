@@ -16,7 +16,6 @@ append records one histogram sample into the broker's own aggregation
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from typing import Any
 
 from opentelemetry import trace
@@ -24,7 +23,6 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace.sampling import ParentBased
 from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanKind, Status, StatusCode
 
-from ..store.message import Message
 from ..store.observer import AppendScope, FlushReport, StoreObserver
 from . import conventions as cv
 from .latency_histograms import ExplicitBucketHistogram, HistogramSet
@@ -67,8 +65,7 @@ class StoreTelemetry(StoreObserver):
 
     # -- appends ------------------------------------------------------------
 
-    def append(self, messages: Sequence[Message], flush_type: str) -> AppendScope:
-        topic = messages[0].topic if messages else ""
+    def append(self, topic: str, queue_id: int | None, count: int, flush_type: str) -> AppendScope:
         tracer = self._tracer
         if tracer is not None:
             parent = trace.get_current_span().get_span_context()
@@ -78,28 +75,27 @@ class StoreTelemetry(StoreObserver):
                 # Attributes only once sampled: building them costs more than the decision.
                 span = tracer.start_span(cv.APPEND_SPAN, kind=SpanKind.INTERNAL)
                 if span.is_recording():
-                    span.set_attributes(self._append_span_attributes(messages, flush_type))
+                    span.set_attributes(
+                        self._append_span_attributes(topic, queue_id, count, flush_type)
+                    )
                     return _TracedAppend(self, topic, flush_type, span)
         if self._append_seconds is None:
             return _UNOBSERVED
         return _TimedAppend(self, topic, flush_type)
 
     def _append_span_attributes(
-        self, messages: Sequence[Message], flush_type: str
+        self, topic: str, queue_id: int | None, count: int, flush_type: str
     ) -> dict[str, Any]:
         attributes: dict[str, Any] = {
             **self._common,
             cv.MESSAGING_SYSTEM: "rocketmq",
             cv.FLUSH_TYPE: flush_type,
-            cv.MESSAGE_COUNT: len(messages),
+            cv.MESSAGE_COUNT: count,
         }
-        if messages:
-            first = messages[0]
-            # The broker appends one topic and queue per batch; the store allows mixing,
-            # and then the first message's topic stands for the batch.
-            attributes[cv.TOPIC] = first.topic
-            if all(m.queue_id == first.queue_id for m in messages):
-                attributes[cv.QUEUE_ID] = str(first.queue_id)
+        if count:
+            attributes[cv.TOPIC] = topic
+            if queue_id is not None:
+                attributes[cv.QUEUE_ID] = str(queue_id)
         return attributes
 
     def _record_append(self, seconds: float, topic: str, flush_type: str, status: str) -> None:

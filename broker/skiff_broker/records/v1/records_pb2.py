@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1eskiff/records/v1/records.proto\x12\x10skiff.records.v1\"\x86\x01\n\x0c\x46\x65tchRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x13\n\x0bmax_records\x18\x04 \x01(\x05\x12\x11\n\tmax_bytes\x18\x05 \x01(\x05\x12\x0c\n\x04tags\x18\x06 \x03(\t\x12\x0f\n\x07wait_ms\x18\x07 \x01(\x05\"\x98\x02\n\rFetchResponse\x12\x36\n\x06result\x18\x01 \x01(\x0e\x32&.skiff.records.v1.FetchResponse.Result\x12\x0f\n\x07records\x18\x02 \x01(\x0c\x12\x14\n\x0crecord_count\x18\x03 \x01(\x05\x12\x13\n\x0bnext_offset\x18\x04 \x01(\x03\x12\x12\n\nmin_offset\x18\x05 \x01(\x03\x12\x12\n\nmax_offset\x18\x06 \x01(\x03\"k\n\x06Result\x12\x16\n\x12RESULT_UNSPECIFIED\x10\x00\x12\t\n\x05\x46OUND\x10\x01\x12\x12\n\x0eNO_NEW_RECORDS\x10\x02\x12\x14\n\x10OFFSET_TOO_SMALL\x10\x03\x12\x14\n\x10OFFSET_TOO_LARGE\x10\x04\x32Y\n\rRecordService\x12H\n\x05\x46\x65tch\x12\x1e.skiff.records.v1.FetchRequest\x1a\x1f.skiff.records.v1.FetchResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1eskiff/records/v1/records.proto\x12\x10skiff.records.v1\"\x86\x01\n\x0c\x46\x65tchRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x13\n\x0bmax_records\x18\x04 \x01(\x05\x12\x11\n\tmax_bytes\x18\x05 \x01(\x05\x12\x0c\n\x04tags\x18\x06 \x03(\t\x12\x0f\n\x07wait_ms\x18\x07 \x01(\x05\"\x98\x02\n\rFetchResponse\x12\x36\n\x06result\x18\x01 \x01(\x0e\x32&.skiff.records.v1.FetchResponse.Result\x12\x0f\n\x07records\x18\x02 \x01(\x0c\x12\x14\n\x0crecord_count\x18\x03 \x01(\x05\x12\x13\n\x0bnext_offset\x18\x04 \x01(\x03\x12\x12\n\nmin_offset\x18\x05 \x01(\x03\x12\x12\n\nmax_offset\x18\x06 \x01(\x03\"k\n\x06Result\x12\x16\n\x12RESULT_UNSPECIFIED\x10\x00\x12\t\n\x05\x46OUND\x10\x01\x12\x12\n\x0eNO_NEW_RECORDS\x10\x02\x12\x14\n\x10OFFSET_TOO_SMALL\x10\x03\x12\x14\n\x10OFFSET_TOO_LARGE\x10\x04\"/\n\rAppendRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0f\n\x07records\x18\x02 \x01(\x0c\"\xdf\x01\n\x0e\x41ppendResponse\x12\x37\n\x06status\x18\x01 \x01(\x0e\x32\'.skiff.records.v1.AppendResponse.Status\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\x12\x14\n\x0c\x66irst_offset\x18\x04 \x01(\x03\x12\x14\n\x0crecord_count\x18\x05 \x01(\x05\"E\n\x06Status\x12\n\n\x06STORED\x10\x00\x12\x16\n\x12\x46LUSH_DISK_TIMEOUT\x10\x01\x12\x17\n\x13\x46LUSH_SLAVE_TIMEOUT\x10\x02\x32\xa6\x01\n\rRecordService\x12H\n\x05\x46\x65tch\x12\x1e.skiff.records.v1.FetchRequest\x1a\x1f.skiff.records.v1.FetchResponse\x12K\n\x06\x41ppend\x12\x1f.skiff.records.v1.AppendRequest\x1a .skiff.records.v1.AppendResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,6 +37,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_FETCHRESPONSE']._serialized_end=470
   _globals['_FETCHRESPONSE_RESULT']._serialized_start=363
   _globals['_FETCHRESPONSE_RESULT']._serialized_end=470
-  _globals['_RECORDSERVICE']._serialized_start=472
-  _globals['_RECORDSERVICE']._serialized_end=561
+  _globals['_APPENDREQUEST']._serialized_start=472
+  _globals['_APPENDREQUEST']._serialized_end=519
+  _globals['_APPENDRESPONSE']._serialized_start=522
+  _globals['_APPENDRESPONSE']._serialized_end=745
+  _globals['_APPENDRESPONSE_STATUS']._serialized_start=676
+  _globals['_APPENDRESPONSE_STATUS']._serialized_end=745
+  _globals['_RECORDSERVICE']._serialized_start=748
+  _globals['_RECORDSERVICE']._serialized_end=914
 # @@protoc_insertion_point(module_scope)

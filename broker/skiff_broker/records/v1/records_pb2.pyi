@@ -52,3 +52,33 @@ class FetchResponse(_message.Message):
     min_offset: int
     max_offset: int
     def __init__(self, result: _Optional[_Union[FetchResponse.Result, str]] = ..., records: _Optional[bytes] = ..., record_count: _Optional[int] = ..., next_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ...) -> None: ...
+
+class AppendRequest(_message.Message):
+    __slots__ = ("topic", "records")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    records: bytes
+    def __init__(self, topic: _Optional[str] = ..., records: _Optional[bytes] = ...) -> None: ...
+
+class AppendResponse(_message.Message):
+    __slots__ = ("status", "message", "queue_id", "first_offset", "record_count")
+    class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        STORED: _ClassVar[AppendResponse.Status]
+        FLUSH_DISK_TIMEOUT: _ClassVar[AppendResponse.Status]
+        FLUSH_SLAVE_TIMEOUT: _ClassVar[AppendResponse.Status]
+    STORED: AppendResponse.Status
+    FLUSH_DISK_TIMEOUT: AppendResponse.Status
+    FLUSH_SLAVE_TIMEOUT: AppendResponse.Status
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RECORD_COUNT_FIELD_NUMBER: _ClassVar[int]
+    status: AppendResponse.Status
+    message: str
+    queue_id: int
+    first_offset: int
+    record_count: int
+    def __init__(self, status: _Optional[_Union[AppendResponse.Status, str]] = ..., message: _Optional[str] = ..., queue_id: _Optional[int] = ..., first_offset: _Optional[int] = ..., record_count: _Optional[int] = ...) -> None: ...

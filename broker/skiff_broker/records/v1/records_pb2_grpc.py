@@ -39,12 +39,23 @@ class RecordServiceStub:
                 request_serializer=skiff_dot_records_dot_v1_dot_records__pb2.FetchRequest.SerializeToString,
                 response_deserializer=skiff_dot_records_dot_v1_dot_records__pb2.FetchResponse.FromString,
                 _registered_method=True)
+        self.Append = channel.unary_unary(
+                '/skiff.records.v1.RecordService/Append',
+                request_serializer=skiff_dot_records_dot_v1_dot_records__pb2.AppendRequest.SerializeToString,
+                response_deserializer=skiff_dot_records_dot_v1_dot_records__pb2.AppendResponse.FromString,
+                _registered_method=True)
 
 
 class RecordServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
     def Fetch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Append(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -57,6 +68,11 @@ def add_RecordServiceServicer_to_server(servicer, server):
                     servicer.Fetch,
                     request_deserializer=skiff_dot_records_dot_v1_dot_records__pb2.FetchRequest.FromString,
                     response_serializer=skiff_dot_records_dot_v1_dot_records__pb2.FetchResponse.SerializeToString,
+            ),
+            'Append': grpc.unary_unary_rpc_method_handler(
+                    servicer.Append,
+                    request_deserializer=skiff_dot_records_dot_v1_dot_records__pb2.AppendRequest.FromString,
+                    response_serializer=skiff_dot_records_dot_v1_dot_records__pb2.AppendResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -86,6 +102,33 @@ class RecordService:
             '/skiff.records.v1.RecordService/Fetch',
             skiff_dot_records_dot_v1_dot_records__pb2.FetchRequest.SerializeToString,
             skiff_dot_records_dot_v1_dot_records__pb2.FetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Append(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/skiff.records.v1.RecordService/Append',
+            skiff_dot_records_dot_v1_dot_records__pb2.AppendRequest.SerializeToString,
+            skiff_dot_records_dot_v1_dot_records__pb2.AppendResponse.FromString,
             options,
             channel_credentials,
             insecure,

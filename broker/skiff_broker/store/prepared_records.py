@@ -1,0 +1,222 @@
+"""Records a client encoded itself, checked and made ready for the commit log.
+
+Skiff's own producer sends messages already in the record layout (see
+``message``), so the broker need not build each record from a protobuf. Nothing
+a client wrote is trusted: every record is checked (framing, body CRC, topic,
+sizes, properties), and the fields that are the broker's to set (queue, born
+and store hosts, reconsume count, transaction offset) are overwritten. The
+queue offset, physical offset and store timestamp are filled in under the
+commit log's lock, as for any other append.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+import zlib
+from collections.abc import Callable
+
+from .commit_log import AppendRejected, AppendStatus
+from .dispatch_request import DispatchRequest
+from .message import (
+    MAX_PROPERTIES_LENGTH,
+    MESSAGE_MAGIC,
+    Property,
+    SysFlag,
+    decode_properties,
+    header_struct,
+    host_flags,
+)
+
+# Bits a client may set in SYSFLAG; hosts and transaction state are the broker's.
+_CLIENT_SYS_FLAGS = int(SysFlag.COMPRESSED)
+_PLAIN = header_struct(0)
+# BORNTIMESTAMP .. PREPARED TRANSACTION OFFSET with IPv4 hosts, written in one go.
+_BROKER_FIELDS = struct.Struct(">q8sq8siq")
+_BROKER_FIELDS_AT = 40
+_QUEUE_ID = struct.Struct(">i")
+_QUEUE_ID_AT = 12
+# STORETIMESTAMP follows BORNHOST.
+_TIMESTAMP_AT_V4 = 56
+
+
+@dataclasses.dataclass(slots=True)
+class PreparedRecords:
+    topic: str
+    queue_id: int
+    count: int
+    blob: bytearray
+    # Per record: (start in blob, where its STORETIMESTAMP is, takes a queue offset,
+    # what the dispatcher needs), as CommitLog lays out any batch.
+    layout: list[tuple[int, int, bool, DispatchRequest]]
+
+
+def prepare_records(
+    data: bytes,
+    topic: str,
+    queue_id: int,
+    *,
+    born_host: bytes,
+    store_host: bytes,
+    max_message_size: int,
+    born_default: int,
+    check_properties: Callable[[dict[str, str]], str | None] = lambda properties: None,
+) -> PreparedRecords:
+    """Check ``data`` (records back to back, all of ``topic``) and ready it for ``queue_id``.
+
+    Raises AppendRejected naming the first bad record; then nothing is appended.
+    ``check_properties`` returns why a record's properties are refused, or None.
+    """
+    if not data:
+        raise AppendRejected(AppendStatus.MESSAGE_ILLEGAL, "an append needs at least one record")
+    topic_bytes = topic.encode()
+    in_place = len(born_host) == 8 and len(store_host) == 8
+    blob = bytearray(data) if in_place else bytearray()
+    layout: list[tuple[int, int, bool, DispatchRequest]] = []
+    unpack = _PLAIN.unpack_from
+    header_size = _PLAIN.size
+    end = len(data)
+    position = 0
+    index = 0
+    while position < end:
+        if end - position < header_size + 3:
+            raise _refused(index, position, "cut short")
+        (
+            size,
+            magic,
+            crc,
+            _queue_id,
+            flag,
+            _queue_offset,
+            _physical_offset,
+            sys_flag,
+            born_timestamp,
+            _born_host,
+            _store_timestamp,
+            _store_host,
+            _reconsume_times,
+            _prepared_offset,
+            body_length,
+        ) = unpack(data, position)
+        if magic != MESSAGE_MAGIC:
+            raise _refused(index, position, f"magic {magic:#x} is not a message record's")
+        if sys_flag & ~_CLIENT_SYS_FLAGS:
+            raise _refused(
+                index,
+                position,
+                f"SYSFLAG {sys_flag:#x}: only the compressed bit is the client's to set",
+            )
+        record_end = position + size
+        if size < header_size + 3 or record_end > end:
+            raise _refused(
+                index, position, f"size {size} does not fit the {end - position} bytes left"
+            )
+        if not 0 < body_length <= max_message_size:
+            raise _refused(
+                index,
+                position,
+                f"body is {body_length} bytes; it must be 1 to {max_message_size}"
+                if body_length
+                else "message body must not be empty",
+            )
+        body_at = position + header_size
+        topic_at = body_at + body_length
+        if topic_at + 3 > record_end:
+            raise _refused(index, position, f"body length {body_length} overruns the record")
+        body = data[body_at:topic_at]
+        if zlib.crc32(body) & 0x7FFFFFFF != crc:
+            raise _refused(index, position, "body does not match its CRC")
+        topic_length = data[topic_at]
+        properties_at = topic_at + 3 + topic_length
+        if data[topic_at + 1 : topic_at + 1 + topic_length] != topic_bytes:
+            raise _refused(
+                index, position, f"its topic is not {topic!r}; one append holds one topic"
+            )
+        if (
+            properties_at > record_end
+            or properties_at + int.from_bytes(data[properties_at - 2 : properties_at]) != record_end
+        ):
+            raise _refused(index, position, "its lengths do not add up to its size")
+        raw_properties = data[properties_at:record_end]
+        if len(raw_properties) > MAX_PROPERTIES_LENGTH:
+            raise _refused(
+                index,
+                position,
+                f"properties take {len(raw_properties)} bytes; the limit is "
+                f"{MAX_PROPERTIES_LENGTH}",
+                AppendStatus.PROPERTIES_SIZE_EXCEEDED,
+            )
+        try:
+            properties = decode_properties(raw_properties)
+        except UnicodeDecodeError:
+            raise _refused(index, position, "properties are not UTF-8") from None
+        problem = check_properties(properties)
+        if problem is not None:
+            raise _refused(index, position, problem)
+
+        born = born_timestamp or born_default
+        if in_place:
+            start = position
+            _QUEUE_ID.pack_into(blob, start + _QUEUE_ID_AT, queue_id)
+            _BROKER_FIELDS.pack_into(
+                blob, start + _BROKER_FIELDS_AT, born, born_host, 0, store_host, 0, 0
+            )
+            timestamp_at = _TIMESTAMP_AT_V4
+            length = size
+        else:
+            # A host needs 16 address bytes: the record grows, so it is written anew.
+            start = len(blob)
+            flags = sys_flag | host_flags(born_host, store_host)
+            header = header_struct(flags)
+            length = header.size + (record_end - body_at)
+            blob += header.pack(
+                length,
+                MESSAGE_MAGIC,
+                crc,
+                queue_id,
+                flag,
+                0,
+                0,
+                flags,
+                born,
+                born_host,
+                0,
+                store_host,
+                0,
+                0,
+                body_length,
+            )
+            blob += data[body_at:record_end]
+            timestamp_at = 48 + len(born_host)
+            sys_flag = flags
+        keys = properties.get(Property.KEYS, "").split()
+        unique = properties.get(Property.UNIQ_KEY)
+        if unique:
+            keys.append(unique)
+        layout.append(
+            (
+                start,
+                timestamp_at,
+                True,
+                DispatchRequest(
+                    topic,
+                    queue_id,
+                    0,
+                    0,
+                    length,
+                    sys_flag,
+                    0,
+                    properties.get(Property.TAGS, ""),
+                    keys,
+                ),
+            )
+        )
+        position = record_end
+        index += 1
+    return PreparedRecords(topic, queue_id, index, blob, layout)
+
+
+def _refused(
+    index: int, position: int, reason: str, status: AppendStatus = AppendStatus.MESSAGE_ILLEGAL
+) -> AppendRejected:
+    return AppendRejected(status, f"record {index} (byte {position}): {reason}")
