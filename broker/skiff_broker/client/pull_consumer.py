@@ -115,8 +115,12 @@ class PullConsumer:
         group: str = "",
         timeout: float = DEFAULT_TIMEOUT_S,
         namespace: str = "",
+        check_crc: bool = False,
     ) -> None:
+        """``check_crc`` checks each body's CRC on arrival too; the broker checks
+        every record before it sends it."""
         self.endpoint = endpoint
+        self._check_crc = check_crc
         self.group = group
         self._timeout = timeout
         self._namespace = namespace
@@ -298,8 +302,8 @@ class PullConsumer:
         response.cancel = call.cancel  # type: ignore[attr-defined]
         return response
 
-    @staticmethod
     def _result(
+        self,
         response: rpb.FetchResponse,
         topic: str,
         queue_id: int,
@@ -309,7 +313,7 @@ class PullConsumer:
         result = response.result
         if result == rpb.FetchResponse.FOUND:
             try:
-                messages = decode_records(response.records, topic=topic)
+                messages = decode_records(response.records, topic=topic, check_crc=self._check_crc)
             except CorruptRecords as exc:
                 log.error(
                     "%s/%d: skipping offsets after %d up to %d: %s",

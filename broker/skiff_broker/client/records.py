@@ -96,9 +96,8 @@ class PulledMessage:
     """
 
     __slots__ = (
-        "_all_properties",
         "_physical_offset",
-        "_raw_properties",
+        "_properties",
         "_store_host",
         "body",
         "born_timestamp",
@@ -126,15 +125,16 @@ class PulledMessage:
         self.body = body
         self.born_timestamp = born_timestamp
         self.store_timestamp = store_timestamp
-        self._raw_properties = raw_properties
+        # The record's raw properties until first asked for, then decoded.
+        self._properties: bytes | dict[str, str] = raw_properties
         self._physical_offset = physical_offset
         self._store_host = store_host
-        self._all_properties: dict[str, str] | None = None
 
     def _stored_properties(self) -> dict[str, str]:
-        if self._all_properties is None:
-            self._all_properties = decode_properties(self._raw_properties)
-        return self._all_properties
+        properties = self._properties
+        if isinstance(properties, bytes):
+            properties = self._properties = decode_properties(properties)
+        return properties
 
     @property
     def message_id(self) -> str:

@@ -12,14 +12,17 @@ import enum
 import fcntl
 import logging
 import os
+import struct
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 from .checkpoint import Checkpoint
 from .commit_log import AppendRejected, AppendResult, AppendStatus, CommitLog
 from .config import FlushType, StoreConfig
+from .consume_queue import ConsumeQueue
 from .consume_queue_table import ConsumeQueueTable
 from .dispatcher import ArrivalListener, Dispatcher
 from .errors import DiskFullError, StoreError
@@ -28,7 +31,14 @@ from .flush_waiters import FlushOutcome, FlushWaiters
 from .group_commit import GroupCommitService
 from .index_service import IndexService
 from .mapped_file import fsync_directory
-from .message import CorruptRecordError, Message, StoredMessage
+from .message import (
+    MESSAGE_MAGIC,
+    CorruptRecordError,
+    Message,
+    StoredMessage,
+    header_struct,
+    record_problem,
+)
 from .observer import NULL_OBSERVER, AppendScope, StoreObserver
 from .prepared_records import PreparedRecords
 from .recovery import recover_commit_log
@@ -95,6 +105,86 @@ def _batch_place(messages: Sequence[Message]) -> tuple[str, int | None]:
     first = messages[0]
     same_queue = all(m.queue_id == first.queue_id for m in messages)
     return first.topic, first.queue_id if same_queue else None
+
+
+def _out_of_bounds(cq: ConsumeQueue | None, offset: int) -> tuple[GetStatus, int, int, int] | None:
+    """What a read of ``cq`` at ``offset`` answers when it finds nothing to read there:
+    the status, where to read next, and the queue's bounds. None when it can read."""
+    if cq is None:
+        return GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0
+    min_offset, max_offset = cq.min_offset, cq.max_offset
+    if max_offset == 0:
+        return GetStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset
+    if offset < min_offset:
+        return GetStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset
+    if offset == max_offset:
+        return GetStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset
+    if offset > max_offset:
+        return GetStatus.OFFSET_OVERFLOW_BADLY, max_offset, min_offset, max_offset
+    return None
+
+
+# TOTALSIZE, MAGIC, BODYCRC, SYSFLAG and BODYLENGTH of a record with IPv4 hosts.
+_CHECKED_FIELDS = struct.Struct(">iIi24xi44xi")
+_HOST_V6_BITS = 0x30
+assert _CHECKED_FIELDS.size == header_struct(0).size
+
+
+def _intact_records(run: bytes, physical: int) -> tuple[list[bytes], int, int | None]:
+    """Check every record of ``run`` (whole records from commit-log offset ``physical``).
+
+    Returns the parts that passed, how many records failed their CRC and were
+    left out, and, if a record's framing is broken (nothing after it in the run
+    can be found), its index in the run: the parts end before it.
+    """
+    view = memoryview(run)
+    end = len(run)
+    position = 0
+    good_from = 0
+    index = 0
+    parts: list[bytes] = []
+    dropped = 0
+    unpack = _CHECKED_FIELDS.unpack_from
+    header_size = _CHECKED_FIELDS.size
+    crc32 = zlib.crc32
+    while position < end:
+        # The usual record (IPv4 hosts) checked inline: this runs once per record fetched.
+        if end - position >= header_size:
+            size, magic, crc, sys_flag, body_length = unpack(view, position)
+            body_at = position + header_size
+            if (
+                magic == MESSAGE_MAGIC
+                and not sys_flag & _HOST_V6_BITS
+                and body_length >= 0
+                and body_at + body_length + 3 <= position + size <= end
+                and crc32(view[body_at : body_at + body_length]) & 0x7FFFFFFF == crc
+            ):
+                position += size
+                index += 1
+                continue
+        problem = record_problem(view, position)
+        if problem is None:
+            position += int.from_bytes(view[position : position + 4], "big", signed=True)
+            index += 1
+            continue
+        log.error(
+            "skipping corrupt record at commit-log offset %d: %s", physical + position, problem
+        )
+        if position > good_from:
+            parts.append(run[good_from:position])
+        if problem.startswith("body"):
+            # Its framing holds: the records after it can still be read.
+            position += int.from_bytes(view[position : position + 4], "big", signed=True)
+            good_from = position
+            dropped += 1
+            index += 1
+            continue
+        return parts, dropped, index
+    if good_from == 0:
+        return [run], 0, None
+    if good_from < end:
+        parts.append(run[good_from:end])
+    return parts, dropped, None
 
 
 @dataclasses.dataclass(slots=True)
@@ -577,7 +667,8 @@ class MessageStore:
         """Raw records of one queue from ``offset``, back to back, as the commit log holds them.
 
         Records that sit next to each other in the log are copied as one run.
-        Nothing is decoded or CRC-checked here: the reader checks each record.
+        Each record's body CRC is checked; one that fails is logged and left out,
+        as :meth:`get_messages` does.
         """
         # [commit-log offset, length, records before it, its first queue offset] per run
         runs: list[list[int]] = []
@@ -598,25 +689,97 @@ class MessageStore:
             count += 1
             return True
 
-        status, next_offset, min_offset, max_offset = self._walk_queue(
-            topic, queue_id, offset, max_count, max_bytes, tag_codes, take, False
-        )
+        if tag_codes is None:
+            status, next_offset, min_offset, max_offset, count = self._runs_of(
+                topic, queue_id, offset, max_count, max_bytes, runs
+            )
+        else:
+            status, next_offset, min_offset, max_offset = self._walk_queue(
+                topic, queue_id, offset, max_count, max_bytes, tag_codes, take, False
+            )
         chunks = []
+        dropped = 0
+        deleted = False
         for physical, length, before, first_queue_offset in runs:
             chunk = self.commit_log.read(physical, length)
             if chunk is None:
                 # Retention deleted the rest while it was read: end before it, and
                 # let the next fetch find out where the queue starts now.
-                count, next_offset = before, first_queue_offset
+                count, next_offset, deleted = before - dropped, first_queue_offset, True
                 break
-            chunks.append(chunk)
+            good, failed, broken_at = _intact_records(chunk, physical)
+            chunks += good
+            dropped += failed
+            if broken_at is not None:
+                # Past a record with broken framing nothing of its run can be found:
+                # end here; the next fetch starts after it.
+                count = before + broken_at - dropped
+                next_offset = first_queue_offset + broken_at + 1
+                break
+        else:
+            count -= dropped
         data = b"".join(chunks)
         if status is GetStatus.FOUND and not data:
-            if runs:  # retention took every record found: point at the queue's start now
+            if deleted and not chunks:
+                # Retention took every record found: point at the queue's start now.
                 status, next_offset = GetStatus.OFFSET_TOO_SMALL, self.min_offset(topic, queue_id)
             else:
                 status = GetStatus.NO_MATCHED_MESSAGE
         return RecordsResult(status, data, count, next_offset, min_offset, max_offset)
+
+    def _runs_of(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        max_bytes: int,
+        runs: list[list[int]],
+    ) -> tuple[GetStatus, int, int, int, int]:
+        """Without a filter: the units from ``offset`` as runs of adjacent records.
+
+        Fills ``runs`` as ``get_records`` wants them and returns what ``_walk_queue``
+        does, and the number of records. A loop of its own: it runs once per record
+        fetched.
+        """
+        cq = self.consume_queues.get(topic, queue_id)
+        refused = _out_of_bounds(cq, offset)
+        if refused is not None:
+            return (*refused, 0)
+        assert cq is not None
+        min_offset, max_offset = cq.min_offset, cq.max_offset
+        segment_size = self.config.commit_log_file_size
+        end = min(max_offset, offset + max_count)
+        next_offset = offset
+        size_total = 0
+        run_start = run_end = segment_end = -1
+        run_count = run_first = records = 0
+        while next_offset < end and size_total < max_bytes:
+            units = cq.read_units(next_offset, end - next_offset)
+            if not units:
+                # A blank stretch or a deleted file: step over it.
+                next_offset += 1
+                if run_start >= 0:
+                    runs.append([run_start, run_end - run_start, run_count, run_first])
+                    run_start = -1
+                continue
+            for physical, size, _ in units:
+                if physical == run_end and physical + size <= segment_end:
+                    run_end += size
+                else:
+                    if run_start >= 0:
+                        runs.append([run_start, run_end - run_start, run_count, run_first])
+                    run_start, run_end, run_count = physical, physical + size, records
+                    run_first = next_offset
+                    segment_end = (physical // segment_size + 1) * segment_size
+                next_offset += 1
+                records += 1
+                size_total += size
+                if size_total >= max_bytes:
+                    break
+        if run_start >= 0:
+            runs.append([run_start, run_end - run_start, run_count, run_first])
+        return GetStatus.FOUND, next_offset, min_offset, max_offset, records
 
     def _walk_queue(
         self,
@@ -635,17 +798,11 @@ class MessageStore:
         the status, the offset after the last unit scanned and the queue's bounds.
         """
         cq = self.consume_queues.get(topic, queue_id)
-        if cq is None:
-            return GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0
+        refused = _out_of_bounds(cq, offset)
+        if refused is not None:
+            return refused
+        assert cq is not None
         min_offset, max_offset = cq.min_offset, cq.max_offset
-        if max_offset == 0:
-            return GetStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset
-        if offset < min_offset:
-            return GetStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset
-        if offset == max_offset:
-            return GetStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset
-        if offset > max_offset:
-            return GetStatus.OFFSET_OVERFLOW_BADLY, max_offset, min_offset, max_offset
         next_offset = offset
         taken = 0
         size_total = 0

@@ -91,7 +91,7 @@ def test_records_decode_to_the_messages_that_were_put(store: MessageStore) -> No
     assert store.get_records("Nope", 0, 0, 10).status is GetStatus.NO_MATCHED_LOGIC_QUEUE
 
 
-def test_a_record_failing_its_crc_is_left_out(store: MessageStore) -> None:
+def test_a_record_failing_its_crc_on_arrival_is_left_out(store: MessageStore) -> None:
     put(store, [message(i) for i in range(5)])
     assert store.wait_dispatched()
     data = bytearray(store.get_records("T", 0, 0, 10).data)
@@ -130,3 +130,26 @@ def test_compressed_bodies_and_offset_ids(store: MessageStore) -> None:
     # Without a client ID the message ID is RocketMQ's offset ID: store host and offset.
     assert len(anonymous.message_id) == 32 and anonymous.message_id.isupper()
     assert anonymous.message_id.endswith(f"{anonymous._physical_offset:016X}")
+
+
+def test_corrupt_records_on_disk_are_left_out_of_fetches(store: MessageStore) -> None:
+    put(store, [message(i) for i in range(10)])
+    assert store.wait_dispatched()
+    whole = store.get_records("T", 0, 0, 100).data
+    size = len(whole) // 10
+    # A fresh store: its first segment starts at offset 0, with these records.
+    segment = store.commit_log.queue.files[0].mapping
+    start = 0
+    # A body byte of record 2 flipped: only that record goes.
+    segment[start + 2 * size + 100] ^= 0xFF
+    got = store.get_records("T", 0, 0, 100)
+    assert [m.queue_offset for m in decode_records(got.data)] == [0, 1, 3, 4, 5, 6, 7, 8, 9]
+    assert (got.count, got.next_offset) == (9, 10)
+    # Record 6's magic destroyed: nothing after it in the run can be trusted, so the
+    # fetch ends before it and the next one starts after it.
+    segment[start + 6 * size + 4 : start + 6 * size + 8] = b"\0\0\0\0"
+    got = store.get_records("T", 0, 0, 100)
+    assert [m.queue_offset for m in decode_records(got.data)] == [0, 1, 3, 4, 5]
+    assert (got.count, got.next_offset) == (5, 7)
+    rest = store.get_records("T", 0, 7, 100)
+    assert [m.queue_offset for m in decode_records(rest.data)] == [7, 8, 9]
