@@ -58,3 +58,35 @@ def test_produce_and_consume_walkthrough(tmp_path):
         # demo-readers acked what it received; only the message sent from the shell
         # after it stopped is left for it.
         assert "total lag of group demo-readers on demo: 1" in skiff(lag)
+
+
+def test_skiffs_own_clients_snippet(tmp_path):
+    (snippet,) = _blocks(_section("Skiff's own clients, for throughput"), "python")
+    with running_broker(tmp_path) as broker:
+        created = subprocess.run(
+            [
+                *(sys.executable, "-m", "skiff_broker", "topic", "create", "demo"),
+                *("--read-queues", "4", "--write-queues", "4", "--endpoint", broker.endpoint),
+            ],
+            env=broker_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert created.returncode == 0, created.stderr
+        done = subprocess.run(
+            [sys.executable, "-c", snippet.replace(README_ENDPOINT, broker.endpoint)],
+            env=broker_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert re.fullmatch(r"01[0-9A-F]{32} 10000", lines[0]), lines[0]
+    read = lines[1:]
+    # Every message comes back once, from the four queues.
+    assert len(read) == 10_001
+    assert {line.split()[0] for line in read} == {"0", "1", "2", "3"}
+    assert sum("b'one'" in line for line in read) == 1
+    assert sum("b'many " in line for line in read) == 10_000
