@@ -248,22 +248,10 @@ class PullConsumer:
         request until one arrives or the time is up (long polling).
         """
         tags = TagFilter.parse(tag_expression).tags
-        response = self._fetch(topic, queue_id, offset, max_messages, max_bytes, wait_s, tags)
+        response = self._fetch(topic, queue_id, offset, max_messages, max_bytes, wait_s, tags)()
         return self._result(response, topic, queue_id, offset, tags)
 
     def _fetch(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_messages: int,
-        max_bytes: int = DEFAULT_MAX_BYTES,
-        wait_s: float = 0.0,
-        tags: frozenset[str] | None = None,
-    ) -> rpb.FetchResponse:
-        return self._fetch_later(topic, queue_id, offset, max_messages, max_bytes, wait_s, tags)()
-
-    def _fetch_later(
         self,
         topic: str,
         queue_id: int,
@@ -359,7 +347,7 @@ class PullConsumer:
         batch_size = max(1, min(batch_size, MAX_BATCH_SIZE))
 
         def pull_from(offset: int) -> Callable[[], rpb.FetchResponse]:
-            return self._fetch_later(topic, queue_id, offset, min(batch_size, end - offset))
+            return self._fetch(topic, queue_id, offset, min(batch_size, end - offset))
 
         offset = start
         pending = pull_from(offset)
