@@ -10,6 +10,7 @@ cuts them, and promotion refuses a replica that is not in sync unless forced.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -44,8 +45,13 @@ from tests.broker_process import (
 
 from skiff_broker.client.admin import AdminClient, BrokerInfo
 from skiff_broker.client.errors import BrokerUnavailable, FailedPrecondition, MessagingError
-from skiff_broker.client.messaging import MessagingClient, OutgoingMessage
+from skiff_broker.client.messaging import MessagingClient, OutgoingMessage, SendReceipt
+from skiff_broker.client.producer import BatchingProducer
+from skiff_broker.client.records import encode_record, topic_field
 from skiff_broker.metadata.topic_table import TopicConfig
+from skiff_broker.records.v1 import records_pb2 as rpb
+from skiff_broker.records.v1 import records_pb2_grpc
+from skiff_broker.store.message import encode_properties
 
 TOPIC = "replicated-orders"
 QUEUES = 4
@@ -198,6 +204,15 @@ def client_config(broker: BrokerProcess) -> ClientConfiguration:
 # -- tests ------------------------------------------------------------------------
 
 
+async def batching_send(broker: BrokerProcess, body: bytes) -> SendReceipt | Exception:
+    """One message through BatchingProducer (a record append); its receipt or its error."""
+    async with BatchingProducer(broker.endpoint, request_timeout_s=30) as producer:
+        try:
+            return await producer.send(TOPIC, body)
+        except Exception as exc:
+            return exc
+
+
 def test_async_replica_holds_the_same_bytes_and_takes_no_writes(group: Group) -> None:
     master = group.master("master")
     replica = group.replica("replica", master)
@@ -250,6 +265,19 @@ def test_async_replica_holds_the_same_bytes_and_takes_no_writes(group: Group) ->
     ):
         client.send([OutgoingMessage(TOPIC, b"to the replica")])
     assert refused.value.code == "FORBIDDEN"
+    # Skiff's producer finds no writable queue there; a record append sent anyway is refused.
+    routed = asyncio.run(batching_send(replica, b"appended to the replica"))
+    assert isinstance(routed, MessagingError) and routed.code == "FORBIDDEN", routed
+    record = encode_record(topic_field(TOPIC), b"x", encode_properties({"UNIQ_KEY": "ID"}), 1)
+    with (
+        grpc.insecure_channel(replica.endpoint) as channel,
+        pytest.raises(grpc.RpcError) as appended,
+    ):
+        records_pb2_grpc.RecordServiceStub(channel).Append(
+            rpb.AppendRequest(topic=TOPIC, records=record), timeout=30
+        )
+    assert appended.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+    assert "is a replica and takes no writes" in appended.value.details()
     assert info(replica).commit_log_max_offset == end
 
 
@@ -476,6 +504,11 @@ def test_a_stalled_replica_falls_out_of_sync_and_sync_sends_time_out(group: Grou
             with pytest.raises(MessagingError) as again:
                 client.send([OutgoingMessage(TOPIC, b"while out of sync")])
             assert again.value.code == "SLAVE_PERSISTENCE_TIMEOUT"
+            # Records appended by Skiff's producer get the same answer, never a silent success.
+            appended = asyncio.run(batching_send(master, b"appended while out of sync"))
+            assert isinstance(appended, MessagingError), appended
+            assert appended.code == "SLAVE_PERSISTENCE_TIMEOUT"
+            assert "in-sync replicas" in appended.message
     finally:
         os.kill(replica.proc.pid, signal.SIGCONT)
 
