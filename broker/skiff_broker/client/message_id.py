@@ -24,12 +24,18 @@ class MessageIdGenerator:
         self._prefix = f"{_VERSION_V1}{mac:012X}{pid:04X}"
         self._sequence = itertools.count()
         self._lock = threading.Lock()
+        # Everything but the sequence number, built once per second.
+        self._head = (-1, "")
 
     def next(self) -> str:
-        seconds = (int(time.time()) - _EPOCH_2021_S) & 0xFFFF_FFFF
+        now = int(time.time())
+        second, head = self._head
+        if now != second:
+            head = f"{self._prefix}{(now - _EPOCH_2021_S) & 0xFFFF_FFFF:08X}"
+            self._head = (now, head)
         with self._lock:
             sequence = next(self._sequence) & 0xFFFF_FFFF
-        return f"{self._prefix}{seconds:08X}{sequence:08X}"
+        return f"{head}{sequence:08X}"
 
 
 _generator = MessageIdGenerator()

@@ -259,6 +259,7 @@ class BatchingProducer:
         self._routes: dict[str, str] = {}  # topic -> endpoint of its broker
         self._route_lookups: dict[str, asyncio.Task[str]] = {}
         self._topic_fields: dict[str, bytes] = {}
+        self._event_loop: asyncio.AbstractEventLoop | None = None
 
     async def __aenter__(self) -> BatchingProducer:
         return self
@@ -345,16 +346,20 @@ class BatchingProducer:
     ) -> _Pending:
         if self._closed:
             raise ProducerClosed("the producer is closed; create a new one to send")
-        size = (
-            _MESSAGE_OVERHEAD_BYTES
-            + len(body)
-            + len(topic)
-            + len(tag)
-            + sum(len(k) + 1 for k in keys)
-            + sum(len(k) + len(v) + 4 for k, v in properties.items())
-        )
-        future: asyncio.Future[SendReceipt] = asyncio.get_running_loop().create_future()
+        size = _MESSAGE_OVERHEAD_BYTES + len(body) + len(topic) + len(tag)
+        if keys:
+            size += sum(len(k) + 1 for k in keys)
+        if properties:
+            size += sum(len(k) + len(v) + 4 for k, v in properties.items())
+        future: asyncio.Future[SendReceipt] = self._loop().create_future()
         return _Pending(body, tag, keys, properties, group, future, size)
+
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        # Looked up once: the producer lives in one event loop.
+        loop = self._event_loop
+        if loop is None:
+            loop = self._event_loop = asyncio.get_running_loop()
+        return loop
 
     def _place(self, topic: str, item: _Pending) -> asyncio.Future[SendReceipt]:
         """Put ``item`` in its open batch, or behind the callers already waiting for room."""
