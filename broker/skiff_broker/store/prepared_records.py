@@ -36,6 +36,7 @@ _BROKER_FIELDS = struct.Struct(">q8sq8siq")
 _BROKER_FIELDS_AT = 40
 _QUEUE_ID = struct.Struct(">i")
 _QUEUE_ID_AT = 12
+_ID_ONLY = f"{Property.UNIQ_KEY}\x01".encode()
 # STORETIMESTAMP follows BORNHOST.
 _TIMESTAMP_AT_V4 = 56
 
@@ -73,6 +74,7 @@ def prepare_records(
     in_place = len(born_host) == 8 and len(store_host) == 8
     blob = bytearray(data) if in_place else bytearray()
     layout: list[tuple[int, int, bool, DispatchRequest]] = []
+    view = memoryview(data)
     unpack = _PLAIN.unpack_from
     header_size = _PLAIN.size
     end = len(data)
@@ -123,8 +125,7 @@ def prepare_records(
         topic_at = body_at + body_length
         if topic_at + 3 > record_end:
             raise _refused(index, position, f"body length {body_length} overruns the record")
-        body = data[body_at:topic_at]
-        if zlib.crc32(body) & 0x7FFFFFFF != crc:
+        if zlib.crc32(view[body_at:topic_at]) & 0x7FFFFFFF != crc:
             raise _refused(index, position, "body does not match its CRC")
         topic_length = data[topic_at]
         properties_at = topic_at + 3 + topic_length
@@ -147,7 +148,15 @@ def prepare_records(
                 AppendStatus.PROPERTIES_SIZE_EXCEEDED,
             )
         try:
-            properties = decode_properties(raw_properties)
+            if (
+                raw_properties.startswith(_ID_ONLY)
+                and raw_properties.find(b"\x02") == len(raw_properties) - 1
+                and raw_properties.find(b"\x01", len(_ID_ONLY)) == -1
+            ):
+                # The usual record: nothing but the message ID.
+                properties = {Property.UNIQ_KEY: raw_properties[len(_ID_ONLY) : -1].decode()}
+            else:
+                properties = decode_properties(raw_properties)
         except UnicodeDecodeError:
             raise _refused(index, position, "properties are not UTF-8") from None
         problem = check_properties(properties)
