@@ -137,7 +137,11 @@ class IndexService:
         if isinstance(keys, str):
             # A str is iterable too, and would index every character.
             raise TypeError("keys must be a collection of keys, not one string")
-        index_keys = list(dict.fromkeys(f"{topic}#{key}" for key in keys if key))
+        if len(keys) == 1 and isinstance(keys, list | tuple):
+            # The usual record: only its message ID is indexed.
+            index_keys = [f"{topic}#{keys[0]}"] if keys[0] else []
+        else:
+            index_keys = list(dict.fromkeys(f"{topic}#{key}" for key in keys if key))
         if not index_keys:
             return
         with self._lock:
