@@ -2,13 +2,17 @@
 
 An append takes records the client encoded: the broker checks each one and
 fills in its own fields, without building a record from a protobuf. A fetch
-copies runs of records straight out of the commit log; the client checks each
-record's CRC, and the exact tag for tag-hash collisions.
+copies runs of records straight out of the commit log, checking each record's
+CRC; the client checks the exact tag for tag-hash collisions.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import time
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import grpc
 
@@ -24,6 +28,8 @@ from ..store.message_store import GetStatus, PutResult, PutStatus
 from ..store.prepared_records import prepare_records
 from .v1 import records_pb2 as rpb
 from .v1 import records_pb2_grpc
+
+log = logging.getLogger(__name__)
 
 MAX_RECORDS = 65536
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
@@ -49,12 +55,31 @@ _RESULTS = {
 }
 
 
+def _failures_logged(
+    method: Callable[..., Awaitable[Any]],
+) -> Callable[..., Awaitable[Any]]:
+    """An unexpected error is logged and answered INTERNAL; the broker keeps serving."""
+
+    @functools.wraps(method)
+    async def call(self: RecordService, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await method(self, request, context)
+        except grpc.aio.AbortError:
+            raise
+        except Exception:
+            log.exception("records %s failed", method.__name__)
+            await context.abort(grpc.StatusCode.INTERNAL, "the broker failed; see its log")
+
+    return call
+
+
 class RecordService(records_pb2_grpc.RecordServiceServicer):
     def __init__(self, broker: Broker, hub: ArrivalHub) -> None:
         self._broker = broker
         self._hub = hub
         self._round_robin: dict[str, int] = {}
 
+    @_failures_logged
     async def Append(
         self, request: rpb.AppendRequest, context: grpc.aio.ServicerContext
     ) -> rpb.AppendResponse:
@@ -130,6 +155,7 @@ class RecordService(records_pb2_grpc.RecordServiceServicer):
         self._round_robin[topic.name] = (index + 1) % topic.write_queue_nums
         return index % topic.write_queue_nums
 
+    @_failures_logged
     async def Fetch(
         self, request: rpb.FetchRequest, context: grpc.aio.ServicerContext
     ) -> rpb.FetchResponse:
