@@ -14,16 +14,12 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from .config import StoreConfig
 from .dispatch_request import DispatchRequest
 from .errors import DiskFullError
 from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
-
-if TYPE_CHECKING:
-    from .prepared_records import PreparedRecords
 from .message import (
     BLANK_MAGIC,
     BORNHOST_V6,
@@ -173,17 +169,20 @@ class CommitLog:
             start = len(blob)
             timestamp_at, counted, request = self._encode_into(blob, m, born_default)
             layout.append((start, timestamp_at, counted, request))
+        return self.append_encoded(blob, layout)
+
+    def append_encoded(
+        self, blob: bytearray, layout: list[tuple[int, int, bool, DispatchRequest]]
+    ) -> AppendResult:
+        """Append records already encoded into ``blob``, as one contiguous batch.
+
+        ``layout`` has per record: its start in ``blob``, where its STORETIMESTAMP
+        is, whether it takes a queue offset, and what the dispatcher needs of it.
+        """
         with self._lock:
             result = self._append_locked(blob, layout)
             # Under the lock, so the dispatcher receives batches in log order.
             self.on_append([entry[3] for entry in layout])
-        return result
-
-    def append_prepared(self, batch: PreparedRecords) -> AppendResult:
-        """Append records ``prepare_records`` checked and laid out, as one contiguous batch."""
-        with self._lock:
-            result = self._append_locked(batch.blob, batch.layout)
-            self.on_append([entry[3] for entry in batch.layout])
         return result
 
     def append_raw(self, offset: int, data: bytes | memoryview, notify: Callable[[], None]) -> int:

@@ -525,7 +525,10 @@ class MessageStore:
     async def put_records_async(self, batch: PreparedRecords) -> PutResult:
         """As :meth:`put_messages_async`, for records a client encoded (``prepared_records``)."""
         return await self._put_async(
-            batch.topic, batch.queue_id, batch.count, lambda: self.commit_log.append_prepared(batch)
+            batch.topic,
+            batch.queue_id,
+            len(batch.layout),
+            lambda: self.commit_log.append_encoded(batch.blob, batch.layout),
         )
 
     async def _put_async(

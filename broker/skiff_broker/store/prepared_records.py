@@ -45,10 +45,8 @@ _TIMESTAMP_AT_V4 = 56
 class PreparedRecords:
     topic: str
     queue_id: int
-    count: int
     blob: bytearray
-    # Per record: (start in blob, where its STORETIMESTAMP is, takes a queue offset,
-    # what the dispatcher needs), as CommitLog lays out any batch.
+    # Per record, as CommitLog.append_encoded takes it.
     layout: list[tuple[int, int, bool, DispatchRequest]]
 
 
@@ -222,7 +220,7 @@ def prepare_records(
         )
         position = record_end
         index += 1
-    return PreparedRecords(topic, queue_id, index, blob, layout)
+    return PreparedRecords(topic, queue_id, blob, layout)
 
 
 def _refused(
