@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from .config import StoreConfig
-from .dispatch_request import DispatchRequest
+from .dispatch_request import DispatchRequest, index_keys
 from .errors import DiskFullError
 from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
@@ -297,10 +297,7 @@ class CommitLog:
         # Half and rolled-back transaction messages never reach a consume queue.
         counted = (sys_flag & TRANSACTION_MASK) not in _UNCOUNTED_TRANSACTION_TYPES
         properties = m.properties
-        keys = properties.get(Property.KEYS, "").split()
-        unique = properties.get(Property.UNIQ_KEY)
-        if unique:
-            keys.append(unique)
+        keys = index_keys(properties.get(Property.KEYS, ""), properties.get(Property.UNIQ_KEY))
         request = DispatchRequest(
             m.topic, m.queue_id, 0, 0, length, sys_flag, 0, properties.get(Property.TAGS, ""), keys
         )

@@ -16,3 +16,11 @@ class DispatchRequest:
     store_timestamp: int
     tags: str
     keys: list[str]
+
+
+def index_keys(keys: str, unique_key: str | None) -> list[str]:
+    """What a record is indexed under: the keys of its KEYS property, then its message ID."""
+    found = keys.split()
+    if unique_key:
+        found.append(unique_key)
+    return found

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from .commit_log import CommitLog
 from .consume_queue_table import ConsumeQueueTable
-from .dispatch_request import DispatchRequest
+from .dispatch_request import DispatchRequest, index_keys
 from .hashing import tag_hash
 from .index_service import IndexService
 from .message import (
@@ -104,10 +104,7 @@ def parse_records(data: bytes, base: int) -> tuple[list[DispatchRequest], int, b
         p = t + 1 + topic_len
         props_len = _SHORT.unpack_from(data, p)[0]
         props = data[p + 2 : p + 2 + props_len]
-        keys = _property(props, _KEYS).split()
-        unique = _property(props, _UNIQ)
-        if unique:
-            keys.append(unique)
+        keys = index_keys(_property(props, _KEYS), _property(props, _UNIQ))
         requests.append(
             DispatchRequest(
                 topic,

@@ -17,7 +17,7 @@ import zlib
 from collections.abc import Callable
 
 from .commit_log import AppendRejected, AppendStatus
-from .dispatch_request import DispatchRequest
+from .dispatch_request import DispatchRequest, index_keys
 from .message import (
     MAX_PROPERTIES_LENGTH,
     MESSAGE_MAGIC,
@@ -196,10 +196,7 @@ def prepare_records(
             blob += data[body_at:record_end]
             timestamp_at = 48 + len(born_host)
             sys_flag = flags
-        keys = properties.get(Property.KEYS, "").split()
-        unique = properties.get(Property.UNIQ_KEY)
-        if unique:
-            keys.append(unique)
+        keys = index_keys(properties.get(Property.KEYS, ""), properties.get(Property.UNIQ_KEY))
         layout.append(
             (
                 start,
