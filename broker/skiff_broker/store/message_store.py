@@ -641,20 +641,38 @@ class MessageStore:
         commit log; ``accept`` then checks the message itself (hash collisions).
         A record that fails its CRC is logged and skipped, never returned.
         """
+        cq = self.consume_queues.get(topic, queue_id)
+        refused = _out_of_bounds(cq, offset)
+        if refused is not None:
+            status, next_offset, min_offset, max_offset = refused
+            return GetResult(status, [], next_offset, min_offset, max_offset)
+        assert cq is not None
+        min_offset, max_offset = cq.min_offset, cq.max_offset
         messages: list[StoredMessage] = []
-
-        def take(queue_offset: int, physical: int, size: int) -> bool:
-            message = self._read(physical, size)
-            if message is None or (accept is not None and not accept(message)):
-                return False
-            messages.append(message)
-            return True
-
-        status, next_offset, min_offset, max_offset = self._walk_queue(
-            topic, queue_id, offset, max_count, max_bytes, tag_codes, take, accept is not None
-        )
-        if status is GetStatus.FOUND and not messages:
-            status = GetStatus.NO_MATCHED_MESSAGE
+        next_offset = offset
+        size_total = 0
+        filtering = tag_codes is not None or accept is not None
+        # A filter that matches nothing must not turn one read into a scan of the queue.
+        scan_end = min(max_offset, offset + self.config.max_filter_message_count)
+        while len(messages) < max_count and next_offset < scan_end and size_total < max_bytes:
+            wanted = _FILTER_READ_UNITS if filtering else max_count - len(messages)
+            units = cq.read_units(next_offset, min(wanted, scan_end - next_offset))
+            if not units:
+                # A blank stretch or a deleted file: step over it.
+                next_offset += 1
+                continue
+            for physical, size, tag_code in units:
+                next_offset += 1
+                if tag_codes is not None and tag_code not in tag_codes:
+                    continue
+                message = self._read(physical, size)
+                if message is None or (accept is not None and not accept(message)):
+                    continue
+                messages.append(message)
+                size_total += size
+                if size_total >= max_bytes or len(messages) >= max_count:
+                    break
+        status = GetStatus.FOUND if messages else GetStatus.NO_MATCHED_MESSAGE
         return GetResult(status, messages, next_offset, min_offset, max_offset)
 
     def get_records(
@@ -675,31 +693,9 @@ class MessageStore:
         """
         # [commit-log offset, length, records before it, its first queue offset] per run
         runs: list[list[int]] = []
-        count = 0
-        segment_size = self.config.commit_log_file_size
-
-        def take(queue_offset: int, physical: int, size: int) -> bool:
-            nonlocal count
-            last = runs[-1] if runs else None
-            if (
-                last is not None
-                and last[0] + last[1] == physical
-                and last[0] // segment_size == (physical + size - 1) // segment_size
-            ):
-                last[1] += size
-            else:
-                runs.append([physical, size, count, queue_offset])
-            count += 1
-            return True
-
-        if tag_codes is None:
-            status, next_offset, min_offset, max_offset, count = self._runs_of(
-                topic, queue_id, offset, max_count, max_bytes, runs
-            )
-        else:
-            status, next_offset, min_offset, max_offset = self._walk_queue(
-                topic, queue_id, offset, max_count, max_bytes, tag_codes, take, False
-            )
+        status, next_offset, min_offset, max_offset, count = self._runs_of(
+            topic, queue_id, offset, max_count, max_bytes, tag_codes, runs
+        )
         chunks = []
         dropped = 0
         deleted = False
@@ -737,13 +733,13 @@ class MessageStore:
         offset: int,
         max_count: int,
         max_bytes: int,
+        tag_codes: set[int] | None,
         runs: list[list[int]],
     ) -> tuple[GetStatus, int, int, int, int]:
-        """Without a filter: the units from ``offset`` as runs of adjacent records.
+        """The units from ``offset`` whose tag matches, as runs of adjacent records.
 
-        Fills ``runs`` as ``get_records`` wants them and returns what ``_walk_queue``
-        does, and the number of records. A loop of its own: it runs once per record
-        fetched.
+        Fills ``runs`` as ``get_records`` wants them. Returns the status, the offset
+        after the last unit scanned, the queue's bounds and the number of records.
         """
         cq = self.consume_queues.get(topic, queue_id)
         refused = _out_of_bounds(cq, offset)
@@ -752,13 +748,19 @@ class MessageStore:
         assert cq is not None
         min_offset, max_offset = cq.min_offset, cq.max_offset
         segment_size = self.config.commit_log_file_size
-        end = min(max_offset, offset + max_count)
+        if tag_codes is None:
+            end = min(max_offset, offset + max_count)
+            read_units = end - offset
+        else:
+            # A filter that matches nothing must not turn one read into a scan of the queue.
+            end = min(max_offset, offset + self.config.max_filter_message_count)
+            read_units = _FILTER_READ_UNITS
         next_offset = offset
         size_total = 0
         run_start = run_end = segment_end = -1
         run_count = run_first = records = 0
-        while next_offset < end and size_total < max_bytes:
-            units = cq.read_units(next_offset, end - next_offset)
+        while next_offset < end and size_total < max_bytes and records < max_count:
+            units = cq.read_units(next_offset, min(read_units, end - next_offset))
             if not units:
                 # A blank stretch or a deleted file: step over it.
                 next_offset += 1
@@ -766,71 +768,27 @@ class MessageStore:
                     runs.append([run_start, run_end - run_start, run_count, run_first])
                     run_start = -1
                 continue
-            for physical, size, _ in units:
+            for physical, size, tag_code in units:
+                queue_offset = next_offset
+                next_offset += 1
+                if tag_codes is not None and tag_code not in tag_codes:
+                    # The record stands between its neighbours: no run spans it.
+                    continue
                 if physical == run_end and physical + size <= segment_end:
                     run_end += size
                 else:
                     if run_start >= 0:
                         runs.append([run_start, run_end - run_start, run_count, run_first])
                     run_start, run_end, run_count = physical, physical + size, records
-                    run_first = next_offset
+                    run_first = queue_offset
                     segment_end = (physical // segment_size + 1) * segment_size
-                next_offset += 1
                 records += 1
                 size_total += size
-                if size_total >= max_bytes:
+                if size_total >= max_bytes or records >= max_count:
                     break
         if run_start >= 0:
             runs.append([run_start, run_end - run_start, run_count, run_first])
         return GetStatus.FOUND, next_offset, min_offset, max_offset, records
-
-    def _walk_queue(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_count: int,
-        max_bytes: int,
-        tag_codes: set[int] | None,
-        take: Callable[[int, int, int], bool],
-        exact_filter: bool,
-    ) -> tuple[GetStatus, int, int, int]:
-        """Hand each unit of a queue from ``offset`` whose tag matches to ``take``.
-
-        Stops after ``max_count`` taken units or ``max_bytes`` taken bytes. Returns
-        the status, the offset after the last unit scanned and the queue's bounds.
-        """
-        cq = self.consume_queues.get(topic, queue_id)
-        refused = _out_of_bounds(cq, offset)
-        if refused is not None:
-            return refused
-        assert cq is not None
-        min_offset, max_offset = cq.min_offset, cq.max_offset
-        next_offset = offset
-        taken = 0
-        size_total = 0
-        filtering = tag_codes is not None or exact_filter
-        # A filter that matches nothing must not turn one read into a scan of the queue.
-        scan_end = min(max_offset, offset + self.config.max_filter_message_count)
-        while taken < max_count and next_offset < scan_end and size_total < max_bytes:
-            wanted = _FILTER_READ_UNITS if filtering else max_count - taken
-            units = cq.read_units(next_offset, min(wanted, scan_end - next_offset))
-            if not units:
-                # A blank stretch or a deleted file: step over it.
-                next_offset += 1
-                continue
-            for physical, size, tag_code in units:
-                queue_offset = next_offset
-                next_offset += 1
-                if tag_codes is not None and tag_code not in tag_codes:
-                    continue
-                if not take(queue_offset, physical, size):
-                    continue
-                taken += 1
-                size_total += size
-                if size_total >= max_bytes or taken >= max_count:
-                    break
-        return GetStatus.FOUND, next_offset, min_offset, max_offset
 
     def scan_queue(
         self, topic: str, queue_id: int, start: int
