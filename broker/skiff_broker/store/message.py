@@ -17,6 +17,7 @@ import enum
 import functools
 import socket
 import struct
+import typing
 import zlib
 
 MESSAGE_MAGIC = 0xDAA320A7
@@ -292,27 +293,33 @@ def decode_record(
     )
 
 
-def record_problem(buf: bytes | memoryview, pos: int = 0) -> str | None:
+class RecordProblem(typing.NamedTuple):
+    reason: str
+    # The record's size can be trusted, so the records after it can still be found.
+    framing_holds: bool
+
+
+def record_problem(buf: bytes | memoryview, pos: int = 0) -> RecordProblem | None:
     """What is wrong with the record at ``pos`` (framing or body CRC); None if nothing.
 
     Cheaper than decoding: nothing is built, only the body's CRC computed.
     """
     limit = len(buf)
     if pos + SYSFLAG_OFFSET + 4 > limit:
-        return "it is cut short"
+        return RecordProblem("it is cut short", False)
     size, magic = SIZE_MAGIC.unpack_from(buf, pos)
     if magic != MESSAGE_MAGIC:
-        return f"magic {magic:#x} is not a message's"
+        return RecordProblem(f"magic {magic:#x} is not a message's", False)
     header = header_struct(_INT.unpack_from(buf, pos + SYSFLAG_OFFSET)[0])
     if size < header.size + 3 or pos + size > limit:
-        return f"size {size} is impossible"
+        return RecordProblem(f"size {size} is impossible", False)
     crc = _INT.unpack_from(buf, pos + 8)[0]
     body_len = _INT.unpack_from(buf, pos + header.size - 4)[0]
     body_at = pos + header.size
     if body_len < 0 or body_at + body_len + 3 > pos + size:
-        return f"body length {body_len} is impossible"
+        return RecordProblem(f"body length {body_len} is impossible", True)
     if body_crc(buf[body_at : body_at + body_len]) != crc:
-        return "body fails its CRC"
+        return RecordProblem("body fails its CRC", True)
     return None
 
 

@@ -168,12 +168,13 @@ def _intact_records(run: bytes, physical: int) -> tuple[list[bytes], int, int | 
             index += 1
             continue
         log.error(
-            "skipping corrupt record at commit-log offset %d: %s", physical + position, problem
+            "skipping corrupt record at commit-log offset %d: %s",
+            physical + position,
+            problem.reason,
         )
         if position > good_from:
             parts.append(run[good_from:position])
-        if problem.startswith("body"):
-            # Its framing holds: the records after it can still be read.
+        if problem.framing_holds:
             position += int.from_bytes(view[position : position + 4], "big", signed=True)
             good_from = position
             dropped += 1
