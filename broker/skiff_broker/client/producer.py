@@ -202,6 +202,20 @@ def _copy_error(error: BaseException) -> BaseException:
     return copy
 
 
+def _stored_from(batch: _Batch, first_offset: int) -> None:
+    """The batch was stored as one run of its queue from ``first_offset``."""
+    for index, item in enumerate(batch.items):
+        if not item.future.done():
+            item.future.set_result(SendReceipt(item.message_id, first_offset + index))
+
+
+def _fail(batch: _Batch, error: BaseException) -> None:
+    """Every send of the batch that still waits fails with (a copy of) ``error``."""
+    for item in batch.items:
+        if not item.future.done():
+            item.future.set_exception(_copy_error(error))
+
+
 class BatchingProducer:
     """Send messages to a Skiff (or any RocketMQ 5 gRPC) broker in batches.
 
@@ -519,9 +533,7 @@ class BatchingProducer:
             if isinstance(exc, BrokerUnavailable):
                 # The broker may have moved: ask for the route again next time.
                 self._routes.pop(batch.key[0], None)
-            for item in batch.items:
-                if not item.future.done():
-                    item.future.set_exception(_copy_error(exc))
+            _fail(batch, exc)
             if not isinstance(exc, Exception):
                 raise
         finally:
@@ -560,10 +572,7 @@ class BatchingProducer:
             connection.appends = False
             return False
         if response.status == rpb.AppendResponse.STORED:
-            first = response.first_offset
-            for index, item in enumerate(batch.items):
-                if not item.future.done():
-                    item.future.set_result(SendReceipt(item.message_id, first + index))
+            _stored_from(batch, response.first_offset)
             return True
         # Stored, but not as durable as asked: what SendMessage answers in that case.
         code = (
@@ -571,11 +580,7 @@ class BatchingProducer:
             if response.status == rpb.AppendResponse.FLUSH_DISK_TIMEOUT
             else pb.Code.SLAVE_PERSISTENCE_TIMEOUT
         )
-        for item in batch.items:
-            if not item.future.done():
-                item.future.set_exception(
-                    MessagingError(code, pb.Code.Name(code), response.message)
-                )
+        _fail(batch, MessagingError(code, pb.Code.Name(code), response.message))
         return True
 
     def _request_of(self, batch: _Batch) -> spb.SendMessageRequest:
@@ -617,10 +622,7 @@ class BatchingProducer:
         ):
             # Apache RocketMQ's proxy stores a request as one batch and answers one
             # entry: the batch's first queue offset; the batch occupies the offsets after it.
-            first = entries[0].offset
-            for index, item in enumerate(batch.items):
-                if not item.future.done():
-                    item.future.set_result(SendReceipt(item.message_id, first + index))
+            _stored_from(batch, entries[0].offset)
             return
         if len(entries) != len(batch.items):
             if response.status.code not in _SUCCESS:
@@ -630,9 +632,7 @@ class BatchingProducer:
                     f"the broker answered {len(entries)} entries for {len(batch.items)} "
                     "messages; is it a RocketMQ 5 broker?"
                 )
-            for item in batch.items:
-                if not item.future.done():
-                    item.future.set_exception(_copy_error(error))
+            _fail(batch, error)
             return
         for item, entry in zip(batch.items, entries, strict=True):
             if item.future.done():
