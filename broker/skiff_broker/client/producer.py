@@ -48,7 +48,7 @@ from ..delivery import properties as prop
 from ..endpoints import address_of, endpoints_of
 from ..records.v1 import records_pb2 as rpb
 from ..records.v1 import records_pb2_grpc
-from ..store.message import encode_properties
+from ..store.message import encode_properties, id_only_properties
 from .errors import (
     BrokerError,
     BrokerUnavailable,
@@ -71,7 +71,6 @@ DEFAULT_REQUEST_TIMEOUT_S = 10.0
 # What a message adds to a request beyond its body, topic, tag, keys and
 # properties: ID, timestamps, type and protobuf framing (an over-estimate).
 _MESSAGE_OVERHEAD_BYTES = 96
-_ID_PROPERTY = f"{prop.UNIQ_KEY}\x01".encode()
 _SUCCESS = frozenset({pb.Code.OK, pb.Code.MULTIPLE_RESULTS})
 _WRITABLE = frozenset({pb.Permission.WRITE, pb.Permission.READ_WRITE})
 
@@ -131,7 +130,7 @@ class _Pending:
             # The usual case, quickly: nothing but the ID to check and encode.
             if not body:
                 raise InvalidArgument("message not sent: message body must not be empty")
-            self.record_properties = _ID_PROPERTY + self.message_id.encode() + b"\x02"
+            self.record_properties = id_only_properties(self.message_id)
             return
         # The properties as a stored record holds them: the user's and the broker's own.
         stored = dict(properties)

@@ -9,8 +9,8 @@ group keeps on the broker.
 
 Offsets follow RocketMQ: a queue holds ``[min_offset, max_offset)``;
 ``max_offset`` is the offset the next message will get. :meth:`PullConsumer.read_range`
-iterates over a bounded range and keeps the next fetch in flight (on a
-background thread) while the caller works on the messages of the current one.
+iterates over a bounded range and keeps the next fetch in flight (a gRPC
+future) while the current one is decoded and handled.
 """
 
 from __future__ import annotations

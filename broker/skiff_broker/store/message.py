@@ -137,6 +137,15 @@ def encode_properties(properties: dict[str, str]) -> bytes:
     return text.encode()
 
 
+# The properties of a record that carries nothing but its message ID.
+ID_ONLY_PREFIX = f"{Property.UNIQ_KEY}{NAME_VALUE_SEPARATOR}".encode()
+
+
+def id_only_properties(message_id: str) -> bytes:
+    """``encode_properties({UNIQ_KEY: message_id})``, for the most common record, cheaply."""
+    return ID_ONLY_PREFIX + message_id.encode() + PROPERTY_SEPARATOR.encode()
+
+
 def decode_properties(raw: bytes | str) -> dict[str, str]:
     text = raw.decode() if isinstance(raw, bytes | bytearray | memoryview) else raw
     result: dict[str, str] = {}

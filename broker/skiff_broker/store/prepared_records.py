@@ -19,6 +19,7 @@ from collections.abc import Callable
 from .commit_log import AppendRejected, AppendStatus
 from .dispatch_request import DispatchRequest, index_keys
 from .message import (
+    ID_ONLY_PREFIX,
     MAX_PROPERTIES_LENGTH,
     MESSAGE_MAGIC,
     Property,
@@ -36,7 +37,6 @@ _BROKER_FIELDS = struct.Struct(">q8sq8siq")
 _BROKER_FIELDS_AT = 40
 _QUEUE_ID = struct.Struct(">i")
 _QUEUE_ID_AT = 12
-_ID_ONLY = f"{Property.UNIQ_KEY}\x01".encode()
 # STORETIMESTAMP follows BORNHOST.
 _TIMESTAMP_AT_V4 = 56
 
@@ -147,12 +147,12 @@ def prepare_records(
             )
         try:
             if (
-                raw_properties.startswith(_ID_ONLY)
+                raw_properties.startswith(ID_ONLY_PREFIX)
                 and raw_properties.find(b"\x02") == len(raw_properties) - 1
-                and raw_properties.find(b"\x01", len(_ID_ONLY)) == -1
+                and raw_properties.find(b"\x01", len(ID_ONLY_PREFIX)) == -1
             ):
                 # The usual record: nothing but the message ID.
-                properties = {Property.UNIQ_KEY: raw_properties[len(_ID_ONLY) : -1].decode()}
+                properties = {Property.UNIQ_KEY: raw_properties[len(ID_ONLY_PREFIX) : -1].decode()}
             else:
                 properties = decode_properties(raw_properties)
         except UnicodeDecodeError:
