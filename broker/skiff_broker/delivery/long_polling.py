@@ -10,6 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 class ArrivalHub:
@@ -51,6 +56,19 @@ class ArrivalHub:
             event = self._events.pop(topic, None)
             if event is not None:
                 event.set()
+
+    async def poll(
+        self, topic: str, seconds: float, read: Callable[[], T], empty: Callable[[T], bool]
+    ) -> T:
+        """``read()``, again each time ``topic`` gets messages, until it is not ``empty``
+        or ``seconds`` have passed; its last result."""
+        deadline = time.monotonic() + max(seconds, 0.0)
+        while True:
+            result = read()
+            left = deadline - time.monotonic()
+            if not empty(result) or left <= 0:
+                return result
+            await self.wait(topic, left)
 
     async def wait(self, topic: str, timeout: float) -> bool:
         """True if new messages arrived for ``topic`` within ``timeout`` seconds."""

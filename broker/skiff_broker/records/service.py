@@ -24,7 +24,7 @@ from ..server.convert import peer_host
 from ..store.commit_log import AppendRejected
 from ..store.hashing import tag_hash
 from ..store.message import encode_host
-from ..store.message_store import GetStatus, PutResult, PutStatus
+from ..store.message_store import NOT_WRITTEN_YET, GetStatus, PutResult, PutStatus
 from ..store.prepared_records import prepare_records
 from .v1 import records_pb2 as rpb
 from .v1 import records_pb2_grpc
@@ -169,22 +169,20 @@ class RecordService(records_pb2_grpc.RecordServiceServicer):
         remaining = context.time_remaining()
         if remaining is not None:
             wait_s = min(wait_s, remaining - _DEADLINE_MARGIN_S)
-        deadline = time.monotonic() + wait_s
         store = self._broker.store
-        while True:
-            got = store.get_records(
+        got = await self._hub.poll(
+            request.topic,
+            wait_s,
+            lambda: store.get_records(
                 request.topic,
                 request.queue_id,
                 request.offset,
                 request.max_records,
                 max_bytes=max_bytes,
                 tag_codes=tag_codes,
-            )
-            waiting = got.status in (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE)
-            left = deadline - time.monotonic()
-            if not waiting or left <= 0:
-                break
-            await self._hub.wait(request.topic, left)
+            ),
+            lambda got: got.status in NOT_WRITTEN_YET,
+        )
         return rpb.FetchResponse(
             result=_RESULTS.get(got.status, rpb.FetchResponse.NO_NEW_RECORDS),
             records=got.data,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
@@ -10,7 +9,7 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 
 from ..delivery.long_polling import ArrivalHub
 from ..runtime import Broker
-from ..store.message_store import GetStatus
+from ..store.message_store import NOT_WRITTEN_YET, GetStatus
 from .convert import millis, to_proto
 from .receiving import Receiver
 from .routing import require_group_name, require_topic_name
@@ -53,22 +52,20 @@ class Puller:
         polling = min(polling, self._broker.config.max_long_polling_ms / 1000)
         if time_remaining is not None:
             polling = min(polling, time_remaining - _DEADLINE_MARGIN_S)
-        deadline = time.monotonic() + max(polling, 0.0)
         store = self._broker.store
-        while True:
-            got = store.get_messages(
+        got = await self._hub.poll(
+            topic,
+            polling,
+            lambda: store.get_messages(
                 topic,
                 queue_id,
                 request.offset,
                 batch,
                 tag_codes=tag_filter.tag_codes,
                 accept=tag_filter.accepts if tag_filter.tags is not None else None,
-            )
-            waiting = got.status in (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE)
-            remaining = deadline - time.monotonic()
-            if not waiting or remaining <= 0:
-                break
-            await self._hub.wait(topic, remaining)
+            ),
+            lambda got: got.status in NOT_WRITTEN_YET,
+        )
         if got.status is GetStatus.FOUND:
             yield spb.PullMessageResponse(status=OK)
             for message in got.messages:

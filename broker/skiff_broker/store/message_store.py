@@ -89,6 +89,10 @@ class GetStatus(enum.Enum):
     MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
 
 
+# A read that found nothing because nothing was written there yet: worth waiting for.
+NOT_WRITTEN_YET = frozenset({GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE})
+
+
 @dataclasses.dataclass(slots=True)
 class GetResult:
     status: GetStatus
