@@ -58,10 +58,6 @@ def stamped(body: bytearray) -> bytes:
     return bytes(body)
 
 
-def age_of(body: bytes, now_ns: int) -> float:
-    return (now_ns - STAMP.unpack_from(body, 0)[0]) / 1e9
-
-
 class Window:
     """What completes while the measured window is open."""
 
