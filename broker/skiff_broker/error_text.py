@@ -1,7 +1,7 @@
 """How an error shows what a user sent: briefly, so every answer stays small.
 
-Invariant: :func:`quoted` is at most ``QUOTE_LIMIT`` characters of the input
-plus a note of how long it was, and :func:`bounded` is at most
+Invariant: :func:`quoted` and :func:`shortened` show at most ``QUOTE_LIMIT``
+characters of the input plus a note of how long it was, and :func:`bounded` is at most
 ``MESSAGE_LIMIT`` bytes of UTF-8. A gRPC error travels in a trailer that
 clients cap (8 KiB by default), percent-encoded, so a name echoed whole (a
 10 KiB topic name) would cost the client the answer itself.
@@ -19,6 +19,13 @@ def quoted(text: str, limit: int = QUOTE_LIMIT) -> str:
     if len(text) <= limit:
         return repr(text)
     return f"{text[:limit]!r}{_CUT} ({len(text)} characters)"
+
+
+def shortened(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """``text`` as it is, or its first ``limit`` characters with its length noted."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}{_CUT} ({len(text)} characters)"
 
 
 def bounded(message: str, limit: int = MESSAGE_LIMIT) -> str:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import grpc
 
 from .. import __version__
-from ..error_text import bounded, quoted
+from ..error_text import bounded, quoted, shortened
 from ..ha.replication import PromotionRefused, Replication
 from ..metadata.topic_table import MessageType, Permission, TopicConfig, validate_topic_name
 from ..runtime import Broker
@@ -369,7 +369,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             if message.unique_id == message_id:
                 return message_to_proto(message)
         raise NotFound(
-            f"no message with ID {quoted(message_id)} in topic {topic.name!r}; check the topic, "
+            f"no message with ID {shortened(message_id)} in topic {topic.name!r}; check the topic, "
             "or it may have been deleted by retention"
         )
 
