@@ -75,6 +75,10 @@ class BodyVerdicts:
         )
         self._lock = threading.Lock()
 
+    def __len__(self) -> int:
+        """How many verdicts are remembered."""
+        return len(self._verdicts)
+
     def problem(
         self, body: bytes | memoryview, limit: int, *, position: int, body_crc: int
     ) -> str | None:
