@@ -1,7 +1,10 @@
 """skiff.admin.v1.AdminService: topics, broker state, offsets and message look-ups.
 
 Served on the broker's gRPC port beside apache.rocketmq.v2.MessagingService.
-Errors are standard gRPC status codes with a message that says what to do.
+Errors are standard gRPC status codes with a message that says what to do; a
+request that is not valid (bytes that do not parse, invalid UTF-8 included, or
+a name no topic can have) is INVALID_ARGUMENT, and no message echoes more than
+a short prefix of what the user sent.
 Handlers run on the event loop, where producers' messages are appended, and do
 their work without awaiting: a topic check and the change it guards see the
 same state. They may block the loop briefly while the dispatcher catches up with
@@ -17,9 +20,11 @@ from collections.abc import Callable
 import grpc
 
 from .. import __version__
+from ..error_text import bounded, quoted, shortened
 from ..ha.replication import PromotionRefused, Replication
-from ..metadata.topic_table import MessageType, Permission, TopicConfig
+from ..metadata.topic_table import MessageType, Permission, TopicConfig, validate_topic_name
 from ..runtime import Broker
+from ..server.undecodable import Undecodable, lenient_rpc_handler
 from ..store.message import StoredMessage, encode_host, offset_message_id
 from .consumer_progress import ConsumerProgress
 from .errors import AdminError, AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
@@ -53,14 +58,17 @@ def _handler(method: Callable) -> Callable:
 
     @functools.wraps(method)
     async def call(self, request, context):  # type: ignore[no-untyped-def]
-        try:
-            return method(self, request)
-        except AdminError as exc:
-            code, message = _STATUS_CODES[type(exc)], exc.message
-        except Exception:
-            log.exception("admin %s failed", method.__name__)
-            code, message = grpc.StatusCode.INTERNAL, "the broker failed; see its log"
-        await context.abort(code, message)
+        if isinstance(request, Undecodable):
+            code, message = grpc.StatusCode.INVALID_ARGUMENT, request.reason
+        else:
+            try:
+                return method(self, request)
+            except AdminError as exc:
+                code, message = _STATUS_CODES[type(exc)], exc.message
+            except Exception:
+                log.exception("admin %s failed", method.__name__)
+                code, message = grpc.StatusCode.INTERNAL, "the broker failed; see its log"
+        await context.abort(code, bounded(message))
 
     return call
 
@@ -132,21 +140,47 @@ def _required(value: str, what: str) -> str:
     return value
 
 
+def _topic_name(value: str) -> str:
+    """``value`` if a topic can have it as its name; InvalidArgument saying why otherwise."""
+    try:
+        validate_topic_name(_required(value, "topic name"))
+    except ValueError as exc:
+        raise InvalidArgument(str(exc)) from None
+    return value
+
+
 def _async_handler(method: Callable) -> Callable:
     """As :func:`_handler`, for a handler that awaits."""
 
     @functools.wraps(method)
     async def call(self, request, context):  # type: ignore[no-untyped-def]
-        try:
-            return await method(self, request)
-        except AdminError as exc:
-            code, message = _STATUS_CODES[type(exc)], exc.message
-        except Exception:
-            log.exception("admin %s failed", method.__name__)
-            code, message = grpc.StatusCode.INTERNAL, "the broker failed; see its log"
-        await context.abort(code, message)
+        if isinstance(request, Undecodable):
+            code, message = grpc.StatusCode.INVALID_ARGUMENT, request.reason
+        else:
+            try:
+                return await method(self, request)
+            except AdminError as exc:
+                code, message = _STATUS_CODES[type(exc)], exc.message
+            except Exception:
+                log.exception("admin %s failed", method.__name__)
+                code, message = grpc.StatusCode.INTERNAL, "the broker failed; see its log"
+        await context.abort(code, bounded(message))
 
     return call
+
+
+def add_to_server(service: AdminService, server: grpc.aio.Server) -> None:
+    """Register ``service``; undecodable requests reach its handlers as Undecodable."""
+    server.add_generic_rpc_handlers(
+        (
+            lenient_rpc_handler(
+                apb.DESCRIPTOR.services_by_name["AdminService"],
+                service,
+                apb,
+                hint="send it with Skiff's skiff.admin.v1 protobuf definitions",
+            ),
+        )
+    )
 
 
 class AdminService(admin_pb2_grpc.AdminServiceServicer):
@@ -172,7 +206,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         config = self._broker.config
         read = spec.read_queue_nums or spec.write_queue_nums or config.default_read_queues
         topic = TopicConfig(
-            name=_required(spec.name, "topic name"),
+            name=_topic_name(spec.name),
             read_queue_nums=read,
             write_queue_nums=spec.write_queue_nums or read,
             perm=_permission(spec.permission) or Permission.READ_WRITE,
@@ -190,17 +224,17 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             perm=_permission(spec.permission),
             message_type=_message_type(spec.message_type),
         )
-        return topic_to_proto(self._topics.update(_required(spec.name, "topic name"), change))
+        return topic_to_proto(self._topics.update(_topic_name(spec.name), change))
 
     @_handler
     def DeleteTopic(self, request: apb.DeleteTopicRequest) -> apb.DeleteTopicResponse:
         self._refuse_on_replica()
-        self._topics.delete(_required(request.name, "topic name"))
+        self._topics.delete(_topic_name(request.name))
         return apb.DeleteTopicResponse(deleted=True)
 
     @_handler
     def GetTopic(self, request: apb.GetTopicRequest) -> apb.Topic:
-        return topic_to_proto(self._topics.get(_required(request.name, "topic name")))
+        return topic_to_proto(self._topics.get(_topic_name(request.name)))
 
     @_handler
     def ListTopics(self, request: apb.ListTopicsRequest) -> apb.ListTopicsResponse:
@@ -280,7 +314,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
 
     @_handler
     def GetQueueOffsets(self, request: apb.GetQueueOffsetsRequest) -> apb.GetQueueOffsetsResponse:
-        topic = self._topics.get(_required(request.topic, "topic"))
+        topic = self._topics.get(_topic_name(request.topic))
         self._see_recent_writes()
         store = self._broker.store
         return apb.GetQueueOffsetsResponse(
@@ -297,13 +331,13 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     @_handler
     def GetConsumerLag(self, request: apb.GetConsumerLagRequest) -> apb.GetConsumerLagResponse:
         group = _required(request.group, "consumer group")
-        topic = self._topics.get(_required(request.topic, "topic"))
+        topic = self._topics.get(_topic_name(request.topic))
         self._progress.refresh()
         groups = self._progress.groups_of(topic.name)
         if group not in groups:
             known = ", ".join(repr(g) for g in groups) or "none"
             raise NotFound(
-                f"consumer group {group!r} has not consumed from topic {topic.name!r} "
+                f"consumer group {quoted(group)} has not consumed from topic {topic.name!r} "
                 f"(groups that have: {known}); check the group name"
             )
         queues = [
@@ -327,7 +361,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
 
     @_handler
     def LookupMessage(self, request: apb.LookupMessageRequest) -> apb.StoredMessage:
-        topic = self._topics.get(_required(request.topic, "topic"))
+        topic = self._topics.get(_topic_name(request.topic))
         message_id = _required(request.message_id.strip(), "message ID")
         self._see_recent_writes()
         # The index holds message IDs as keys; KEYS equal to an ID must not match.
@@ -335,7 +369,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             if message.unique_id == message_id:
                 return message_to_proto(message)
         raise NotFound(
-            f"no message with ID {message_id} in topic {topic.name!r}; check the topic, "
+            f"no message with ID {shortened(message_id)} in topic {topic.name!r}; check the topic, "
             "or it may have been deleted by retention"
         )
 
@@ -343,7 +377,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     def QueryMessagesByKey(
         self, request: apb.QueryMessagesByKeyRequest
     ) -> apb.QueryMessagesResponse:
-        topic = self._topics.get(_required(request.topic, "topic"))
+        topic = self._topics.get(_topic_name(request.topic))
         key = _required(request.key, "key")
         limit = request.max_messages or _DEFAULT_QUERY_MESSAGES
         if not 0 < limit <= _MAX_QUERY_MESSAGES:
@@ -357,7 +391,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
 
     @_handler
     def GetOffsetByTime(self, request: apb.GetOffsetByTimeRequest) -> apb.GetOffsetByTimeResponse:
-        topic = self._topics.get(_required(request.topic, "topic"))
+        topic = self._topics.get(_topic_name(request.topic))
         queues = max(topic.read_queue_nums, topic.write_queue_nums)
         if not 0 <= request.queue_id < queues:
             raise InvalidArgument(

@@ -3,17 +3,20 @@
 It speaks the protocol directly with the official gRPC stubs, as the RocketMQ 5
 clients do: SendMessage to produce, ReceiveMessage and AckMessage to consume
 (pop with an invisible time). No routes, telemetry or heartbeats: one broker.
+
+A received body flagged compressed that does not inflate (the broker says so,
+or the client finds it) is given as its stored bytes with ``body_problem`` set
+and a WARNING logged: the messages after it still arrive.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-import gzip
+import logging
 import socket
 import time
 import uuid
-import zlib
 from collections.abc import Iterable, Iterator, Sequence
 
 import grpc
@@ -24,8 +27,12 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
 
 from .. import __version__
+from ..delivery import properties as prop
+from ..wire.compressed_body import CompressedBodyError, inflate
 from .errors import MessagingError, from_rpc_error
 from .message_id import new_message_id
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 10.0
 # How long received messages stay hidden from other consumers until acked.
@@ -33,6 +40,10 @@ DEFAULT_INVISIBLE_S = 30
 # Brokers hold a long poll for at most this long (RocketMQ's proxy: 20 s).
 MAX_LONG_POLL_S = 20.0
 _SUCCESS = {pb.Code.OK, pb.Code.MULTIPLE_RESULTS}
+# A compressed body inflating past this is given as received. A Skiff broker sends
+# GZIP only for bodies within its maximum message size; the cap keeps a "zlib bomb"
+# from any other source from costing the client more memory than this.
+MAX_INFLATED_BODY = 128 * 1024 * 1024
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -68,6 +79,8 @@ class ReceivedMessage:
     store_timestamp: int
     delivery_attempt: int
     receipt_handle: str
+    # Why ``body`` is the stored bytes of a body flagged compressed; "" when readable.
+    body_problem: str = ""
 
 
 def _timestamp(ms: int) -> Timestamp:
@@ -84,11 +97,26 @@ def _check(status: pb.Status) -> None:
         raise MessagingError(status.code, name, status.message or name)
 
 
-def _decoded_body(message: pb.Message) -> bytes:
+def _decoded_body(message: pb.Message) -> tuple[bytes, str]:
+    """The body as the producer gave it, or as stored with the reason it cannot be."""
     body = message.body
-    if message.system_properties.body_encoding == pb.Encoding.GZIP:
-        return gzip.decompress(body) if body[:2] == b"\x1f\x8b" else zlib.decompress(body)
-    return body
+    system = message.system_properties
+    problem = message.user_properties.get(prop.UNINFLATABLE_BODY, "")
+    if system.body_encoding == pb.Encoding.GZIP:
+        try:
+            return inflate(body, MAX_INFLATED_BODY), ""
+        except CompressedBodyError as exc:
+            problem = str(exc)
+    if problem:
+        log.warning(
+            "message %s of %s (queue %d, offset %d): %s; its body is given as stored",
+            system.message_id,
+            message.topic.name,
+            system.queue_id,
+            system.queue_offset,
+            problem,
+        )
+    return body, problem
 
 
 class MessagingClient:
@@ -273,6 +301,9 @@ class MessagingClient:
 def stored_fields(message: pb.Message) -> dict:
     """What the broker stored of a message, as keyword arguments of the client's message types."""
     system = message.system_properties
+    body, problem = _decoded_body(message)
+    properties = dict(message.user_properties)
+    properties.pop(prop.UNINFLATABLE_BODY, None)
     return {
         "topic": message.topic.name,
         "queue_id": system.queue_id,
@@ -281,8 +312,9 @@ def stored_fields(message: pb.Message) -> dict:
         "tag": system.tag,
         "keys": tuple(system.keys),
         "message_group": system.message_group,
-        "properties": dict(message.user_properties),
-        "body": _decoded_body(message),
+        "properties": properties,
+        "body": body,
+        "body_problem": problem,
         "born_timestamp": _millis(system.born_timestamp),
         "store_timestamp": _millis(system.store_timestamp),
     }

@@ -182,8 +182,9 @@ def consume(
 ) -> None:
     """Receive messages of TOPIC for GROUP, print them and acknowledge them.
 
-    Bodies print as text when they are UTF-8, else as base64. A message is
-    acknowledged after it is printed, so an interrupted run may print some
+    Bodies print as text when they are UTF-8, else as base64. A body flagged
+    compressed that does not inflate prints as stored, with a warning. A message
+    is acknowledged after it is printed, so an interrupted run may print some
     messages again next time, never lose them.
     """
     received = 0
@@ -250,6 +251,8 @@ def _received_json(message: ReceivedMessage) -> dict[str, Any]:
         "delivery_attempt": message.delivery_attempt,
         "body": body,
         "body_encoding": encoding,
+        # Set when the body is as stored: flagged compressed, it does not inflate.
+        "body_problem": message.body_problem,
     }
 
 
@@ -265,4 +268,6 @@ def _received_text(message: ReceivedMessage) -> str:
         details.append(" ".join(f"{k}={v}" for k, v in sorted(message.properties.items())))
     if message.delivery_attempt > 1:
         details.append(f"attempt {message.delivery_attempt}")
+    if message.body_problem:
+        details.append(f"body as stored: {message.body_problem}")
     return "  ".join(details) + "\n" + shown_body(message.body)

@@ -1,7 +1,11 @@
 """Message property names the broker itself uses (RocketMQ's MessageConst names).
 
 Users may not set them as user properties: they carry the broker's own state.
+Every name RocketMQ keeps for itself is refused too, used here or not, so a
+message that moves between Skiff and RocketMQ means the same on both.
 """
+
+from ..error_text import quoted
 
 KEYS = "KEYS"
 TAGS = "TAGS"
@@ -21,7 +25,69 @@ TRACE_CONTEXT = "TRACE_CONTEXT"
 CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
 BORN_HOST_TEXT = "__BORN_HOST"
 
-RESERVED = frozenset(
+# Set by the broker on a delivered message whose body is flagged compressed but
+# does not inflate: the body is its stored bytes, and the value says why.
+UNINFLATABLE_BODY = "__SKIFF_UNINFLATABLE_BODY"
+
+# RocketMQ's own property names (its MessageConst, the names it refuses as user
+# properties, and the ones its brokers and proxies read): a producer setting one
+# could steer delivery (a delay, a transaction, a queue) or forge broker state.
+_ROCKETMQ_INTERNAL = frozenset(
+    {
+        "TRACE_ON",
+        "MSG_REGION",
+        "WAIT",
+        "DELAY",
+        "MIN_OFFSET",
+        "MAX_OFFSET",
+        "BUYER_ID",
+        "TRANSFER_FLAG",
+        "CORRECTION_FLAG",
+        "MQ2_FLAG",
+        "RECONSUME_TIME",
+        "EXTEND_UNIQ_INFO",
+        "MAX_RECONSUME_TIMES",
+        "CONSUME_START_TIME",
+        "INNER_NUM",
+        "INNER_BASE",
+        "DUP_INFO",
+        "CHECK_IMMUNITY_TIME_IN_SECONDS",
+        "TRAN_PREPARED_QUEUE_OFFSET",
+        "INSTANCE_ID",
+        "CORRELATION_ID",
+        "REPLY_TO_CLIENT",
+        "TTL",
+        "ARRIVE_TIME",
+        "PUSH_REPLY_TIME",
+        "CLUSTER",
+        "MSG_TYPE",
+        "POP_CK",
+        "POP_CK_OFFSET",
+        "1ST_POP_TIME",
+        "PROPERTY_FORWARD_QUEUE_ID",
+        "REDIRECT",
+        "INNER_MULTI_DISPATCH",
+        "INNER_MULTI_QUEUE_OFFSET",
+        "TIMER_DELAY_SEC",
+        "TIMER_DELAY_MS",
+        "TIMER_ENQUEUE_MS",
+        "TIMER_DEQUEUE_MS",
+        "TIMER_ROLL_TIMES",
+        "TIMER_OUT_MS",
+        "TIMER_DEL_UNIQKEY",
+        "TIMER_DEL_MS",
+        "TIMER_DELAY_LEVEL",
+        "__BORNHOST",
+        "BORN_TIMESTAMP",
+        "__CRC32#",
+        # Scheduled delivery as Alibaba Cloud's RocketMQ clients ask for it.
+        "__STARTDELIVERTIME",
+    }
+)
+# RocketMQ keeps properties with this prefix out of the commit log.
+_ROCKETMQ_TRANSIENT_PREFIX = "__RMQ.TRANSIENT."
+
+RESERVED = _ROCKETMQ_INTERNAL | frozenset(
     {
         KEYS,
         TAGS,
@@ -40,15 +106,15 @@ RESERVED = frozenset(
         TRACE_CONTEXT,
         CHECK_TIMES,
         BORN_HOST_TEXT,
-        "DELAY",
-        "WAIT",
-        "MAX_OFFSET",
-        "MIN_OFFSET",
-        "CLUSTER",
-        "RECONSUME_TIME",
-        "MAX_RECONSUME_TIMES",
+        UNINFLATABLE_BODY,
     }
 )
+
+
+def is_reserved(name: str) -> bool:
+    """True if ``name`` is the broker's, not a user's: RocketMQ's or Skiff's own."""
+    return name in RESERVED or name.startswith(_ROCKETMQ_TRANSIENT_PREFIX)
+
 
 # Properties a producer sets among the broker's own, and its limits on the rest
 # (RocketMQ's proxy limits).
@@ -69,8 +135,8 @@ def producer_property_problem(properties: dict[str, str]) -> str | None:
     for name, value in properties.items():
         if name in PRODUCER_PROPERTIES:
             continue
-        if name in RESERVED:
-            return f"property {name!r} is reserved for the broker; choose another name"
+        if is_reserved(name):
+            return f"property {quoted(name)} is reserved for the broker; choose another name"
         if not name:
             return "a property name must not be empty"
         user += 1
@@ -82,7 +148,7 @@ def producer_property_problem(properties: dict[str, str]) -> str | None:
         )
     tag = properties.get(TAGS)
     if tag is not None and (not tag.strip() or "|" in tag):
-        return f"tag {tag!r} must be non-blank without '|'"
+        return f"tag {quoted(tag)} must be non-blank without '|'"
     return None
 
 

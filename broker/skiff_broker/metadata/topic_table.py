@@ -8,6 +8,7 @@ import re
 import time
 from typing import Any
 
+from ..error_text import quoted
 from .json_config import ConfigFileError, JsonConfigFile
 
 TOPIC_NAME_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
@@ -32,7 +33,7 @@ def validate_topic_name(name: str) -> None:
     """Raise ValueError saying what a valid name looks like."""
     if not name or len(name) > MAX_TOPIC_NAME_LENGTH or not TOPIC_NAME_PATTERN.match(name):
         raise ValueError(
-            f"topic name {name!r} is invalid: use 1 to {MAX_TOPIC_NAME_LENGTH} characters "
+            f"topic name {quoted(name)} is invalid: use 1 to {MAX_TOPIC_NAME_LENGTH} characters "
             "from letters, digits, '-', '_', '%' and '|'"
         )
 

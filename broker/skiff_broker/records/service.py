@@ -4,6 +4,10 @@ An append takes records the client encoded: the broker checks each one and
 fills in its own fields, without building a record from a protobuf. A fetch
 copies runs of records straight out of the commit log, checking each record's
 CRC; the client checks the exact tag for tag-hash collisions.
+
+A request that is not valid (bytes that do not parse, invalid UTF-8 included,
+or arguments out of range) is answered INVALID_ARGUMENT; every error message is
+bounded and echoes at most a short prefix of a name the user sent.
 """
 
 from __future__ import annotations
@@ -18,9 +22,11 @@ import grpc
 
 from ..delivery import properties as prop
 from ..delivery.long_polling import ArrivalHub
+from ..error_text import bounded
 from ..metadata.topic_table import MessageType, TopicConfig, validate_topic_name
 from ..runtime import Broker
 from ..server.convert import peer_host
+from ..server.undecodable import Undecodable, lenient_rpc_handler
 from ..store.commit_log import AppendRejected
 from ..store.hashing import tag_hash
 from ..store.message import encode_host
@@ -55,20 +61,28 @@ _RESULTS = {
 }
 
 
+async def _abort(context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str) -> None:
+    """End the call with ``code`` and ``message``, cut to a size every client accepts."""
+    await context.abort(code, bounded(message))
+
+
 def _failures_logged(
     method: Callable[..., Awaitable[Any]],
 ) -> Callable[..., Awaitable[Any]]:
-    """An unexpected error is logged and answered INTERNAL; the broker keeps serving."""
+    """An undecodable request is answered INVALID_ARGUMENT; an unexpected error is
+    logged and answered INTERNAL. The broker keeps serving."""
 
     @functools.wraps(method)
     async def call(self: RecordService, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if isinstance(request, Undecodable):
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, request.reason)
         try:
             return await method(self, request, context)
         except grpc.aio.AbortError:
             raise
         except Exception:
             log.exception("records %s failed", method.__name__)
-            await context.abort(grpc.StatusCode.INTERNAL, "the broker failed; see its log")
+            await _abort(context, grpc.StatusCode.INTERNAL, "the broker failed; see its log")
 
     return call
 
@@ -86,7 +100,7 @@ class RecordService(records_pb2_grpc.RecordServiceServicer):
         broker = self._broker
         topic, problem = self._writable(request.topic)
         if problem is not None:
-            await context.abort(*problem)
+            await _abort(context, *problem)
         assert topic is not None
         store = broker.store
         try:
@@ -101,8 +115,8 @@ class RecordService(records_pb2_grpc.RecordServiceServicer):
                 check_properties=prop.producer_property_problem,
             )
         except AppendRejected as exc:
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT, f"nothing was stored: {exc.reason}"
+            await _abort(
+                context, grpc.StatusCode.INVALID_ARGUMENT, f"nothing was stored: {exc.reason}"
             )
         result = await store.put_records_async(batch)
         return await self._answer(result, batch.queue_id, context)
@@ -113,7 +127,7 @@ class RecordService(records_pb2_grpc.RecordServiceServicer):
     ) -> rpb.AppendResponse:
         if result.append is None:
             code = _NOT_STORED.get(result.status, grpc.StatusCode.INTERNAL)
-            await context.abort(code, f"nothing was stored: {result.reason}")
+            await _abort(context, code, f"nothing was stored: {result.reason}")
         assert result.append is not None
         offsets = result.append.queue_offsets
         return rpb.AppendResponse(
@@ -162,7 +176,7 @@ class RecordService(records_pb2_grpc.RecordServiceServicer):
         problem = self._check(request)
         if problem is not None:
             code, message = problem
-            await context.abort(code, message)
+            await _abort(context, code, message)
         max_bytes = request.max_bytes or DEFAULT_MAX_BYTES
         tag_codes = {tag_hash(tag) for tag in request.tags} if request.tags else None
         wait_s = min(request.wait_ms, self._broker.config.max_long_polling_ms) / 1000
@@ -222,4 +236,14 @@ class RecordService(records_pb2_grpc.RecordServiceServicer):
 
 
 def add_to_server(service: RecordService, server: grpc.aio.Server) -> None:
-    records_pb2_grpc.add_RecordServiceServicer_to_server(service, server)
+    """Register ``service``; undecodable requests reach its methods as Undecodable."""
+    server.add_generic_rpc_handlers(
+        (
+            lenient_rpc_handler(
+                rpb.DESCRIPTOR.services_by_name["RecordService"],
+                service,
+                rpb,
+                hint="send it with Skiff's skiff.records.v1 protobuf definitions",
+            ),
+        )
+    )

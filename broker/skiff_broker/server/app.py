@@ -10,7 +10,7 @@ import socket
 import grpc
 
 from ..admin.service import AdminService
-from ..admin.v1 import admin_pb2_grpc
+from ..admin.service import add_to_server as add_admin_service
 from ..config import BrokerConfig
 from ..delivery.long_polling import ArrivalHub
 from ..ha.replication import Replication
@@ -85,7 +85,7 @@ class BrokerServer:
         )
         # RocketMQ RPCs get SERVER spans; the admin service's rare calls go untraced.
         add_to_server(self.messaging, server, trace=self.telemetry.handler_tracer())
-        admin_pb2_grpc.add_AdminServiceServicer_to_server(
+        add_admin_service(
             AdminService(self.broker, endpoint=self.client_endpoint, replication=self.replication),
             server,
         )

@@ -1,16 +1,38 @@
-"""Between apache.rocketmq.v2 ``Message`` protos and the store's messages."""
+"""Between apache.rocketmq.v2 ``Message`` protos and the store's messages.
+
+A consumer always gets a message it can read: a body flagged compressed goes
+out as GZIP only if it inflates within the broker's maximum message size (the
+official clients inflate GZIP bodies without a limit, and fail on bad data).
+Otherwise, a body stored before the write doors checked it or copied in by
+replication, it goes out as its stored bytes with IDENTITY encoding and a
+property saying why, so nothing is lost and the consumer can acknowledge it.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import ipaddress
+import logging
 
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from ..delivery import properties as prop
+from ..store.config import StoreConfig
 from ..store.message import StoredMessage, SysFlag, encode_host, offset_message_id
+from ..wire.compressed_body import BodyVerdicts
+
+log = logging.getLogger(__name__)
+
+# The store's default; callers that know the broker's own limit pass it.
+DEFAULT_MAX_BODY_SIZE: int = next(
+    f.default for f in dataclasses.fields(StoreConfig) if f.name == "max_message_size"
+)
+# Verdicts on compressed bodies are kept for this many records (about 100 bytes each).
+_REMEMBERED_VERDICTS = 65536
+_verdicts = BodyVerdicts(_REMEMBERED_VERDICTS)
 
 
 def millis(ts: Timestamp) -> int:
@@ -57,6 +79,31 @@ def message_type_of(properties: dict[str, str]) -> int:
     return pb.MessageType.NORMAL
 
 
+def body_problem(stored: StoredMessage, max_body_size: int) -> str | None:
+    """Why a body flagged compressed cannot go out as GZIP; None if it can (or is plain).
+
+    A bad body is logged as a WARNING each time it is read: it needs an
+    operator's look, and its consumers get its stored bytes.
+    """
+    if not stored.sys_flag & SysFlag.COMPRESSED:
+        return None
+    problem = _verdicts.problem(
+        stored.body, max_body_size, position=stored.physical_offset, body_crc=stored.body_crc
+    )
+    if problem is not None:
+        log.warning(
+            "message %s at %s queue %d offset %d (commit-log offset %d): %s; consumers get "
+            "its stored bytes uncompressed",
+            stored.properties.get(prop.UNIQ_KEY, "without ID"),
+            stored.topic,
+            stored.queue_id,
+            stored.queue_offset,
+            stored.physical_offset,
+            problem,
+        )
+    return problem
+
+
 def to_proto(
     stored: StoredMessage,
     *,
@@ -64,11 +111,17 @@ def to_proto(
     receipt_handle: str = "",
     delivery_attempt: int = 0,
     invisible_ms: int = 0,
+    max_body_size: int = DEFAULT_MAX_BODY_SIZE,
 ) -> pb.Message:
-    """The message as a consumer receives it; the body is passed through unchanged."""
+    """The message as a consumer receives it; the body is passed through unchanged.
+
+    A compressed body that does not inflate within ``max_body_size`` goes out
+    as IDENTITY, with the reason in the ``UNINFLATABLE_BODY`` property.
+    """
     properties = stored.properties
     digest = hashlib.md5(stored.body).hexdigest().upper()
-    compressed = stored.sys_flag & SysFlag.COMPRESSED
+    problem = body_problem(stored, max_body_size)
+    compressed = stored.sys_flag & SysFlag.COMPRESSED and problem is None
     system = pb.SystemProperties(
         # Messages written without a client ID get RocketMQ's offset message ID.
         message_id=properties.get(prop.UNIQ_KEY)
@@ -104,6 +157,8 @@ def to_proto(
         system.dead_letter_queue.topic = origin
         system.dead_letter_queue.message_id = properties.get(prop.DLQ_ORIGIN_MESSAGE_ID, "")
     user = {k: v for k, v in properties.items() if k not in prop.RESERVED}
+    if problem is not None:
+        user[prop.UNINFLATABLE_BODY] = problem
     return pb.Message(
         topic=pb.Resource(name=stored.topic, resource_namespace=namespace),
         user_properties=user,

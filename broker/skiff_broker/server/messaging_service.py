@@ -8,7 +8,6 @@ import logging
 from collections.abc import AsyncIterator, Callable
 
 import grpc
-from google.protobuf.message import DecodeError
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
@@ -23,48 +22,12 @@ from .pulling import Puller
 from .receiving import Receiver
 from .sending import Sender
 from .status import OK, Code, RequestError, status
+from .undecodable import Undecodable, lenient_rpc_handler
+from .undecodable import refuse as _refuse
 
 log = logging.getLogger(__name__)
 
 _SERVICE = spb.DESCRIPTOR.services_by_name["MessagingService"]
-_HANDLER_KINDS = {
-    # (client streaming, server streaming)
-    (False, False): grpc.unary_unary_rpc_method_handler,
-    (False, True): grpc.unary_stream_rpc_method_handler,
-    (True, False): grpc.stream_unary_rpc_method_handler,
-    (True, True): grpc.stream_stream_rpc_method_handler,
-}
-
-
-class Undecodable:
-    """Stands for request bytes that do not parse as the method's request message.
-
-    gRPC's own handling of a parse failure answers UNKNOWN and logs a traceback
-    as if the broker had failed; the client's bytes are at fault, so the handlers
-    answer INVALID_ARGUMENT instead.
-    """
-
-    __slots__ = ("reason",)
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-
-
-def _lenient_parser(request_type: type) -> Callable[[bytes], object]:
-    def parse(data: bytes) -> object:
-        try:
-            return request_type.FromString(data)
-        except DecodeError as exc:
-            return Undecodable(
-                f"the request is not a valid {request_type.DESCRIPTOR.full_name} ({exc}); "
-                "send it with the apache.rocketmq.v2 protobuf definitions"
-            )
-
-    return parse
-
-
-async def _refuse(context: grpc.aio.ServicerContext, request: Undecodable) -> None:
-    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.reason)
 
 
 def add_to_server(
@@ -76,21 +39,18 @@ def add_to_server(
     """Register ``service`` like the generated ``add_MessagingServiceServicer_to_server``,
     except that undecodable requests reach the handlers as ``Undecodable``.
 
-    ``trace`` wraps each method's handler (given its path) once, here, rather than
-    in an interceptor on every call.
+    ``trace`` wraps each method's handler (given its path) once.
     """
-    handlers = {}
-    for method in _SERVICE.methods:
-        handler = _HANDLER_KINDS[(method.client_streaming, method.server_streaming)](
-            getattr(service, method.name),
-            request_deserializer=_lenient_parser(getattr(spb, method.input_type.name)),
-            response_serializer=getattr(spb, method.output_type.name).SerializeToString,
-        )
-        if trace is not None:
-            handler = trace(handler, f"/{_SERVICE.full_name}/{method.name}")
-        handlers[method.name] = handler
     server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler(_SERVICE.full_name, handlers),)
+        (
+            lenient_rpc_handler(
+                _SERVICE,
+                service,
+                spb,
+                hint="send it with the apache.rocketmq.v2 protobuf definitions",
+                trace=trace,
+            ),
+        )
     )
 
 

@@ -68,8 +68,11 @@ class Puller:
         )
         if got.status is GetStatus.FOUND:
             yield spb.PullMessageResponse(status=OK)
+            max_body_size = self._broker.config.store.max_message_size
             for message in got.messages:
-                yield spb.PullMessageResponse(message=to_proto(message, namespace=namespace))
+                yield spb.PullMessageResponse(
+                    message=to_proto(message, namespace=namespace, max_body_size=max_body_size)
+                )
         elif got.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):
             yield spb.PullMessageResponse(
                 status=status(

@@ -102,12 +102,15 @@ class Receiver:
         else:
             yield spb.ReceiveMessageResponse(status=OK)
             broker_name = self._broker.config.broker_name
+            max_body_size = self._broker.config.store.max_message_size
             for d in deliveries:
-                yield spb.ReceiveMessageResponse(message=self._to_proto(d, broker_name, namespace))
+                yield spb.ReceiveMessageResponse(
+                    message=self._to_proto(d, broker_name, namespace, max_body_size)
+                )
         yield spb.ReceiveMessageResponse(delivery_timestamp=timestamp(_now_ms()))
 
     @staticmethod
-    def _to_proto(d: Delivery, broker_name: str, namespace: str) -> pb.Message:
+    def _to_proto(d: Delivery, broker_name: str, namespace: str, max_body_size: int) -> pb.Message:
         handle = ReceiptHandle(
             d.queue_id,
             d.offset,
@@ -122,6 +125,7 @@ class Receiver:
             receipt_handle=handle.encode(),
             delivery_attempt=d.attempt,
             invisible_ms=d.invisible_time,
+            max_body_size=max_body_size,
         )
 
     async def _receive(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from ..delivery import properties as prop
+from ..error_text import quoted
 from ..metadata.topic_table import (
     TOPIC_NAME_PATTERN,
     MessageType,
@@ -40,8 +41,8 @@ def require_group_name(name: str) -> str:
     if len(name) > MAX_GROUP_NAME_LENGTH or not TOPIC_NAME_PATTERN.match(name):
         raise RequestError(
             Code.ILLEGAL_CONSUMER_GROUP,
-            f"consumer group {name!r} is invalid: use 1 to {MAX_GROUP_NAME_LENGTH} characters "
-            "from letters, digits, '-', '_', '%' and '|'",
+            f"consumer group {quoted(name)} is invalid: use 1 to {MAX_GROUP_NAME_LENGTH} "
+            "characters from letters, digits, '-', '_', '%' and '|'",
         )
     return name
 

@@ -15,6 +15,7 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 
 from ..delivery import properties as prop
 from ..delivery.transactions import CheckSender
+from ..error_text import quoted
 from ..metadata.topic_table import TopicConfig
 from ..runtime import Broker
 from ..store.hashing import java_string_hash
@@ -154,7 +155,8 @@ class Sender:
         if system.HasField("tag"):
             if not system.tag.strip() or "|" in system.tag:
                 raise RequestError(
-                    Code.ILLEGAL_MESSAGE_TAG, f"tag {system.tag!r} must be non-blank without '|'"
+                    Code.ILLEGAL_MESSAGE_TAG,
+                    f"tag {quoted(system.tag)} must be non-blank without '|'",
                 )
             properties[prop.TAGS] = system.tag
         if system.keys:
@@ -237,15 +239,15 @@ class Sender:
                 f"{prop.MAX_USER_PROPERTIES_BYTES // 1024} KiB",
             )
         for name, value in user.items():
-            if name in prop.RESERVED:
+            if prop.is_reserved(name):
                 raise RequestError(
                     Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
-                    f"property {name!r} is reserved for the broker; choose another name",
+                    f"property {quoted(name)} is reserved for the broker; choose another name",
                 )
             if not name or "\x01" in name + value or "\x02" in name + value:
                 raise RequestError(
                     Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
-                    f"property {name!r} is empty or holds a control character \\x01/\\x02",
+                    f"property {quoted(name)} is empty or holds a control character \\x01/\\x02",
                 )
         return user
 

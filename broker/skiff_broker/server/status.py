@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
+from ..error_text import bounded
 from ..store.message_store import PutStatus
 
 Code = pb.Code
 
 
 def status(code: int, message: str = "") -> pb.Status:
-    return pb.Status(code=code, message=message or pb.Code.Name(code))
+    return pb.Status(code=code, message=bounded(message) or pb.Code.Name(code))
 
 
 OK = status(pb.Code.OK, "OK")
