@@ -3,7 +3,7 @@ import pathlib
 
 import pytest
 
-from skiff_broker.metadata.json_config import ConfigFileError
+from skiff_broker.metadata.state_file import StateFileError
 from skiff_broker.metadata.topic_table import (
     MessageType,
     Permission,
@@ -69,5 +69,5 @@ def test_queue_counts_are_bounded(tmp_path):
 def test_a_corrupt_file_is_reported_not_ignored(tmp_path):
     path = tmp_path / "topics.json"
     path.write_text("{not json")
-    with pytest.raises(ConfigFileError, match="not valid JSON"):
+    with pytest.raises(StateFileError, match="not valid JSON"):
         TopicTable(str(path)).load()
