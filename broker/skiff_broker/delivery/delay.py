@@ -15,18 +15,27 @@ file is exact and nothing is delivered twice. After a crash the file may lag the
 log by one persist interval; a message due before the crash is looked up by its
 ``UNIQ_KEY`` in its real topic's index and not delivered again if it is there
 (without an index, it is delivered again: at least once).
+
+A data directory written by Apache RocketMQ has ``config/delayOffset.json``
+instead: ``offsetTable`` maps each delay level to the next offset of schedule
+queue ``level - 1`` still to deliver. Where there is no ``delayState.json``,
+level 1's offset (queue 0, the queue Skiff schedules in) becomes the watermark.
+What does not map: the other levels' queues (1 to 17), which Skiff does not
+read, so messages RocketMQ had still pending at levels above 1 are not
+delivered (a WARNING at start says how many levels that concerns); RocketMQ's
+timer-wheel files (``timerlog``, ``timerwheel``) are not read either.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import heapq
-import json
 import logging
+import os
 import threading
 import time
 
-from ..store.atomic_file import read_if_exists, write_atomically
+from ..metadata.state_file import StateFile
 from ..store.message import Message, StoredMessage
 from ..store.message_store import MessageStore, PutResult, PutStatus
 from . import properties as prop
@@ -34,6 +43,8 @@ from . import properties as prop
 log = logging.getLogger(__name__)
 
 SCHEDULE_QUEUE = 0
+# Apache RocketMQ's per-level delay positions, read when Skiff's own state is absent.
+ROCKETMQ_DELAY_OFFSETS = "delayOffset.json"
 # A delivery batch is one append; it must fit a commit-log segment with room to spare.
 _BATCH_MESSAGES = 32
 _BATCH_BYTES = 1024 * 1024
@@ -60,7 +71,12 @@ class Pending:
 class DelayService:
     def __init__(self, store: MessageStore, state_path: str) -> None:
         self._store = store
-        self._path = state_path
+        self._file = StateFile(
+            state_path,
+            lost="the record of which scheduled messages were delivered (messages scheduled "
+            "in the log are delivered again, at least once)",
+        )
+        self._loaded = False
         self._wakeup = threading.Condition()
         self._persisting = threading.Lock()
         self._heap: list[Pending] = []
@@ -75,7 +91,8 @@ class DelayService:
 
     def start(self) -> None:
         """Rebuild the pending heap from the schedule queue and start delivering."""
-        self._load()
+        if not self._loaded:
+            self.load()
         self._rebuild()
         self._stopping = False
         self._worker = threading.Thread(target=self._run, name="delay-delivery", daemon=True)
@@ -243,18 +260,39 @@ class DelayService:
                 }
                 self._dirty = False
             try:
-                write_atomically(self._path, json.dumps(document).encode())
+                self._file.write(document)
             except OSError:
                 with self._wakeup:
                     self._dirty = True  # written next time
                 raise
         return True
 
-    def _load(self) -> None:
-        raw = read_if_exists(self._path)
-        document = json.loads(raw) if raw is not None else {}
-        self._watermark = int(document.get("watermark", 0))
-        self._delivered = {int(offset) for offset in document.get("delivered", [])}
+    def load(self, *, discard_damaged: bool = False) -> None:
+        """Read the saved state; a damaged file fails here, before the store starts."""
+        saved = self._file.read(_parse_saved_state, discard_damaged=discard_damaged)
+        if saved is None:
+            saved = self._rocketmq_state(discard_damaged)
+        self._watermark, self._delivered = saved
+        self._loaded = True
+
+    def _rocketmq_state(self, discard_damaged: bool) -> tuple[int, set[int]]:
+        """The watermark from Apache RocketMQ's delayOffset.json, if there is one."""
+        rocketmq = StateFile(
+            os.path.join(os.path.dirname(self._file.path), ROCKETMQ_DELAY_OFFSETS),
+            lost="the delay levels' positions (scheduled messages are delivered again)",
+        )
+        levels = rocketmq.read(_parse_rocketmq_levels, discard_damaged=discard_damaged)
+        if not levels:
+            return 0, set()
+        others = sorted(level for level, offset in levels.items() if level != 1 and offset > 0)
+        if others:
+            log.warning(
+                "%s has positions for delay levels %s; Skiff delivers only from schedule "
+                "queue 0 (level 1), so messages pending at those levels are not delivered",
+                rocketmq.path,
+                others,
+            )
+        return levels.get(1, 0), set()
 
     def _rebuild(self) -> None:
         store = self._store
@@ -300,6 +338,17 @@ class DelayService:
             and found.queue_id == int(held.properties[prop.REAL_QUEUE_ID])
             for found in self._store.query_by_key(real_topic, unique_id)
         )
+
+
+def _parse_rocketmq_levels(document: dict) -> dict[int, int]:
+    return {int(level): int(offset) for level, offset in document.get("offsetTable", {}).items()}
+
+
+def _parse_saved_state(document: dict) -> tuple[int, set[int]]:
+    return (
+        int(document.get("watermark", 0)),
+        {int(offset) for offset in document.get("delivered", [])},
+    )
 
 
 def _deliver_at(held: StoredMessage) -> int | None:
