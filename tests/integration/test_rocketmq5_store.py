@@ -15,10 +15,11 @@ import collections
 import gzip
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
-from tests.broker_process import data_dir_of, running_broker
+from tests.broker_process import SKIFF, START_DEADLINE_S, broker_env, data_dir_of, running_broker
 
 from skiff_broker.client.admin import AdminClient
 from skiff_broker.client.pull_consumer import PullConsumer, PullStatus
@@ -152,3 +153,38 @@ def test_skiff_writes_the_positions_back_as_strict_json_keeping_rocketmqs_as_bak
     expected[f"{topic}@{group}"]["0"] = 2
     assert written == expected
     assert (config / "consumerOffset.json.bak").read_bytes() == rocketmq_version
+
+
+def test_a_segment_size_that_does_not_match_fails_cleanly(rocketmq_data):
+    """A store error at start: one line, exit 1, the directory left as RocketMQ left it."""
+    data_dir = data_dir_of(rocketmq_data)
+    before = sorted(str(p.relative_to(data_dir)) for p in data_dir.rglob("*"))
+    command = [
+        *SKIFF,
+        "broker",
+        "--data-dir",
+        str(data_dir),
+        "--listen",
+        "127.0.0.1:0",
+        "--ha-listen",
+        "127.0.0.1:0",
+        "--commit-log-file-size",
+        "8m",
+    ]
+    for _ in range(2):  # the second attempt must not find the directory locked
+        done = subprocess.run(
+            command,
+            env=broker_env(),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=START_DEADLINE_S,
+        )
+        assert done.returncode == 1
+        assert "Traceback" not in done.stderr
+        last = done.stderr.strip().splitlines()[-1]
+        assert last.startswith("Error: segment ") and "1048576 bytes, expected 8388608" in last
+    # Only the lock file is new (an empty file; the lock itself is released).
+    after = sorted(str(p.relative_to(data_dir)) for p in data_dir.rglob("*"))
+    assert after == sorted([*before, "lock"])
+    assert not (data_dir / "abort").exists()
