@@ -89,16 +89,19 @@ class StateFile:
                 self.backup_path,
             )
             return backup[0]
-        if not main_problem:
+        if not main_problem and not os.path.exists(self.backup_path):
             return None  # neither exists: a new data directory
+        # The main file damaged or gone, and its backup damaged or gone too.
+        damaged = self.path if main_problem else self.backup_path
         if discard_damaged:
-            self._set_aside()
+            self._set_aside(damaged)
             return None
         raise StateFileError(
-            f"cannot start: {self.path} {main_problem}, and its backup {self.backup_path} "
-            f"{backup_problem}. Restore {os.path.basename(self.path)} from a backup of the data "
-            f"directory, or start with --discard-damaged-state to start without {self.lost} "
-            f"(the damaged file is kept as {os.path.basename(self.path)}.damaged)"
+            f"cannot start: {self.path} {main_problem or 'does not exist'}, and its backup "
+            f"{self.backup_path} {backup_problem}. Restore {os.path.basename(self.path)} from a "
+            f"backup of the data directory, or start with --discard-damaged-state to start "
+            f"without {self.lost} (the damaged file is then kept as "
+            f"{os.path.basename(damaged)}.damaged)"
         )
 
     def _parse_copy(self, path: str, parse: Callable[[dict[str, Any]], T]) -> tuple[T] | None:
@@ -120,16 +123,21 @@ class StateFile:
         except SHAPE_ERRORS as exc:
             raise _Damaged(f"has an entry of the wrong shape ({_describe(exc)})") from None
 
-    def _set_aside(self) -> None:
-        damaged = f"{self.path}.damaged"
-        os.replace(self.path, damaged)
+    def _set_aside(self, path: str) -> None:
+        target = f"{path}.damaged"
+        # An earlier damaged copy is kept too: nothing here is ever deleted.
+        number = 0
+        while os.path.exists(target):
+            number += 1
+            target = f"{path}.damaged.{number}"
+        os.replace(path, target)
         self._main_good = None
         log.warning(
             "%s is damaged and so is its backup; started without %s as "
             "--discard-damaged-state asks (the damaged file is now %s)",
             self.path,
             self.lost,
-            damaged,
+            target,
         )
 
     # -- writing ------------------------------------------------------------

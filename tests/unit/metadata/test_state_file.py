@@ -177,3 +177,19 @@ def test_fastjson_text_reads_what_fastjson_writes(document):
 def test_fastjson_text_leaves_strict_json_as_it_is(document):
     strict = json.dumps(_with_text_keys(document))
     assert fastjson_text.quote_bare_integer_keys(strict) == strict
+
+
+def test_a_missing_file_with_a_damaged_bak_fails_rather_than_start_empty(tmp_path):
+    path = tmp_path / "consumerOffset.json"
+    (tmp_path / "consumerOffset.json.bak").write_bytes(b"\x00" * 64)
+    with pytest.raises(StateFileError, match=r"consumerOffset\.json does not exist"):
+        ConsumerOffsetTable(str(path)).load()
+
+
+def test_discarding_twice_keeps_both_damaged_copies(tmp_path):
+    path = tmp_path / "topics.json"
+    for damage in (b"first", b"second"):
+        path.write_bytes(damage)
+        TopicTable(str(path)).load(discard_damaged=True)
+    assert (tmp_path / "topics.json.damaged").read_bytes() == b"first"
+    assert (tmp_path / "topics.json.damaged.1").read_bytes() == b"second"
