@@ -73,6 +73,7 @@ class DelayService:
         self._store = store
         self._file = StateFile(
             state_path,
+            indent=None,
             lost="the record of which scheduled messages were delivered (messages scheduled "
             "in the log are delivered again, at least once)",
         )

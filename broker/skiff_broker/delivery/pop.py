@@ -88,6 +88,7 @@ class PopService:
         self._offsets = offsets
         self._file = StateFile(
             state_path,
+            indent=None,
             lost="pop consumers' in-flight deliveries and attempt counts (in-flight messages "
             "are delivered again from the committed offsets)",
         )

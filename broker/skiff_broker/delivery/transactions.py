@@ -141,6 +141,7 @@ class TransactionService:
         self._store = store
         self._file = StateFile(
             state_path,
+            indent=None,
             lost="the transaction watermark and check counts (every half message still in "
             "the log is checked with its producer again)",
         )

@@ -49,8 +49,10 @@ class _Damaged(Exception):
 class StateFile:
     """One JSON state file; ``lost`` says in a few words what starting without it loses."""
 
-    def __init__(self, path: str, *, lost: str) -> None:
+    def __init__(self, path: str, *, lost: str, indent: int | None = 2) -> None:
         self.path = path
+        # Tables people read (topics, offsets) are indented; bulky delivery state is not.
+        self._indent = indent
         self.backup_path = f"{path}.bak"
         self.lost = lost
         self._lock = threading.RLock()
@@ -144,7 +146,7 @@ class StateFile:
 
     def write(self, document: dict[str, Any]) -> None:
         """Replace the file atomically, keeping the version it replaces as ``.bak`` if good."""
-        data = json.dumps(document, indent=2, sort_keys=True).encode()
+        data = json.dumps(document, indent=self._indent, sort_keys=True).encode()
         with self._lock:
             if self._main_good is None:
                 self._main_good = self._main_is_json_object()
