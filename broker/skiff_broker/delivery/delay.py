@@ -19,11 +19,13 @@ log by one persist interval; a message due before the crash is looked up by its
 A data directory written by Apache RocketMQ has ``config/delayOffset.json``
 instead: ``offsetTable`` maps each delay level to the next offset of schedule
 queue ``level - 1`` still to deliver. Where there is no ``delayState.json``,
-level 1's offset (queue 0, the queue Skiff schedules in) becomes the watermark.
-What does not map: the other levels' queues (1 to 17), which Skiff does not
-read, so messages RocketMQ had still pending at levels above 1 are not
-delivered (a WARNING at start says how many levels that concerns); RocketMQ's
-timer-wheel files (``timerlog``, ``timerwheel``) are not read either.
+level 1's offset (queue 0, the queue Skiff schedules in) becomes the watermark,
+and a level-1 message RocketMQ left pending (it carries its level in ``DELAY``,
+not a delivery time) is due one second after it was stored, as RocketMQ's
+default level table says. What does not map: the other levels' queues (1 to
+17), which Skiff does not deliver from; a WARNING at start counts the messages
+left there. RocketMQ's timer wheel (``rmq_sys_wheel_timer``, ``timerlog``,
+``timerwheel``), which holds messages sent with a delivery time, is not read.
 """
 
 from __future__ import annotations
@@ -45,6 +47,32 @@ log = logging.getLogger(__name__)
 SCHEDULE_QUEUE = 0
 # Apache RocketMQ's per-level delay positions, read when Skiff's own state is absent.
 ROCKETMQ_DELAY_OFFSETS = "delayOffset.json"
+# RocketMQ's delay level of a message in its schedule topic (level 1 is queue 0).
+ROCKETMQ_DELAY_LEVEL = "DELAY"
+# RocketMQ's default messageDelayLevel, "1s 5s 10s 30s 1m ... 2h", in milliseconds.
+ROCKETMQ_LEVEL_DELAYS_MS = tuple(
+    seconds * 1000
+    for seconds in (
+        1,
+        5,
+        10,
+        30,
+        60,
+        120,
+        180,
+        240,
+        300,
+        360,
+        420,
+        480,
+        540,
+        600,
+        1200,
+        1800,
+        3600,
+        7200,
+    )
+)
 # A delivery batch is one append; it must fit a commit-log segment with room to spare.
 _BATCH_MESSAGES = 32
 _BATCH_BYTES = 1024 * 1024
@@ -78,6 +106,8 @@ class DelayService:
             "in the log are delivered again, at least once)",
         )
         self._loaded = False
+        # Positions from RocketMQ's delayOffset.json (level -> next offset), when read.
+        self._rocketmq_levels: dict[int, int] = {}
         self._wakeup = threading.Condition()
         self._persisting = threading.Lock()
         self._heap: list[Pending] = []
@@ -94,6 +124,7 @@ class DelayService:
         """Rebuild the pending heap from the schedule queue and start delivering."""
         if not self._loaded:
             self.load()
+        self._report_other_levels()
         self._rebuild()
         self._stopping = False
         self._worker = threading.Thread(target=self._run, name="delay-delivery", daemon=True)
@@ -283,17 +314,33 @@ class DelayService:
             lost="the delay levels' positions (scheduled messages are delivered again)",
         )
         levels = rocketmq.read(_parse_rocketmq_levels, discard_damaged=discard_damaged)
-        if not levels:
-            return 0, set()
-        others = sorted(level for level, offset in levels.items() if level != 1 and offset > 0)
-        if others:
-            log.warning(
-                "%s has positions for delay levels %s; Skiff delivers only from schedule "
-                "queue 0 (level 1), so messages pending at those levels are not delivered",
-                rocketmq.path,
-                others,
+        self._rocketmq_levels = levels or {}
+        return self._rocketmq_levels.get(1, 0), set()
+
+    def _report_other_levels(self) -> None:
+        """Count what RocketMQ left pending in the schedule queues Skiff does not deliver from."""
+        if not self._rocketmq_levels:
+            return
+        store = self._store
+        stranded: dict[int, int] = {}
+        for level in range(2, len(ROCKETMQ_LEVEL_DELAYS_MS) + 1):
+            queue = level - 1
+            start = max(
+                self._rocketmq_levels.get(level, 0), store.min_offset(prop.SCHEDULE_TOPIC, queue)
             )
-        return levels.get(1, 0), set()
+            pending = store.max_offset(prop.SCHEDULE_TOPIC, queue) - start
+            if pending > 0:
+                stranded[level] = pending
+        if stranded:
+            log.warning(
+                "%d messages Apache RocketMQ scheduled at delay levels %s are not delivered: "
+                "Skiff delivers only from schedule queue 0 (level 1); they stay readable in "
+                "%s queues %s",
+                sum(stranded.values()),
+                sorted(stranded),
+                prop.SCHEDULE_TOPIC,
+                [level - 1 for level in sorted(stranded)],
+            )
 
     def _rebuild(self) -> None:
         store = self._store
@@ -333,7 +380,7 @@ class DelayService:
         if not unique_id:
             return False
         real_topic = held.properties[prop.REAL_TOPIC]
-        deliver_at = held.properties[prop.DELIVER_AT_MS]
+        deliver_at = held.properties.get(prop.DELIVER_AT_MS)  # None: one RocketMQ left
         return any(
             found.properties.get(prop.DELIVER_AT_MS) == deliver_at
             and found.queue_id == int(held.properties[prop.REAL_QUEUE_ID])
@@ -356,7 +403,12 @@ def _deliver_at(held: StoredMessage) -> int | None:
     try:
         return int(held.properties[prop.DELIVER_AT_MS])
     except (KeyError, ValueError):
-        return None
+        pass
+    # Left by Apache RocketMQ: a delay level instead of a time.
+    level = held.properties.get(ROCKETMQ_DELAY_LEVEL, "")
+    if level.isdecimal() and 1 <= int(level) <= len(ROCKETMQ_LEVEL_DELAYS_MS):
+        return held.store_timestamp + ROCKETMQ_LEVEL_DELAYS_MS[int(level) - 1]
+    return None
 
 
 def _real_message(held: StoredMessage) -> Message | None:
@@ -364,6 +416,8 @@ def _real_message(held: StoredMessage) -> Message | None:
     properties = dict(held.properties)
     topic = properties.pop(prop.REAL_TOPIC, "")
     queue_id = properties.pop(prop.REAL_QUEUE_ID, "")
+    # RocketMQ drops the level when it delivers, too.
+    properties.pop(ROCKETMQ_DELAY_LEVEL, None)
     if not topic or not queue_id.isdecimal():
         return None
     return Message(
