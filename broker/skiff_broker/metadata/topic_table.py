@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import logging
 import re
 import threading
 import time
 from typing import Any
 
 from .state_file import StateFile
+
+log = logging.getLogger(__name__)
+
+# Types an Apache RocketMQ 5 topics.json may hold that Skiff has no equivalent for.
+_ROCKETMQ_ONLY_TYPES = frozenset({"MIXED", "UNSPECIFIED"})
 
 TOPIC_NAME_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 MAX_TOPIC_NAME_LENGTH = 127
@@ -80,12 +86,22 @@ class TopicConfig:
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> TopicConfig:
         attributes = doc.get("attributes") or {}
+        name = doc["topicName"]
+        kind = attributes.get("message.type", "NORMAL")
+        if kind in _ROCKETMQ_ONLY_TYPES:
+            log.warning(
+                "topic %s is of RocketMQ's message type %s, which Skiff does not have; it is "
+                "served as NORMAL (change it with `skiff topic update` if it takes other types)",
+                name,
+                kind,
+            )
+            kind = MessageType.NORMAL
         return cls(
-            name=doc["topicName"],
+            name=name,
             read_queue_nums=int(doc["readQueueNums"]),
             write_queue_nums=int(doc["writeQueueNums"]),
             perm=Permission(int(doc.get("perm", 6))),
-            message_type=MessageType(attributes.get("message.type", "NORMAL")),
+            message_type=MessageType(kind),
         )
 
 
