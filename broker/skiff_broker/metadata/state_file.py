@@ -4,8 +4,8 @@ Invariants:
 
 * Every write is atomic (a crash leaves the old or the new content, never a mix)
   and, before the new content replaces it, the current file becomes ``<file>.bak``
-  if it was good (read or written by this process, or valid JSON of the right
-  kind); a damaged file never overwrites the ``.bak``. RocketMQ's ConfigManager
+  if it was good (read whole or written by this process; otherwise, if it holds
+  a JSON object); a damaged file never overwrites the ``.bak``. RocketMQ's ConfigManager
   keeps the same ``<file>.bak``.
 * Reading takes the main file; when it is missing-but-backed-up, empty, not JSON,
   or of the wrong shape, the ``.bak`` is read instead with a WARNING naming both.
