@@ -188,3 +188,33 @@ def test_a_segment_size_that_does_not_match_fails_cleanly(rocketmq_data):
     after = sorted(str(p.relative_to(data_dir)) for p in data_dir.rglob("*"))
     assert after == sorted([*before, "lock"])
     assert not (data_dir / "abort").exists()
+
+
+def test_the_official_consumer_continues_where_rocketmq_left_the_group(rocketmq_data):
+    """A RocketMQ 5 client in the group gets exactly what the group had not acknowledged."""
+    from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+
+    topic = MANIFEST["consumed_topic"]
+    remaining = {m["message_id"] for m in MANIFEST["sent"] if m["topic"] == topic} - set(
+        MANIFEST["acked"]
+    )
+    invisible_s = 3
+    with running_broker(rocketmq_data, *_sizes()) as broker:
+        consumer = SimpleConsumer(
+            ClientConfiguration(broker.endpoint, Credentials()),
+            MANIFEST["group"],
+            {topic: FilterExpression()},
+            invisible_s + 2,  # a long poll outlasts the invisible time
+        )
+        consumer.startup()
+        try:
+            received: set[str] = set()
+            # Until a long poll longer than the invisible time brings nothing more.
+            while batch := consumer.receive(32, invisible_s):
+                for message in batch:
+                    assert message.message_id not in received, "delivered twice"
+                    received.add(message.message_id)
+                    consumer.ack(message)
+        finally:
+            consumer.shutdown()
+    assert received == remaining
