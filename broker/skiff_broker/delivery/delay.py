@@ -126,6 +126,8 @@ class DelayService:
             self.load()
         self._report_other_levels()
         self._rebuild()
+        # A later start (after a stop) reads what that stop saved.
+        self._loaded = False
         self._stopping = False
         self._worker = threading.Thread(target=self._run, name="delay-delivery", daemon=True)
         self._worker.start()
@@ -301,6 +303,7 @@ class DelayService:
 
     def load(self, *, discard_damaged: bool = False) -> None:
         """Read the saved state; a damaged file fails here, before the store starts."""
+        self._rocketmq_levels = {}
         saved = self._file.read(_parse_saved_state, discard_damaged=discard_damaged)
         if saved is None:
             saved = self._rocketmq_state(discard_damaged)

@@ -177,6 +177,8 @@ class TransactionService:
         if self._saved is None:
             self.load()
         self._rebuild()
+        # A later start (after a stop) reads what that stop saved.
+        self._saved = None
         self._stop.clear()
         self._checker = threading.Thread(
             target=self._check_loop, name="transaction-checker", daemon=True
