@@ -250,6 +250,14 @@ def main(log_level: str) -> None:
     show_default=True,
     help="Seconds without a word before a replication peer is taken for dead.",
 )
+@click.option(
+    "--discard-damaged-state",
+    envvar="SKIFF_DISCARD_DAMAGED_STATE",
+    is_flag=True,
+    default=False,
+    help="When a state file under config/ and its .bak are both damaged, start with that "
+    "state empty (the file is kept as <file>.damaged) instead of refusing to start.",
+)
 def broker(
     data_dir: str,
     listen: str,
@@ -278,13 +286,18 @@ def broker(
     sync_replication_timeout: float,
     ha_heartbeat_interval: float,
     ha_heartbeat_timeout: float,
+    discard_damaged_state: bool,
 ) -> None:
-    """Run a broker on a local data directory until SIGTERM or Ctrl-C."""
+    """Run a broker on a local data directory until SIGTERM or Ctrl-C.
+
+    A start that fails prints one line saying why and what to do, and exits 1.
+    """
     import asyncio
 
     from .config import BrokerConfig
     from .ha.config import ReplicationConfig, ReplicationMode, Role
     from .ha.epoch_file import EpochFileError
+    from .metadata.state_file import StateFileError
     from .server.app import BrokerServer
     from .store.errors import StoreError
 
@@ -313,6 +326,7 @@ def broker(
         transaction_check_interval_ms=int(transaction_check_interval * 1000),
         transaction_timeout_ms=int(transaction_timeout * 1000),
         transaction_check_max=transaction_check_max,
+        discard_damaged_state=discard_damaged_state,
         replication=ReplicationConfig(
             role=Role(role.upper()),
             master_address=master_address,
@@ -331,10 +345,52 @@ def broker(
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     try:
+        # Before the data directory is opened: a busy port then changes nothing on disk.
+        _check_can_listen(listen, "--listen")
+        if config.replication.role is Role.MASTER:
+            _check_can_listen(ha_listen, "--ha-listen")
         server = BrokerServer(config)
         asyncio.run(server.serve_until_signalled())
-    except (StoreError, OSError, EpochFileError) as exc:
-        raise click.ClickException(str(exc)) from exc
+    except (StoreError, OSError, EpochFileError, StateFileError) as exc:
+        raise click.ClickException(_one_line(str(exc))) from exc
+    except Exception as exc:
+        # Anything else is a fault of the broker: one line here, the traceback at DEBUG.
+        log.debug("the broker stopped on an unexpected error", exc_info=True)
+        raise click.ClickException(
+            f"the broker stopped on an unexpected error: {type(exc).__name__}: "
+            f"{_one_line(str(exc))} (run with --log-level DEBUG for the traceback, and "
+            "report it)"
+        ) from exc
+
+
+def _check_can_listen(address: str, option: str) -> None:
+    """Fail with the option to change if ``address`` cannot be bound (port 0 always can)."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    if not port.isdigit() or int(port) == 0:
+        return
+    host = host.strip("[]") or None
+    try:
+        places = socket.getaddrinfo(
+            host, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror as exc:
+        raise OSError(f"cannot listen on {address}: {exc.strerror}; check {option}") from None
+    for family, kind, proto, _, place in places:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(place)
+            except OSError as exc:
+                raise OSError(
+                    f"cannot listen on {address}: {exc.strerror}; stop the process using it "
+                    f"or choose another {option}"
+                ) from None
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def _pod_name() -> str:

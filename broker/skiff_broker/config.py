@@ -36,6 +36,8 @@ class BrokerConfig:
     transaction_check_max: int = 15
     # Group offsets and pop state are written to disk this often.
     persist_interval_s: float = 5.0
+    # A state file damaged along with its .bak: start with that state empty instead of failing.
+    discard_damaged_state: bool = False
     # Master/replica replication (role, master address, mode, in-sync rules).
     replication: ReplicationConfig = dataclasses.field(default_factory=ReplicationConfig)
 

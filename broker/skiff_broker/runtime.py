@@ -1,4 +1,11 @@
-"""A running broker: the store, topic and offset metadata, and delivery services."""
+"""A running broker: the store, topic and offset metadata, and delivery services.
+
+Start order: take the data directory's lock, read every state file (so a
+damaged one fails the start before the store is touched), then recover the
+store, then start delivery. A start that fails leaves the directory as it found
+it: the lock is released, and the store's ``abort`` marker exists afterwards
+only if it existed before (a store that had recovered is stopped cleanly).
+"""
 
 from __future__ import annotations
 
@@ -61,14 +68,34 @@ class Broker:
         """Recover and start serving; a ``replica`` takes no writes until promoted."""
         if replica:
             self.store.read_only_reason = REPLICA_REFUSAL.format(name=self.config.broker_name)
-        self.store.start()
-        self.topics.load()
-        self.offsets.load()
-        self.pop.load()
-        if not replica:
-            self.start_writers()
+        self.store.lock_data_dir()
+        try:
+            self._load_state()
+            self.store.start()
+        except BaseException:
+            self.store.unlock_data_dir()
+            raise
+        try:
+            if not replica:
+                self.start_writers()
+        except BaseException:
+            # The store recovered: a clean stop leaves it as a finished run would.
+            try:
+                self.delays.stop()
+                self.transactions.stop()
+            finally:
+                self.store.shutdown()
+            raise
         self._persister = threading.Thread(target=self._persist_loop, name="persister", daemon=True)
         self._persister.start()
+
+    def _load_state(self) -> None:
+        discard = self.config.discard_damaged_state
+        self.topics.load(discard_damaged=discard)
+        self.offsets.load(discard_damaged=discard)
+        self.pop.load(discard_damaged=discard)
+        self.delays.load(discard_damaged=discard)
+        self.transactions.load(discard_damaged=discard)
 
     @property
     def is_replica(self) -> bool:

@@ -15,18 +15,29 @@ file is exact and nothing is delivered twice. After a crash the file may lag the
 log by one persist interval; a message due before the crash is looked up by its
 ``UNIQ_KEY`` in its real topic's index and not delivered again if it is there
 (without an index, it is delivered again: at least once).
+
+A data directory written by Apache RocketMQ has ``config/delayOffset.json``
+instead: ``offsetTable`` maps each delay level to the next offset of schedule
+queue ``level - 1`` still to deliver. Where there is no ``delayState.json``,
+level 1's offset (queue 0, the queue Skiff schedules in) becomes the watermark,
+and a level-1 message RocketMQ left pending (it carries its level in ``DELAY``,
+not a delivery time) is due one second after it was stored, as RocketMQ's
+default level table says. What does not map: the other levels' queues (1 to
+17), which Skiff does not deliver from; a WARNING at start counts the messages
+left there. RocketMQ's timer wheel (``rmq_sys_wheel_timer``, ``timerlog``,
+``timerwheel``), which holds messages sent with a delivery time, is not read.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import heapq
-import json
 import logging
+import os
 import threading
 import time
 
-from ..store.atomic_file import read_if_exists, write_atomically
+from ..metadata.state_file import StateFile
 from ..store.message import Message, StoredMessage
 from ..store.message_store import MessageStore, PutResult, PutStatus
 from . import properties as prop
@@ -34,6 +45,34 @@ from . import properties as prop
 log = logging.getLogger(__name__)
 
 SCHEDULE_QUEUE = 0
+# Apache RocketMQ's per-level delay positions, read when Skiff's own state is absent.
+ROCKETMQ_DELAY_OFFSETS = "delayOffset.json"
+# RocketMQ's delay level of a message in its schedule topic (level 1 is queue 0).
+ROCKETMQ_DELAY_LEVEL = "DELAY"
+# RocketMQ's default messageDelayLevel, "1s 5s 10s 30s 1m ... 2h", in milliseconds.
+ROCKETMQ_LEVEL_DELAYS_MS = tuple(
+    seconds * 1000
+    for seconds in (
+        1,
+        5,
+        10,
+        30,
+        60,
+        120,
+        180,
+        240,
+        300,
+        360,
+        420,
+        480,
+        540,
+        600,
+        1200,
+        1800,
+        3600,
+        7200,
+    )
+)
 # A delivery batch is one append; it must fit a commit-log segment with room to spare.
 _BATCH_MESSAGES = 32
 _BATCH_BYTES = 1024 * 1024
@@ -60,7 +99,15 @@ class Pending:
 class DelayService:
     def __init__(self, store: MessageStore, state_path: str) -> None:
         self._store = store
-        self._path = state_path
+        self._file = StateFile(
+            state_path,
+            indent=None,
+            lost="the record of which scheduled messages were delivered (messages scheduled "
+            "in the log are delivered again, at least once)",
+        )
+        self._loaded = False
+        # Positions from RocketMQ's delayOffset.json (level -> next offset), when read.
+        self._rocketmq_levels: dict[int, int] = {}
         self._wakeup = threading.Condition()
         self._persisting = threading.Lock()
         self._heap: list[Pending] = []
@@ -75,8 +122,12 @@ class DelayService:
 
     def start(self) -> None:
         """Rebuild the pending heap from the schedule queue and start delivering."""
-        self._load()
+        if not self._loaded:
+            self.load()
+        self._report_other_levels()
         self._rebuild()
+        # A later start (after a stop) reads what that stop saved.
+        self._loaded = False
         self._stopping = False
         self._worker = threading.Thread(target=self._run, name="delay-delivery", daemon=True)
         self._worker.start()
@@ -243,18 +294,56 @@ class DelayService:
                 }
                 self._dirty = False
             try:
-                write_atomically(self._path, json.dumps(document).encode())
+                self._file.write(document)
             except OSError:
                 with self._wakeup:
                     self._dirty = True  # written next time
                 raise
         return True
 
-    def _load(self) -> None:
-        raw = read_if_exists(self._path)
-        document = json.loads(raw) if raw is not None else {}
-        self._watermark = int(document.get("watermark", 0))
-        self._delivered = {int(offset) for offset in document.get("delivered", [])}
+    def load(self, *, discard_damaged: bool = False) -> None:
+        """Read the saved state; a damaged file fails here, before the store starts."""
+        self._rocketmq_levels = {}
+        saved = self._file.read(_parse_saved_state, discard_damaged=discard_damaged)
+        if saved is None:
+            saved = self._rocketmq_state(discard_damaged)
+        self._watermark, self._delivered = saved
+        self._loaded = True
+
+    def _rocketmq_state(self, discard_damaged: bool) -> tuple[int, set[int]]:
+        """The watermark from Apache RocketMQ's delayOffset.json, if there is one."""
+        rocketmq = StateFile(
+            os.path.join(os.path.dirname(self._file.path), ROCKETMQ_DELAY_OFFSETS),
+            lost="the delay levels' positions (scheduled messages are delivered again)",
+        )
+        levels = rocketmq.read(_parse_rocketmq_levels, discard_damaged=discard_damaged)
+        self._rocketmq_levels = levels or {}
+        return self._rocketmq_levels.get(1, 0), set()
+
+    def _report_other_levels(self) -> None:
+        """Count what RocketMQ left pending in the schedule queues Skiff does not deliver from."""
+        if not self._rocketmq_levels:
+            return
+        store = self._store
+        stranded: dict[int, int] = {}
+        for level in range(2, len(ROCKETMQ_LEVEL_DELAYS_MS) + 1):
+            queue = level - 1
+            start = max(
+                self._rocketmq_levels.get(level, 0), store.min_offset(prop.SCHEDULE_TOPIC, queue)
+            )
+            pending = store.max_offset(prop.SCHEDULE_TOPIC, queue) - start
+            if pending > 0:
+                stranded[level] = pending
+        if stranded:
+            log.warning(
+                "%d messages Apache RocketMQ scheduled at delay levels %s are not delivered: "
+                "Skiff delivers only from schedule queue 0 (level 1); they stay readable in "
+                "%s queues %s",
+                sum(stranded.values()),
+                sorted(stranded),
+                prop.SCHEDULE_TOPIC,
+                [level - 1 for level in sorted(stranded)],
+            )
 
     def _rebuild(self) -> None:
         store = self._store
@@ -294,7 +383,7 @@ class DelayService:
         if not unique_id:
             return False
         real_topic = held.properties[prop.REAL_TOPIC]
-        deliver_at = held.properties[prop.DELIVER_AT_MS]
+        deliver_at = held.properties.get(prop.DELIVER_AT_MS)  # None: one RocketMQ left
         return any(
             found.properties.get(prop.DELIVER_AT_MS) == deliver_at
             and found.queue_id == int(held.properties[prop.REAL_QUEUE_ID])
@@ -302,11 +391,27 @@ class DelayService:
         )
 
 
+def _parse_rocketmq_levels(document: dict) -> dict[int, int]:
+    return {int(level): int(offset) for level, offset in document.get("offsetTable", {}).items()}
+
+
+def _parse_saved_state(document: dict) -> tuple[int, set[int]]:
+    return (
+        int(document.get("watermark", 0)),
+        {int(offset) for offset in document.get("delivered", [])},
+    )
+
+
 def _deliver_at(held: StoredMessage) -> int | None:
     try:
         return int(held.properties[prop.DELIVER_AT_MS])
     except (KeyError, ValueError):
-        return None
+        pass
+    # Left by Apache RocketMQ: a delay level instead of a time.
+    level = held.properties.get(ROCKETMQ_DELAY_LEVEL, "")
+    if level.isdecimal() and 1 <= int(level) <= len(ROCKETMQ_LEVEL_DELAYS_MS):
+        return held.store_timestamp + ROCKETMQ_LEVEL_DELAYS_MS[int(level) - 1]
+    return None
 
 
 def _real_message(held: StoredMessage) -> Message | None:
@@ -314,6 +419,8 @@ def _real_message(held: StoredMessage) -> Message | None:
     properties = dict(held.properties)
     topic = properties.pop(prop.REAL_TOPIC, "")
     queue_id = properties.pop(prop.REAL_QUEUE_ID, "")
+    # RocketMQ drops the level when it delivers, too.
+    properties.pop(ROCKETMQ_DELAY_LEVEL, None)
     if not topic or not queue_id.isdecimal():
         return None
     return Message(

@@ -15,14 +15,13 @@ last persist is delivered again.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
 
 from ..metadata.consumer_offsets import ConsumerOffsetTable
-from ..store.atomic_file import read_if_exists, write_atomically
+from ..metadata.state_file import StateFile
 from ..store.message import Message, StoredMessage
 from ..store.message_store import GetStatus, MessageStore, PutStatus
 from . import properties as prop
@@ -87,7 +86,12 @@ class PopService:
     ) -> None:
         self._store = store
         self._offsets = offsets
-        self._path = state_path
+        self._file = StateFile(
+            state_path,
+            indent=None,
+            lost="pop consumers' in-flight deliveries and attempt counts (in-flight messages "
+            "are delivered again from the committed offsets)",
+        )
         self.max_attempts = max_attempts
         self._ensure_dlq_topic = ensure_dlq_topic
         self._clock = clock
@@ -342,19 +346,11 @@ class PopService:
 
     # -- persistence --------------------------------------------------------
 
-    def load(self) -> None:
-        raw = read_if_exists(self._path)
-        if raw is None:
-            return
-        document = json.loads(raw)
-        with self._lock:
-            for group, topics in document.get("groups", {}).items():
-                for topic, queues in topics.items():
-                    for queue_id, saved in queues.items():
-                        state = QueueState(int(saved["next"]))
-                        for offset, attempt, retrieve, invisible in saved.get("inFlight", []):
-                            state.in_flight[offset] = InFlight(offset, attempt, retrieve, invisible)
-                        self._queues[(group, topic, int(queue_id))] = state
+    def load(self, *, discard_damaged: bool = False) -> None:
+        queues = self._file.read(_parse_pop_state, discard_damaged=discard_damaged)
+        if queues is not None:
+            with self._lock:
+                self._queues.update(queues)
 
     def persist(self) -> bool:
         """Write the state if it changed; also commits each queue's consumer offset."""
@@ -372,5 +368,19 @@ class PopService:
                 }
                 self._offsets.commit(group, topic, queue_id, state.consumer_offset)
             self._dirty = False
-        write_atomically(self._path, json.dumps({"version": 1, "groups": groups}).encode())
+        self._file.write({"version": 1, "groups": groups})
         return True
+
+
+def _parse_pop_state(document: dict) -> dict[tuple[str, str, int], QueueState]:
+    queues: dict[tuple[str, str, int], QueueState] = {}
+    for group, topics in document.get("groups", {}).items():
+        for topic, saved_queues in topics.items():
+            for queue_id, saved in saved_queues.items():
+                state = QueueState(int(saved["next"]))
+                for offset, attempt, retrieve, invisible in saved.get("inFlight", []):
+                    state.in_flight[int(offset)] = InFlight(
+                        int(offset), int(attempt), int(retrieve), int(invisible)
+                    )
+                queues[(group, topic, int(queue_id))] = state
+    return queues

@@ -30,15 +30,14 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import logging
 import re
 import threading
 import time
 from collections.abc import Callable
 
+from ..metadata.state_file import StateFile
 from ..server.status import Code, RequestError, put_code
-from ..store.atomic_file import read_if_exists, write_atomically
 from ..store.message import (
     MESSAGE_MAGIC,
     SIZE_MAGIC,
@@ -108,6 +107,21 @@ class Resolved:
     op_offset: int | None
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _SavedState:
+    watermark: int
+    op_scan_from: int
+    checks: dict[int, int]
+
+
+def _parse_saved_state(document: dict) -> _SavedState:
+    return _SavedState(
+        int(document.get("watermark", 0)),
+        int(document.get("opScanFrom", 0)),
+        {int(k): int(v) for k, v in document.get("checks", {}).items()},
+    )
+
+
 class TransactionService:
     def __init__(
         self,
@@ -125,7 +139,14 @@ class TransactionService:
                 "timeout and maximum number of checks not negative"
             )
         self._store = store
-        self._path = state_path
+        self._file = StateFile(
+            state_path,
+            indent=None,
+            lost="the transaction watermark and check counts (every half message still in "
+            "the log is checked with its producer again)",
+        )
+        # The saved state, read by load() (before the store starts) and used by start().
+        self._saved: _SavedState | None = None
         self.timeout_ms = timeout_ms
         self.check_interval_ms = check_interval_ms
         self.check_max = check_max
@@ -147,8 +168,17 @@ class TransactionService:
 
     # -- lifecycle ----------------------------------------------------------
 
+    def load(self, *, discard_damaged: bool = False) -> None:
+        """Read the saved state; a damaged file fails here, before the store starts."""
+        saved = self._file.read(_parse_saved_state, discard_damaged=discard_damaged)
+        self._saved = saved if saved is not None else _SavedState(0, 0, {})
+
     def start(self) -> None:
+        if self._saved is None:
+            self.load()
         self._rebuild()
+        # A later start (after a stop) reads what that stop saved.
+        self._saved = None
         self._stop.clear()
         self._checker = threading.Thread(
             target=self._check_loop, name="transaction-checker", daemon=True
@@ -435,7 +465,7 @@ class TransactionService:
                 }
                 self._dirty = False
             try:
-                write_atomically(self._path, json.dumps(document).encode())
+                self._file.write(document)
             except OSError:
                 with self._lock:
                     self._dirty = True
@@ -443,16 +473,11 @@ class TransactionService:
         return True
 
     def _rebuild(self) -> None:
-        raw = read_if_exists(self._path)
-        document = json.loads(raw) if raw is not None else {}
+        saved = self._saved if self._saved is not None else _SavedState(0, 0, {})
         store = self._store
-        watermark = max(
-            int(document.get("watermark", 0)), store.min_offset(prop.HALF_TOPIC, HALF_QUEUE)
-        )
-        op_from = max(
-            int(document.get("opScanFrom", 0)), store.min_offset(prop.OP_HALF_TOPIC, OP_QUEUE)
-        )
-        checks = {int(k): int(v) for k, v in document.get("checks", {}).items()}
+        watermark = max(saved.watermark, store.min_offset(prop.HALF_TOPIC, HALF_QUEUE))
+        op_from = max(saved.op_scan_from, store.min_offset(prop.OP_HALF_TOPIC, OP_QUEUE))
+        checks = dict(saved.checks)
         resolved: dict[int, Resolved] = {}
         for op_offset, op in store.scan_queue(prop.OP_HALF_TOPIC, OP_QUEUE, op_from):
             if op is None or not op.body.isdigit():

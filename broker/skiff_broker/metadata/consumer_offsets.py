@@ -2,33 +2,39 @@
 
 Commits change memory only; ``persist()`` (called periodically and at shutdown,
 as RocketMQ does every five seconds) writes a whole new file atomically.
+
+The file is RocketMQ's: ``offsetTable`` maps ``topic@group`` to queue id → next
+offset to consume. Apache RocketMQ 5 writes the queue ids as bare integers
+(fastjson) and adds ``dataVersion`` (and, in some versions, ``pullOffsetTable``
+for pull consumers' own positions, which Skiff does not keep); both dialects
+read. Skiff writes the queue ids quoted, which RocketMQ reads back as integers.
 """
 
 from __future__ import annotations
 
-from .json_config import ConfigFileError, JsonConfigFile
+import threading
+from typing import Any
+
+from .state_file import StateFile
 
 KEY_SEPARATOR = "@"
 
 
-class ConsumerOffsetTable(JsonConfigFile):
+class ConsumerOffsetTable:
     def __init__(self, path: str) -> None:
-        super().__init__(path)
+        self._file = StateFile(
+            path, lost="every consumer group's committed position (groups would start over)"
+        )
+        self.path = path
+        self._lock = threading.RLock()
         # "topic@group" -> {queue id: next offset to consume}
         self._offsets: dict[str, dict[int, int]] = {}
         self._dirty = False
 
-    def load(self) -> None:
-        document = self._read()
-        if document is None:
-            return
-        try:
-            self._offsets = {
-                key: {int(queue): int(offset) for queue, offset in queues.items()}
-                for key, queues in document.get("offsetTable", {}).items()
-            }
-        except (AttributeError, TypeError, ValueError) as exc:
-            raise ConfigFileError(f"{self.path} has an invalid offset entry: {exc}") from exc
+    def load(self, *, discard_damaged: bool = False) -> None:
+        offsets = self._file.read(_parse_offsets, discard_damaged=discard_damaged)
+        if offsets is not None:
+            self._offsets = offsets
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         with self._lock:
@@ -82,5 +88,14 @@ class ConsumerOffsetTable(JsonConfigFile):
                 for key, queues in self._offsets.items()
             }
             self._dirty = False
-        self._write({"offsetTable": snapshot})
+        self._file.write({"offsetTable": snapshot})
         return True
+
+
+def _parse_offsets(document: dict[str, Any]) -> dict[str, dict[int, int]]:
+    offsets: dict[str, dict[int, int]] = {}
+    for key, queues in document.get("offsetTable", {}).items():
+        if KEY_SEPARATOR not in key:
+            raise ValueError(f"offset key {key!r} is not topic{KEY_SEPARATOR}group")
+        offsets[key] = {int(queue): int(offset) for queue, offset in queues.items()}
+    return offsets

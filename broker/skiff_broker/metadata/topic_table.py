@@ -1,15 +1,27 @@
-"""Topic configurations, persisted as ``config/topics.json`` in RocketMQ's shape."""
+"""Topic configurations, persisted as ``config/topics.json`` in RocketMQ's shape.
+
+The file is RocketMQ's ``topicConfigTable`` (plus its ``dataVersion``); a
+topics.json written by Apache RocketMQ 5 reads as it is. Fields Skiff does not
+use (``topicFilterType``, ``topicSysFlag``, other attributes) are not kept.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import logging
 import re
+import threading
 import time
 from typing import Any
 
 from ..error_text import quoted
-from .json_config import ConfigFileError, JsonConfigFile
+from .state_file import StateFile
+
+log = logging.getLogger(__name__)
+
+# Types an Apache RocketMQ 5 topics.json may hold that Skiff has no equivalent for.
+_ROCKETMQ_ONLY_TYPES = frozenset({"MIXED", "UNSPECIFIED"})
 
 TOPIC_NAME_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 MAX_TOPIC_NAME_LENGTH = 127
@@ -75,33 +87,39 @@ class TopicConfig:
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> TopicConfig:
         attributes = doc.get("attributes") or {}
+        name = doc["topicName"]
+        kind = attributes.get("message.type", "NORMAL")
+        if kind in _ROCKETMQ_ONLY_TYPES:
+            log.warning(
+                "topic %s is of RocketMQ's message type %s, which Skiff does not have; it is "
+                "served as NORMAL (change it with `skiff topic update` if it takes other types)",
+                name,
+                kind,
+            )
+            kind = MessageType.NORMAL
         return cls(
-            name=doc["topicName"],
+            name=name,
             read_queue_nums=int(doc["readQueueNums"]),
             write_queue_nums=int(doc["writeQueueNums"]),
             perm=Permission(int(doc.get("perm", 6))),
-            message_type=MessageType(attributes.get("message.type", "NORMAL")),
+            message_type=MessageType(kind),
         )
 
 
-class TopicTable(JsonConfigFile):
+class TopicTable:
     """Every topic the broker serves; each change is persisted before it returns."""
 
     def __init__(self, path: str) -> None:
-        super().__init__(path)
+        self._file = StateFile(path, lost="any topic (messages stay in the log)")
+        self.path = path
+        self._lock = threading.RLock()
         self._topics: dict[str, TopicConfig] = {}
         self.data_version = {"timestamp": 0, "counter": 0}
 
-    def load(self) -> None:
-        document = self._read()
-        if document is None:
-            return
-        try:
-            table = document.get("topicConfigTable", {})
-            self._topics = {name: TopicConfig.from_json(doc) for name, doc in table.items()}
-            self.data_version = dict(document.get("dataVersion", self.data_version))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ConfigFileError(f"{self.path} has an invalid topic entry: {exc}") from exc
+    def load(self, *, discard_damaged: bool = False) -> None:
+        loaded = self._file.read(_parse_topics, discard_damaged=discard_damaged)
+        if loaded is not None:
+            self._topics, self.data_version = loaded
 
     def get(self, name: str) -> TopicConfig | None:
         return self._topics.get(name)
@@ -141,9 +159,20 @@ class TopicTable(JsonConfigFile):
             "timestamp": int(time.time() * 1000),
             "counter": self.data_version["counter"] + 1,
         }
-        self._write(
+        self._file.write(
             {
                 "topicConfigTable": {t.name: t.to_json() for t in self._topics.values()},
                 "dataVersion": self.data_version,
             }
         )
+
+
+def _parse_topics(document: dict[str, Any]) -> tuple[dict[str, TopicConfig], dict[str, int]]:
+    table = document.get("topicConfigTable", {})
+    topics = {name: TopicConfig.from_json(doc) for name, doc in table.items()}
+    version = document.get("dataVersion") or {}
+    data_version = {
+        "timestamp": int(version.get("timestamp", 0)),
+        "counter": int(version.get("counter", 0)),
+    }
+    return topics, data_version

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from .mapped_file import fsync_directory
@@ -14,6 +15,38 @@ def write_atomically(path: str, data: bytes) -> None:
     """
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
+    tmp = _write_temporary(path, data)
+    os.replace(tmp, path)
+    fsync_directory(directory)
+
+
+def write_with_backup(path: str, data: bytes, backup_path: str) -> None:
+    """As :func:`write_atomically`, and the version replaced becomes ``backup_path``.
+
+    The old version is hard-linked as the backup before the new one is renamed
+    over ``path``: at every instant ``path`` holds a whole version, and the
+    backup holds the previous one (or, after a crash in between, the current one).
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    tmp = _write_temporary(path, data)
+    if os.path.exists(path):
+        link = f"{backup_path}.tmp"
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(link)
+        try:
+            os.link(path, link)
+        except OSError:
+            # A filesystem without hard links: copy the old version instead.
+            with open(path, "rb") as f:
+                _write_temporary(backup_path, f.read())
+        os.replace(link, backup_path)
+    os.replace(tmp, path)
+    fsync_directory(directory)
+
+
+def _write_temporary(path: str, data: bytes) -> str:
+    """``data`` in ``<path>.tmp``, on disk; returns that name."""
     tmp = f"{path}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -24,8 +57,7 @@ def write_atomically(path: str, data: bytes) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-    os.replace(tmp, path)
-    fsync_directory(directory)
+    return tmp
 
 
 def read_if_exists(path: str) -> bytes | None:

@@ -7,6 +7,7 @@ start skip the scan.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import fcntl
@@ -289,19 +290,35 @@ class MessageStore:
     # -- lifecycle ----------------------------------------------------------
 
     def start(self) -> None:
+        """Lock the directory (unless already locked), recover, mark it running, serve.
+
+        The ``abort`` marker is created only once recovery has succeeded, so a
+        start that fails leaves it as it was: absent after a clean stop, present
+        after a crash (the next start must still scan). On failure the lock this
+        start holds is released.
+        """
         config = self.config
-        os.makedirs(config.data_dir, exist_ok=True)
-        self._lock_data_dir()
-        self.clean_start = not os.path.exists(config.abort_path)
-        self.checkpoint = Checkpoint.load(config.checkpoint_path)
-        self._recover()
-        with open(config.abort_path, "wb"):
-            pass
-        fsync_directory(config.data_dir)
-        self.checkpoint.clean_shutdown_offset = -1
-        self.checkpoint.flush()
-        self._start_services()
+        self.lock_data_dir()
+        try:
+            self.clean_start = not os.path.exists(config.abort_path)
+            self.checkpoint = Checkpoint.load(config.checkpoint_path)
+            self._recover()
+            with open(config.abort_path, "wb"):
+                pass
+            fsync_directory(config.data_dir)
+        except BaseException:
+            self._close_files()
+            self.unlock_data_dir()
+            raise
+        # From here on a failure is stopped like a run: flushed, checkpointed, marker removed.
         self._running = True
+        try:
+            self.checkpoint.clean_shutdown_offset = -1
+            self.checkpoint.flush()
+            self._start_services()
+        except BaseException:
+            self.shutdown()
+            raise
         log.info(
             "store started in %s (%s, commit log %d..%d)",
             config.data_dir,
@@ -310,17 +327,36 @@ class MessageStore:
             self.commit_log.max_offset,
         )
 
-    def _lock_data_dir(self) -> None:
-        self._lock_fd = os.open(os.path.join(self.config.data_dir, "lock"), os.O_RDWR | os.O_CREAT)
+    def lock_data_dir(self) -> None:
+        """Hold the directory's ``lock`` file for this store (again: no-op) or fail at once."""
+        if self._lock_fd >= 0:
+            return
+        os.makedirs(self.config.data_dir, exist_ok=True)
+        fd = os.open(os.path.join(self.config.data_dir, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            os.close(self._lock_fd)
-            self._lock_fd = -1
+            os.close(fd)
             raise StoreError(
                 f"data directory {self.config.data_dir} is in use by another process; "
                 "stop it or choose another --data-dir"
             ) from None
+        self._lock_fd = fd
+
+    def unlock_data_dir(self) -> None:
+        """Release the lock of a store that is not running (a start that failed)."""
+        if self._lock_fd >= 0 and not self._running:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def _close_files(self) -> None:
+        """Unmap what a failed recovery may have opened."""
+        for close in (self.commit_log.close, self.consume_queues.close):
+            with contextlib.suppress(Exception):
+                close()
+        if self.index is not None:
+            with contextlib.suppress(Exception):
+                self.index.close()
 
     def _recover(self) -> None:
         config = self.config

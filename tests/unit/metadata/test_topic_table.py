@@ -3,7 +3,7 @@ import pathlib
 
 import pytest
 
-from skiff_broker.metadata.json_config import ConfigFileError
+from skiff_broker.metadata.state_file import StateFileError
 from skiff_broker.metadata.topic_table import (
     MessageType,
     Permission,
@@ -69,5 +69,27 @@ def test_queue_counts_are_bounded(tmp_path):
 def test_a_corrupt_file_is_reported_not_ignored(tmp_path):
     path = tmp_path / "topics.json"
     path.write_text("{not json")
-    with pytest.raises(ConfigFileError, match="not valid JSON"):
+    with pytest.raises(StateFileError, match="not valid JSON"):
         TopicTable(str(path)).load()
+
+
+def test_rocketmq_types_skiff_lacks_are_served_as_normal(tmp_path, caplog):
+    # An Apache RocketMQ 5 topics.json: fastjson's layout, a MIXED topic, a system topic.
+    path = tmp_path / "topics.json"
+    path.write_text(
+        '{\n\t"dataVersion":{"counter":4,"stateVersion":0,"timestamp":1764064000000},\n'
+        '\t"topicConfigTable":{\n'
+        '\t\t"mixed":{"attributes":{"message.type":"MIXED"},"order":false,"perm":6,'
+        '"readQueueNums":4,"topicFilterType":"SINGLE_TAG","topicName":"mixed",'
+        '"topicSysFlag":0,"writeQueueNums":4},\n'
+        '\t\t"store-maker":{"attributes":{},"order":false,"perm":7,"readQueueNums":1,'
+        '"topicFilterType":"SINGLE_TAG","topicName":"store-maker","topicSysFlag":0,'
+        '"writeQueueNums":1}\n\t}\n}'
+    )
+    table = TopicTable(str(path))
+    table.load()
+    mixed = table.get("mixed")
+    assert mixed is not None and mixed.message_type is MessageType.NORMAL
+    assert mixed.read_queue_nums == 4
+    assert table.get("store-maker") is not None
+    assert any("MIXED" in r.getMessage() for r in caplog.records)
