@@ -7,7 +7,8 @@ import shutil
 import threading
 from collections.abc import Iterator
 
-from .consume_queue import ConsumeQueue
+from .consume_queue import UNIT_SIZE, ConsumeQueue
+from .mapped_file import RESERVED_SUFFIX, reserve_file, segment_name
 
 
 class ConsumeQueueTable:
@@ -16,6 +17,8 @@ class ConsumeQueueTable:
         self.units_per_file = units_per_file
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._lock = threading.Lock()
+        # Queues with files reserved but not yet created: the byte end reserved.
+        self._reserved_ends: dict[tuple[str, int], int] = {}
 
     def load(self) -> None:
         os.makedirs(self.root_dir, exist_ok=True)
@@ -39,8 +42,41 @@ class ConsumeQueueTable:
                 cq = self._queues.get((topic, queue_id))
                 if cq is None:
                     cq = ConsumeQueue(topic, queue_id, self.root_dir, self.units_per_file)
+                    reserved_end = self._reserved_ends.pop((topic, queue_id), None)
+                    if reserved_end is not None:
+                        cq.reserved(reserved_end)
                     self._queues = {**self._queues, (topic, queue_id): cq}
         return cq
+
+    def reserve_through(self, topic: str, queue_id: int, queue_offset: int) -> None:
+        """Make sure the file for unit ``queue_offset`` of a queue has its blocks.
+
+        A queue that does not exist yet stays absent (readers see no such queue
+        until its first unit is written); the queue created later knows what was
+        reserved for it. Raises DiskFullError when there is no room.
+        """
+        cq = self._queues.get((topic, queue_id))
+        if cq is None:
+            with self._lock:
+                cq = self._queues.get((topic, queue_id))
+                if cq is None:
+                    self._reserve_for_absent(topic, queue_id, queue_offset)
+                    return
+        cq.reserve_through(queue_offset)
+
+    def _reserve_for_absent(self, topic: str, queue_id: int, queue_offset: int) -> None:
+        key = (topic, queue_id)
+        end = (queue_offset + 1) * UNIT_SIZE
+        if end <= self._reserved_ends.get(key, -1):
+            return
+        file_size = self.units_per_file * UNIT_SIZE
+        start = (end - UNIT_SIZE) - (end - UNIT_SIZE) % file_size
+        directory = os.path.join(self.root_dir, topic, str(queue_id))
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(directory, segment_name(start))
+        if not os.path.exists(path + RESERVED_SUFFIX):
+            reserve_file(path, file_size, f"consume-queue file for {topic}/{queue_id}")
+        self._reserved_ends[key] = start + file_size
 
     def __iter__(self) -> Iterator[ConsumeQueue]:
         return iter(list(self._queues.values()))
@@ -59,6 +95,8 @@ class ConsumeQueueTable:
             for key in doomed:
                 queues.pop(key).queue.destroy()
             self._queues = queues
+            for key in [key for key in self._reserved_ends if key[0] == topic]:
+                del self._reserved_ends[key]
         shutil.rmtree(os.path.join(self.root_dir, topic), ignore_errors=True)
 
     def close(self) -> None:

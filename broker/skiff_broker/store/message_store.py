@@ -3,6 +3,11 @@
 One object per data directory. ``start()`` recovers and starts the background
 services; ``shutdown()`` stops them and leaves a checkpoint that lets the next
 start skip the scan.
+
+A write is acknowledged only if it will be readable: appends run one at a time,
+and before each the consume-queue files its units go into and the index space
+its keys need are allocated (or reserved). If that fails the write is refused
+with DISK_FULL, naming the setting that helps, and nothing of it is in the log.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from .commit_log import AppendRejected, AppendResult, AppendStatus, CommitLog
 from .config import FlushType, StoreConfig
 from .consume_queue import ConsumeQueue
 from .consume_queue_table import ConsumeQueueTable
+from .dispatch_request import index_keys
 from .dispatcher import ArrivalListener, Dispatcher
 from .errors import DiskFullError, StoreError
 from .flush_service import AsyncFlushService, CommitService, LogicsFlushService
@@ -33,8 +39,12 @@ from .index_service import IndexService
 from .mapped_file import fsync_directory
 from .message import (
     MESSAGE_MAGIC,
+    TRANSACTION_MASK,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
     CorruptRecordError,
     Message,
+    Property,
     StoredMessage,
     header_struct,
     record_problem,
@@ -54,6 +64,8 @@ _ALLOCATION_BACKOFF = 1.0
 # Units read at a time when a filter may skip most of them.
 _FILTER_READ_UNITS = 256
 _SCAN_BATCH = 256
+# Consume-queue units read at a time when counting what retention deleted.
+_SCAN_UNITS = 4096
 
 
 class PutStatus(enum.Enum):
@@ -109,6 +121,91 @@ def _batch_place(messages: Sequence[Message]) -> tuple[str, int | None]:
     first = messages[0]
     same_queue = all(m.queue_id == first.queue_id for m in messages)
     return first.topic, first.queue_id if same_queue else None
+
+
+@dataclasses.dataclass(slots=True)
+class _LogicsNeeds:
+    """What a batch will take in consume queues and index once dispatched."""
+
+    # Units per (topic, queue id).
+    units: dict[tuple[str, int], int]
+    # Index keys (an upper bound: duplicates are indexed once).
+    keys: int
+    # Position in the batch of the last record whose keys are indexed.
+    last_keyed: int
+
+
+def _needs_of(records: Sequence[tuple[str, int, int, list[str]]]) -> _LogicsNeeds:
+    """``records`` as (topic, queue id, sys flag, index keys), in batch order."""
+    units: dict[tuple[str, int], int] = {}
+    keys = 0
+    last_keyed = -1
+    for position, (topic, queue_id, sys_flag, record_keys) in enumerate(records):
+        transaction = sys_flag & TRANSACTION_MASK
+        if transaction not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
+            units[(topic, queue_id)] = units.get((topic, queue_id), 0) + 1
+        if transaction != TRANSACTION_ROLLBACK_TYPE and record_keys:
+            keys += len(record_keys)
+            last_keyed = position
+    return _LogicsNeeds(units, keys, last_keyed)
+
+
+def _message_needs(messages: Sequence[Message]) -> _LogicsNeeds:
+    records = []
+    for m in messages:
+        properties = m.properties
+        keys = index_keys(properties.get(Property.KEYS, ""), properties.get(Property.UNIQ_KEY))
+        records.append((m.topic, m.queue_id, m.sys_flag, keys))
+    return _needs_of(records)
+
+
+def _prepared_needs(batch: PreparedRecords) -> _LogicsNeeds:
+    return _needs_of([(r.topic, r.queue_id, r.sys_flag, r.keys) for _, _, _, r in batch.layout])
+
+
+def _units_below(cq: ConsumeQueue, physical_end: int) -> tuple[int, int]:
+    """The first queue offset from ``cq.min_offset`` whose record lies at or past
+    ``physical_end``, and the bytes of the records before it."""
+    offset = cq.min_offset
+    end = cq.max_offset
+    size = 0
+    while offset < end:
+        units = cq.read_units(offset, _SCAN_UNITS)
+        if not units:
+            offset += 1  # a blank unit, or a file deleted meanwhile
+            continue
+        for physical, unit_size, _ in units:
+            if physical >= physical_end:
+                return offset, size
+            size += unit_size
+            offset += 1
+    return offset, size
+
+
+def _groups_progress(
+    progress: Callable[[str, int], dict[str, int]] | None, topic: str, queue_id: int
+) -> dict[str, int]:
+    """Committed offsets per group of a queue, or none if unknown."""
+    if progress is None:
+        return {}
+    try:
+        return progress(topic, queue_id)
+    except Exception:  # the report goes out without groups rather than not at all
+        log.exception("could not read consumer offsets of %s/%d", topic, queue_id)
+        return {}
+
+
+def _bytes_between(cq: ConsumeQueue, start: int, end: int) -> int:
+    size = 0
+    offset = start
+    while offset < end:
+        units = cq.read_units(offset, min(_SCAN_UNITS, end - offset))
+        if not units:
+            offset += 1
+            continue
+        size += sum(unit_size for _, unit_size, _ in units)
+        offset += len(units)
+    return size
 
 
 def _out_of_bounds(cq: ConsumeQueue | None, offset: int) -> tuple[GetStatus, int, int, int] | None:
@@ -276,6 +373,9 @@ class MessageStore:
         self._disk = DiskState()
         self._allocation_failed_at = -_ALLOCATION_BACKOFF
         self._allocation_failure = ""
+        # One append at a time: the consume-queue and index space a batch needs is
+        # reserved against the queue offsets and keys of every batch before it.
+        self._append_lock = threading.Lock()
         self.clean_start = False
         self._flushed_stamp = 0
         # Held while consume queues and index are flushed, cleaned or cut (a replica's
@@ -285,6 +385,9 @@ class MessageStore:
         self.replication: ReplicationGate | None = None
         # Set while this store follows a master: client appends are refused with it.
         self.read_only_reason = ""
+        # Set by the broker: committed offset per consumer group of a (topic, queue),
+        # so that retention can tell which deleted messages nobody had read.
+        self.consumer_progress: Callable[[str, int], dict[str, int]] | None = None
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -479,27 +582,87 @@ class MessageStore:
                 "on a healthy disk",
             )
         if self._disk.full:
-            return PutResult(
-                PutStatus.DISK_FULL,
-                f"disk {self._disk.ratio:.0%} full (limit "
-                f"{self.config.disk_space_warning_level_ratio:.0%}); writes resume once space "
-                "is freed",
-            )
+            return PutResult(PutStatus.DISK_FULL, self._disk_full_reason())
         if time.monotonic() - self._allocation_failed_at < _ALLOCATION_BACKOFF:
             return PutResult(PutStatus.DISK_FULL, self._allocation_failure)
         return None
 
-    def _append(self, append: Callable[[], AppendResult]) -> PutResult:
+    def _disk_full_reason(self) -> str:
+        config = self.config
+        if config.clean_file_forcibly_enable:
+            cleaning = (
+                "retention is deleting the oldest flushed segments, consumed or not; "
+                "writes resume once space is freed"
+            )
+        else:
+            cleaning = (
+                "messages are kept until they expire (clean_file_forcibly_enable is off: "
+                "skiff broker --clean-file-forcibly lets retention delete the oldest "
+                "unconsumed ones instead)"
+            )
+        return (
+            f"disk {self._disk.ratio:.0%} full (limit {config.disk_space_warning_level_ratio:.0%})"
+            f"; {cleaning}; give the data directory a larger disk or lower "
+            "--file-reserved-hours"
+        )
+
+    def _append(self, append: Callable[[], AppendResult], needs: _LogicsNeeds) -> PutResult:
         refused = self._refusal()
         if refused is not None:
             return refused
+        with self._append_lock:
+            try:
+                self._reserve_logics(needs)
+                result = append()
+            except AppendRejected as exc:
+                if exc.status is AppendStatus.DISK_FULL:
+                    self._allocation_failed(
+                        f"{exc.reason}, or lower commit_log_file_size "
+                        "(skiff broker --commit-log-file-size)"
+                    )
+                    return PutResult(PutStatus.DISK_FULL, self._allocation_failure)
+                return PutResult(_APPEND_TO_PUT[exc.status], exc.reason)
+            except DiskFullError:
+                return PutResult(PutStatus.DISK_FULL, self._allocation_failure)
+            if self.index is not None and needs.keys:
+                self.index.promise(result.physical_offsets[needs.last_keyed], needs.keys)
+        return PutResult(PutStatus.PUT_OK, append=result)
+
+    def _allocation_failed(self, reason: str) -> None:
+        self._allocation_failed_at = time.monotonic()
+        self._allocation_failure = reason
+
+    def _reserve_logics(self, needs: _LogicsNeeds) -> None:
+        """Allocate the consume-queue files and index space a batch needs once dispatched.
+
+        Raises DiskFullError (after recording why, for the back-off) when there is
+        no room, and AppendRejected for a topic no queue can be made for.
+        """
+        next_offsets = self.commit_log.queue_offsets
         try:
-            return PutResult(PutStatus.PUT_OK, append=append())
-        except AppendRejected as exc:
-            if exc.status is AppendStatus.DISK_FULL:
-                self._allocation_failed_at = time.monotonic()
-                self._allocation_failure = exc.reason
-            return PutResult(_APPEND_TO_PUT[exc.status], exc.reason)
+            for (topic, queue_id), count in needs.units.items():
+                # The topic names a directory: the log's own check comes first.
+                self.commit_log._topic_bytes(topic)
+                if queue_id < 0:
+                    continue  # the append refuses it
+                last_offset = next_offsets.get((topic, queue_id), 0) + count - 1
+                self.consume_queues.reserve_through(topic, queue_id, last_offset)
+        except DiskFullError as exc:
+            self._allocation_failed(
+                f"{exc}, or lower consume_queue_units_per_file (skiff broker "
+                "--consume-queue-file-entries); the write was not stored"
+            )
+            raise
+        if self.index is None or not needs.keys:
+            return
+        try:
+            self.index.reserve(needs.keys)
+        except DiskFullError as exc:
+            self._allocation_failed(
+                f"{exc}; index files take max_index_num * 20 + max_hash_slot_num * 4 bytes "
+                "each (skiff broker --index-file-entries); the write was not stored"
+            )
+            raise
 
     def put_messages(self, messages: Sequence[Message]) -> PutResult:
         """Append a batch; with SYNC_FLUSH, return once it is on disk (or timed out).
@@ -508,7 +671,9 @@ class MessageStore:
         """
         topic, queue_id = _batch_place(messages)
         with self._observer.append(topic, queue_id, len(messages), self._flush_type) as observed:
-            result = self._append(lambda: self.commit_log.append(messages))
+            result = self._append(
+                lambda: self.commit_log.append(messages), _message_needs(messages)
+            )
             offset = self._request_flush(result, observed)
             gate = self._announce(result)
             if offset is not None:
@@ -524,7 +689,11 @@ class MessageStore:
         """As :meth:`put_messages`, waiting without blocking the event loop."""
         topic, queue_id = _batch_place(messages)
         return await self._put_async(
-            topic, queue_id, len(messages), lambda: self.commit_log.append(messages)
+            topic,
+            queue_id,
+            len(messages),
+            lambda: self.commit_log.append(messages),
+            _message_needs(messages),
         )
 
     async def put_records_async(self, batch: PreparedRecords) -> PutResult:
@@ -534,13 +703,19 @@ class MessageStore:
             batch.queue_id,
             len(batch.layout),
             lambda: self.commit_log.append_encoded(batch.blob, batch.layout),
+            _prepared_needs(batch),
         )
 
     async def _put_async(
-        self, topic: str, queue_id: int | None, count: int, append: Callable[[], AppendResult]
+        self,
+        topic: str,
+        queue_id: int | None,
+        count: int,
+        append: Callable[[], AppendResult],
+        needs: _LogicsNeeds,
     ) -> PutResult:
         with self._observer.append(topic, queue_id, count, self._flush_type) as observed:
-            result = self._append(append)
+            result = self._append(append, needs)
             offset = self._request_flush(result, observed)
             gate = self._announce(result)
             if offset is not None:
@@ -939,12 +1114,66 @@ class MessageStore:
 
     def _delete_expired_commit_log(self, clean_immediately: bool) -> int:
         config = self.config
-        return self.commit_log.queue.delete_expired_by_time(
+        deleted_below = self.commit_log.min_offset
+        deleted = self.commit_log.queue.delete_expired_by_time(
             config.file_reserved_time_hours * 3600,
             interval=config.delete_commit_log_files_interval,
             clean_immediately=clean_immediately,
             batch_max=config.delete_files_batch_max,
             deletable_below=min(self.commit_log.flushed_offset, self.dispatcher.reput_offset),
+        )
+        if deleted and clean_immediately:
+            self._report_forced_deletion(deleted_below, self.commit_log.min_offset)
+        return deleted
+
+    def _report_forced_deletion(self, old_min: int, new_min: int) -> None:
+        """WARNING: which messages a deletion regardless of age took, per topic.
+
+        Counts the consume-queue units whose records lay below ``new_min``. With
+        ``consumer_progress`` set, only what some group had not consumed counts,
+        and the log names those groups.
+        """
+        by_topic: dict[str, dict[str, object]] = {}
+        progress = self.consumer_progress
+        for cq in self.consume_queues:
+            first = cq.min_offset
+            end, size = _units_below(cq, new_min)
+            if end <= first:
+                continue
+            groups = _groups_progress(progress, cq.topic, cq.queue_id)
+            behind = {group: offset for group, offset in groups.items() if offset < end}
+            if groups and not behind:
+                continue  # every group had read them all
+            unread_from = max(first, min(behind.values(), default=first))
+            unread_bytes = size if unread_from == first else _bytes_between(cq, unread_from, end)
+            entry = by_topic.setdefault(cq.topic, {"messages": 0, "bytes": 0, "groups": set()})
+            entry["messages"] += end - unread_from  # type: ignore[operator]
+            entry["bytes"] += unread_bytes  # type: ignore[operator]
+            entry["groups"].update(behind)  # type: ignore[union-attr]
+        if not by_topic:
+            return
+        summary = {
+            topic: {
+                "messages": entry["messages"],
+                "bytes": entry["bytes"],
+                "unread_by": sorted(entry["groups"]),  # type: ignore[call-overload]
+            }
+            for topic, entry in sorted(by_topic.items())
+        }
+        log.warning(
+            "disk nearly full: deleted commit log %d..%d regardless of age, with %d messages "
+            "not yet consumed (%s); set clean_file_forcibly_enable off (skiff broker "
+            "--no-clean-file-forcibly) to refuse writes instead, or give the data directory "
+            "a larger disk",
+            old_min,
+            new_min,
+            sum(e["messages"] for e in summary.values()),  # type: ignore[misc]
+            ", ".join(
+                f"{topic}: {e['messages']} messages, {e['bytes']} bytes"
+                + (f", unread by {', '.join(e['unread_by'])}" if e["unread_by"] else "")
+                for topic, e in summary.items()
+            ),
+            extra={"deleted_unconsumed": summary},
         )
 
     def _delete_expired_logic_files(self) -> None:
@@ -957,7 +1186,8 @@ class MessageStore:
 
     def _set_disk_state(self, state: DiskState) -> None:
         if state.full and not self._disk.full:
-            log.error("disk %.0f%% full: refusing writes", state.ratio * 100)
+            self._disk = state
+            log.error("refusing writes: %s", self._disk_full_reason())
         elif self._disk.full and not state.full:
             log.info("disk %.0f%% full: accepting writes again", state.ratio * 100)
         self._disk = state

@@ -3,9 +3,14 @@
 Like RocketMQ's clean services: segments older than ``file_reserved_time`` go
 at the ``delete_when`` hour; past ``disk_max_used_space_ratio`` they go at any
 hour; past ``disk_space_clean_forcibly_ratio`` the oldest go whatever their
-age; past ``disk_space_warning_level_ratio`` writes are refused until cleaning
-(or the operator) brings use back under it. Consume-queue and index files
-follow the commit log's minimum offset.
+age, if ``clean_file_forcibly_enable`` (RocketMQ's ``cleanFileForciblyEnable``,
+on by default); past ``disk_space_warning_level_ratio`` writes are refused until
+cleaning (or the operator) brings use back under it. Consume-queue and index
+files follow the commit log's minimum offset.
+
+Deleting segments before their time may delete messages no consumer has read:
+the store logs that as a WARNING with counts per topic. With forcible cleaning
+off nothing unexpired is deleted, and a full disk refuses writes instead.
 """
 
 from __future__ import annotations
@@ -86,8 +91,11 @@ class RetentionService(ServiceThread):
         state = self.check_disk()
         config = self._config
         # Once writes are refused, waiting for files to age would refuse them for
-        # days: clean regardless of age even if the forcible ratio is set higher.
-        clean_immediately = state.full or state.ratio > config.disk_space_clean_forcibly_ratio
+        # days: clean regardless of age even if the forcible ratio is set higher,
+        # unless the operator chose to keep unexpired messages over accepting writes.
+        clean_immediately = config.clean_file_forcibly_enable and (
+            state.full or state.ratio > config.disk_space_clean_forcibly_ratio
+        )
         space_to_delete = state.ratio > config.disk_max_used_space_ratio / 100
         hour = time.localtime(self._clock()).tm_hour
         if (

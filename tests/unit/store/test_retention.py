@@ -193,7 +193,8 @@ def cq_files(store: MessageStore, queue_id: int) -> list[str]:
 
 
 def index_files(store: MessageStore) -> list[str]:
-    return sorted(os.listdir(store.config.index_dir))
+    """Index files by name, leaving out space reserved for the next one."""
+    return sorted(n for n in os.listdir(store.config.index_dir) if not n.endswith(".reserved"))
 
 
 # -- delete hours --------------------------------------------------------------
