@@ -659,8 +659,9 @@ class MessageStore:
             self.index.reserve(needs.keys)
         except DiskFullError as exc:
             self._allocation_failed(
-                f"{exc}; index files take max_index_num * 20 + max_hash_slot_num * 4 bytes "
-                "each (skiff broker --index-file-entries); the write was not stored"
+                f"{exc}, or lower max_index_num and max_hash_slot_num (skiff broker "
+                "--index-file-entries: a file takes 20 bytes per entry and 4 per hash slot); "
+                "the write was not stored"
             )
             raise
 
