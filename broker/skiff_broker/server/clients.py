@@ -6,12 +6,15 @@ long-polling time, retry policy, FIFO) and later uses the stream to ask
 producers about unresolved transactions.
 
 Memory per client is bounded. A stream's replies wait in a ``TelemetryOutbox``
-of at most ``TELEMETRY_OUTBOX_LIMIT`` commands (a few KiB each): when a client
-sends and does not read, the broker stops reading its stream until there is
-room, so HTTP/2 flow control holds the client's sends back (backpressure), and
-broker-initiated commands that find no room are dropped (a transaction check
-is asked again later). At most ``MAX_SESSIONS`` sessions are remembered; past
-that the ones seen longest ago without an open stream are forgotten.
+of at most ``TELEMETRY_OUTBOX_LIMIT`` commands: when a client sends and does not
+read, the broker stops reading its stream until there is room, so HTTP/2 flow
+control holds the client's sends back (backpressure). The budget of one
+never-reading stream is 16 MiB: its outbox plus gRPC's buffers for the stream
+(measured at about 5 MiB with 13 KB replies; tests/integration/test_bounded_memory.py
+holds the broker to it). Broker-initiated commands that find the outbox full are
+dropped (a transaction check is asked again later). At most ``MAX_SESSIONS``
+sessions are remembered; past that the ones seen longest ago without an open
+stream are forgotten.
 """
 
 from __future__ import annotations
