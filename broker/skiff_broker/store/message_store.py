@@ -29,7 +29,6 @@ from .commit_log import AppendRejected, AppendResult, AppendStatus, CommitLog
 from .config import FlushType, StoreConfig
 from .consume_queue import ConsumeQueue
 from .consume_queue_table import ConsumeQueueTable
-from .dispatch_request import index_keys
 from .dispatcher import ArrivalListener, Dispatcher
 from .errors import DiskFullError, StoreError
 from .flush_service import AsyncFlushService, CommitService, LogicsFlushService
@@ -135,32 +134,50 @@ class _LogicsNeeds:
     last_keyed: int
 
 
-def _needs_of(records: Sequence[tuple[str, int, int, list[str]]]) -> _LogicsNeeds:
-    """``records`` as (topic, queue id, sys flag, index keys), in batch order."""
-    units: dict[tuple[str, int], int] = {}
-    keys = 0
-    last_keyed = -1
-    for position, (topic, queue_id, sys_flag, record_keys) in enumerate(records):
+_UNQUEUED_TRANSACTIONS = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
+
+
+class _NeedsCounter:
+    """Adds up a batch's needs record by record (this runs for every message)."""
+
+    __slots__ = ("keys", "last_keyed", "position", "units")
+
+    def __init__(self) -> None:
+        self.units: dict[tuple[str, int], int] = {}
+        self.keys = 0
+        self.last_keyed = -1
+        self.position = 0
+
+    def add(self, topic: str, queue_id: int, sys_flag: int, key_count: int) -> None:
         transaction = sys_flag & TRANSACTION_MASK
-        if transaction not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
+        if transaction not in _UNQUEUED_TRANSACTIONS:
+            units = self.units
             units[(topic, queue_id)] = units.get((topic, queue_id), 0) + 1
-        if transaction != TRANSACTION_ROLLBACK_TYPE and record_keys:
-            keys += len(record_keys)
-            last_keyed = position
-    return _LogicsNeeds(units, keys, last_keyed)
+        if key_count and transaction != TRANSACTION_ROLLBACK_TYPE:
+            self.keys += key_count
+            self.last_keyed = self.position
+        self.position += 1
+
+    def needs(self) -> _LogicsNeeds:
+        return _LogicsNeeds(self.units, self.keys, self.last_keyed)
 
 
 def _message_needs(messages: Sequence[Message]) -> _LogicsNeeds:
-    records = []
+    counter = _NeedsCounter()
     for m in messages:
         properties = m.properties
-        keys = index_keys(properties.get(Property.KEYS, ""), properties.get(Property.UNIQ_KEY))
-        records.append((m.topic, m.queue_id, m.sys_flag, keys))
-    return _needs_of(records)
+        keys = properties.get(Property.KEYS)
+        # As index_keys counts them: the KEYS words, then the unique ID.
+        key_count = (len(keys.split()) if keys else 0) + bool(properties.get(Property.UNIQ_KEY))
+        counter.add(m.topic, m.queue_id, m.sys_flag, key_count)
+    return counter.needs()
 
 
 def _prepared_needs(batch: PreparedRecords) -> _LogicsNeeds:
-    return _needs_of([(r.topic, r.queue_id, r.sys_flag, r.keys) for _, _, _, r in batch.layout])
+    counter = _NeedsCounter()
+    for _, _, _, request in batch.layout:
+        counter.add(request.topic, request.queue_id, request.sys_flag, len(request.keys))
+    return counter.needs()
 
 
 def _units_below(cq: ConsumeQueue, physical_end: int) -> tuple[int, int]:
