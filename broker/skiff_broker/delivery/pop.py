@@ -92,8 +92,10 @@ class PopService:
         max_attempts: int,
         ensure_dlq_topic: Callable[[str], None],
         clock: Clock = _now_ms,
+        max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
         self._store = store
+        self.max_in_flight = max_in_flight
         self._offsets = offsets
         self._path = state_path
         self.max_attempts = max_attempts
@@ -164,7 +166,8 @@ class PopService:
                 deliveries.extend(due)
                 if fifo and state.in_flight:
                     continue  # the queue is held by deliveries in flight
-                wanted = min(max_count - len(deliveries), MAX_IN_FLIGHT - len(state.in_flight))
+                room = self.max_in_flight - len(state.in_flight)
+                wanted = min(max_count - len(deliveries), room)
                 if wanted > 0:
                     deliveries.extend(
                         self._pop_new(topic, queue_id, state, now, wanted, invisible_ms, tag_filter)
