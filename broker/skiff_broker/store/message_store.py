@@ -51,7 +51,14 @@ from .message import (
 from .observer import NULL_OBSERVER, AppendScope, StoreObserver
 from .prepared_records import PreparedRecords
 from .recovery import recover_commit_log
-from .retention import DiskState, RetentionService, disk_use_ratio
+from .retention import (
+    ConsumerProgress,
+    DiskState,
+    RetentionService,
+    disk_use_ratio,
+    unread_below,
+    warn_deleted_unread,
+)
 from .segment_allocator import SegmentAllocator
 from .transient_store_pool import TransientStorePool
 
@@ -63,8 +70,6 @@ _ALLOCATION_BACKOFF = 1.0
 # Units read at a time when a filter may skip most of them.
 _FILTER_READ_UNITS = 256
 _SCAN_BATCH = 256
-# Consume-queue units read at a time when counting what retention deleted.
-_SCAN_UNITS = 4096
 
 
 class PutStatus(enum.Enum):
@@ -178,51 +183,6 @@ def _prepared_needs(batch: PreparedRecords) -> _LogicsNeeds:
     for _, _, _, request in batch.layout:
         counter.add(request.topic, request.queue_id, request.sys_flag, len(request.keys))
     return counter.needs()
-
-
-def _units_below(cq: ConsumeQueue, physical_end: int) -> tuple[int, int]:
-    """The first queue offset from ``cq.min_offset`` whose record lies at or past
-    ``physical_end``, and the bytes of the records before it."""
-    offset = cq.min_offset
-    end = cq.max_offset
-    size = 0
-    while offset < end:
-        units = cq.read_units(offset, _SCAN_UNITS)
-        if not units:
-            offset += 1  # a blank unit, or a file deleted meanwhile
-            continue
-        for physical, unit_size, _ in units:
-            if physical >= physical_end:
-                return offset, size
-            size += unit_size
-            offset += 1
-    return offset, size
-
-
-def _groups_progress(
-    progress: Callable[[str, int], dict[str, int]] | None, topic: str, queue_id: int
-) -> dict[str, int]:
-    """Committed offsets per group of a queue, or none if unknown."""
-    if progress is None:
-        return {}
-    try:
-        return progress(topic, queue_id)
-    except Exception:  # the report goes out without groups rather than not at all
-        log.exception("could not read consumer offsets of %s/%d", topic, queue_id)
-        return {}
-
-
-def _bytes_between(cq: ConsumeQueue, start: int, end: int) -> int:
-    size = 0
-    offset = start
-    while offset < end:
-        units = cq.read_units(offset, min(_SCAN_UNITS, end - offset))
-        if not units:
-            offset += 1
-            continue
-        size += sum(unit_size for _, unit_size, _ in units)
-        offset += len(units)
-    return size
 
 
 def _out_of_bounds(cq: ConsumeQueue | None, offset: int) -> tuple[GetStatus, int, int, int] | None:
@@ -404,7 +364,7 @@ class MessageStore:
         self.read_only_reason = ""
         # Set by the broker: committed offset per consumer group of a (topic, queue),
         # so that retention can tell which deleted messages nobody had read.
-        self.consumer_progress: Callable[[str, int], dict[str, int]] | None = None
+        self.consumer_progress: ConsumerProgress | None = None
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -1141,58 +1101,10 @@ class MessageStore:
             deletable_below=min(self.commit_log.flushed_offset, self.dispatcher.reput_offset),
         )
         if deleted and clean_immediately:
-            self._report_forced_deletion(deleted_below, self.commit_log.min_offset)
+            new_min = self.commit_log.min_offset
+            unread = unread_below(self.consume_queues, new_min, self.consumer_progress)
+            warn_deleted_unread(deleted_below, new_min, unread)
         return deleted
-
-    def _report_forced_deletion(self, old_min: int, new_min: int) -> None:
-        """WARNING: which messages a deletion regardless of age took, per topic.
-
-        Counts the consume-queue units whose records lay below ``new_min``. With
-        ``consumer_progress`` set, only what some group had not consumed counts,
-        and the log names those groups.
-        """
-        by_topic: dict[str, dict[str, object]] = {}
-        progress = self.consumer_progress
-        for cq in self.consume_queues:
-            first = cq.min_offset
-            end, size = _units_below(cq, new_min)
-            if end <= first:
-                continue
-            groups = _groups_progress(progress, cq.topic, cq.queue_id)
-            behind = {group: offset for group, offset in groups.items() if offset < end}
-            if groups and not behind:
-                continue  # every group had read them all
-            unread_from = max(first, min(behind.values(), default=first))
-            unread_bytes = size if unread_from == first else _bytes_between(cq, unread_from, end)
-            entry = by_topic.setdefault(cq.topic, {"messages": 0, "bytes": 0, "groups": set()})
-            entry["messages"] += end - unread_from  # type: ignore[operator]
-            entry["bytes"] += unread_bytes  # type: ignore[operator]
-            entry["groups"].update(behind)  # type: ignore[union-attr]
-        if not by_topic:
-            return
-        summary = {
-            topic: {
-                "messages": entry["messages"],
-                "bytes": entry["bytes"],
-                "unread_by": sorted(entry["groups"]),  # type: ignore[call-overload]
-            }
-            for topic, entry in sorted(by_topic.items())
-        }
-        log.warning(
-            "disk nearly full: deleted commit log %d..%d regardless of age, with %d messages "
-            "not yet consumed (%s); set clean_file_forcibly_enable off (skiff broker "
-            "--no-clean-file-forcibly) to refuse writes instead, or give the data directory "
-            "a larger disk",
-            old_min,
-            new_min,
-            sum(e["messages"] for e in summary.values()),  # type: ignore[misc]
-            ", ".join(
-                f"{topic}: {e['messages']} messages, {e['bytes']} bytes"
-                + (f", unread by {', '.join(e['unread_by'])}" if e["unread_by"] else "")
-                for topic, e in summary.items()
-            ),
-            extra={"deleted_unconsumed": summary},
-        )
 
     def _delete_expired_logic_files(self) -> None:
         min_offset = self.commit_log.min_offset
