@@ -72,21 +72,22 @@ class ConsumeQueue:
 
     # -- allocation ---------------------------------------------------------
 
-    def reserve_through(self, queue_offset: int) -> None:
-        """Make sure every file up to the one holding unit ``queue_offset`` has its blocks.
+    def reserve_through(self, first_offset: int, last_offset: int) -> None:
+        """Make sure every file that units ``first_offset..last_offset`` go into has its blocks.
 
-        Called before a write that takes ``queue_offset`` is appended, by one
-        appender at a time, so the dispatcher can always write the write's unit.
-        Raises DiskFullError when a file cannot be allocated.
+        Called before a write that takes those queue offsets is appended, by one
+        appender at a time, so the dispatcher can always write the write's units
+        (and the blank units of any gap before them). Raises DiskFullError when a
+        file cannot be allocated.
         """
-        end = (queue_offset + 1) * UNIT_SIZE
+        end = (last_offset + 1) * UNIT_SIZE
         if end <= self._reserved_end:
             return
         file_size = self.queue.file_size
         if self._reserved_end < 0:
             last = self.queue.last_file
             self._reserved_end = last.file_from_offset + file_size if last is not None else -1
-        start = self._reserved_end if self._reserved_end >= 0 else end - UNIT_SIZE
+        start = self._reserved_end if self._reserved_end >= 0 else first_offset * UNIT_SIZE
         start -= start % file_size
         for file_start in range(start, end, file_size):
             self.queue.reserve(file_start, f"consume-queue file for {self.topic}/{self.queue_id}")

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Iterator
 
 from .consume_queue import UNIT_SIZE, ConsumeQueue
-from .mapped_file import RESERVED_SUFFIX, reserve_file, segment_name
+from .mapped_file import is_reserved, reserve_file, segment_name
 
 
 class ConsumeQueueTable:
@@ -48,8 +48,10 @@ class ConsumeQueueTable:
                     self._queues = {**self._queues, (topic, queue_id): cq}
         return cq
 
-    def reserve_through(self, topic: str, queue_id: int, queue_offset: int) -> None:
-        """Make sure the file for unit ``queue_offset`` of a queue has its blocks.
+    def reserve_through(
+        self, topic: str, queue_id: int, first_offset: int, last_offset: int
+    ) -> None:
+        """Make sure the files for units ``first_offset..last_offset`` of a queue have blocks.
 
         A queue that does not exist yet stays absent (readers see no such queue
         until its first unit is written); the queue created later knows what was
@@ -60,23 +62,28 @@ class ConsumeQueueTable:
             with self._lock:
                 cq = self._queues.get((topic, queue_id))
                 if cq is None:
-                    self._reserve_for_absent(topic, queue_id, queue_offset)
+                    self._reserve_for_absent(topic, queue_id, first_offset, last_offset)
                     return
-        cq.reserve_through(queue_offset)
+        cq.reserve_through(first_offset, last_offset)
 
-    def _reserve_for_absent(self, topic: str, queue_id: int, queue_offset: int) -> None:
+    def _reserve_for_absent(
+        self, topic: str, queue_id: int, first_offset: int, last_offset: int
+    ) -> None:
         key = (topic, queue_id)
-        end = (queue_offset + 1) * UNIT_SIZE
-        if end <= self._reserved_ends.get(key, -1):
+        end = (last_offset + 1) * UNIT_SIZE
+        reserved_end = self._reserved_ends.get(key, -1)
+        if end <= reserved_end:
             return
         file_size = self.units_per_file * UNIT_SIZE
-        start = (end - UNIT_SIZE) - (end - UNIT_SIZE) % file_size
+        start = reserved_end if reserved_end >= 0 else first_offset * UNIT_SIZE
+        start -= start % file_size
         directory = os.path.join(self.root_dir, topic, str(queue_id))
         os.makedirs(directory, exist_ok=True)
-        path = os.path.join(directory, segment_name(start))
-        if not os.path.exists(path + RESERVED_SUFFIX):
-            reserve_file(path, file_size, f"consume-queue file for {topic}/{queue_id}")
-        self._reserved_ends[key] = start + file_size
+        for file_start in range(start, end, file_size):
+            path = os.path.join(directory, segment_name(file_start))
+            if not os.path.exists(path) and not is_reserved(path, file_size):
+                reserve_file(path, file_size, f"consume-queue file for {topic}/{queue_id}")
+            self._reserved_ends[key] = file_start + file_size
 
     def __iter__(self) -> Iterator[ConsumeQueue]:
         return iter(list(self._queues.values()))

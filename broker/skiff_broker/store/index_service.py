@@ -9,6 +9,8 @@ appended, ``reserve`` makes sure the newest file's free entries plus reserved
 spare files (``spare-N.reserved``, blocks allocated, renamed into a new file
 when the newest fills up) hold every key appended but not yet indexed, and the
 batch's own. So the dispatcher never needs disk space nobody set aside for it.
+Spares a crash left are adopted on load (recovery may index acknowledged
+records again); a clean close deletes them.
 """
 
 from __future__ import annotations
@@ -103,10 +105,10 @@ class IndexService:
                 elif name.endswith(".tmp") and _NAME_RE.fullmatch(name[:-4]):
                     # A file whose creation a crash interrupted; it was never used.
                     os.unlink(os.path.join(self.index_dir, name))
-                elif name.endswith((RESERVED_SUFFIX, RESERVED_SUFFIX + ".tmp")):
-                    # Space reserved for writes of an earlier run: they are indexed
-                    # by now or were never acknowledged.
+                elif name.endswith(RESERVED_SUFFIX + ".tmp"):
                     os.unlink(os.path.join(self.index_dir, name))
+                elif name.endswith(RESERVED_SUFFIX):
+                    self._adopt_spare(os.path.join(self.index_dir, name))
         names.sort()
 
         loaded: list[IndexFile] = []
@@ -128,6 +130,19 @@ class IndexService:
             raise
         with self._lock:
             self._files = loaded
+
+    def _adopt_spare(self, reserved_path: str) -> None:
+        """Keep a spare a crash left: records acknowledged before it may need it
+        when recovery dispatches them again. One of other settings is dropped."""
+        spare = reserved_path.removesuffix(RESERVED_SUFFIX)
+        number = spare.rpartition("spare-")[2]
+        size = index_file_size(self.hash_slot_num, self.index_num)
+        if not number.isdigit() or os.stat(reserved_path).st_size != size:
+            os.unlink(reserved_path)
+            return
+        with self._lock:
+            self._spares.append(spare)
+        self._spare_numbers = itertools.count(max(int(number) + 1, next(self._spare_numbers)))
 
     def truncate(self, phy_offset: int) -> None:
         """Delete files that index records past ``phy_offset`` (a truncated commit log).

@@ -67,14 +67,22 @@ def reserve_file(path: str, file_size: int, what: str) -> None:
 
     A write that will need the file is acknowledged only after this succeeded:
     creating it later (``MappedFile.create`` or an index file) then takes these
-    blocks and cannot run out of space. Left over after a crash, the side file
-    is deleted when its directory is loaded.
+    blocks and cannot run out of space. A crash leaves the side file in place:
+    recovery may dispatch an acknowledged write again and need it.
     """
     reserved = path + RESERVED_SUFFIX
     tmp = reserved + ".tmp"
     fd = allocate_file(tmp, file_size, what)
     os.close(fd)
     os.rename(tmp, reserved)
+
+
+def is_reserved(path: str, file_size: int) -> bool:
+    """True if blocks of ``file_size`` are reserved for ``path``."""
+    try:
+        return os.stat(path + RESERVED_SUFFIX).st_size == file_size
+    except FileNotFoundError:
+        return False
 
 
 def take_reserved(path: str, file_size: int, target: str) -> int:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 
 from .errors import StoreCorruptError
-from .mapped_file import RESERVED_SUFFIX, MappedFile, reserve_file, segment_name
+from .mapped_file import MappedFile, is_reserved, reserve_file, segment_name
 from .segment_allocator import SegmentAllocator
 from .transient_store_pool import TransientStorePool
 
@@ -50,9 +50,8 @@ class MappedFileQueue:
         os.makedirs(self.directory, exist_ok=True)
         names = []
         for name in os.listdir(self.directory):
-            if name.endswith((".tmp", RESERVED_SUFFIX)):
-                # Left by a crash while a segment was being allocated, or reserved
-                # for a write that never reached the log.
+            if name.endswith(".tmp"):
+                # Left by a crash while a segment was being allocated.
                 os.unlink(os.path.join(self.directory, name))
             elif name.isdigit() and len(name) == 20:
                 names.append(name)
@@ -119,9 +118,8 @@ class MappedFileQueue:
         """
         os.makedirs(self.directory, exist_ok=True)
         path = os.path.join(self.directory, segment_name(offset - offset % self.file_size))
-        if os.path.exists(path) or os.path.exists(path + RESERVED_SUFFIX):
-            return
-        reserve_file(path, self.file_size, what)
+        if not os.path.exists(path) and not is_reserved(path, self.file_size):
+            reserve_file(path, self.file_size, what)
 
     def find(self, offset: int) -> MappedFile | None:
         """The segment holding global ``offset``, or None."""

@@ -622,8 +622,10 @@ class MessageStore:
                 self.commit_log._topic_bytes(topic)
                 if queue_id < 0:
                     continue  # the append refuses it
-                last_offset = next_offsets.get((topic, queue_id), 0) + count - 1
-                self.consume_queues.reserve_through(topic, queue_id, last_offset)
+                first_offset = next_offsets.get((topic, queue_id), 0)
+                self.consume_queues.reserve_through(
+                    topic, queue_id, first_offset, first_offset + count - 1
+                )
         except DiskFullError as exc:
             self._allocation_failed(
                 f"{exc}, or lower consume_queue_units_per_file (skiff broker "
