@@ -128,6 +128,17 @@ def main(log_level: str) -> None:
     help="Delete commit-log segments older than this.",
 )
 @click.option(
+    "--clean-file-forcibly/--no-clean-file-forcibly",
+    envvar="SKIFF_CLEAN_FILE_FORCIBLY",
+    default=True,
+    show_default=True,
+    help=(
+        "When the disk passes 85% use, delete the oldest segments even if unexpired and "
+        "unconsumed (logged per topic as a WARNING); off keeps them and refuses writes "
+        "(DISK_FULL) past 90% (RocketMQ's cleanFileForciblyEnable)."
+    ),
+)
+@click.option(
     "--delete-when",
     envvar="SKIFF_DELETE_WHEN",
     default="04",
@@ -270,6 +281,7 @@ def broker(
     consume_queue_file_entries: int,
     index_file_entries: int,
     file_reserved_hours: float,
+    clean_file_forcibly: bool,
     delete_when: str,
     sync_flush_timeout: float,
     auto_create_topics: bool,
@@ -312,6 +324,7 @@ def broker(
         # RocketMQ's proportions: a hash slot for every four keys.
         max_hash_slot_num=index_file_entries // 4,
         file_reserved_time_hours=file_reserved_hours,
+        clean_file_forcibly_enable=clean_file_forcibly,
         delete_when=delete_when,
         sync_flush_timeout=sync_flush_timeout,
         store_host=advertise or _store_host(listen),

@@ -44,6 +44,11 @@ class Broker:
         self.offsets = ConsumerOffsetTable(
             os.path.join(store_config.config_dir, "consumerOffset.json")
         )
+        # Retention names the groups that had not read what it must delete.
+        self.store.consumer_progress = lambda topic, queue_id: {
+            group: self.offsets.query(group, topic, queue_id)
+            for group in self.offsets.groups_of(topic)
+        }
         self.pop = PopService(
             self.store,
             self.offsets,

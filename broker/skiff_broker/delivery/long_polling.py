@@ -3,6 +3,11 @@
 That is when the dispatcher indexes new messages, and when a consumer acks or
 changes an invisible time: an ack can release a FIFO queue, and a shorter
 invisible time makes a redelivery due sooner than the waiter planned for.
+
+Memory: one event per topic with waiters, whatever their number; each waiting
+request is a suspended call, and a connection holds at most the server's
+``MAX_CONCURRENT_STREAMS`` of them (``server/app.py``), further calls waiting in
+the client. A wait never outlives its request's deadline.
 """
 
 from __future__ import annotations

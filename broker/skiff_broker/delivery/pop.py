@@ -10,6 +10,11 @@ message group is consumed in order.
 State is persisted (``config/popState.json``) so that offsets, attempts and
 invisible times survive a restart; after a crash at most what changed since the
 last persist is delivered again.
+
+Memory is bounded per (group, topic, queue): at most ``MAX_IN_FLIGHT`` deliveries
+(about 100 bytes each) are in flight. A group that pops and never acks reaches
+it and then gets only redeliveries from that queue until acks, dead-lettering or
+retention bring it down (RocketMQ's popInflightMessageThreshold).
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ from .tag_filter import TagFilter
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], int]
+
+# Deliveries in flight per (group, topic, queue), as RocketMQ's popInflightMessageThreshold.
+MAX_IN_FLIGHT = 10_000
 
 
 def _now_ms() -> int:
@@ -83,8 +91,10 @@ class PopService:
         max_attempts: int,
         ensure_dlq_topic: Callable[[str], None],
         clock: Clock = _now_ms,
+        max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
         self._store = store
+        self.max_in_flight = max_in_flight
         self._offsets = offsets
         self._file = StateFile(
             state_path,
@@ -160,7 +170,8 @@ class PopService:
                 deliveries.extend(due)
                 if fifo and state.in_flight:
                     continue  # the queue is held by deliveries in flight
-                wanted = max_count - len(deliveries)
+                room = self.max_in_flight - len(state.in_flight)
+                wanted = min(max_count - len(deliveries), room)
                 if wanted > 0:
                     deliveries.extend(
                         self._pop_new(topic, queue_id, state, now, wanted, invisible_ms, tag_filter)

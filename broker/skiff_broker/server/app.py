@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 # answers MESSAGE_BODY_TOO_LARGE; larger ones are refused by gRPC itself.
 _INBOUND_LIMIT_FACTOR = 4
 _INBOUND_LIMIT_MIN = 16 * 1024 * 1024
+# Open RPCs per connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS): bounds the long
+# polls and streams one client can keep waiting; further calls wait in the client.
+MAX_CONCURRENT_STREAMS = 1000
 
 
 class BrokerServer:
@@ -81,6 +84,7 @@ class BrokerServer:
                 ("grpc.max_receive_message_length", inbound),
                 ("grpc.max_send_message_length", -1),
                 ("grpc.so_reuseport", 0),
+                ("grpc.max_concurrent_streams", MAX_CONCURRENT_STREAMS),
             ],
         )
         # RocketMQ RPCs get SERVER spans; the admin service's rare calls go untraced.

@@ -4,11 +4,23 @@ Official clients open one Telemetry stream per broker and send their Settings
 on it; the broker answers with the settings it enforces (body size limit,
 long-polling time, retry policy, FIFO) and later uses the stream to ask
 producers about unresolved transactions.
+
+Memory per client is bounded. A stream's replies wait in a ``TelemetryOutbox``
+of at most ``TELEMETRY_OUTBOX_LIMIT`` commands: when a client sends and does not
+read, the broker stops reading its stream until there is room, so HTTP/2 flow
+control holds the client's sends back (backpressure). The budget of one
+never-reading stream is 16 MiB: its outbox plus gRPC's buffers for the stream
+(measured at about 5 MiB with 13 KB replies; tests/integration/test_bounded_memory.py
+holds the broker to it). Broker-initiated commands that find the outbox full are
+dropped (a transaction check is asked again later). At most ``MAX_SESSIONS``
+sessions are remembered; past that the ones seen longest ago without an open
+stream are forgotten.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import logging
 import time
@@ -46,6 +58,66 @@ _RETRY_DELAYS_S = (
 )
 
 
+# Commands waiting to be written to one Telemetry stream.
+TELEMETRY_OUTBOX_LIMIT = 16
+# Client sessions remembered (settings, group, topics: well under 1 KiB each).
+MAX_SESSIONS = 10_000
+
+
+class TelemetryOutbox:
+    """Commands waiting for one Telemetry stream, at most ``limit`` of them.
+
+    Used on the event loop's thread only. ``get`` answers None once closed and
+    emptied.
+    """
+
+    def __init__(self, limit: int = TELEMETRY_OUTBOX_LIMIT) -> None:
+        self._limit = limit
+        self._items: collections.deque[spb.TelemetryCommand] = collections.deque()
+        self._closed = False
+        self._changed = asyncio.Event()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    async def put(self, command: spb.TelemetryCommand) -> bool:
+        """Add a reply, waiting while the outbox is full; False if it closed meanwhile."""
+        while len(self._items) >= self._limit and not self._closed:
+            self._changed.clear()
+            await self._changed.wait()
+        if self._closed:
+            return False
+        self._items.append(command)
+        self._changed.set()
+        return True
+
+    def put_nowait(self, command: spb.TelemetryCommand) -> bool:
+        """Add a command unless the outbox is full or closed; False if it was not added."""
+        if self._closed or len(self._items) >= self._limit:
+            log.warning(
+                "a client's telemetry stream is not being read; dropped a %s command",
+                command.WhichOneof("command"),
+            )
+            return False
+        self._items.append(command)
+        self._changed.set()
+        return True
+
+    async def get(self) -> spb.TelemetryCommand | None:
+        while not self._items:
+            if self._closed:
+                return None
+            self._changed.clear()
+            await self._changed.wait()
+        command = self._items.popleft()
+        self._changed.set()
+        return command
+
+    def close(self) -> None:
+        self._closed = True
+        self._changed.set()
+
+
 @dataclasses.dataclass(slots=True)
 class ClientSession:
     client_id: str
@@ -53,7 +125,7 @@ class ClientSession:
     group: str = ""
     topics: set[str] = dataclasses.field(default_factory=set)
     settings: pb.Settings | None = None
-    outbound: asyncio.Queue[spb.TelemetryCommand] | None = None
+    outbound: TelemetryOutbox | None = None
     last_seen: float = dataclasses.field(default_factory=time.monotonic)
 
 
@@ -66,9 +138,20 @@ class ClientRegistry:
     def session(self, client_id: str) -> ClientSession:
         session = self._sessions.get(client_id)
         if session is None:
+            if len(self._sessions) >= MAX_SESSIONS:
+                self._forget_idle()
             session = self._sessions[client_id] = ClientSession(client_id)
         session.last_seen = time.monotonic()
         return session
+
+    def _forget_idle(self) -> None:
+        """Forget the tenth of sessions seen longest ago that have no open stream."""
+        idle = sorted(
+            (s for s in self._sessions.values() if s.outbound is None),
+            key=lambda s: s.last_seen,
+        )
+        for session in idle[: max(1, MAX_SESSIONS // 10)]:
+            del self._sessions[session.client_id]
 
     def heartbeat(self, client_id: str, client_type: int, group: str) -> None:
         session = self.session(client_id)
@@ -80,7 +163,7 @@ class ClientRegistry:
     def terminate(self, client_id: str) -> None:
         session = self._sessions.pop(client_id, None)
         if session is not None and session.outbound is not None:
-            session.outbound.put_nowait(None)  # type: ignore[arg-type]
+            session.outbound.close()
 
     def producers_of(self, topic: str) -> list[ClientSession]:
         """Producers with an open telemetry stream that publish to ``topic``."""

@@ -16,7 +16,7 @@ from ..delivery.long_polling import ArrivalHub
 from ..endpoints import endpoints_of
 from ..runtime import Broker
 from . import routing
-from .clients import ClientRegistry
+from .clients import ClientRegistry, TelemetryOutbox
 from .convert import peer_host
 from .pulling import Puller
 from .receiving import Receiver
@@ -154,10 +154,15 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return spb.NotifyClientTerminationResponse(status=OK)
 
     async def Telemetry(self, request_iterator, context) -> AsyncIterator[spb.TelemetryCommand]:
-        """Answer each Settings and keep the stream open for broker-initiated commands."""
+        """Answer each Settings and keep the stream open for broker-initiated commands.
+
+        Replies wait in a bounded outbox: while it is full (the client sends but
+        does not read) the stream is not read either, so the client's own flow
+        control stops it instead of the broker's memory growing.
+        """
         client_id = metadata_value(context, "x-mq-client-id")
         session = self._clients.session(client_id)
-        outbound: asyncio.Queue = asyncio.Queue()
+        outbound = TelemetryOutbox()
         session.outbound = outbound
         rejected: list[Undecodable] = []
 
@@ -168,13 +173,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                         rejected.append(command)
                         break
                     if command.HasField("settings"):
-                        outbound.put_nowait(
-                            self._clients.settings_command(client_id, command.settings)
-                        )
+                        reply = self._clients.settings_command(client_id, command.settings)
+                        if not await outbound.put(reply):
+                            break
             except (asyncio.CancelledError, grpc.aio.AioRpcError):
                 pass
             finally:
-                outbound.put_nowait(None)
+                outbound.close()
 
         reader = asyncio.create_task(read())
         try:
@@ -182,6 +187,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 yield command
         finally:
             reader.cancel()
+            outbound.close()
             if session.outbound is outbound:
                 session.outbound = None
         if rejected:

@@ -62,6 +62,11 @@ class StoreConfig:
     disk_max_used_space_ratio: int = 75
     disk_space_clean_forcibly_ratio: float = 0.85
     disk_space_warning_level_ratio: float = 0.90
+    # RocketMQ's cleanFileForciblyEnable: past disk_space_clean_forcibly_ratio (or
+    # once writes are refused) delete the oldest segments whatever their age,
+    # consumed or not, with a WARNING counting them per topic. Off: keep them
+    # until they expire, and refuse writes (DISK_FULL) past the warning ratio.
+    clean_file_forcibly_enable: bool = True
     clean_resource_interval: float = 10.0
     delete_commit_log_files_interval: float = 0.1
     delete_files_batch_max: int = 10

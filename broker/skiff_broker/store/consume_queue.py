@@ -36,6 +36,8 @@ class ConsumeQueue:
         # End (offset + size) of the newest record indexed here.
         self.max_physical_offset = 0
         self._min_logical_offset = 0
+        # Byte end of the files known to exist or to have their blocks reserved.
+        self._reserved_end = -1
 
     # -- loading ------------------------------------------------------------
 
@@ -67,6 +69,33 @@ class ConsumeQueue:
             else:
                 lo = mid + 1
         return lo
+
+    # -- allocation ---------------------------------------------------------
+
+    def reserve_through(self, first_offset: int, last_offset: int) -> None:
+        """Make sure every file that units ``first_offset..last_offset`` go into has its blocks.
+
+        Called before a write that takes those queue offsets is appended, by one
+        appender at a time, so the dispatcher can always write the write's units
+        (and the blank units of any gap before them). Raises DiskFullError when a
+        file cannot be allocated.
+        """
+        end = (last_offset + 1) * UNIT_SIZE
+        if end <= self._reserved_end:
+            return
+        file_size = self.queue.file_size
+        if self._reserved_end < 0:
+            last = self.queue.last_file
+            self._reserved_end = last.file_from_offset + file_size if last is not None else -1
+        start = self._reserved_end if self._reserved_end >= 0 else first_offset * UNIT_SIZE
+        start -= start % file_size
+        for file_start in range(start, end, file_size):
+            self.queue.reserve(file_start, f"consume-queue file for {self.topic}/{self.queue_id}")
+            self._reserved_end = file_start + file_size
+
+    def reserved(self, end: int) -> None:
+        """Files up to byte ``end`` have their blocks reserved (by the queue table)."""
+        self._reserved_end = max(self._reserved_end, end)
 
     # -- writing ------------------------------------------------------------
 
@@ -178,6 +207,7 @@ class ConsumeQueue:
             else:
                 lo = mid + 1
         if lo < self.max_offset:
+            self._reserved_end = -1  # files past the cut are gone: look again
             self.queue.truncate(lo * UNIT_SIZE, quiet_bytes=1024 * 1024)
             self.max_physical_offset = 0
             for index in range(lo - 1, max(self.min_offset, lo - 64) - 1, -1):

@@ -16,7 +16,6 @@ the entry that held its slot before it, so a slot's chain runs newest to oldest.
 
 from __future__ import annotations
 
-import errno
 import mmap
 import os
 import struct
@@ -24,7 +23,7 @@ import threading
 
 from .errors import DiskFullError, StoreCorruptError
 from .hashing import index_key_hash
-from .mapped_file import fsync_directory
+from .mapped_file import allocate_file, fsync_directory, take_reserved
 
 HEADER_SIZE = 40
 SLOT_SIZE = 4
@@ -59,8 +58,12 @@ class IndexFile:
         *,
         begin_timestamp: int = 0,
         begin_phy_offset: int = 0,
+        reserved: str = "",
     ) -> None:
         """Open ``path``, creating it when absent.
+
+        A new file takes the blocks ``reserve_file(reserved, ...)`` set aside, if
+        there are any (see ``IndexService.reserve``).
 
         ``begin_timestamp``/``begin_phy_offset`` only apply to a new file: a file
         that continues an older one starts where that one ended, so its time
@@ -85,7 +88,7 @@ class IndexFile:
         self._closed = False
 
         if not os.path.exists(path):
-            self._create(begin_timestamp, begin_phy_offset)
+            self._create(begin_timestamp, begin_phy_offset, reserved)
         self._mm = self._map()
         try:
             self._read_header()
@@ -95,24 +98,17 @@ class IndexFile:
 
     # -- opening -------------------------------------------------------------
 
-    def _create(self, begin_timestamp: int, begin_phy_offset: int) -> None:
+    def _create(self, begin_timestamp: int, begin_phy_offset: int, reserved: str) -> None:
         # Built under a temporary name and renamed so that a crash never leaves a
         # short or headerless file under a real name.
         tmp = self.path + ".tmp"
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
+        fd = take_reserved(reserved, self.file_size, tmp) if reserved else -1
+        if fd < 0:
             try:
-                # Real blocks, not a sparse file: running out of disk while writing
-                # through the mapping would be a SIGBUS instead of an error.
-                os.posix_fallocate(fd, 0, self.file_size)
-            except OSError as exc:
-                if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-                    raise DiskFullError(
-                        f"no space to allocate a {self.file_size}-byte index file in "
-                        f"{os.path.dirname(self.path) or '.'}: free disk space or lower "
-                        "max_index_num / max_hash_slot_num"
-                    ) from exc
-                raise
+                fd = allocate_file(tmp, self.file_size, "index file")
+            except DiskFullError as exc:
+                raise DiskFullError(f"{exc}, or lower max_index_num / max_hash_slot_num") from exc
+        try:
             header = _HEADER.pack(
                 begin_timestamp, begin_timestamp, begin_phy_offset, begin_phy_offset, 0, 1
             )

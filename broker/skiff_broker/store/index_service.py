@@ -3,17 +3,29 @@
 Files live in one directory and are named by their creation time
 (``yyyyMMddHHmmssSSS``), so name order is age order. Only the newest file is
 written; older ones are full and only read.
+
+A write is acknowledged only if its keys can be indexed: before a batch is
+appended, ``reserve`` makes sure the newest file's free entries plus reserved
+spare files (``spare-N.reserved``, blocks allocated, renamed into a new file
+when the newest fills up) hold every key appended but not yet indexed, and the
+batch's own. So the dispatcher never needs disk space nobody set aside for it.
+Spares a crash left are adopted on load (recovery may index acknowledged
+records again); a clean close deletes them.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import datetime
+import itertools
 import os
 import re
 import threading
 from collections.abc import Iterable
 
-from .index_file import IndexFile
+from .index_file import IndexFile, index_file_size
+from .mapped_file import RESERVED_SUFFIX, reserve_file
 
 _NAME_RE = re.compile(r"\d{17}")
 _ONE_MS = datetime.timedelta(milliseconds=1)
@@ -48,6 +60,16 @@ class IndexService:
         # Guards the list itself; files are read outside it (see IndexFile).
         self._lock = threading.Lock()
         self._files: list[IndexFile] = []
+        # Reserved files not yet taken by a new index file (under _lock), as the
+        # paths reserve_file was given.
+        self._spares: list[str] = []
+        self._spare_numbers = itertools.count()
+        # Keys of appended batches not yet indexed: (commit-log offset of the
+        # batch's last record with keys, keys). Only the appender touches them.
+        self._promised: collections.deque[tuple[int, int]] = collections.deque()
+        self._promised_keys = 0
+        # Commit-log offset of the newest record build_index is done with.
+        self._built_through = -1
 
     @property
     def files(self) -> list[IndexFile]:
@@ -83,6 +105,10 @@ class IndexService:
                 elif name.endswith(".tmp") and _NAME_RE.fullmatch(name[:-4]):
                     # A file whose creation a crash interrupted; it was never used.
                     os.unlink(os.path.join(self.index_dir, name))
+                elif name.endswith(RESERVED_SUFFIX + ".tmp"):
+                    os.unlink(os.path.join(self.index_dir, name))
+                elif name.endswith(RESERVED_SUFFIX):
+                    self._adopt_spare(os.path.join(self.index_dir, name))
         names.sort()
 
         loaded: list[IndexFile] = []
@@ -104,6 +130,19 @@ class IndexService:
             raise
         with self._lock:
             self._files = loaded
+
+    def _adopt_spare(self, reserved_path: str) -> None:
+        """Keep a spare a crash left: records acknowledged before it may need it
+        when recovery dispatches them again. One of other settings is dropped."""
+        spare = reserved_path.removesuffix(RESERVED_SUFFIX)
+        number = spare.rpartition("spare-")[2]
+        size = index_file_size(self.hash_slot_num, self.index_num)
+        if not number.isdigit() or os.stat(reserved_path).st_size != size:
+            os.unlink(reserved_path)
+            return
+        with self._lock:
+            self._spares.append(spare)
+        self._spare_numbers = itertools.count(max(int(number) + 1, next(self._spare_numbers)))
 
     def truncate(self, phy_offset: int) -> None:
         """Delete files that index records past ``phy_offset`` (a truncated commit log).
@@ -143,11 +182,13 @@ class IndexService:
         else:
             index_keys = list(dict.fromkeys(f"{topic}#{key}" for key in keys if key))
         if not index_keys:
+            self._built_through = phy_offset
             return
         with self._lock:
             current = self._files[-1] if self._files else None
         if current is not None:
             if phy_offset < current.end_phy_offset:
+                self._built_through = max(self._built_through, phy_offset)
                 return
             if phy_offset == current.end_phy_offset and current.index_count > 1:
                 index_keys = [k for k in index_keys if not self._indexed(k, phy_offset)]
@@ -161,6 +202,8 @@ class IndexService:
                 current = self._new_file(current)
                 if not current.put_key(index_key, phy_offset, store_timestamp_ms):
                     raise RuntimeError(f"a new index file {current.path} refused its first key")
+        # Only now: until its keys are in, the record's promise still holds space.
+        self._built_through = phy_offset
 
     def _indexed(self, index_key: str, phy_offset: int) -> bool:
         # Only files that end at or after the offset can hold it: the newest one,
@@ -177,8 +220,10 @@ class IndexService:
     def _new_file(self, previous: IndexFile | None) -> IndexFile:
         os.makedirs(self.index_dir, exist_ok=True)
         path = os.path.join(self.index_dir, self._next_name())
+        with self._lock:
+            spare = self._spares.pop(0) if self._spares else ""
         if previous is None:
-            f = IndexFile(path, self.hash_slot_num, self.index_num)
+            f = IndexFile(path, self.hash_slot_num, self.index_num, reserved=spare)
         else:
             f = IndexFile(
                 path,
@@ -186,10 +231,49 @@ class IndexService:
                 self.index_num,
                 begin_timestamp=previous.end_timestamp,
                 begin_phy_offset=previous.end_phy_offset,
+                reserved=spare,
             )
         with self._lock:
             self._files.append(f)
         return f
+
+    # -- allocation ----------------------------------------------------------
+
+    def reserve(self, keys: int) -> None:
+        """Make sure ``keys`` more keys can be indexed after every key promised so far.
+
+        Call before appending a batch with ``keys`` keys (one appender at a time),
+        then ``promise`` once it is appended. Raises DiskFullError when a spare
+        file is needed and cannot be allocated: the batch must then be refused.
+        """
+        promised = self._promised
+        built = self._built_through
+        while promised and promised[0][0] <= built:
+            self._promised_keys -= promised.popleft()[1]
+        # The newest file's room first, then the spares: if the dispatcher rolls
+        # over between the two reads, this undercounts (and reserves), never the
+        # other way round.
+        with self._lock:
+            current = self._files[-1] if self._files else None
+        room = self.index_num - current.index_count if current is not None else 0
+        with self._lock:
+            spares = len(self._spares)
+        per_file = self.index_num - 1
+        available = room + spares * per_file
+        needed = self._promised_keys + keys
+        while available < needed:
+            os.makedirs(self.index_dir, exist_ok=True)
+            spare = os.path.join(self.index_dir, f"spare-{next(self._spare_numbers)}")
+            reserve_file(spare, index_file_size(self.hash_slot_num, self.index_num), "index file")
+            with self._lock:
+                self._spares.append(spare)
+            available += per_file
+
+    def promise(self, last_phy_offset: int, keys: int) -> None:
+        """A batch with ``keys`` keys, the last at ``last_phy_offset``, is in the log."""
+        if keys:
+            self._promised.append((last_phy_offset, keys))
+            self._promised_keys += keys
 
     def _next_name(self) -> str:
         """The current local time as a name, moved on until it is unused and newest.
@@ -267,5 +351,9 @@ class IndexService:
         with self._lock:
             files = self._files
             self._files = []
+            spares, self._spares = self._spares, []
         for f in files:
             f.close()
+        for spare in spares:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(spare + RESERVED_SUFFIX)

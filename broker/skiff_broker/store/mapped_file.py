@@ -36,6 +36,71 @@ def segment_name(offset: int) -> str:
     return f"{offset:020d}"
 
 
+# Suffix of a file whose blocks are allocated for a segment a write has been promised.
+RESERVED_SUFFIX = ".reserved"
+
+
+def allocate_file(path: str, file_size: int, what: str) -> int:
+    """Create ``path`` with every block allocated; returns its open descriptor.
+
+    Real blocks, not a sparse file: running out of disk while writing through a
+    mapping would be a SIGBUS instead of an error. ``what`` names the file in the
+    DiskFullError raised when there is no room for it.
+    """
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.posix_fallocate(fd, 0, file_size)
+    except OSError as exc:
+        os.close(fd)
+        os.unlink(path)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise DiskFullError(
+                f"no space to allocate a {file_size}-byte {what} in {os.path.dirname(path)}: "
+                "free disk space or give the data directory a larger disk"
+            ) from exc
+        raise
+    return fd
+
+
+def reserve_file(path: str, file_size: int, what: str) -> None:
+    """Allocate the blocks of the file that will be created at ``path``, under a side name.
+
+    A write that will need the file is acknowledged only after this succeeded:
+    creating it later (``MappedFile.create`` or an index file) then takes these
+    blocks and cannot run out of space. A crash leaves the side file in place:
+    recovery may dispatch an acknowledged write again and need it.
+    """
+    reserved = path + RESERVED_SUFFIX
+    tmp = reserved + ".tmp"
+    fd = allocate_file(tmp, file_size, what)
+    os.close(fd)
+    os.rename(tmp, reserved)
+
+
+def is_reserved(path: str, file_size: int) -> bool:
+    """True if blocks of ``file_size`` are reserved for ``path``."""
+    try:
+        return os.stat(path + RESERVED_SUFFIX).st_size == file_size
+    except FileNotFoundError:
+        return False
+
+
+def take_reserved(path: str, file_size: int, target: str) -> int:
+    """Move the blocks reserved for ``path`` to ``target``; its descriptor, or -1 if none.
+
+    A reserved file of another size (other settings before a restart) is dropped.
+    """
+    reserved = path + RESERVED_SUFFIX
+    try:
+        if os.stat(reserved).st_size != file_size:
+            os.unlink(reserved)
+            return -1
+        os.rename(reserved, target)
+    except FileNotFoundError:
+        return -1
+    return os.open(target, os.O_RDWR)
+
+
 class MappedFile:
     """A segment named by the global offset of its first byte."""
 
@@ -82,20 +147,13 @@ class MappedFile:
         The file is built under a temporary name and renamed, so a crash never
         leaves a half-allocated segment under a real name. Blocks are allocated
         with posix_fallocate (a sparse file could hit ENOSPC, as SIGBUS, in the
-        middle of a write through the mapping).
+        middle of a write through the mapping), or taken from ``reserve_file``.
         """
         tmp = path + ".tmp"
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = take_reserved(path, file_size, tmp)
+        if fd < 0:
+            fd = allocate_file(tmp, file_size, "segment")
         try:
-            try:
-                os.posix_fallocate(fd, 0, file_size)
-            except OSError as exc:
-                if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-                    raise DiskFullError(
-                        f"no space to allocate a {file_size}-byte segment in "
-                        f"{os.path.dirname(path)}: free disk space or lower retention"
-                    ) from exc
-                raise
             if warm:
                 _warm(fd, file_size)
         except BaseException:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 
 from .errors import StoreCorruptError
-from .mapped_file import MappedFile, segment_name
+from .mapped_file import MappedFile, is_reserved, reserve_file, segment_name
 from .segment_allocator import SegmentAllocator
 from .transient_store_pool import TransientStorePool
 
@@ -110,6 +110,16 @@ class MappedFileQueue:
         with self._lock:
             self._files = (*self._files, mf)
         return mf
+
+    def reserve(self, offset: int, what: str) -> None:
+        """Make sure the segment that will hold global ``offset`` exists or has its blocks.
+
+        Raises DiskFullError when it has to be allocated and there is no room.
+        """
+        os.makedirs(self.directory, exist_ok=True)
+        path = os.path.join(self.directory, segment_name(offset - offset % self.file_size))
+        if not os.path.exists(path) and not is_reserved(path, self.file_size):
+            reserve_file(path, self.file_size, what)
 
     def find(self, offset: int) -> MappedFile | None:
         """The segment holding global ``offset``, or None."""

@@ -3,6 +3,11 @@
 One object per data directory. ``start()`` recovers and starts the background
 services; ``shutdown()`` stops them and leaves a checkpoint that lets the next
 start skip the scan.
+
+A write is acknowledged only if it will be readable: appends run one at a time,
+and before each the consume-queue files its units go into and the index space
+its keys need are allocated (or reserved). If that fails the write is refused
+with DISK_FULL, naming the setting that helps, and nothing of it is in the log.
 """
 
 from __future__ import annotations
@@ -34,8 +39,12 @@ from .index_service import IndexService
 from .mapped_file import fsync_directory
 from .message import (
     MESSAGE_MAGIC,
+    TRANSACTION_MASK,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
     CorruptRecordError,
     Message,
+    Property,
     StoredMessage,
     header_struct,
     record_problem,
@@ -43,7 +52,14 @@ from .message import (
 from .observer import NULL_OBSERVER, AppendScope, StoreObserver
 from .prepared_records import PreparedRecords
 from .recovery import recover_commit_log
-from .retention import DiskState, RetentionService, disk_use_ratio
+from .retention import (
+    ConsumerProgress,
+    DiskState,
+    RetentionService,
+    disk_use_ratio,
+    unread_below,
+    warn_deleted_unread,
+)
 from .segment_allocator import SegmentAllocator
 from .transient_store_pool import TransientStorePool
 
@@ -110,6 +126,64 @@ def _batch_place(messages: Sequence[Message]) -> tuple[str, int | None]:
     first = messages[0]
     same_queue = all(m.queue_id == first.queue_id for m in messages)
     return first.topic, first.queue_id if same_queue else None
+
+
+@dataclasses.dataclass(slots=True)
+class _LogicsNeeds:
+    """What a batch will take in consume queues and index once dispatched."""
+
+    # Units per (topic, queue id).
+    units: dict[tuple[str, int], int]
+    # Index keys (an upper bound: duplicates are indexed once).
+    keys: int
+    # Position in the batch of the last record whose keys are indexed.
+    last_keyed: int
+
+
+_UNQUEUED_TRANSACTIONS = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
+
+
+class _NeedsCounter:
+    """Adds up a batch's needs record by record (this runs for every message)."""
+
+    __slots__ = ("keys", "last_keyed", "position", "units")
+
+    def __init__(self) -> None:
+        self.units: dict[tuple[str, int], int] = {}
+        self.keys = 0
+        self.last_keyed = -1
+        self.position = 0
+
+    def add(self, topic: str, queue_id: int, sys_flag: int, key_count: int) -> None:
+        transaction = sys_flag & TRANSACTION_MASK
+        if transaction not in _UNQUEUED_TRANSACTIONS:
+            units = self.units
+            units[(topic, queue_id)] = units.get((topic, queue_id), 0) + 1
+        if key_count and transaction != TRANSACTION_ROLLBACK_TYPE:
+            self.keys += key_count
+            self.last_keyed = self.position
+        self.position += 1
+
+    def needs(self) -> _LogicsNeeds:
+        return _LogicsNeeds(self.units, self.keys, self.last_keyed)
+
+
+def _message_needs(messages: Sequence[Message]) -> _LogicsNeeds:
+    counter = _NeedsCounter()
+    for m in messages:
+        properties = m.properties
+        keys = properties.get(Property.KEYS)
+        # As index_keys counts them: the KEYS words, then the unique ID.
+        key_count = (len(keys.split()) if keys else 0) + bool(properties.get(Property.UNIQ_KEY))
+        counter.add(m.topic, m.queue_id, m.sys_flag, key_count)
+    return counter.needs()
+
+
+def _prepared_needs(batch: PreparedRecords) -> _LogicsNeeds:
+    counter = _NeedsCounter()
+    for _, _, _, request in batch.layout:
+        counter.add(request.topic, request.queue_id, request.sys_flag, len(request.keys))
+    return counter.needs()
 
 
 def _out_of_bounds(cq: ConsumeQueue | None, offset: int) -> tuple[GetStatus, int, int, int] | None:
@@ -277,6 +351,9 @@ class MessageStore:
         self._disk = DiskState()
         self._allocation_failed_at = -_ALLOCATION_BACKOFF
         self._allocation_failure = ""
+        # One append at a time: the consume-queue and index space a batch needs is
+        # reserved against the queue offsets and keys of every batch before it.
+        self._append_lock = threading.Lock()
         self.clean_start = False
         self._flushed_stamp = 0
         # Held while consume queues and index are flushed, cleaned or cut (a replica's
@@ -286,6 +363,9 @@ class MessageStore:
         self.replication: ReplicationGate | None = None
         # Set while this store follows a master: client appends are refused with it.
         self.read_only_reason = ""
+        # Set by the broker: committed offset per consumer group of a (topic, queue),
+        # so that retention can tell which deleted messages nobody had read.
+        self.consumer_progress: ConsumerProgress | None = None
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -515,27 +595,90 @@ class MessageStore:
                 "on a healthy disk",
             )
         if self._disk.full:
-            return PutResult(
-                PutStatus.DISK_FULL,
-                f"disk {self._disk.ratio:.0%} full (limit "
-                f"{self.config.disk_space_warning_level_ratio:.0%}); writes resume once space "
-                "is freed",
-            )
+            return PutResult(PutStatus.DISK_FULL, self._disk_full_reason())
         if time.monotonic() - self._allocation_failed_at < _ALLOCATION_BACKOFF:
             return PutResult(PutStatus.DISK_FULL, self._allocation_failure)
         return None
 
-    def _append(self, append: Callable[[], AppendResult]) -> PutResult:
+    def _disk_full_reason(self) -> str:
+        config = self.config
+        if config.clean_file_forcibly_enable:
+            cleaning = (
+                "retention is deleting the oldest flushed segments, consumed or not; "
+                "writes resume once space is freed"
+            )
+        else:
+            cleaning = (
+                "messages are kept until they expire (clean_file_forcibly_enable is off: "
+                "skiff broker --clean-file-forcibly lets retention delete the oldest "
+                "unconsumed ones instead)"
+            )
+        return (
+            f"disk {self._disk.ratio:.0%} full (limit {config.disk_space_warning_level_ratio:.0%})"
+            f"; {cleaning}; give the data directory a larger disk or lower "
+            "--file-reserved-hours"
+        )
+
+    def _append(self, append: Callable[[], AppendResult], needs: _LogicsNeeds) -> PutResult:
         refused = self._refusal()
         if refused is not None:
             return refused
+        with self._append_lock:
+            try:
+                self._reserve_logics(needs)
+                result = append()
+            except AppendRejected as exc:
+                if exc.status is AppendStatus.DISK_FULL:
+                    self._allocation_failed(
+                        f"{exc.reason}, or lower commit_log_file_size "
+                        "(skiff broker --commit-log-file-size)"
+                    )
+                    return PutResult(PutStatus.DISK_FULL, self._allocation_failure)
+                return PutResult(_APPEND_TO_PUT[exc.status], exc.reason)
+            except DiskFullError:
+                return PutResult(PutStatus.DISK_FULL, self._allocation_failure)
+            if self.index is not None and needs.keys:
+                self.index.promise(result.physical_offsets[needs.last_keyed], needs.keys)
+        return PutResult(PutStatus.PUT_OK, append=result)
+
+    def _allocation_failed(self, reason: str) -> None:
+        self._allocation_failed_at = time.monotonic()
+        self._allocation_failure = reason
+
+    def _reserve_logics(self, needs: _LogicsNeeds) -> None:
+        """Allocate the consume-queue files and index space a batch needs once dispatched.
+
+        Raises DiskFullError (after recording why, for the back-off) when there is
+        no room, and AppendRejected for a topic no queue can be made for.
+        """
+        next_offsets = self.commit_log.queue_offsets
         try:
-            return PutResult(PutStatus.PUT_OK, append=append())
-        except AppendRejected as exc:
-            if exc.status is AppendStatus.DISK_FULL:
-                self._allocation_failed_at = time.monotonic()
-                self._allocation_failure = exc.reason
-            return PutResult(_APPEND_TO_PUT[exc.status], exc.reason)
+            for (topic, queue_id), count in needs.units.items():
+                # The topic names a directory: the log's own check comes first.
+                self.commit_log._topic_bytes(topic)
+                if queue_id < 0:
+                    continue  # the append refuses it
+                first_offset = next_offsets.get((topic, queue_id), 0)
+                self.consume_queues.reserve_through(
+                    topic, queue_id, first_offset, first_offset + count - 1
+                )
+        except DiskFullError as exc:
+            self._allocation_failed(
+                f"{exc}, or lower consume_queue_units_per_file (skiff broker "
+                "--consume-queue-file-entries); the write was not stored"
+            )
+            raise
+        if self.index is None or not needs.keys:
+            return
+        try:
+            self.index.reserve(needs.keys)
+        except DiskFullError as exc:
+            self._allocation_failed(
+                f"{exc}, or lower max_index_num and max_hash_slot_num (skiff broker "
+                "--index-file-entries: a file takes 20 bytes per entry and 4 per hash slot); "
+                "the write was not stored"
+            )
+            raise
 
     def put_messages(self, messages: Sequence[Message]) -> PutResult:
         """Append a batch; with SYNC_FLUSH, return once it is on disk (or timed out).
@@ -544,7 +687,9 @@ class MessageStore:
         """
         topic, queue_id = _batch_place(messages)
         with self._observer.append(topic, queue_id, len(messages), self._flush_type) as observed:
-            result = self._append(lambda: self.commit_log.append(messages))
+            result = self._append(
+                lambda: self.commit_log.append(messages), _message_needs(messages)
+            )
             offset = self._request_flush(result, observed)
             gate = self._announce(result)
             if offset is not None:
@@ -560,7 +705,11 @@ class MessageStore:
         """As :meth:`put_messages`, waiting without blocking the event loop."""
         topic, queue_id = _batch_place(messages)
         return await self._put_async(
-            topic, queue_id, len(messages), lambda: self.commit_log.append(messages)
+            topic,
+            queue_id,
+            len(messages),
+            lambda: self.commit_log.append(messages),
+            _message_needs(messages),
         )
 
     async def put_records_async(self, batch: PreparedRecords) -> PutResult:
@@ -570,13 +719,19 @@ class MessageStore:
             batch.queue_id,
             len(batch.layout),
             lambda: self.commit_log.append_encoded(batch.blob, batch.layout),
+            _prepared_needs(batch),
         )
 
     async def _put_async(
-        self, topic: str, queue_id: int | None, count: int, append: Callable[[], AppendResult]
+        self,
+        topic: str,
+        queue_id: int | None,
+        count: int,
+        append: Callable[[], AppendResult],
+        needs: _LogicsNeeds,
     ) -> PutResult:
         with self._observer.append(topic, queue_id, count, self._flush_type) as observed:
-            result = self._append(append)
+            result = self._append(append, needs)
             offset = self._request_flush(result, observed)
             gate = self._announce(result)
             if offset is not None:
@@ -975,13 +1130,19 @@ class MessageStore:
 
     def _delete_expired_commit_log(self, clean_immediately: bool) -> int:
         config = self.config
-        return self.commit_log.queue.delete_expired_by_time(
+        deleted_below = self.commit_log.min_offset
+        deleted = self.commit_log.queue.delete_expired_by_time(
             config.file_reserved_time_hours * 3600,
             interval=config.delete_commit_log_files_interval,
             clean_immediately=clean_immediately,
             batch_max=config.delete_files_batch_max,
             deletable_below=min(self.commit_log.flushed_offset, self.dispatcher.reput_offset),
         )
+        if deleted and clean_immediately:
+            new_min = self.commit_log.min_offset
+            unread = unread_below(self.consume_queues, new_min, self.consumer_progress)
+            warn_deleted_unread(deleted_below, new_min, unread)
+        return deleted
 
     def _delete_expired_logic_files(self) -> None:
         min_offset = self.commit_log.min_offset
@@ -993,7 +1154,8 @@ class MessageStore:
 
     def _set_disk_state(self, state: DiskState) -> None:
         if state.full and not self._disk.full:
-            log.error("disk %.0f%% full: refusing writes", state.ratio * 100)
+            self._disk = state
+            log.error("refusing writes: %s", self._disk_full_reason())
         elif self._disk.full and not state.full:
             log.info("disk %.0f%% full: accepting writes again", state.ratio * 100)
         self._disk = state

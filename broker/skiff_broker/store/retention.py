@@ -3,9 +3,14 @@
 Like RocketMQ's clean services: segments older than ``file_reserved_time`` go
 at the ``delete_when`` hour; past ``disk_max_used_space_ratio`` they go at any
 hour; past ``disk_space_clean_forcibly_ratio`` the oldest go whatever their
-age; past ``disk_space_warning_level_ratio`` writes are refused until cleaning
-(or the operator) brings use back under it. Consume-queue and index files
-follow the commit log's minimum offset.
+age, if ``clean_file_forcibly_enable`` (RocketMQ's ``cleanFileForciblyEnable``,
+on by default); past ``disk_space_warning_level_ratio`` writes are refused until
+cleaning (or the operator) brings use back under it. Consume-queue and index
+files follow the commit log's minimum offset.
+
+Deleting segments before their time may delete messages no consumer has read:
+the store logs that as a WARNING with counts per topic. With forcible cleaning
+off nothing unexpired is deleted, and a full disk refuses writes instead.
 """
 
 from __future__ import annotations
@@ -14,12 +19,19 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from .config import StoreConfig
+from .consume_queue import ConsumeQueue
 from .service_thread import ServiceThread
 
 log = logging.getLogger(__name__)
+
+# Consume-queue units read at a time when counting what a deletion took.
+_SCAN_UNITS = 4096
+
+# Committed offset per consumer group of a (topic, queue id).
+ConsumerProgress = Callable[[str, int], dict[str, int]]
 
 
 def disk_use_ratio(path: str) -> float:
@@ -86,8 +98,11 @@ class RetentionService(ServiceThread):
         state = self.check_disk()
         config = self._config
         # Once writes are refused, waiting for files to age would refuse them for
-        # days: clean regardless of age even if the forcible ratio is set higher.
-        clean_immediately = state.full or state.ratio > config.disk_space_clean_forcibly_ratio
+        # days: clean regardless of age even if the forcible ratio is set higher,
+        # unless the operator chose to keep unexpired messages over accepting writes.
+        clean_immediately = config.clean_file_forcibly_enable and (
+            state.full or state.ratio > config.disk_space_clean_forcibly_ratio
+        )
         space_to_delete = state.ratio > config.disk_max_used_space_ratio / 100
         hour = time.localtime(self._clock()).tm_hour
         if (
@@ -107,3 +122,109 @@ class RetentionService(ServiceThread):
                 )
                 self.check_disk()
         self._delete_logic_files()
+
+
+# -- what deleting before their time took ------------------------------------
+
+
+@dataclasses.dataclass(slots=True)
+class Unread:
+    """Messages of one topic a deletion took before every group had read them."""
+
+    messages: int = 0
+    bytes: int = 0
+    groups: set[str] = dataclasses.field(default_factory=set)
+
+
+def unread_below(
+    queues: Iterable[ConsumeQueue], physical_end: int, progress: ConsumerProgress | None
+) -> dict[str, Unread]:
+    """Per topic, the messages of ``queues`` whose records lie below ``physical_end``.
+
+    Call after deleting the commit log below ``physical_end`` and before the
+    queues' own files follow (their minimum offset still names the first message
+    that was there). With ``progress``, only messages some group had not consumed
+    count, and those groups are named; without, every such message counts.
+    """
+    by_topic: dict[str, Unread] = {}
+    for cq in queues:
+        first = cq.min_offset
+        end = _first_unit_at_or_past(cq, physical_end)
+        if end <= first:
+            continue
+        groups = _groups_of(progress, cq.topic, cq.queue_id)
+        behind = {group: offset for group, offset in groups.items() if offset < end}
+        if groups and not behind:
+            continue  # every group had read them all
+        unread_from = max(first, min(behind.values(), default=first))
+        unread = by_topic.setdefault(cq.topic, Unread())
+        unread.messages += end - unread_from
+        unread.bytes += _bytes_between(cq, unread_from, end)
+        unread.groups.update(behind)
+    return by_topic
+
+
+def warn_deleted_unread(old_min: int, new_min: int, by_topic: dict[str, Unread]) -> None:
+    """One WARNING for a deletion regardless of age, with counts per topic (if any)."""
+    if not by_topic:
+        return
+    summary = {
+        topic: {"messages": u.messages, "bytes": u.bytes, "unread_by": sorted(u.groups)}
+        for topic, u in sorted(by_topic.items())
+    }
+    described = ", ".join(
+        f"{topic}: {u.messages} messages, {u.bytes} bytes"
+        + (f", unread by {', '.join(sorted(u.groups))}" if u.groups else "")
+        for topic, u in sorted(by_topic.items())
+    )
+    log.warning(
+        "disk nearly full: deleted commit log %d..%d regardless of age, with %d messages "
+        "not yet consumed (%s); set clean_file_forcibly_enable off (skiff broker "
+        "--no-clean-file-forcibly) to refuse writes instead, or give the data directory "
+        "a larger disk",
+        old_min,
+        new_min,
+        sum(u.messages for u in by_topic.values()),
+        described,
+        extra={"deleted_unconsumed": summary},
+    )
+
+
+def _groups_of(progress: ConsumerProgress | None, topic: str, queue_id: int) -> dict[str, int]:
+    if progress is None:
+        return {}
+    try:
+        return progress(topic, queue_id)
+    except Exception:  # the warning goes out without groups rather than not at all
+        log.exception("could not read consumer offsets of %s/%d", topic, queue_id)
+        return {}
+
+
+def _first_unit_at_or_past(cq: ConsumeQueue, physical_end: int) -> int:
+    """The first queue offset from ``cq.min_offset`` whose record starts at or past
+    ``physical_end`` (units are in log order within a queue)."""
+    offset = cq.min_offset
+    end = cq.max_offset
+    while offset < end:
+        units = cq.read_units(offset, _SCAN_UNITS)
+        if not units:
+            offset += 1  # a blank unit, or a file deleted meanwhile
+            continue
+        for physical, _, _ in units:
+            if physical >= physical_end:
+                return offset
+            offset += 1
+    return offset
+
+
+def _bytes_between(cq: ConsumeQueue, start: int, end: int) -> int:
+    size = 0
+    offset = start
+    while offset < end:
+        units = cq.read_units(offset, min(_SCAN_UNITS, end - offset))
+        if not units:
+            offset += 1
+            continue
+        size += sum(unit_size for _, unit_size, _ in units)
+        offset += len(units)
+    return size

@@ -193,7 +193,8 @@ def cq_files(store: MessageStore, queue_id: int) -> list[str]:
 
 
 def index_files(store: MessageStore) -> list[str]:
-    return sorted(os.listdir(store.config.index_dir))
+    """Index files by name, leaving out space reserved for the next one."""
+    return sorted(n for n in os.listdir(store.config.index_dir) if not n.endswith(".reserved"))
 
 
 # -- delete hours --------------------------------------------------------------
@@ -699,3 +700,121 @@ def test_disk_use_past_the_cleaning_ratios_deletes_regardless_of_age(
         result = producer.put(1, 1)
         assert result.ok, result.reason
         assert store.stats().writable
+
+
+# -- space for consume queues and index; keeping or deleting unexpired messages --
+
+
+def wait_flushed_to(store: MessageStore, offset: int) -> None:
+    deadline = time.monotonic() + DEADLINE
+    while store.stats().flushed_offset < offset:
+        assert time.monotonic() < deadline, "the commit log was never flushed"
+        time.sleep(0.01)
+
+
+def test_a_consume_queue_file_that_cannot_be_allocated_refuses_the_write_unstored(
+    tmpfs: Path,
+) -> None:
+    # Each consume-queue file takes 2 MB of the 8 MiB disk.
+    config = tmpfs_config(
+        tmpfs / "store",
+        consume_queue_units_per_file=100_000,
+        disk_max_used_space_ratio=100,
+        disk_space_clean_forcibly_ratio=1.0,
+        disk_space_warning_level_ratio=1.0,
+    )
+    with MessageStore(config) as store:
+        producer = Producer(store, body_size=1 * KiB)
+        for _ in range(10):
+            assert producer.put(0, 2).ok
+        wait_prepared_segment(store)
+        filler = tmpfs / "filler"
+        # Room for appends to the segment already allocated, none for another 2 MB file.
+        st = os.statvfs(tmpfs)
+        make_filler(filler, st.f_bavail * st.f_frsize - 1 * MiB)
+        log_end = store.commit_log.queue.max_wrote_offset
+
+        refused = producer.put(1, 2)
+        assert refused.status is PutStatus.DISK_FULL, refused.reason
+        assert "consume-queue file" in refused.reason
+        assert "--consume-queue-file-entries" in refused.reason
+        assert "not stored" in refused.reason
+        # Nothing of it is in the log: no acknowledged-looking record without a queue.
+        assert store.commit_log.queue.max_wrote_offset == log_end
+        assert store.max_offset(TOPIC, 1) == 0
+        wait_readable(store, producer.sent)
+        assert_readable(store, producer.sent)
+
+        os.unlink(filler)
+        deadline = time.monotonic() + DEADLINE
+        while not (result := producer.put(1, 2)).ok:
+            assert result.status is PutStatus.DISK_FULL, result.reason
+            assert time.monotonic() < deadline, f"writes never resumed: {result.reason}"
+            time.sleep(0.05)
+        wait_readable(store, producer.sent)
+        assert_readable(store, producer.sent)
+
+
+def test_with_forcible_cleaning_off_a_full_disk_keeps_messages_and_refuses_writes(
+    tmpfs: Path,
+) -> None:
+    config = tmpfs_config(tmpfs / "store", clean_file_forcibly_enable=False)
+    with MessageStore(config) as store:
+        producer = Producer(store, body_size=4 * KiB)
+        producer.fill_segments(4, batch=2)
+        wait_readable(store, producer.sent)
+        wait_prepared_segment(store)
+        segments = list(store.commit_log.queue.files)
+        wait_flushed_to(store, segments[-1].file_from_offset)
+        make_filler(tmpfs / "filler", filler_to_reach(tmpfs, 0.95))
+
+        # Fresh segments, not the delete hour, past every ratio: nothing unexpired goes.
+        retention_for(store, hour=12).step()
+        assert all(os.path.exists(mf.path) for mf in segments)
+        refused = producer.put(0, 1)
+        assert refused.status is PutStatus.DISK_FULL, refused.reason
+        assert "limit 90%" in refused.reason
+        assert "--clean-file-forcibly" in refused.reason
+        assert "larger disk" in refused.reason
+        assert store.commit_log.min_offset == 0
+        assert_readable(store, producer.sent)
+
+
+def test_deleting_unexpired_messages_warns_with_counts_per_topic_and_unread_groups(
+    tmpfs: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = tmpfs_config(tmpfs / "store")
+    assert config.clean_file_forcibly_enable  # RocketMQ's default
+    with MessageStore(config) as store:
+        producer = Producer(store, body_size=4 * KiB)
+        producer.fill_segments(4, batch=2)
+        wait_readable(store, producer.sent)
+        wait_prepared_segment(store)
+        segments = list(store.commit_log.queue.files)
+        wait_flushed_to(store, segments[-1].file_from_offset)
+        # "done" read all of queue 0 and 1; "late" read only the first two of queue 0.
+        store.consumer_progress = lambda topic, queue_id: {
+            "done": store.max_offset(topic, queue_id),
+            "late": 2 if queue_id == 0 else 0,
+        }
+        make_filler(tmpfs / "filler", filler_to_reach(tmpfs, 0.875))
+
+        with caplog.at_level("WARNING", logger="skiff_broker.store.message_store"):
+            retention_for(store, hour=12).step()
+
+        min_offset = segments[-1].file_from_offset
+        assert store.commit_log.min_offset == min_offset
+        gone = [s for s in producer.sent if s.physical_offset < min_offset]
+        unread = [s for s in gone if s.queue_id == 1 or s.queue_offset >= 2]
+        [record] = [r for r in caplog.records if hasattr(r, "deleted_unconsumed")]
+        assert record.levelname == "WARNING"
+        assert record.deleted_unconsumed == {
+            TOPIC: {
+                "messages": len(unread),
+                "bytes": sum(s.size for s in unread),
+                "unread_by": ["late"],
+            }
+        }
+        assert f"{TOPIC}: {len(unread)} messages" in record.getMessage()
+        assert "--no-clean-file-forcibly" in record.getMessage()
+        assert_readable(store, [s for s in producer.sent if s.physical_offset >= min_offset])
