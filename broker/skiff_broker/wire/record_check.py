@@ -74,9 +74,21 @@ class RunCheck(typing.NamedTuple):
 _FAST = struct.Struct(">iIi16xqi44xi")
 assert _FAST.size == PLAIN_HEADER.size
 _PLAIN_SIZE = PLAIN_HEADER.size
-# ASCII topics and properties, checked without slicing: the usual record.
-_ASCII_TOPIC = re.compile(rb"[\x00-\x7f]*[\x01-\x7f]", re.DOTALL).fullmatch
-_ASCII_PROPERTIES = re.compile(rb"(?:[\x00\x03-\x7f]+\x01[\x00\x03-\x7f]*\x02)*").fullmatch
+# The usual record's TOPIC, PROPERTIESLENGTH and PROPERTIES (ASCII), matched in
+# place by one pattern per topic length: no slicing, one C call per record.
+_ASCII_PAIRS = rb"(?:[\x00\x03-\x7f]+\x01[\x00\x03-\x7f]*\x02)*"
+
+
+def _ascii_tail(topic_length: int) -> typing.Callable[..., typing.Any]:
+    if topic_length == 0:
+        return re.compile(rb"(?!)").fullmatch  # an empty topic: the slow path says why
+    return re.compile(
+        rb"[\x00-\x7f]{%d}[\x01-\x7f][\x00-\xff]{2}" % (topic_length - 1) + _ASCII_PAIRS,
+        re.DOTALL,
+    ).fullmatch
+
+
+_ASCII_TAILS = [_ascii_tail(length) for length in range(256)]
 # Properties at byte level; UTF-8 is checked apart.
 _PROPERTIES = re.compile(rb"(?:[^\x01\x02]+\x01[^\x01\x02]*\x02)*").fullmatch
 _PAIR = re.compile(rb"([^\x02]*)(\x02|$)")
@@ -206,8 +218,8 @@ def check_run(
     callers that walk segments look at ``problem`` and the bytes at ``stop``.
     """
     unpack = _FAST.unpack_from
-    ascii_topic = _ASCII_TOPIC
-    ascii_properties = _ASCII_PROPERTIES
+    short = SHORT.unpack_from
+    ascii_tails = _ASCII_TAILS
     crc32 = zlib.crc32
     last_header = end - _PLAIN_SIZE - 3
     pos = start
@@ -227,13 +239,12 @@ def check_run(
                     and topic_at + 3 <= record_end <= end
                     and (base is None or physical == base + pos)
                 ):
-                    properties_at = topic_at + 3 + buf[topic_at]
+                    topic_length = buf[topic_at]
+                    properties_at = topic_at + 3 + topic_length
                     if (
                         properties_at <= record_end
-                        and properties_at + SHORT.unpack_from(buf, properties_at - 2)[0]
-                        == record_end
-                        and ascii_topic(buf, topic_at + 1, properties_at - 2)
-                        and ascii_properties(buf, properties_at, record_end)
+                        and properties_at + short(buf, properties_at - 2)[0] == record_end
+                        and ascii_tails[topic_length](buf, topic_at + 1, record_end)
                         and (
                             not check_crc
                             or crc32(view[topic_at - body_length : topic_at]) & 0x7FFFFFFF == crc
