@@ -40,7 +40,7 @@ from skiff_broker.store.config import StoreConfig
 from skiff_broker.store.message import Message
 from skiff_broker.store.message_store import MessageStore
 from skiff_broker.wire.properties import encode_properties
-from skiff_broker.wire.record_layout import COMPRESSED
+from skiff_broker.wire.record_layout import COMPRESSED, SYSFLAG_OFFSET
 
 TOPIC = "doors"
 RPC_TIMEOUT_S = 10
@@ -100,6 +100,16 @@ def test_unterminated_properties_are_refused_and_a_crash_keeps_every_acknowledge
             assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
             assert "nothing was stored" in error.details()
             assert "record 1 " in error.details() and "\\x02" in error.details()
+
+            flagged = bytearray(record(uuid.uuid4().hex.upper(), b"flagged, not gzip"))
+            flagged[SYSFLAG_OFFSET : SYSFLAG_OFFSET + 4] = COMPRESSED.to_bytes(4, "big")
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.Append(
+                    rpb.AppendRequest(topic=TOPIC, records=bytes(flagged)), timeout=RPC_TIMEOUT_S
+                )
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "not zlib or gzip" in refused.value.details()
+            assert "compressed bit" in refused.value.details()
 
             for batch in range(20):
                 records = []

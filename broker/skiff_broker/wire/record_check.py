@@ -32,14 +32,11 @@ from .record_layout import (
     BLANK_MAGIC,
     HOST_V6_BITS,
     INT,
-    LONG,
     MESSAGE_MAGIC,
     MIN_RECORD_SIZE,
-    PHYSICAL_OFFSET_OFFSET,
     PLAIN_HEADER,
     SHORT,
     SIZE_MAGIC,
-    SYSFLAG_OFFSET,
     header_struct,
 )
 
@@ -76,15 +73,15 @@ assert _FAST.size == PLAIN_HEADER.size
 _PLAIN_SIZE = PLAIN_HEADER.size
 # The usual record's TOPIC, PROPERTIESLENGTH and PROPERTIES (ASCII), matched in
 # place by one pattern per topic length: no slicing, one C call per record.
-_ASCII_PAIRS = rb"(?:[\x00\x03-\x7f]+\x01[\x00\x03-\x7f]*\x02)*"
+_ASCII_PAIRS = rb"(?:[\x00\x03-\x7f]++\x01[\x00\x03-\x7f]*+\x02)*+"
 
 
 def _ascii_tail(topic_length: int) -> typing.Callable[..., typing.Any]:
     if topic_length == 0:
         return re.compile(rb"(?!)").fullmatch  # an empty topic: the slow path says why
+    # Possessive: nothing to backtrack into, which keeps the match cheap.
     return re.compile(
-        rb"[\x00-\x7f]{%d}[\x01-\x7f][\x00-\xff]{2}" % (topic_length - 1) + _ASCII_PAIRS,
-        re.DOTALL,
+        rb"[\x00-\x7f]{%d}[\x01-\x7f].." % (topic_length - 1) + _ASCII_PAIRS, re.DOTALL
     ).fullmatch
 
 
@@ -129,12 +126,16 @@ def check_record(
             False,
             True,
         )
-    sys_flag = INT.unpack_from(buf, pos + SYSFLAG_OFFSET)[0]
-    header_size = header_struct(sys_flag).size
+    # At least MIN_RECORD_SIZE bytes are there: the plain header's fields in one read.
+    _, _, crc, physical, sys_flag, body_length = _FAST.unpack_from(buf, pos)
     record_end = pos + size
-    if header_size + 3 > size:
-        return RecordProblem(f"size {size} is too small for its hosts", where, False)
-    body_length = INT.unpack_from(buf, pos + header_size - 4)[0]
+    if sys_flag & HOST_V6_BITS:
+        header_size = header_struct(sys_flag).size
+        if header_size + 3 > size:
+            return RecordProblem(f"size {size} is too small for its hosts", where, False)
+        body_length = INT.unpack_from(buf, pos + header_size - 4)[0]
+    else:
+        header_size = _PLAIN_SIZE
     topic_at = pos + header_size + body_length
     if body_length < 0 or topic_at + 3 > record_end:
         return RecordProblem(f"body length {body_length} does not fit size {size}", where, False)
@@ -148,10 +149,8 @@ def check_record(
             f"properties length {properties_length} does not add up to size {size}", where, False
         )
     # From here on the size is trustworthy: the record can be stepped over.
-    if base is not None:
-        physical = LONG.unpack_from(buf, pos + PHYSICAL_OFFSET_OFFSET)[0]
-        if physical != where:
-            return RecordProblem(f"it claims offset {physical}", where, True)
+    if base is not None and physical != where:
+        return RecordProblem(f"it claims offset {physical}", where, True)
     if topic_length == 0:
         return RecordProblem("its topic is empty", where, True)
     if buf[properties_at - 3] == 0 or (properties_length and buf[record_end - 1] != 2):
@@ -161,6 +160,23 @@ def check_record(
             where,
             True,
         )
+    if not _ASCII_TAILS[topic_length](buf, topic_at + 1, record_end):
+        text_problem = _text_problem(buf, topic_at, properties_at, record_end, where)
+        if text_problem is not None:
+            return text_problem
+    if check_crc:
+        body_at = pos + header_size
+        # A temporary view: released as soon as the CRC is taken (an mmap may close later).
+        body = (buf if buf.__class__ is memoryview else memoryview(buf))[body_at:topic_at]
+        if zlib.crc32(body) & 0x7FFFFFFF != crc:
+            return RecordProblem("it fails its body CRC", where, True)
+    return size
+
+
+def _text_problem(
+    buf: Buffer, topic_at: int, properties_at: int, record_end: int, where: int
+) -> RecordProblem | None:
+    """What is wrong with a record's topic or properties beyond ASCII, if anything."""
     topic = bytes(buf[topic_at + 1 : properties_at - 2])
     try:
         topic.decode()
@@ -182,13 +198,7 @@ def check_record(
         return RecordProblem(
             f"its properties are not UTF-8 (byte {properties_at + exc.start})", where, True
         )
-    if check_crc:
-        body_at = pos + header_size
-        with memoryview(buf) as view:
-            crc = zlib.crc32(view[body_at : body_at + body_length]) & 0x7FFFFFFF
-        if crc != INT.unpack_from(buf, pos + 8)[0]:
-            return RecordProblem("it fails its body CRC", where, True)
-    return size
+    return None
 
 
 def _first_bad_pair(properties: bytes) -> int:
