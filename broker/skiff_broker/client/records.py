@@ -28,6 +28,8 @@ from ..wire.record_codec import encode_record_into, offset_message_id, topic_fie
 from ..wire.record_layout import (
     COMPRESSED,
     HOST_V6_BITS,
+    INT,
+    LONG,
     PLAIN_HEADER,
     QUEUE_OFFSET_OFFSET,
     SYSFLAG_OFFSET,
@@ -208,10 +210,10 @@ def decode_records(
         position = checked.stop
         log.error(
             "skipping the message at queue offset %d: %s",
-            int.from_bytes(data[position + QUEUE_OFFSET_OFFSET : position + 28], "big"),
+            LONG.unpack_from(data, position + QUEUE_OFFSET_OFFSET)[0],
             problem.reason,
         )
-        position += int.from_bytes(data[position : position + 4], "big")
+        position += INT.unpack_from(data, position)[0]
     return messages
 
 
@@ -280,9 +282,7 @@ def _cut_unusual(
     data: bytes, position: int, record_end: int, topic: str | None
 ) -> PulledMessage | None:
     """A checked record with IPv6 hosts or a compressed body (None if it cannot be read)."""
-    sys_flag = int.from_bytes(
-        data[position + SYSFLAG_OFFSET : position + SYSFLAG_OFFSET + 4], "big", signed=True
-    )
+    sys_flag = INT.unpack_from(data, position + SYSFLAG_OFFSET)[0]
     header = header_struct(sys_flag)
     (
         _,

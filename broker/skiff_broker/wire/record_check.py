@@ -17,12 +17,13 @@ properties end in their separator, which is how such a record is recognised.
 
 ``check_run`` walks many records in one loop (a fetch, an append, a
 replicated run): the usual record (IPv4 hosts, ASCII topic and properties) is
-checked inline with two C-level pattern matches; anything else goes through
-``check_record``, with the same verdict.
+checked inline, its topic and properties with one C-level pattern match in
+place; anything else goes through ``check_record``, with the same verdict.
 """
 
 from __future__ import annotations
 
+import mmap
 import re
 import struct
 import typing
@@ -40,7 +41,8 @@ from .record_layout import (
     header_struct,
 )
 
-Buffer = bytes | bytearray | memoryview | typing.Any  # an mmap is a buffer too
+# bytes, bytearray, memoryview or mmap: anything struct and re read in place.
+Buffer: typing.TypeAlias = "bytes | bytearray | memoryview | mmap.mmap"
 
 
 class RecordProblem(typing.NamedTuple):
@@ -76,16 +78,22 @@ _PLAIN_SIZE = PLAIN_HEADER.size
 _ASCII_PAIRS = rb"(?:[\x00\x03-\x7f]++\x01[\x00\x03-\x7f]*+\x02)*+"
 
 
-def _ascii_tail(topic_length: int) -> typing.Callable[..., typing.Any]:
-    if topic_length == 0:
-        return re.compile(rb"(?!)").fullmatch  # an empty topic: the slow path says why
-    # Possessive: nothing to backtrack into, which keeps the match cheap.
-    return re.compile(
-        rb"[\x00-\x7f]{%d}[\x01-\x7f].." % (topic_length - 1) + _ASCII_PAIRS, re.DOTALL
-    ).fullmatch
+class _AsciiTails(dict[int, typing.Callable[..., typing.Any]]):
+    """The pattern for each topic length, compiled when that length is first met."""
+
+    def __missing__(self, topic_length: int) -> typing.Callable[..., typing.Any]:
+        if topic_length == 0:
+            match = re.compile(rb"(?!)").fullmatch  # an empty topic: the slow path says why
+        else:
+            # Possessive: nothing to backtrack into, which keeps the match cheap.
+            match = re.compile(
+                rb"[\x00-\x7f]{%d}[\x01-\x7f].." % (topic_length - 1) + _ASCII_PAIRS, re.DOTALL
+            ).fullmatch
+        self[topic_length] = match
+        return match
 
 
-_ASCII_TAILS = [_ascii_tail(length) for length in range(256)]
+_ASCII_TAILS = _AsciiTails()
 # Properties at byte level; UTF-8 is checked apart.
 _PROPERTIES = re.compile(rb"(?:[^\x01\x02]+\x01[^\x01\x02]*\x02)*").fullmatch
 _PAIR = re.compile(rb"([^\x02]*)(\x02|$)")

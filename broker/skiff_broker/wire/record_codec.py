@@ -15,9 +15,11 @@ from .properties import Property, decode_properties
 from .record_check import check_record
 from .record_layout import (
     HOST_V6_BITS,
+    INT,
     MAX_TOPIC_LENGTH,
     MESSAGE_MAGIC,
     SHORT,
+    SYSFLAG_OFFSET,
     header_struct,
 )
 
@@ -145,7 +147,7 @@ def decode_record(
     if not isinstance(checked, int):
         raise CorruptRecordError(str(checked))
     size = checked
-    sys_flag_header = header_struct(int.from_bytes(buf[pos + 36 : pos + 40], "big", signed=True))
+    header = header_struct(INT.unpack_from(buf, pos + SYSFLAG_OFFSET)[0])
     (
         _,
         _,
@@ -162,8 +164,8 @@ def decode_record(
         reconsume_times,
         prepared_offset,
         body_len,
-    ) = sys_flag_header.unpack_from(buf, pos)
-    p = pos + sys_flag_header.size
+    ) = header.unpack_from(buf, pos)
+    p = pos + header.size
     body = bytes(buf[p : p + body_len])
     p += body_len
     topic_len = buf[p]
