@@ -24,7 +24,7 @@ from ..delivery import properties as prop
 from ..wire.compressed_body import CompressedBodyError, inflate
 from ..wire.properties import decode_properties
 from ..wire.record_check import check_run
-from ..wire.record_codec import encode_record_into, offset_message_id, topic_field
+from ..wire.record_codec import encode_client_record, offset_message_id, topic_field
 from ..wire.record_layout import (
     COMPRESSED,
     HOST_V6_BITS,
@@ -62,11 +62,7 @@ assert _WANTED.size == PLAIN_HEADER.size
 def encode_record(topic: bytes, body: bytes, properties: bytes, born_timestamp: int) -> bytes:
     """One record for an append: ``topic`` from :func:`topic_field`, ``properties``
     from ``encode_properties``. The broker fills in queue, offsets and hosts."""
-    blob = bytearray()
-    encode_record_into(
-        blob, topic_field=topic, body=body, properties=properties, born_timestamp=born_timestamp
-    )
-    return bytes(blob)
+    return encode_client_record(topic, body, properties, born_timestamp)
 
 
 class CorruptRecords(ValueError):

@@ -277,17 +277,17 @@ class CommitLog:
         sys_flag = (m.sys_flag & ~HOST_V6_BITS) | host_flags(born, self.store_host)
         length = encode_record_into(
             blob,
-            topic_field=topic,
-            body=body,
-            properties=props,
-            queue_id=m.queue_id,
-            flag=m.flag,
-            sys_flag=sys_flag,
-            born_timestamp=m.born_timestamp or born_default,
-            born_host=born,
-            store_host=self.store_host,
-            reconsume_times=m.reconsume_times,
-            prepared_transaction_offset=m.prepared_transaction_offset,
+            topic,
+            body,
+            props,
+            m.queue_id,
+            m.flag,
+            sys_flag,
+            m.born_timestamp or born_default,
+            born,
+            self.store_host,
+            m.reconsume_times,
+            m.prepared_transaction_offset,
         )
         # Half and rolled-back transaction messages never reach a consume queue.
         counted = (sys_flag & TRANSACTION_MASK) not in _UNCOUNTED_TRANSACTION_TYPES

@@ -10,15 +10,17 @@ from __future__ import annotations
 import dataclasses
 import zlib
 
-from .hosts import decode_host, host_flags
+from .hosts import decode_host
 from .properties import Property, decode_properties
 from .record_check import check_record
 from .record_layout import (
+    BORNHOST_V6,
     HOST_V6_BITS,
     INT,
     MAX_TOPIC_LENGTH,
     MESSAGE_MAGIC,
     SHORT,
+    STOREHOST_V6,
     SYSFLAG_OFFSET,
     header_struct,
 )
@@ -59,32 +61,38 @@ def topic_field(topic: str) -> bytes:
 
 def encode_record_into(
     blob: bytearray,
-    *,
     topic_field: bytes,
     body: bytes | bytearray | memoryview,
     properties: bytes,
-    queue_id: int = 0,
-    flag: int = 0,
-    sys_flag: int = 0,
-    born_timestamp: int = 0,
-    born_host: bytes = _NO_HOST,
-    store_host: bytes = _NO_HOST,
-    reconsume_times: int = 0,
-    prepared_transaction_offset: int = 0,
-    crc: int | None = None,
+    queue_id: int,
+    flag: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: bytes,
+    store_host: bytes,
+    reconsume_times: int,
+    prepared_transaction_offset: int,
+    /,
 ) -> int:
     """Append one record to ``blob``; returns its length.
 
-    QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP are written as 0: the commit
-    log fills them in under its lock. SYSFLAG's host bits follow the hosts given.
+    ``topic_field`` comes from :func:`topic_field`, ``properties`` from
+    ``encode_properties``; hosts are ``encode_host`` fields (8 or 20 bytes) and
+    SYSFLAG's host bits follow them. QUEUEOFFSET, PHYSICALOFFSET and
+    STORETIMESTAMP are written as 0: the commit log fills them in under its
+    lock. Positional only: this runs once per message appended.
     """
-    sys_flag = (sys_flag & ~HOST_V6_BITS) | host_flags(born_host, store_host)
+    sys_flag = (
+        (sys_flag & ~HOST_V6_BITS)
+        | (BORNHOST_V6 if len(born_host) == 20 else 0)
+        | (STOREHOST_V6 if len(store_host) == 20 else 0)
+    )
     header = header_struct(sys_flag)
     length = header.size + len(body) + len(topic_field) + 2 + len(properties)
     blob += header.pack(
         length,
         MESSAGE_MAGIC,
-        body_crc(body) if crc is None else crc,
+        zlib.crc32(body) & 0x7FFFFFFF,
         queue_id,
         flag,
         0,
@@ -103,6 +111,18 @@ def encode_record_into(
     blob += SHORT.pack(len(properties))
     blob += properties
     return length
+
+
+def encode_client_record(
+    topic_field: bytes, body: bytes, properties: bytes, born_timestamp: int, sys_flag: int = 0
+) -> bytes:
+    """One record as a client sends it to Append: the broker's fields left 0 and hosts empty."""
+    blob = bytearray()
+    no_host = _NO_HOST
+    encode_record_into(
+        blob, topic_field, body, properties, 0, 0, sys_flag, born_timestamp, no_host, no_host, 0, 0
+    )
+    return bytes(blob)
 
 
 @dataclasses.dataclass(slots=True)

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from skiff_broker.store.message_store import MessageStore
 from skiff_broker.wire.properties import encode_properties
-from skiff_broker.wire.record_codec import encode_record_into
+from skiff_broker.wire.record_codec import encode_client_record
 from skiff_broker.wire.record_layout import PLAIN_HEADER
 
 WRITER = Path(__file__).with_name("door_writer.py")
@@ -37,15 +37,7 @@ ALWAYS_REFUSED = {"unterminated", "empty name", "two separators", "bad UTF-8", "
 
 def framed(topic: bytes, body: bytes, properties: bytes) -> bytes:
     """A record with these raw fields and consistent lengths and CRC (fields unchecked)."""
-    blob = bytearray()
-    encode_record_into(
-        blob,
-        topic_field=bytes((len(topic),)) + topic,
-        body=body,
-        properties=properties,
-        born_timestamp=1,
-    )
-    return bytes(blob)
+    return encode_client_record(bytes((len(topic),)) + topic, body, properties, 1)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -41,14 +41,8 @@ def record(
 ) -> bytes:
     """A record with these raw fields (not checked: tests damage them on purpose)."""
     blob = bytearray()
-    encode_record_into(
-        blob,
-        topic_field=bytes((len(topic),)) + topic,
-        body=body,
-        properties=properties,
-        born_timestamp=1,
-        born_host=born_host,
-    )
+    field = bytes((len(topic),)) + topic
+    encode_record_into(blob, field, body, properties, 0, 0, 0, 1, born_host, bytes(8), 0, 0)
     return bytes(blob)
 
 
@@ -216,13 +210,8 @@ def test_whatever_the_encoder_writes_the_validator_accepts(
         assert properties_problem(properties) is not None or not _storable_topic(topic)
         return
     blob = bytearray()
-    size = encode_record_into(
-        blob,
-        topic_field=field,
-        body=body,
-        properties=encoded,
-        born_host=bytes(20) if ipv6 else bytes(8),
-    )
+    host = bytes(20) if ipv6 else bytes(8)
+    size = encode_record_into(blob, field, body, encoded, 3, 0, 0, 1, host, host, 0, 0)
     assert check_record(bytes(blob), 0, len(blob)) == size == len(blob)
     assert check_run(bytes(blob), 0, len(blob)).problem is None
     decoded = decode_record(bytes(blob))
