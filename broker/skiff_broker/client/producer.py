@@ -48,7 +48,7 @@ from ..delivery import properties as prop
 from ..endpoints import address_of, endpoints_of
 from ..records.v1 import records_pb2 as rpb
 from ..records.v1 import records_pb2_grpc
-from ..store.message import encode_properties, id_only_properties
+from ..wire.properties import encode_properties, id_only_properties
 from .errors import (
     BrokerError,
     BrokerUnavailable,

@@ -1,80 +1,68 @@
 """Messages out of the raw records a fetch returns (skiff.records.v1).
 
 The broker sends records exactly as its commit log holds them (RocketMQ's
-layout, see ``skiff_broker.store.message``); decoding them here, in one tight
-loop, is what lets a consumer read hundreds of thousands of messages a second.
-Properties are decoded only when a message's properties, ID, tag, keys or group
-are first asked for: a consumer that only needs bodies never pays for them.
+layout, see ``skiff_broker.wire.record_layout``). ``wire.record_check`` checks
+the whole batch in one tight loop first, with the same verdict recovery and
+the broker's doors reach; the messages are then cut out of the checked
+records without further checks, which is what lets a consumer read hundreds
+of thousands of messages a second. Properties are decoded only when a
+message's properties, ID, tag, keys or group are first asked for.
+
+Invariants: a record the validator refuses is never returned (one whose
+framing still holds is skipped with an ERROR, broken framing ends the batch
+with :class:`CorruptRecords`); a body flagged compressed that does not inflate
+within ``MAX_INFLATED_BODY`` is skipped with a WARNING, and the messages after
+it are still returned: nothing stored can make a consumer stall or raise.
 """
 
 from __future__ import annotations
 
-import gzip
 import logging
 import struct
-import zlib
 
 from ..delivery import properties as prop
-from ..store.message import (
-    MESSAGE_MAGIC,
-    SIZE_MAGIC,
-    decode_properties,
+from ..wire.compressed_body import CompressedBodyError, inflate
+from ..wire.properties import decode_properties
+from ..wire.record_check import check_run
+from ..wire.record_codec import encode_client_record, offset_message_id, topic_field
+from ..wire.record_layout import (
+    COMPRESSED,
+    HOST_V6_BITS,
+    INT,
+    LONG,
+    PLAIN_HEADER,
+    QUEUE_OFFSET_OFFSET,
+    SYSFLAG_OFFSET,
     header_struct,
-    offset_message_id,
 )
 
-__all__ = ["CorruptRecords", "PulledMessage", "decode_records", "encode_record", "topic_field"]
+__all__ = [
+    "MAX_INFLATED_BODY",
+    "CorruptRecords",
+    "PulledMessage",
+    "decode_records",
+    "encode_record",
+    "topic_field",
+]
 
 log = logging.getLogger(__name__)
 
-_COMPRESSED = 0x1
-_HOST_V6_BITS = 0x30
-_PLAIN_HEADER = header_struct(0)
-# The same header with IPv4 hosts, skipping what a consumer never sees (FLAG,
+# The most a client inflates one compressed body to. A broker refuses bodies
+# that inflate past its maximum message size (4 MiB by default, RocketMQ's);
+# this leaves room for brokers configured larger while bounding what a bad
+# stored body can cost a consumer.
+MAX_INFLATED_BODY = 64 * 1024 * 1024
+
+# The header with IPv4 hosts, skipping what a consumer never sees (FLAG,
 # BORNHOST, RECONSUMETIMES, PREPARED TRANSACTION OFFSET): fewer objects per record.
 _WANTED = struct.Struct(">iIii4xqqiq8xq8s4x8xi")
-assert _WANTED.size == _PLAIN_HEADER.size
-# TOTALSIZE .. BODYLENGTH, then at least the topic length and properties length.
-_MIN_RECORD = _PLAIN_HEADER.size + 3
-
-
-_NO_HOST = bytes(8)
-
-
-def topic_field(topic: str) -> bytes:
-    """TOPICLENGTH and TOPIC of a record, to pass to :func:`encode_record`."""
-    raw = topic.encode()
-    return bytes((len(raw),)) + raw
+assert _WANTED.size == PLAIN_HEADER.size
 
 
 def encode_record(topic: bytes, body: bytes, properties: bytes, born_timestamp: int) -> bytes:
     """One record for an append: ``topic`` from :func:`topic_field`, ``properties``
     from ``encode_properties``. The broker fills in queue, offsets and hosts."""
-    return b"".join(
-        (
-            _PLAIN_HEADER.pack(
-                _PLAIN_HEADER.size + len(body) + len(topic) + 2 + len(properties),
-                MESSAGE_MAGIC,
-                zlib.crc32(body) & 0x7FFFFFFF,
-                0,
-                0,
-                0,
-                0,
-                0,
-                born_timestamp,
-                _NO_HOST,
-                0,
-                _NO_HOST,
-                0,
-                0,
-                len(body),
-            ),
-            body,
-            topic,
-            len(properties).to_bytes(2, "big"),
-            properties,
-        )
-    )
+    return encode_client_record(topic, body, properties, born_timestamp)
 
 
 class CorruptRecords(ValueError):
@@ -196,30 +184,55 @@ def decode_records(
     """The messages in ``data``, records back to back.
 
     ``topic``, when the caller knows every record belongs to it (a fetch reads
-    one queue), saves decoding each record's own. A record whose body fails its
-    CRC is logged and left out, as the broker does with what it decodes itself.
-    Broken framing (a size or magic that cannot be) raises :class:`CorruptRecords`.
+    one queue), saves decoding each record's own. A record the validator
+    refuses whose framing holds (a body failing its CRC, damaged properties) is
+    logged and left out, as the broker does with what it reads itself. Broken
+    framing (a size or magic that cannot be) raises :class:`CorruptRecords`.
     """
     messages: list[PulledMessage] = []
+    topics: dict[bytes, str] = {}
+    end = len(data)
+    position = 0
+    while position < end:
+        checked = check_run(data, position, end, check_crc=check_crc)
+        _cut_messages(data, position, checked.stop, topic, topics, messages)
+        problem = checked.problem
+        if problem is None:
+            break
+        if not problem.framing_holds:
+            raise CorruptRecords(
+                f"the record at byte {problem.position}: {problem.reason}", messages
+            )
+        position = checked.stop
+        log.error(
+            "skipping the message at queue offset %d: %s",
+            LONG.unpack_from(data, position + QUEUE_OFFSET_OFFSET)[0],
+            problem.reason,
+        )
+        position += INT.unpack_from(data, position)[0]
+    return messages
+
+
+def _cut_messages(
+    data: bytes,
+    position: int,
+    end: int,
+    topic: str | None,
+    topics: dict[bytes, str],
+    messages: list[PulledMessage],
+) -> None:
+    """Append to ``messages`` those of the records in ``data[position:end]``, all checked."""
     append = messages.append
     unpack = _WANTED.unpack_from
     header_size = _WANTED.size
-    crc32 = zlib.crc32
-    magic_ok = MESSAGE_MAGIC
-    unusual = _HOST_V6_BITS | _COMPRESSED
-    topics: dict[bytes, str] = {}
-    end = len(data)
-    last_header = end - _MIN_RECORD
-    position = 0
+    unusual = HOST_V6_BITS | COMPRESSED
     # The loop body runs once per message: every operation in it is paid for
     # hundreds of thousands of times a second.
     while position < end:
-        if position > last_header:
-            raise CorruptRecords(f"a record at byte {position} is cut short", messages)
         (
             size,
-            magic,
-            crc,
+            _magic,
+            _crc,
             queue_id,
             queue_offset,
             physical_offset,
@@ -229,37 +242,20 @@ def decode_records(
             store_host,
             body_length,
         ) = unpack(data, position)
+        record_end = position + size
         if sys_flag & unusual:
-            message = _decode_unusual(data, position, end, check_crc, topic, messages)
-            position += size
+            message = _cut_unusual(data, position, record_end, topic)
+            position = record_end
             if message is not None:
                 append(message)
             continue
-        record_end = position + size
         topic_at = position + header_size + body_length
-        if (
-            magic != magic_ok
-            or record_end > end
-            or body_length < 0
-            or topic_at + 3 > record_end
-            or topic_at + 3 + data[topic_at] > record_end
-        ):
-            raise CorruptRecords(_framing_problem(data, position, end), messages)
         properties_at = topic_at + 3 + data[topic_at]
-        if properties_at + ((data[properties_at - 2] << 8) | data[properties_at - 1]) != record_end:
-            raise CorruptRecords(
-                f"the record at byte {position} has inconsistent field lengths", messages
-            )
-        body = data[position + header_size : topic_at]
-        position = record_end
-        if check_crc and crc32(body) & 0x7FFFFFFF != crc:
-            _log_bad_crc(queue_offset)
-            continue
         if topic is None:
             raw_topic = data[topic_at + 1 : properties_at - 2]
             record_topic = topics.get(raw_topic)
             if record_topic is None:
-                record_topic = topics[raw_topic] = raw_topic.decode("utf-8", "replace")
+                record_topic = topics[raw_topic] = raw_topic.decode()
         else:
             record_topic = topic
         append(
@@ -267,7 +263,7 @@ def decode_records(
                 record_topic,
                 queue_id,
                 queue_offset,
-                body,
+                data[position + header_size : topic_at],
                 born_timestamp,
                 store_timestamp,
                 data[properties_at:record_end],
@@ -275,30 +271,19 @@ def decode_records(
                 store_host,
             )
         )
-    return messages
+        position = record_end
 
 
-def _decode_unusual(
-    data: bytes,
-    position: int,
-    end: int,
-    check_crc: bool,
-    topic: str | None,
-    before: list[PulledMessage],
+def _cut_unusual(
+    data: bytes, position: int, record_end: int, topic: str | None
 ) -> PulledMessage | None:
-    """A record with IPv6 hosts or a compressed body (None if its CRC fails)."""
-    size, magic = SIZE_MAGIC.unpack_from(data, position)
-    sys_flag = int.from_bytes(data[position + 36 : position + 40], "big", signed=True)
+    """A checked record with IPv6 hosts or a compressed body (None if it cannot be read)."""
+    sys_flag = INT.unpack_from(data, position + SYSFLAG_OFFSET)[0]
     header = header_struct(sys_flag)
-    record_end = position + size
-    if position + header.size + 3 > end:
-        raise CorruptRecords(f"a record at byte {position} is cut short", before)
-    if magic != MESSAGE_MAGIC or size < header.size + 3 or record_end > end:
-        raise CorruptRecords(_framing_problem(data, position, end), before)
     (
         _,
         _,
-        crc,
+        _,
         queue_id,
         _,
         queue_offset,
@@ -313,21 +298,24 @@ def _decode_unusual(
         body_length,
     ) = header.unpack_from(data, position)
     topic_at = position + header.size + body_length
-    if body_length < 0 or topic_at + 3 + data[topic_at] > record_end:
-        raise CorruptRecords(f"the record at byte {position} has impossible lengths", before)
     properties_at = topic_at + 3 + data[topic_at]
-    if properties_at + int.from_bytes(data[properties_at - 2 : properties_at]) != record_end:
-        raise CorruptRecords(
-            f"the record at byte {position} has inconsistent field lengths", before
-        )
+    record_topic = topic or data[topic_at + 1 : properties_at - 2].decode()
     body = data[position + header.size : topic_at]
-    if check_crc and zlib.crc32(body) & 0x7FFFFFFF != crc:
-        _log_bad_crc(queue_offset)
-        return None
-    if sys_flag & _COMPRESSED:
-        body = gzip.decompress(body) if body[:2] == b"\x1f\x8b" else zlib.decompress(body)
+    if sys_flag & COMPRESSED:
+        try:
+            body = inflate(body, MAX_INFLATED_BODY)
+        except CompressedBodyError as exc:
+            log.warning(
+                "skipping the message of topic %s, queue %d at offset %d: %s; the messages "
+                "after it are delivered",
+                record_topic,
+                queue_id,
+                queue_offset,
+                exc,
+            )
+            return None
     return PulledMessage(
-        topic or data[topic_at + 1 : properties_at - 2].decode("utf-8", "replace"),
+        record_topic,
         queue_id,
         queue_offset,
         body,
@@ -337,16 +325,3 @@ def _decode_unusual(
         physical_offset,
         store_host,
     )
-
-
-def _framing_problem(data: bytes, position: int, end: int) -> str:
-    size, magic = SIZE_MAGIC.unpack_from(data, position)
-    if magic != MESSAGE_MAGIC:
-        return f"the record at byte {position} has magic {magic:#x}, not a message's"
-    if position + size > end:
-        return f"the record at byte {position} claims {size} bytes; only {end - position} remain"
-    return f"the record at byte {position} has impossible field lengths"
-
-
-def _log_bad_crc(queue_offset: int) -> None:
-    log.error("skipping message at queue offset %d: its body fails the CRC check", queue_offset)

@@ -11,6 +11,14 @@ dispatcher builds consume queues and index, so consumers can read here.
 An ACK is also the replica's heartbeat: one goes out at least every heartbeat
 interval. A master not heard from within the heartbeat timeout is taken for
 dead; the client reconnects every second until it answers again.
+
+Nothing the master sends is written unchecked: every record of a DATA run
+passes ``wire.record_check`` (with its physical offset) before any byte of
+the run reaches the log. A run may end inside a record (the master sends
+byte ranges); that record's bytes wait for the rest. A BLANK record's padding
+is written here, up to the segment's end, so the log never ends inside one.
+A record that fails its check writes nothing: the connection is dropped, the
+problem logged as an ERROR naming the master, and the copy retried later.
 """
 
 from __future__ import annotations
@@ -22,6 +30,8 @@ import socket
 import time
 
 from ..runtime import Broker
+from ..wire.record_check import check_run, is_blank
+from ..wire.record_layout import SIZE_MAGIC
 from . import framing
 from .config import ReplicationConfig, parse_host_port
 from .epoch_file import EpochEntry, EpochFile
@@ -35,6 +45,8 @@ RECONNECT_DELAY_S = 1.0
 REFUSED_RETRY_S = 10.0
 # Failed connection attempts in a row between two log lines about them.
 _QUIET_RETRIES = 60
+# A BLANK record's padding is written in pieces of at most this many bytes.
+_PADDING_CHUNK = 4 * 1024 * 1024
 
 
 class ReplicaClient:
@@ -52,6 +64,11 @@ class ReplicaClient:
         self.last_heard = 0.0
         self._pending_epochs: list[EpochEntry] = []
         self._task: asyncio.Task | None = None
+        # The start of a record cut by the end of the last DATA run, and its log offset.
+        self._partial = b""
+        self._partial_at = -1
+        # Padding the master still sends for a BLANK record this replica already wrote.
+        self._padded_until = -1
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -91,6 +108,16 @@ class ReplicaClient:
                 await self._session()
             except _Refused as exc:
                 log.error("master %s refused this replica: %s", self.config.master_address, exc)
+                delay = REFUSED_RETRY_S
+            except BadReplicatedRecord as exc:
+                log.error(
+                    "master %s sent a record that fails its check, so nothing of that run was "
+                    "written: %s; asking again in %g s (if it persists, check the master's "
+                    "commit log with skiff store check)",
+                    self.config.master_address,
+                    exc,
+                    REFUSED_RETRY_S,
+                )
                 delay = REFUSED_RETRY_S
             except (OSError, asyncio.IncompleteReadError, TimeoutError) as exc:
                 failures = 1 if self.connected else failures + 1
@@ -143,6 +170,7 @@ class ReplicaClient:
             if reply.type is not FrameType.WELCOME:
                 raise FramingError(f"expected WELCOME, got {reply.type.name}")
             self._welcome(reply.json())
+            self._partial, self._partial_at, self._padded_until = b"", -1, -1
             self.connected = True
             self._heard()
             log.info(
@@ -207,7 +235,6 @@ class ReplicaClient:
     async def _receive(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, liveness: Liveness
     ) -> None:
-        store = self._store
         pending_epoch_start = self._next_epoch_start()
         while True:
             frame = await framing.read_frame(reader)
@@ -217,7 +244,7 @@ class ReplicaClient:
                 master_offset, offset, data = frame.data()
                 self.master_offset = master_offset
                 try:
-                    end = store.append_replicated(offset, data)
+                    end = self._append_checked(offset, data)
                 except ValueError as exc:
                     raise FramingError(str(exc)) from None
                 if end >= pending_epoch_start:
@@ -232,6 +259,64 @@ class ReplicaClient:
                 self._apply_metadata(frame.json())
             else:
                 raise FramingError(f"unexpected {frame.type.name} frame")
+
+    def _append_checked(self, offset: int, data: bytes | memoryview) -> int:
+        """Write the whole, checked records of a DATA run at ``offset``; returns the log's end.
+
+        Raises BadReplicatedRecord (nothing of the run written) if a record fails
+        its check, ValueError if the run does not continue where the log ends.
+        """
+        store = self._store
+        if self._padded_until > offset:
+            skipped = min(len(data), self._padded_until - offset)
+            offset += skipped
+            data = data[skipped:]
+        if self._partial:
+            if offset != self._partial_at + len(self._partial):
+                raise ValueError(
+                    f"replicated bytes start at {offset}, but the record begun at "
+                    f"{self._partial_at} continues at {self._partial_at + len(self._partial)}"
+                )
+            data = self._partial + bytes(data)
+            offset = self._partial_at
+        if not data:
+            return store.commit_log.queue.max_wrote_offset
+        whole, padding = self._checked_prefix(offset, data)
+        end = offset
+        if whole:
+            end = store.append_replicated(offset, memoryview(data)[:whole])
+        self._partial = bytes(data[whole:])
+        self._partial_at = offset + whole
+        if padding:
+            while padding:
+                chunk = min(padding, _PADDING_CHUNK)
+                end = store.append_replicated(end, bytes(chunk))
+                padding -= chunk
+            self._padded_until = end
+            self._partial, self._partial_at = b"", -1
+        return end
+
+    def _checked_prefix(self, offset: int, data: bytes | memoryview) -> tuple[int, int]:
+        """How many leading bytes of ``data`` are whole checked records (or a BLANK's head).
+
+        Also the padding this replica writes after a BLANK record's head, up to
+        its segment's end (0 if none).
+        """
+        file_size = self._store.config.commit_log_file_size
+        segment_end = (offset // file_size + 1) * file_size - offset
+        end = len(data)
+        checked = check_run(data, 0, end, base=offset)
+        problem = checked.problem
+        stop = checked.stop
+        if problem is None:
+            return end, 0
+        if is_blank(data, stop, end, segment_end):
+            return stop + 8, segment_end - stop - 8
+        if problem.incomplete:
+            claimed = SIZE_MAGIC.unpack_from(data, stop)[0] if stop + 8 <= end else 8
+            if stop + claimed <= segment_end:
+                return stop, 0
+        raise BadReplicatedRecord(str(problem))
 
     def _next_epoch_start(self) -> int:
         held = len(self._epochs.entries)
@@ -260,3 +345,7 @@ class ReplicaClient:
 
 class _Refused(Exception):
     pass
+
+
+class BadReplicatedRecord(Exception):
+    """A record from the master that fails wire's check: nothing of its run is written."""

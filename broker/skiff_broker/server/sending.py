@@ -19,8 +19,11 @@ from ..error_text import quoted
 from ..metadata.topic_table import TopicConfig
 from ..runtime import Broker
 from ..store.hashing import java_string_hash
-from ..store.message import Message, StoredMessage, SysFlag
+from ..store.message import Message, StoredMessage
 from ..store.message_store import PutResult
+from ..wire.compressed_body import compressed_body_problem
+from ..wire.properties import properties_problem
+from ..wire.record_layout import COMPRESSED
 from .clients import ClientRegistry
 from .convert import millis, record_host, to_proto
 from .routing import accepted_types, require_topic_name
@@ -206,13 +209,27 @@ class Sender:
         born_host = record_host(system.born_host, fallback) if system.born_host else fallback
         if system.born_host and born_host == fallback:
             properties[prop.BORN_HOST_TEXT] = system.born_host
-        sys_flag = SysFlag.COMPRESSED if system.body_encoding == pb.Encoding.GZIP else 0
+        # What is built here must make a record wire's validator accepts: one bad
+        # message is refused alone instead of failing the whole batch's append.
+        problem = properties_problem(properties)
+        if problem is not None:
+            raise RequestError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, problem)
+        sys_flag = 0
+        if system.body_encoding == pb.Encoding.GZIP:
+            problem = compressed_body_problem(proto.body, limit)
+            if problem is not None:
+                raise RequestError(
+                    Code.MESSAGE_CORRUPTED,
+                    f"message {system.message_id}: {problem}; send the body uncompressed "
+                    "(body_encoding IDENTITY) or as valid gzip",
+                )
+            sys_flag = COMPRESSED
         message = Message(
             topic=topic.name,
             body=proto.body,
             queue_id=self._group_queue(topic, group) if group else shared_queue,
             properties=properties,
-            sys_flag=int(sys_flag),
+            sys_flag=sys_flag,
             born_timestamp=millis(system.born_timestamp)
             if system.HasField("born_timestamp")
             else 0,

@@ -15,43 +15,43 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from ..wire.hosts import encode_host, host_flags
+from ..wire.properties import Property, encode_properties
+from ..wire.record_codec import (
+    CorruptRecordError,
+    StoredMessage,
+    decode_record,
+    encode_record_into,
+    topic_problem,
+)
+from ..wire.record_layout import (
+    BLANK_MAGIC,
+    END_FILE_MIN_BLANK_LENGTH,
+    HOST_V6_BITS,
+    LONG,
+    MAX_PROPERTIES_LENGTH,
+    MESSAGE_MAGIC,
+    PHYSICAL_OFFSET_OFFSET,
+    QUEUE_OFFSET_OFFSET,
+    SIZE_MAGIC,
+    SYSFLAG_OFFSET,
+    TRANSACTION_MASK,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    store_timestamp_offset,
+)
 from .config import StoreConfig
 from .dispatch_request import DispatchRequest, index_keys
 from .errors import DiskFullError
 from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
-from .message import (
-    BLANK_MAGIC,
-    BORNHOST_V6,
-    END_FILE_MIN_BLANK_LENGTH,
-    MAX_PROPERTIES_LENGTH,
-    MAX_TOPIC_LENGTH,
-    MESSAGE_MAGIC,
-    SIZE_MAGIC,
-    STORE_TIMESTAMP_OFFSET,
-    STORE_TIMESTAMP_OFFSET_V6,
-    SYSFLAG_OFFSET,
-    TRANSACTION_MASK,
-    TRANSACTION_PREPARED_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
-    CorruptRecordError,
-    Message,
-    Property,
-    StoredMessage,
-    body_crc,
-    decode_record,
-    encode_host,
-    encode_properties,
-    header_struct,
-    host_flags,
-)
+from .message import Message
 from .segment_allocator import SegmentAllocator
 from .transient_store_pool import TransientStorePool
 
-_PROPS_LEN = struct.Struct(">H")
-_LONG = struct.Struct(">q")
-# QUEUEOFFSET and PHYSICALOFFSET are adjacent, at byte 20 of every record.
+# QUEUEOFFSET and PHYSICALOFFSET are adjacent in every record.
 _QUEUE_AND_PHYSICAL_OFFSET = struct.Struct(">qq")
+assert PHYSICAL_OFFSET_OFFSET == QUEUE_OFFSET_OFFSET + 8
 _UNCOUNTED_TRANSACTION_TYPES = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
 _TOPIC_CACHE_SIZE = 65536
 _INT32_MAX = 2**31 - 1
@@ -125,10 +125,10 @@ def _first_store_timestamp(data: bytes | memoryview) -> int:
     if len(data) < SYSFLAG_OFFSET + 4 or SIZE_MAGIC.unpack_from(data, 0)[1] != MESSAGE_MAGIC:
         return -1
     sys_flag = int.from_bytes(data[SYSFLAG_OFFSET : SYSFLAG_OFFSET + 4], "big", signed=True)
-    at = STORE_TIMESTAMP_OFFSET_V6 if sys_flag & BORNHOST_V6 else STORE_TIMESTAMP_OFFSET
+    at = store_timestamp_offset(sys_flag)
     if len(data) < at + 8:
         return -1
-    return _LONG.unpack_from(data, at)[0]
+    return LONG.unpack_from(data, at)[0]
 
 
 class CommitLog:
@@ -219,16 +219,17 @@ class CommitLog:
         notify()
         return end
 
-    def _topic_bytes(self, topic: str) -> bytes:
-        encoded = self._valid_topics.get(topic)
-        if encoded is not None:
-            return encoded
-        encoded = topic.encode()
-        if not encoded or len(encoded) > MAX_TOPIC_LENGTH:
+    def _topic_field(self, topic: str) -> bytes:
+        """TOPICLENGTH and TOPIC for ``topic``; AppendRejected if it cannot name a topic."""
+        field = self._valid_topics.get(topic)
+        if field is not None:
+            return field
+        try:
+            encoded = topic.encode()
+        except UnicodeEncodeError:
             raise AppendRejected(
-                AppendStatus.MESSAGE_ILLEGAL,
-                f"topic name must be 1 to {MAX_TOPIC_LENGTH} bytes, got {len(encoded)}",
-            )
+                AppendStatus.MESSAGE_ILLEGAL, "topic name must be valid Unicode text"
+            ) from None
         if "/" in topic or "\x00" in topic or topic in (".", ".."):
             # The topic names a consume-queue directory, and recovery takes a NUL
             # at a topic's end for a torn write.
@@ -236,9 +237,13 @@ class CommitLog:
                 AppendStatus.MESSAGE_ILLEGAL,
                 f"topic name {topic!r} must not contain '/' or NUL, nor be '.' or '..'",
             )
+        problem = topic_problem(encoded)
+        if problem is not None:
+            raise AppendRejected(AppendStatus.MESSAGE_ILLEGAL, problem)
+        field = bytes((len(encoded),)) + encoded
         if len(self._valid_topics) < _TOPIC_CACHE_SIZE:
-            self._valid_topics[topic] = encoded
-        return encoded
+            self._valid_topics[topic] = field
+        return field
 
     def _encode_into(
         self, blob: bytearray, m: Message, born_default: int
@@ -248,7 +253,7 @@ class CommitLog:
         Returns where its STORETIMESTAMP sits, whether it takes a queue offset, and
         what the dispatcher needs of it (offsets and timestamp filled in later).
         """
-        topic = self._topic_bytes(m.topic)
+        topic = self._topic_field(m.topic)
         try:
             props = encode_properties(m.properties)
         except ValueError as exc:
@@ -269,31 +274,21 @@ class CommitLog:
         except ValueError as exc:
             raise AppendRejected(AppendStatus.MESSAGE_ILLEGAL, str(exc)) from exc
         _check_fixed_fields(m)
-        sys_flag = (m.sys_flag & ~0x30) | host_flags(born, self.store_host)
-        header = header_struct(sys_flag)
-        length = header.size + len(body) + 3 + len(topic) + len(props)
-        blob += header.pack(
-            length,
-            MESSAGE_MAGIC,
-            body_crc(body),
+        sys_flag = (m.sys_flag & ~HOST_V6_BITS) | host_flags(born, self.store_host)
+        length = encode_record_into(
+            blob,
+            topic,
+            body,
+            props,
             m.queue_id,
             m.flag,
-            0,
-            0,
             sys_flag,
             m.born_timestamp or born_default,
             born,
-            0,
             self.store_host,
             m.reconsume_times,
             m.prepared_transaction_offset,
-            len(body),
         )
-        blob += body
-        blob.append(len(topic))
-        blob += topic
-        blob += _PROPS_LEN.pack(len(props))
-        blob += props
         # Half and rolled-back transaction messages never reach a consume queue.
         counted = (sys_flag & TRANSACTION_MASK) not in _UNCOUNTED_TRANSACTION_TYPES
         properties = m.properties
@@ -301,7 +296,7 @@ class CommitLog:
         request = DispatchRequest(
             m.topic, m.queue_id, 0, 0, length, sys_flag, 0, properties.get(Property.TAGS, ""), keys
         )
-        return 48 + len(born), counted, request
+        return store_timestamp_offset(sys_flag), counted, request
 
     def _append_locked(self, blob: bytearray, layout: list) -> AppendResult:
         mf = self._segment_for(len(blob))
@@ -318,8 +313,10 @@ class CommitLog:
                 offsets_table[key] = queue_offset + 1
             else:
                 queue_offset = 0
-            _QUEUE_AND_PHYSICAL_OFFSET.pack_into(blob, start + 20, queue_offset, base + start)
-            _LONG.pack_into(blob, start + timestamp_at, now)
+            _QUEUE_AND_PHYSICAL_OFFSET.pack_into(
+                blob, start + QUEUE_OFFSET_OFFSET, queue_offset, base + start
+            )
+            LONG.pack_into(blob, start + timestamp_at, now)
             request.queue_offset = queue_offset
             request.physical_offset = base + start
             request.store_timestamp = now
@@ -417,8 +414,7 @@ class CommitLog:
         if head is None:
             return -1
         sys_flag = int.from_bytes(head[SYSFLAG_OFFSET:], "big", signed=True)
-        at = STORE_TIMESTAMP_OFFSET_V6 if sys_flag & BORNHOST_V6 else STORE_TIMESTAMP_OFFSET
-        raw = self.read(offset + at, 8)
+        raw = self.read(offset + store_timestamp_offset(sys_flag), 8)
         return -1 if raw is None else int.from_bytes(raw, "big", signed=True)
 
     def close(self) -> None:

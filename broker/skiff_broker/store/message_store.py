@@ -18,13 +18,12 @@ import enum
 import fcntl
 import logging
 import os
-import struct
 import threading
 import time
-import zlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
+from ..wire.record_check import check_run
 from .checkpoint import Checkpoint
 from .commit_log import AppendRejected, AppendResult, AppendStatus, CommitLog
 from .config import FlushType, StoreConfig
@@ -38,7 +37,6 @@ from .group_commit import GroupCommitService
 from .index_service import IndexService
 from .mapped_file import fsync_directory
 from .message import (
-    MESSAGE_MAGIC,
     TRANSACTION_MASK,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
@@ -46,8 +44,6 @@ from .message import (
     Message,
     Property,
     StoredMessage,
-    header_struct,
-    record_problem,
 )
 from .observer import NULL_OBSERVER, AppendScope, StoreObserver
 from .prepared_records import PreparedRecords
@@ -203,63 +199,37 @@ def _out_of_bounds(cq: ConsumeQueue | None, offset: int) -> tuple[GetStatus, int
     return None
 
 
-# TOTALSIZE, MAGIC, BODYCRC, SYSFLAG and BODYLENGTH of a record with IPv4 hosts.
-_CHECKED_FIELDS = struct.Struct(">iIi24xi44xi")
-_HOST_V6_BITS = 0x30
-assert _CHECKED_FIELDS.size == header_struct(0).size
-
-
 def _intact_records(run: bytes, physical: int) -> tuple[list[bytes], int, int | None]:
     """Check every record of ``run`` (whole records from commit-log offset ``physical``).
 
-    Returns the parts that passed, how many records failed their CRC and were
-    left out, and, if a record's framing is broken (nothing after it in the run
-    can be found), its index in the run: the parts end before it.
+    Returns the parts that passed, how many records failed a check whose framing
+    still holds and were left out, and, if a record's framing is broken (nothing
+    after it in the run can be found), its index in the run: the parts end before it.
     """
-    view = memoryview(run)
     end = len(run)
     position = 0
     good_from = 0
     index = 0
     parts: list[bytes] = []
     dropped = 0
-    unpack = _CHECKED_FIELDS.unpack_from
-    header_size = _CHECKED_FIELDS.size
-    crc32 = zlib.crc32
-    while position < end:
-        # The usual record (IPv4 hosts) checked inline: this runs once per record fetched.
-        if end - position >= header_size:
-            size, magic, crc, sys_flag, body_length = unpack(view, position)
-            body_at = position + header_size
-            if (
-                magic == MESSAGE_MAGIC
-                and not sys_flag & _HOST_V6_BITS
-                and body_length >= 0
-                and body_at + body_length + 3 <= position + size <= end
-                and crc32(view[body_at : body_at + body_length]) & 0x7FFFFFFF == crc
-            ):
-                position += size
-                index += 1
-                continue
-        problem = record_problem(view, position)
+    while True:
+        checked = check_run(run, position, end, base=physical)
+        index += checked.records
+        problem = checked.problem
         if problem is None:
-            position += int.from_bytes(view[position : position + 4], "big", signed=True)
-            index += 1
-            continue
+            break
+        position = checked.stop
         log.error(
-            "skipping corrupt record at commit-log offset %d: %s",
-            physical + position,
-            problem.reason,
+            "skipping corrupt record at commit-log offset %d: %s", problem.position, problem.reason
         )
         if position > good_from:
             parts.append(run[good_from:position])
-        if problem.framing_holds:
-            position += int.from_bytes(view[position : position + 4], "big", signed=True)
-            good_from = position
-            dropped += 1
-            index += 1
-            continue
-        return parts, dropped, index
+        if not problem.framing_holds:
+            return parts, dropped, index
+        position += int.from_bytes(run[position : position + 4], "big", signed=True)
+        good_from = position
+        dropped += 1
+        index += 1
     if good_from == 0:
         return [run], 0, None
     if good_from < end:

@@ -1,44 +1,48 @@
 """Records a client encoded itself, checked and made ready for the commit log.
 
 Skiff's own producer sends messages already in the record layout (see
-``message``), so the broker need not build each record from a protobuf. Nothing
-a client wrote is trusted: every record is checked (framing, body CRC, topic,
-sizes, properties), and the fields that are the broker's to set (queue, born
-and store hosts, reconsume count, transaction offset) are overwritten. The
-queue offset, physical offset and store timestamp are filled in under the
-commit log's lock, as for any other append.
+``wire.record_layout``), so the broker need not build each record from a
+protobuf. Nothing a client wrote is trusted: the run is first checked by
+``wire.record_check`` (what it accepts, recovery keeps), then by this door's
+own rules (topic, sizes, SYSFLAG bits, properties, compressed bodies), and the
+fields that are the broker's to set (queue, born and store hosts, reconsume
+count, transaction offset) are overwritten. The queue offset, physical offset
+and store timestamp are filled in under the commit log's lock, as for any
+other append.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import struct
-import zlib
 from collections.abc import Callable
 
-from .commit_log import AppendRejected, AppendStatus
-from .dispatch_request import DispatchRequest, index_keys
-from .message import (
-    ID_ONLY_PREFIX,
+from ..wire.compressed_body import compressed_body_problem
+from ..wire.hosts import host_flags
+from ..wire.properties import ID_ONLY_PREFIX, Property, decode_properties
+from ..wire.record_check import check_run
+from ..wire.record_layout import (
+    BORN_TIMESTAMP_OFFSET,
+    COMPRESSED,
     MAX_PROPERTIES_LENGTH,
     MESSAGE_MAGIC,
-    Property,
-    SysFlag,
-    decode_properties,
+    PLAIN_HEADER,
+    QUEUE_ID_OFFSET,
+    STORE_TIMESTAMP_OFFSET,
     header_struct,
-    host_flags,
+    store_timestamp_offset,
 )
+from .commit_log import AppendRejected, AppendStatus
+from .dispatch_request import DispatchRequest, index_keys
 
 # Bits a client may set in SYSFLAG; hosts and transaction state are the broker's.
-_CLIENT_SYS_FLAGS = int(SysFlag.COMPRESSED)
-_PLAIN = header_struct(0)
+_CLIENT_SYS_FLAGS = COMPRESSED
 # BORNTIMESTAMP .. PREPARED TRANSACTION OFFSET with IPv4 hosts, written in one go.
 _BROKER_FIELDS = struct.Struct(">q8sq8siq")
-_BROKER_FIELDS_AT = 40
 _QUEUE_ID = struct.Struct(">i")
-_QUEUE_ID_AT = 12
-# STORETIMESTAMP follows BORNHOST.
-_TIMESTAMP_AT_V4 = 56
+# What this door reads of a checked record: SYSFLAG, BORNTIMESTAMP, BODYLENGTH.
+_DOOR_FIELDS = struct.Struct(">iIi4xi16xiq36xi")
+assert _DOOR_FIELDS.size == PLAIN_HEADER.size
 
 
 @dataclasses.dataclass(slots=True)
@@ -68,38 +72,25 @@ def prepare_records(
     """
     if not data:
         raise AppendRejected(AppendStatus.MESSAGE_ILLEGAL, "an append needs at least one record")
+    checked = check_run(data, 0, len(data))
+    if checked.problem is not None:
+        raise _refused(
+            checked.records,
+            checked.stop,
+            f"{checked.problem.reason}; it is not a valid record, so nothing of this append "
+            "was stored (encode records as skiff_broker.wire.record_codec does)",
+        )
     topic_bytes = topic.encode()
     in_place = len(born_host) == 8 and len(store_host) == 8
     blob = bytearray(data) if in_place else bytearray()
     layout: list[tuple[int, int, bool, DispatchRequest]] = []
-    view = memoryview(data)
-    unpack = _PLAIN.unpack_from
-    header_size = _PLAIN.size
+    unpack = _DOOR_FIELDS.unpack_from
+    header_size = PLAIN_HEADER.size
     end = len(data)
     position = 0
     index = 0
     while position < end:
-        if end - position < header_size + 3:
-            raise _refused(index, position, "cut short")
-        (
-            size,
-            magic,
-            crc,
-            _queue_id,
-            flag,
-            _queue_offset,
-            _physical_offset,
-            sys_flag,
-            born_timestamp,
-            _born_host,
-            _store_timestamp,
-            _store_host,
-            _reconsume_times,
-            _prepared_offset,
-            body_length,
-        ) = unpack(data, position)
-        if magic != MESSAGE_MAGIC:
-            raise _refused(index, position, f"magic {magic:#x} is not a message record's")
+        size, _magic, crc, flag, sys_flag, born_timestamp, body_length = unpack(data, position)
         if sys_flag & ~_CLIENT_SYS_FLAGS:
             raise _refused(
                 index,
@@ -107,10 +98,6 @@ def prepare_records(
                 f"SYSFLAG {sys_flag:#x}: only the compressed bit is the client's to set",
             )
         record_end = position + size
-        if size < header_size + 3 or record_end > end:
-            raise _refused(
-                index, position, f"size {size} does not fit the {end - position} bytes left"
-            )
         if not 0 < body_length <= max_message_size:
             raise _refused(
                 index,
@@ -121,21 +108,20 @@ def prepare_records(
             )
         body_at = position + header_size
         topic_at = body_at + body_length
-        if topic_at + 3 > record_end:
-            raise _refused(index, position, f"body length {body_length} overruns the record")
-        if zlib.crc32(view[body_at:topic_at]) & 0x7FFFFFFF != crc:
-            raise _refused(index, position, "body does not match its CRC")
         topic_length = data[topic_at]
         properties_at = topic_at + 3 + topic_length
         if data[topic_at + 1 : topic_at + 1 + topic_length] != topic_bytes:
             raise _refused(
                 index, position, f"its topic is not {topic!r}; one append holds one topic"
             )
-        if (
-            properties_at > record_end
-            or properties_at + int.from_bytes(data[properties_at - 2 : properties_at]) != record_end
-        ):
-            raise _refused(index, position, "its lengths do not add up to its size")
+        if sys_flag & COMPRESSED:
+            problem = compressed_body_problem(data[body_at:topic_at], max_message_size)
+            if problem is not None:
+                raise _refused(
+                    index,
+                    position,
+                    f"{problem}; send the body uncompressed or clear SYSFLAG's compressed bit",
+                )
         raw_properties = data[properties_at:record_end]
         if len(raw_properties) > MAX_PROPERTIES_LENGTH:
             raise _refused(
@@ -145,18 +131,14 @@ def prepare_records(
                 f"{MAX_PROPERTIES_LENGTH}",
                 AppendStatus.PROPERTIES_SIZE_EXCEEDED,
             )
-        try:
-            if (
-                raw_properties.startswith(ID_ONLY_PREFIX)
-                and raw_properties.find(b"\x02") == len(raw_properties) - 1
-                and raw_properties.find(b"\x01", len(ID_ONLY_PREFIX)) == -1
-            ):
-                # The usual record: nothing but the message ID.
-                properties = {Property.UNIQ_KEY: raw_properties[len(ID_ONLY_PREFIX) : -1].decode()}
-            else:
-                properties = decode_properties(raw_properties)
-        except UnicodeDecodeError:
-            raise _refused(index, position, "properties are not UTF-8") from None
+        if (
+            raw_properties.startswith(ID_ONLY_PREFIX)
+            and raw_properties.find(b"\x02") == len(raw_properties) - 1
+        ):
+            # The usual record: nothing but the message ID (the validator saw one pair).
+            properties = {Property.UNIQ_KEY: raw_properties[len(ID_ONLY_PREFIX) : -1].decode()}
+        else:
+            properties = decode_properties(raw_properties)
         problem = check_properties(properties)
         if problem is not None:
             raise _refused(index, position, problem)
@@ -164,11 +146,11 @@ def prepare_records(
         born = born_timestamp or born_default
         if in_place:
             start = position
-            _QUEUE_ID.pack_into(blob, start + _QUEUE_ID_AT, queue_id)
+            _QUEUE_ID.pack_into(blob, start + QUEUE_ID_OFFSET, queue_id)
             _BROKER_FIELDS.pack_into(
-                blob, start + _BROKER_FIELDS_AT, born, born_host, 0, store_host, 0, 0
+                blob, start + BORN_TIMESTAMP_OFFSET, born, born_host, 0, store_host, 0, 0
             )
-            timestamp_at = _TIMESTAMP_AT_V4
+            timestamp_at = STORE_TIMESTAMP_OFFSET
             length = size
         else:
             # A host needs 16 address bytes: the record grows, so it is written anew.
@@ -194,7 +176,7 @@ def prepare_records(
                 body_length,
             )
             blob += data[body_at:record_end]
-            timestamp_at = 48 + len(born_host)
+            timestamp_at = store_timestamp_offset(flags)
             sys_flag = flags
         keys = index_keys(properties.get(Property.KEYS, ""), properties.get(Property.UNIQ_KEY))
         layout.append(

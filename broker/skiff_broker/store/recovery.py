@@ -13,29 +13,22 @@ import dataclasses
 import logging
 import mmap
 import struct
-import zlib
 
+from ..wire.record_check import check_record
+from ..wire.record_layout import (
+    BLANK_MAGIC,
+    MESSAGE_MAGIC,
+    SIZE_MAGIC,
+    SYSFLAG_OFFSET,
+)
 from .checkpoint import Checkpoint
 from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
-from .message import (
-    BLANK_MAGIC,
-    MESSAGE_MAGIC,
-    PROPERTY_SEPARATOR,
-    SIZE_MAGIC,
-    SYSFLAG_OFFSET,
-    header_struct,
-)
 
 log = logging.getLogger(__name__)
 
-_PHYS_SYSFLAG = struct.Struct(">qi")
 _INT = struct.Struct(">i")
-_SHORT = struct.Struct(">H")
 _STORE_TS_V4 = struct.Struct(">q")
-# Header, empty body, a one-byte topic and its length, empty properties.
-MIN_RECORD_SIZE = header_struct(0).size + 1 + 1 + 2
-_PROPERTY_SEPARATOR = ord(PROPERTY_SEPARATOR)
 # Store timestamps are wall-clock milliseconds: records appended in the same
 # millisecond as the checkpoint's newest flushed record, or after the clock
 # stepped back, can carry a stamp no newer than it and yet not be covered by it.
@@ -94,40 +87,11 @@ def _check_record(
 ) -> str | None:
     """Why the message record at ``pos`` is not whole and valid, or None if it is.
 
-    Every length is checked against the record's size before it is used, so a
-    damaged field can only make the record fail, never send a read past the file.
+    ``wire.record_check`` decides, as it does for every door: what a door
+    accepted, this keeps.
     """
-    where = base + pos
-    end = pos + size
-    if size < MIN_RECORD_SIZE or end > limit:
-        return f"record at {where} has impossible size {size}"
-    physical, sys_flag = _PHYS_SYSFLAG.unpack_from(mm, pos + 28)
-    if physical != where:
-        return f"record at {where} claims offset {physical}"
-    hsize = header_struct(sys_flag).size
-    if hsize + 3 > size:
-        return f"record at {where} has impossible size {size}"
-    body_len = _INT.unpack_from(mm, pos + hsize - 4)[0]
-    t = pos + hsize + body_len
-    if body_len < 0 or t + 3 > end:
-        return f"record at {where} has a bad body length"
-    topic_len = mm[t]
-    if topic_len == 0 or t + 1 + topic_len + 2 > end:
-        return f"record at {where} has a bad topic length"
-    props_len = _SHORT.unpack_from(mm, t + 1 + topic_len)[0]
-    if hsize + body_len + 3 + topic_len + props_len != size:
-        return f"record at {where} has inconsistent lengths"
-    # The writer fills a record front to back after its size field, and only the
-    # body is covered by the CRC: a record cut short by a crash while its topic
-    # or properties were being copied ends in zero bytes where they belong.
-    # A topic never ends in NUL, and encoded properties end in their separator.
-    if mm[t + topic_len] == 0 or (props_len and mm[end - 1] != _PROPERTY_SEPARATOR):
-        return f"record at {where} is incomplete (topic or properties not written)"
-    if check_crc:
-        b = pos + hsize
-        if zlib.crc32(view[b : b + body_len]) & 0x7FFFFFFF != _INT.unpack_from(mm, pos + 8)[0]:
-            return f"record at {where} fails its body CRC"
-    return None
+    checked = check_record(mm, pos, limit, base=base, check_crc=check_crc)
+    return None if isinstance(checked, int) else str(checked)
 
 
 def first_store_timestamp(mf: MappedFile) -> int:

@@ -1,0 +1,229 @@
+"""wire.record_check: the one validator, its reasons, and what the encoder produces.
+
+Every case builds its record with wire's encoder and damages exactly one thing,
+so each reason and each "can the records after it still be found" answer is
+pinned to one rule.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from skiff_broker.wire.properties import encode_properties, properties_problem
+from skiff_broker.wire.record_check import RecordProblem, check_record, check_run
+from skiff_broker.wire.record_codec import (
+    CorruptRecordError,
+    decode_record,
+    encode_record_into,
+    topic_field,
+)
+from skiff_broker.wire.record_layout import (
+    BLANK_MAGIC,
+    MESSAGE_MAGIC,
+    PHYSICAL_OFFSET_OFFSET,
+    PLAIN_HEADER,
+    SIZE_MAGIC,
+)
+
+HEADER = PLAIN_HEADER.size
+
+
+def record(
+    topic: bytes = b"orders",
+    body: bytes = b"hello",
+    properties: bytes = b"UNIQ_KEY\x01ID1\x02",
+    *,
+    born_host: bytes = bytes(8),
+) -> bytes:
+    """A record with these raw fields (not checked: tests damage them on purpose)."""
+    blob = bytearray()
+    field = bytes((len(topic),)) + topic
+    encode_record_into(blob, field, body, properties, 0, 0, 0, 1, born_host, bytes(8), 0, 0)
+    return bytes(blob)
+
+
+def problem_of(data: bytes, **kwargs: object) -> RecordProblem:
+    checked = check_record(data, 0, len(data), **kwargs)  # type: ignore[arg-type]
+    assert isinstance(checked, RecordProblem), "the record was accepted"
+    # The batch walker reaches the same verdict as the single-record check.
+    run = check_run(data, 0, len(data), **kwargs)  # type: ignore[arg-type]
+    assert run.problem == checked and run.stop == 0 and run.records == 0
+    return checked
+
+
+def test_a_well_formed_record_is_accepted_whole() -> None:
+    data = record()
+    assert check_record(data, 0, len(data)) == len(data)
+    assert check_run(data * 3, 0, 3 * len(data)) == (3 * len(data), 3, None)
+
+
+@pytest.mark.parametrize(
+    ("properties", "why"),
+    [
+        (b"UNIQ_KEY\x01ID1", "incomplete"),  # the issue's record: no closing \x02
+        (b"UNIQ_KEY\x01ID1\x02TAGS\x01a", "incomplete"),
+        (b"UNIQ_KEY\x02", "pairs"),  # no \x01
+        (b"\x01value\x02", "pairs"),  # empty name
+        (b"A\x01b\x01c\x02", "pairs"),  # two \x01 in one pair
+        (b"A\x01b\x02\x02", "pairs"),  # an empty pair
+        (b"A\x01\xff\xfe\x02", "UTF-8"),
+    ],
+)
+def test_properties_that_are_not_pairs_are_refused_but_framing_holds(
+    properties: bytes, why: str
+) -> None:
+    problem = problem_of(record(properties=properties))
+    assert why in problem.reason
+    assert problem.framing_holds and not problem.incomplete
+
+
+def test_a_bad_pair_is_named_by_its_byte() -> None:
+    data = record(properties=b"A\x01b\x02UNIQ\x02")
+    problem = problem_of(data)
+    properties_at = len(data) - len(b"A\x01b\x02UNIQ\x02")
+    assert f"byte {properties_at + 4}" in problem.reason
+
+
+@pytest.mark.parametrize(
+    ("topic", "why"),
+    [(b"", "empty"), (b"orders\x00", "incomplete"), (b"\xc3(", "UTF-8")],
+)
+def test_bad_topics_are_refused(topic: bytes, why: str) -> None:
+    problem = problem_of(record(topic=topic))
+    assert why in problem.reason and problem.framing_holds
+
+
+def test_empty_properties_and_non_ascii_text_are_accepted() -> None:
+    for data in (
+        record(properties=b""),
+        record(topic="commandes-été".encode(), properties="clé\x01välue\x02".encode()),
+        record(properties=b"A\x01\x02"),  # an empty value is a value
+    ):
+        assert check_record(data, 0, len(data)) == len(data)
+        assert check_run(data, 0, len(data)).problem is None
+
+
+def test_body_crc_is_checked_unless_skipped() -> None:
+    data = bytearray(record())
+    data[HEADER] ^= 0x01
+    problem = problem_of(bytes(data))
+    assert "CRC" in problem.reason and problem.framing_holds
+    assert check_record(bytes(data), 0, len(data), check_crc=False) == len(data)
+
+
+def test_physical_offset_is_checked_when_the_place_is_known() -> None:
+    data = bytearray(record())
+    data[PHYSICAL_OFFSET_OFFSET : PHYSICAL_OFFSET_OFFSET + 8] = (4096).to_bytes(8, "big")
+    assert check_record(bytes(data), 0, len(data), base=4096) == len(data)
+    problem = problem_of(bytes(data), base=8192)
+    assert problem.position == 8192 and "claims offset 4096" in problem.reason
+
+
+@pytest.mark.parametrize("keep", [1, 7, 8, 40, HEADER, -1])
+def test_a_cut_record_is_incomplete_and_its_framing_unknown(keep: int) -> None:
+    data = record()[:keep]
+    problem = problem_of(data)
+    assert problem.incomplete and not problem.framing_holds
+    assert "cut short" in problem.reason
+
+
+def test_lengths_that_disagree_with_the_size_break_framing() -> None:
+    data = bytearray(record())
+    data[HEADER - 4 : HEADER] = (1000).to_bytes(4, "big")  # body length
+    assert not problem_of(bytes(data)).framing_holds
+    data = bytearray(record())
+    data[-len(b"UNIQ_KEY\x01ID1\x02") - 1] += 1  # properties length
+    assert not problem_of(bytes(data)).framing_holds
+
+
+def test_a_blank_or_zeros_are_not_messages() -> None:
+    blank = SIZE_MAGIC.pack(64, BLANK_MAGIC) + bytes(56)
+    assert "magic" in problem_of(blank).reason
+    assert "magic" in problem_of(bytes(200)).reason
+
+
+def test_a_run_stops_at_its_first_bad_record_and_counts_the_good_ones() -> None:
+    good = record()
+    bad = record(properties=b"UNIQ_KEY\x01ID1")
+    run = good + good + bad + good
+    checked = check_run(run, 0, len(run))
+    assert (checked.stop, checked.records) == (2 * len(good), 2)
+    assert checked.problem is not None and checked.problem.position == 2 * len(good)
+    # A caller that trusts the framing steps over it and goes on.
+    rest = check_run(run, checked.stop + len(bad), len(run))
+    assert rest == (len(run), 1, None)
+
+
+def test_ipv6_hosts_go_the_same_way() -> None:
+    data = record(born_host=bytes(20))
+    assert check_record(data, 0, len(data)) == len(data)
+    assert check_run(data, 0, len(data)).problem is None
+    assert "incomplete" in problem_of(record(properties=b"A\x01b", born_host=bytes(20))).reason
+
+
+def test_decode_record_refuses_what_the_validator_refuses() -> None:
+    message = decode_record(record(properties=b"A\x01b\x02UNIQ_KEY\x01X\x02"))
+    assert (message.topic, message.body, message.properties) == (
+        "orders",
+        b"hello",
+        {"A": "b", "UNIQ_KEY": "X"},
+    )
+    with pytest.raises(CorruptRecordError, match="incomplete"):
+        decode_record(record(properties=b"UNIQ_KEY\x01X"))
+
+
+def test_property_names_and_values_that_cannot_be_stored() -> None:
+    assert properties_problem({"": "x"}) is not None
+    assert properties_problem({"a\x01": "x"}) is not None
+    assert properties_problem({"a": "x\x02"}) is not None
+    assert properties_problem({"a": "", "b": "é"}) is None
+    for bad in ({"": "x"}, {"a": "x\x01y"}, {"a\x02": "y"}):
+        with pytest.raises(ValueError, match=r"property|name"):
+            encode_properties(bad)
+    for name in ("", "x" * 128, "t\x00"):
+        with pytest.raises(ValueError, match="topic"):
+            topic_field(name)
+
+
+_TEXT = st.text(st.characters(codec="utf-8"), max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    topic=st.text(st.characters(codec="utf-8"), min_size=1, max_size=40),
+    body=st.binary(max_size=300),
+    properties=st.dictionaries(_TEXT, _TEXT, max_size=5),
+    ipv6=st.booleans(),
+)
+def test_whatever_the_encoder_writes_the_validator_accepts(
+    topic: str, body: bytes, properties: dict[str, str], ipv6: bool
+) -> None:
+    """The encoder either refuses its input with a reason or writes a record that passes."""
+    try:
+        field = topic_field(topic)
+        encoded = encode_properties(properties)
+    except ValueError:
+        assert properties_problem(properties) is not None or not _storable_topic(topic)
+        return
+    blob = bytearray()
+    host = bytes(20) if ipv6 else bytes(8)
+    size = encode_record_into(blob, field, body, encoded, 3, 0, 0, 1, host, host, 0, 0)
+    assert check_record(bytes(blob), 0, len(blob)) == size == len(blob)
+    assert check_run(bytes(blob), 0, len(blob)).problem is None
+    decoded = decode_record(bytes(blob))
+    assert (decoded.topic, decoded.body, decoded.properties) == (topic, body, properties)
+
+
+def _storable_topic(topic: str) -> bool:
+    raw = topic.encode("utf-8", "surrogatepass")
+    return 0 < len(raw) <= 127 and not raw.endswith(b"\x00")
+
+
+def test_body_crc_is_rocketmqs() -> None:
+    data = record(body=b"abc")
+    assert int.from_bytes(data[8:12], "big") == zlib.crc32(b"abc") & 0x7FFFFFFF
+    assert int.from_bytes(data[4:8], "big") == MESSAGE_MAGIC
