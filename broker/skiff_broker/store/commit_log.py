@@ -219,7 +219,7 @@ class CommitLog:
         notify()
         return end
 
-    def _topic_field(self, topic: str) -> bytes:
+    def topic_field(self, topic: str) -> bytes:
         """TOPICLENGTH and TOPIC for ``topic``; AppendRejected if it cannot name a topic."""
         field = self._valid_topics.get(topic)
         if field is not None:
@@ -253,7 +253,7 @@ class CommitLog:
         Returns where its STORETIMESTAMP sits, whether it takes a queue offset, and
         what the dispatcher needs of it (offsets and timestamp filled in later).
         """
-        topic = self._topic_field(m.topic)
+        topic = self.topic_field(m.topic)
         try:
             props = encode_properties(m.properties)
         except ValueError as exc:

@@ -625,7 +625,7 @@ class MessageStore:
         try:
             for (topic, queue_id), count in needs.units.items():
                 # The topic names a directory: the log's own check comes first.
-                self.commit_log._topic_bytes(topic)
+                self.commit_log.topic_field(topic)
                 if queue_id < 0:
                     continue  # the append refuses it
                 first_offset = next_offsets.get((topic, queue_id), 0)
