@@ -8,9 +8,10 @@ tag hash (8). Files are named by the byte offset of their first unit.
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from .mapped_file_queue import MappedFileQueue
 
@@ -241,6 +242,46 @@ class ConsumeQueue:
         deleted = self.queue.delete_before(obsolete)
         self.correct_min_offset(min_commit_log_offset)
         return deleted
+
+    # -- integrity (checked against the commit log by queue_check) ---------
+
+    def units(self) -> Iterator[tuple[int, int, int, int]]:
+        """(queue offset, commit-log offset, size, tag code) of every unit, blanks included."""
+        end = self.max_offset
+        for mf in self.queue.files:
+            first = mf.file_from_offset // UNIT_SIZE
+            lo = max(first, self._min_logical_offset)
+            hi = min(first + mf.file_size // UNIT_SIZE, end)
+            if lo >= hi:
+                continue
+            data = mf.mapping[(lo - first) * UNIT_SIZE : (hi - first) * UNIT_SIZE]
+            for index, (physical, size, tag_code) in enumerate(UNIT.iter_unpack(data), lo):
+                yield index, physical, size, tag_code
+
+    def rewrite_unit(self, queue_offset: int, physical: int, size: int, tag_code: int) -> None:
+        """Replace one written unit in place, and get it to disk."""
+        position = queue_offset * UNIT_SIZE
+        mf = self.queue.find(position)
+        if mf is None or position >= self.queue.max_offset:
+            return
+        at = position - mf.file_from_offset
+        UNIT.pack_into(mf.mapping, at, physical, size, tag_code)
+        page = at - at % mmap.PAGESIZE
+        mf.mapping.flush(page, min(mmap.PAGESIZE, mf.file_size - page))
+
+    def refresh_max_physical_offset(self) -> None:
+        """Recompute the newest record's end from the newest real units (after repairs)."""
+        end = self.max_offset
+        self.max_physical_offset = 0
+        for index in range(end - 1, max(self.min_offset, end - 64) - 1, -1):
+            unit = self.get(index)
+            if unit is not None:
+                self.max_physical_offset = unit[0] + unit[1]
+                break
+
+    def blank_unit(self, queue_offset: int) -> None:
+        """Make one unit a blank that readers step over (no record of it can be found)."""
+        self.rewrite_unit(queue_offset, 0, BLANK_UNIT_SIZE, 0)
 
     def flush(self, least_pages: int) -> None:
         while self.queue.flush(least_pages):

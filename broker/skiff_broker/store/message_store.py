@@ -24,6 +24,7 @@ from .commit_log import AppendRejected, AppendResult, AppendStatus, CommitLog
 from .config import FlushType, StoreConfig
 from .consume_queue import ConsumeQueue
 from .consume_queue_table import ConsumeQueueTable
+from .damage_report import DAMAGED_DIR, DamageReport
 from .dispatcher import ArrivalListener, Dispatcher
 from .errors import DiskFullError, StoreError
 from .flush_service import AsyncFlushService, CommitService, LogicsFlushService
@@ -41,7 +42,9 @@ from .message import (
 )
 from .observer import NULL_OBSERVER, AppendScope, StoreObserver
 from .prepared_records import PreparedRecords
-from .recovery import recover_commit_log
+from .queue_check import QueueCheck
+from .queue_check import check_queues as check_queues_against_log
+from .recovery import Damage, describe, recover_commit_log
 from .retention import DiskState, RetentionService, disk_use_ratio
 from .segment_allocator import SegmentAllocator
 from .transient_store_pool import TransientStorePool
@@ -277,6 +280,7 @@ class MessageStore:
         self._allocation_failed_at = -_ALLOCATION_BACKOFF
         self._allocation_failure = ""
         self.clean_start = False
+        self.damage_report = DamageReport(config.data_dir)
         self._flushed_stamp = 0
         # Held while consume queues and index are flushed, cleaned or cut (a replica's
         # truncation runs beside the background services).
@@ -322,7 +326,7 @@ class MessageStore:
                 "stop it or choose another --data-dir"
             ) from None
 
-    def _recover(self) -> None:
+    def _recover(self, *, scan_everything: bool = False, found_by: str = "recovery") -> None:
         config = self.config
         self.commit_log.queue.load()
         self.consume_queues.load()
@@ -330,32 +334,118 @@ class MessageStore:
             # Index entries survive a crash; replayed records are skipped by offset,
             # so nothing needs throwing away here.
             self.index.load(True, 0)
-        end, redispatch_from = recover_commit_log(
+        recovered = recover_commit_log(
             self.commit_log.queue,
             self.checkpoint,
             clean=self.clean_start,
             check_crc=config.check_crc_on_recover,
             include_index=self.index is not None,
             quiet_bytes=config.max_message_size + 1024 * 1024,
+            scan_everything=scan_everything,
         )
-        self._cut_logics(end, redispatch_from)
+        self.damage_report = DamageReport(config.data_dir)
+        self.dispatcher.on_damage = self._record_dispatch_damage
+        if recovered.damages:
+            new = self.damage_report.record_skips(
+                recovered.damages, self.commit_log.queue, found_by
+            )
+            log.warning(
+                "%s (%d newly found; copies in %s, history in %s)",
+                describe(recovered.damages),
+                new,
+                os.path.join(config.data_dir, DAMAGED_DIR),
+                self.damage_report.path,
+            )
+            for damage in recovered.damages:
+                self.dispatcher.known_damage[damage.offset] = damage.offset + damage.length
+        self._cut_logics(
+            recovered.end,
+            recovered.redispatch_from,
+            check_queues=recovered.crashed,
+            full_check=scan_everything,
+            found_by=found_by,
+        )
 
-    def _cut_logics(self, end: int, redispatch_from: int) -> None:
-        """After the commit log was cut at ``end``: cut queues and index, re-dispatch the rest."""
+    def _record_dispatch_damage(self, damage: Damage) -> None:
+        self.damage_report.record_skips([damage], self.commit_log.queue, "dispatch")
+
+    def _cut_logics(
+        self,
+        end: int,
+        redispatch_from: int,
+        *,
+        check_queues: bool = False,
+        full_check: bool = False,
+        found_by: str = "recovery",
+    ) -> None:
+        """After the commit log was cut at ``end``: cut queues and index, re-dispatch the rest.
+
+        With ``check_queues`` (after a crash), units that disagree with the log are
+        first made blank, then rewritten by the re-dispatch that meets their
+        records; those whose record is gone or damaged stay holes readers step over.
+        """
+        reput = max(redispatch_from, self.commit_log.min_offset)
+        checked = None
+        if check_queues:
+            checked = check_queues_against_log(
+                self.commit_log.queue,
+                self.consume_queues,
+                end=end,
+                full_from=0 if full_check else redispatch_from,
+                check_crc=self.config.check_crc_on_recover,
+            )
+            for (topic, queue_id), units in checked.bad.items():
+                cq = self.consume_queues.get(topic, queue_id)
+                assert cq is not None
+                for queue_offset in units:
+                    cq.blank_unit(queue_offset)
+                cq.refresh_max_physical_offset()
+            self.dispatcher.repair_units = {key: set(units) for key, units in checked.bad.items()}
+            if checked.restart is not None:
+                reput = max(min(reput, checked.restart), self.commit_log.min_offset)
         for cq in self.consume_queues:
             cq.truncate_dirty(end)
         if self.index is not None:
             self.index.truncate(end)
             # Truncation drops whole index files: rebuild from where the index now ends.
             files = self.index.files
-            redispatch_from = min(redispatch_from, files[-1].end_phy_offset if files else 0)
-        self.dispatcher.reput_offset = max(redispatch_from, self.commit_log.min_offset)
+            reput = max(
+                min(reput, files[-1].end_phy_offset if files else 0), self.commit_log.min_offset
+            )
+        self.dispatcher.reput_offset = reput
         self.dispatcher.dispatch_available()
+        if checked is not None and checked.bad:
+            self._report_queue_repairs(checked, found_by)
         min_offset = self.commit_log.min_offset
         for cq in self.consume_queues:
             cq.correct_min_offset(min_offset)
         self.commit_log.queue_offsets = self.consume_queues.next_offsets()
         self._waiters.reset(end)
+
+    def _report_queue_repairs(self, checked: QueueCheck, found_by: str) -> None:
+        holes = self.dispatcher.repair_units
+        self.dispatcher.repair_units = {}
+        for key, units in checked.bad.items():
+            left = len(holes.get(key, ()))
+            log.warning(
+                "consume queue %s/%d: %d unit(s) disagreed with the commit log (first: %s); "
+                "%d rebuilt from the log, %d left as holes readers step over (their records "
+                "are damaged or gone)",
+                key[0],
+                key[1],
+                len(units),
+                checked.reasons.get(key, ""),
+                len(units) - left,
+                left,
+            )
+            reason = checked.reasons.get(key, "")
+            self.damage_report.record_queue_repair(
+                key[0], key[1], len(units), len(units) - left, reason, found_by
+            )
+
+    def damage_history(self) -> list[dict[str, object]]:
+        """Every damaged stretch skipped and consume-queue repair made in this data directory."""
+        return DamageReport(self.config.data_dir).entries()
 
     def _start_services(self) -> None:
         config = self.config
