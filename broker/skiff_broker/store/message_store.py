@@ -44,7 +44,7 @@ from .observer import NULL_OBSERVER, AppendScope, StoreObserver
 from .prepared_records import PreparedRecords
 from .queue_check import QueueCheck
 from .queue_check import check_queues as check_queues_against_log
-from .recovery import Damage, describe, recover_commit_log
+from .recovery import Damage, Recovered, describe, recover_commit_log
 from .retention import DiskState, RetentionService, disk_use_ratio
 from .segment_allocator import SegmentAllocator
 from .transient_store_pool import TransientStorePool
@@ -281,6 +281,10 @@ class MessageStore:
         self._allocation_failure = ""
         self.clean_start = False
         self.damage_report = DamageReport(config.data_dir)
+        # What the last recovery found (read by ``skiff store check --repair``).
+        self.last_recovery: Recovered | None = None
+        self.last_queue_check: QueueCheck | None = None
+        self.log_was_cut = False
         self._flushed_stamp = 0
         # Held while consume queues and index are flushed, cleaned or cut (a replica's
         # truncation runs beside the background services).
@@ -314,6 +318,39 @@ class MessageStore:
             self.commit_log.max_offset,
         )
 
+    def repair(self) -> None:
+        """Offline repair of a stopped data directory: recover as after a crash, checking
+        every record and every consume-queue unit in full, then stop cleanly.
+
+        Refuses (StoreError) while another process holds the directory.
+        """
+        config = self.config
+        self._lock_data_dir()
+        try:
+            self.clean_start = False
+            self.checkpoint = Checkpoint.load(config.checkpoint_path)
+            self._recover(scan_everything=True, found_by="store check --repair")
+            end = self.commit_log.queue.flush_all()
+            self._flush_logics(0)
+            # A cut log leaves the index (when the store keeps none here) to the next
+            # start's crash recovery; otherwise the next start is a clean one.
+            clean = not self.log_was_cut or self.index is not None
+            self.checkpoint.clean_shutdown_offset = end if clean else -1
+            self.checkpoint.flush()
+            if clean and os.path.exists(config.abort_path):
+                os.unlink(config.abort_path)
+            elif not clean:
+                with open(config.abort_path, "wb"):
+                    pass
+            fsync_directory(config.data_dir)
+            self.commit_log.close()
+            self.consume_queues.close()
+            if self.index is not None:
+                self.index.close()
+        finally:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
     def _lock_data_dir(self) -> None:
         self._lock_fd = os.open(os.path.join(self.config.data_dir, "lock"), os.O_RDWR | os.O_CREAT)
         try:
@@ -334,6 +371,7 @@ class MessageStore:
             # Index entries survive a crash; replayed records are skipped by offset,
             # so nothing needs throwing away here.
             self.index.load(True, 0)
+        end_before = self.commit_log.queue.max_wrote_offset
         recovered = recover_commit_log(
             self.commit_log.queue,
             self.checkpoint,
@@ -343,6 +381,8 @@ class MessageStore:
             quiet_bytes=config.max_message_size + 1024 * 1024,
             scan_everything=scan_everything,
         )
+        self.last_recovery = recovered
+        self.log_was_cut = recovered.end < end_before
         self.damage_report = DamageReport(config.data_dir)
         self.dispatcher.on_damage = self._record_dispatch_damage
         if recovered.damages:
@@ -414,6 +454,7 @@ class MessageStore:
             )
         self.dispatcher.reput_offset = reput
         self.dispatcher.dispatch_available()
+        self.last_queue_check = checked
         if checked is not None and checked.bad:
             self._report_queue_repairs(checked, found_by)
         min_offset = self.commit_log.min_offset
