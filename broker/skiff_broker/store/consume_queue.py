@@ -258,6 +258,17 @@ class ConsumeQueue:
             for index, (physical, size, tag_code) in enumerate(UNIT.iter_unpack(data), lo):
                 yield index, physical, size, tag_code
 
+    def raw_unit(self, queue_offset: int) -> tuple[int, int, int] | None:
+        """The unit at ``queue_offset`` as written (a blank one too), None if there is none."""
+        position = queue_offset * UNIT_SIZE
+        mf = self.queue.find(position)
+        if mf is None or queue_offset < self._min_logical_offset:
+            return None
+        at = position - mf.file_from_offset
+        if at >= mf.wrote_position:
+            return None
+        return UNIT.unpack_from(mf.mapping, at)
+
     def rewrite_unit(self, queue_offset: int, physical: int, size: int, tag_code: int) -> None:
         """Replace one written unit in place, and get it to disk."""
         position = queue_offset * UNIT_SIZE

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 
 from .commit_log import CommitLog
-from .consume_queue import ConsumeQueue
+from .consume_queue import BLANK_UNIT_SIZE, ConsumeQueue
 from .consume_queue_table import ConsumeQueueTable
 from .dispatch_request import DispatchRequest, index_keys
 from .hashing import tag_hash
@@ -105,13 +105,15 @@ def parse_records(
     segment_end: int | None = None,
     more_follows: bool = False,
     check_crc: bool = False,
+    checked: bool = True,
 ) -> ParsedRun:
     """Records in ``data`` (which starts at global offset ``base``).
 
     ``segment_end`` is where the segment ends, counted from ``data[0]`` (None:
     unknown, any BLANK ends it); ``more_follows`` says the segment holds readable
     bytes past ``data``. Stops at the segment's BLANK, at a record not wholly
-    readable yet, or at damage (``problem``).
+    readable yet, or at damage (``problem``). ``checked=False`` is for bytes
+    recovery has just checked record by record: only their framing is read.
     """
     requests = []
     pos = 0
@@ -129,9 +131,10 @@ def parse_records(
             at_segment_end = segment_end is not None and limit >= segment_end
             if not at_segment_end and (pos > 0 or not more_follows):
                 break
-        problem = record_problem_at(data, view, pos, limit, base, check_crc)
-        if problem is not None:
-            break
+        if checked or magic != MESSAGE_MAGIC or size < MIN_RECORD_SIZE or pos + size > limit:
+            problem = record_problem_at(data, view, pos, limit, base, check_crc)
+            if problem is not None:
+                break
         try:
             requests.append(request_of(data, pos, size, topics))
         except UnicodeDecodeError:
@@ -192,7 +195,15 @@ class Dispatcher:
         # Consume-queue units found bad, rewritten when dispatch meets their record.
         self.repair_units: dict[tuple[str, int], set[int]] = {}
         self.on_damage: DamageListener | None = None
+        # Recovery checked every record's CRC in [verified_from, verified_below): the
+        # re-dispatch of that range checks the rest of each record, not its CRC again.
+        self.verified_from = 0
+        self.verified_below = 0
+        # Set while recovery re-dispatches: tells whether an existing unit points at a
+        # sound record (queue_check), so that a replay can mend one that does not.
+        self.unit_is_sound: Callable[[ConsumeQueue, int, int, int], bool] | None = None
         self._waiting_at = -1
+        self.mended_units = 0
         # Every read must be able to hold one whole record, or the largest
         # messages would never be dispatched (and nothing after them either).
         self._read_chunk = max(
@@ -251,12 +262,21 @@ class Dispatcher:
                 continue
             mf, data = got
             position = self.reput_offset - mf.file_from_offset
+            more_follows = position + len(data) < mf.read_position
+            verified = self.verified_from <= self.reput_offset < self.verified_below
+            if verified:
+                # Recovery's verdict stands: stop at the damage it found, step over it below.
+                damage = min((o for o in self.known_damage if o >= self.reput_offset), default=-1)
+                if 0 <= damage - self.reput_offset < len(data):
+                    data = data[: damage - self.reput_offset]
+                    more_follows = True
             run = parse_records(
                 data,
                 self.reput_offset,
                 segment_end=mf.file_size - position,
-                more_follows=position + len(data) < mf.read_position,
+                more_follows=more_follows,
                 check_crc=self._check_crc,
+                checked=not verified,
             )
             self._dispatch(run.requests)
             count += len(run.requests)
@@ -362,13 +382,17 @@ class Dispatcher:
         for r in requests:
             tx_type = r.sys_flag & TRANSACTION_MASK
             if tx_type in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
-                if not self._placement_possible(r):
+                if r.queue_id < 0 or r.queue_offset < 0:
+                    self._impossible_placement(r)
                     continue
                 cq = self._consume_queues.find_or_create(r.topic, r.queue_id)
+                if r.queue_offset > cq.max_offset and not self._placement_possible(cq, r):
+                    self._impossible_placement(r)
+                    continue
                 code = tag_hash(r.tags)
                 if cq.put(r.physical_offset, r.size, code, r.queue_offset):
                     touched.add((r.topic, r.queue_id))
-                elif self.repair_units:
+                elif self.repair_units or self.unit_is_sound is not None:
                     self._repair(cq, r, code)
             if index is not None and tx_type != TRANSACTION_ROLLBACK_TYPE and r.keys:
                 index.build_index(r.topic, r.physical_offset, r.store_timestamp, r.keys)
@@ -380,18 +404,17 @@ class Dispatcher:
                 except Exception:
                     log.exception("arrival listener failed")
 
-    def _placement_possible(self, r: DispatchRequest) -> bool:
-        """False for a record whose queue id or offset cannot be true (damaged, outside the CRC).
+    def _placement_possible(self, cq: ConsumeQueue, r: DispatchRequest) -> bool:
+        """False for a record whose queue id or offset cannot be true (damaged, outside the CRC),
+        asked of a record that would leave a gap in its queue.
 
         A queue's offsets grow by one per record, so between its newest unit and
         this record at most one record per MIN_RECORD_SIZE bytes can be missing.
         """
-        cq = self._consume_queues.get(r.topic, r.queue_id)
-        next_offset = cq.max_offset if cq is not None else 0
-        newest_end = cq.max_physical_offset if cq is not None else 0
-        room = max(0, r.physical_offset - newest_end) // MIN_RECORD_SIZE
-        if r.queue_id >= 0 and 0 <= r.queue_offset <= next_offset + room:
-            return True
+        room = max(0, r.physical_offset - cq.max_physical_offset) // MIN_RECORD_SIZE
+        return r.queue_offset <= cq.max_offset + room
+
+    def _impossible_placement(self, r: DispatchRequest) -> None:
         if r.physical_offset not in self.known_damage:
             self.known_damage[r.physical_offset] = r.physical_offset + r.size
             reason = (
@@ -399,14 +422,39 @@ class Dispatcher:
                 f"{r.queue_offset}, which that queue cannot have reached"
             )
             self._report(Damage(r.physical_offset, r.size, 1, reason))
-        return False
 
     def _repair(self, cq: ConsumeQueue, r: DispatchRequest, code: int) -> None:
-        """Rewrite a unit found bad, now that dispatch met the record it belongs to."""
+        """Mend the unit of a replayed record: one found bad, or one that disagrees with
+        it and points at no sound record (a record's claim never displaces a sound unit)."""
         bad = self.repair_units.get((r.topic, r.queue_id))
         if bad is not None and r.queue_offset in bad:
             cq.rewrite_unit(r.queue_offset, r.physical_offset, r.size, code)
             bad.discard(r.queue_offset)
+            return
+        sound = self.unit_is_sound
+        if sound is None:
+            return
+        unit = cq.raw_unit(r.queue_offset)
+        if unit == (r.physical_offset, r.size, code) or (unit is None and cq.queue.files):
+            return  # the same unit, or one retention already deleted
+        if unit is not None and unit[1] == BLANK_UNIT_SIZE:
+            unit = None
+        if (
+            unit is not None
+            and unit[0] != r.physical_offset
+            and sound(cq, r.queue_offset, *unit[:2])
+        ):
+            return  # another sound record holds this offset
+        log.warning(
+            "consume queue %s/%d: unit %d was %s, rebuilt from the record at %d",
+            r.topic,
+            r.queue_id,
+            r.queue_offset,
+            unit,
+            r.physical_offset,
+        )
+        cq.rewrite_unit(r.queue_offset, r.physical_offset, r.size, code)
+        self.mended_units += 1
 
     def wait_dispatched(self, offset: int, timeout: float) -> bool:
         """Block until everything below ``offset`` is dispatched."""

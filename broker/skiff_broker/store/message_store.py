@@ -42,7 +42,7 @@ from .message import (
 )
 from .observer import NULL_OBSERVER, AppendScope, StoreObserver
 from .prepared_records import PreparedRecords
-from .queue_check import QueueCheck
+from .queue_check import QueueCheck, unit_soundness
 from .queue_check import check_queues as check_queues_against_log
 from .recovery import Damage, Recovered, describe, recover_commit_log
 from .retention import DiskState, RetentionService, disk_use_ratio
@@ -431,7 +431,7 @@ class MessageStore:
                 self.commit_log.queue,
                 self.consume_queues,
                 end=end,
-                full_from=0 if full_check else redispatch_from,
+                full_from=0 if full_check else None,
                 check_crc=self.config.check_crc_on_recover,
             )
             for (topic, queue_id), units in checked.bad.items():
@@ -453,7 +453,14 @@ class MessageStore:
                 min(reput, files[-1].end_phy_offset if files else 0), self.commit_log.min_offset
             )
         self.dispatcher.reput_offset = reput
-        self.dispatcher.dispatch_available()
+        if check_queues:
+            self.dispatcher.unit_is_sound = unit_soundness(self.commit_log.queue, end)
+            self.dispatcher.verified_from, self.dispatcher.verified_below = redispatch_from, end
+        try:
+            self.dispatcher.dispatch_available()
+        finally:
+            self.dispatcher.unit_is_sound = None
+            self.dispatcher.verified_from = self.dispatcher.verified_below = 0
         self.last_queue_check = checked
         if checked is not None and checked.bad:
             self._report_queue_repairs(checked, found_by)

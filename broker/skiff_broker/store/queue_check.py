@@ -5,11 +5,12 @@ per-record check, ``recovery.record_problem_at``) of the unit's topic and
 queue, at the unit's queue offset, with the unit's size and tag hash. Blank
 units are holes readers step over and are not checked.
 
-The full check reads each record whole (CRC included). The quick check reads
-a record's first 36 bytes (size, magic, queue id, queue offset, physical
-offset): after a crash, units whose records lie before the re-scanned part of
-the log get the quick check, so a start stays proportional to what the crash
-may have touched, not to the size of the log.
+The full check (``skiff store check``, ``--repair``) reads each record whole
+(CRC included). The quick check reads a record's first 36 bytes (size, magic,
+queue id, queue offset, physical offset); after a crash every unit gets it,
+and the re-dispatch of the re-scanned part of the log compares each replayed
+record with its unit (size and tag hash too) and mends a unit that points at
+no sound record.
 
 Units past the commit log's end at the tail of a queue are left to
 ``ConsumeQueue.truncate_dirty`` (a cut tail); one followed by a good unit is
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+from collections.abc import Callable
 
 from .consume_queue import BLANK_UNIT_SIZE, ConsumeQueue
 from .consume_queue_table import ConsumeQueueTable
@@ -114,20 +116,33 @@ class _Log:
         return None
 
 
+def unit_soundness(
+    log_queue: MappedFileQueue, end: int
+) -> Callable[[ConsumeQueue, int, int, int], bool]:
+    """``sound(cq, queue offset, commit-log offset, size)``: the quick check of one unit."""
+    records = _Log(log_queue, end, False)
+
+    def sound(cq: ConsumeQueue, index: int, physical: int, size: int) -> bool:
+        return records.quick_problem(cq, index, physical, size) is None
+
+    return sound
+
+
 def check_queues(
     log_queue: MappedFileQueue,
     table: ConsumeQueueTable,
     *,
     end: int,
-    full_from: int,
+    full_from: int | None,
     check_crc: bool,
 ) -> QueueCheck:
-    """Check every unit of every queue; records at or after ``full_from`` get the full check."""
+    """Check every unit of every queue; records at or after ``full_from`` get the full check,
+    the others the quick one (``full_from=None``: quick for all)."""
     result = QueueCheck()
     records = _Log(log_queue, end, check_crc)
     try:
         for cq in table:
-            _check_queue(cq, records, full_from, result)
+            _check_queue(cq, records, 2**63 if full_from is None else full_from, result)
     finally:
         records.close()
     return result

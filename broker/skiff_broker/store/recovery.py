@@ -16,6 +16,8 @@ Invariants:
   holds, else at the next position holding a valid record (message magic,
   sane size, PHYSICALOFFSET equal to its position, body CRC) or the segment's
   closing BLANK record.
+- A run of zero bytes longer than any record (``quiet_bytes``) is where writing
+  stopped: nothing after it in its segment is searched for.
 - A torn tail (nothing valid anywhere after the damage) is cut, and
   ``MappedFileQueue.truncate`` zero-fills what it cuts, so no later scan can
   resynchronise on a record that was cut on purpose.
@@ -58,6 +60,13 @@ _BLANK_MAGIC_BYTES = BLANK_MAGIC.to_bytes(4, "big")
 # The scan therefore starts at a segment older than the checkpoint by this much
 # (RocketMQ uses the same three seconds).
 CHECKPOINT_MARGIN_MS = 3000
+# Data is written front to back, so a run of zero bytes longer than any record
+# (the largest message plus room for its header, topic and properties) is where
+# writing stopped: the same rule by which truncation stops zero-filling. Past such
+# a run nothing is searched for, which keeps the usual crash (a tail of zeros up
+# to the segment's end) from costing a search of the whole remainder.
+DEFAULT_QUIET_BYTES = 4 * 1024 * 1024 + 1024 * 1024
+_ZERO_CHUNK = bytes(1024 * 1024)
 
 Buffer = mmap.mmap | bytes
 
@@ -160,7 +169,20 @@ def damaged_records(buf: Buffer, pos: int, limit: int) -> int:
     return 0 if magic == BLANK_MAGIC or size == limit - pos else 1
 
 
-def scan_segment(mf: MappedFile, start: int, *, check_crc: bool) -> SegmentScan:
+def zeros_for(mm: Buffer, pos: int, length: int) -> bool:
+    """True if ``mm[pos:pos + length]`` is all zero bytes (compared a chunk at a time)."""
+    end = pos + length
+    while pos < end:
+        step = min(len(_ZERO_CHUNK), end - pos)
+        if mm[pos : pos + step] != _ZERO_CHUNK[:step]:
+            return False
+        pos += step
+    return True
+
+
+def scan_segment(
+    mf: MappedFile, start: int, *, check_crc: bool, quiet_bytes: int = DEFAULT_QUIET_BYTES
+) -> SegmentScan:
     """Walk records from file position ``start``, stepping over damage with valid data after it."""
     mm = mf.mapping
     limit = mf.file_size
@@ -186,6 +208,9 @@ def scan_segment(mf: MappedFile, start: int, *, check_crc: bool) -> SegmentScan:
                     first_valid = pos
                 return SegmentScan(pos, records, True, None, first_valid, damages)
             elif size == 0 and magic == 0:
+                if zeros_for(mm, pos, min(quiet_bytes, limit - pos)):
+                    # Writing stopped here (or the rest of the segment is blank).
+                    return SegmentScan(pos, records, False, None, first_valid, damages)
                 problem = None
             else:
                 problem = f"no record at {base + pos} (magic {magic:#x})"
@@ -259,7 +284,13 @@ def first_store_timestamp(mf: MappedFile) -> int:
     return _STORE_TS_V4.unpack_from(mm, 48 + born_host_len)[0]
 
 
-def scan_from(queue: MappedFileQueue, first_index: int, *, check_crc: bool) -> ScanResult:
+def scan_from(
+    queue: MappedFileQueue,
+    first_index: int,
+    *,
+    check_crc: bool,
+    quiet_bytes: int = DEFAULT_QUIET_BYTES,
+) -> ScanResult:
     """Scan segments from ``first_index`` on: valid data, the damage skipped, where data ends.
 
     Where a segment's data stops with nothing valid after it in that segment,
@@ -275,7 +306,7 @@ def scan_from(queue: MappedFileQueue, first_index: int, *, check_crc: bool) -> S
     # Global offset and reason where valid data stopped, while nothing valid follows yet.
     stopped: tuple[int, str | None, int] | None = None
     for mf in files[first_index:]:
-        seg = scan_segment(mf, 0, check_crc=check_crc)
+        seg = scan_segment(mf, 0, check_crc=check_crc, quiet_bytes=quiet_bytes)
         records += seg.records
         scanned += seg.end
         found = seg.damages
@@ -380,7 +411,7 @@ def recover_commit_log(
         if clean and not scan_everything:
             log.warning("checkpoint does not match the commit log; checking every record")
         first = 0 if scan_everything else choose_scan_start(queue, checkpoint, include_index)
-        result = scan_from(queue, first, check_crc=check_crc)
+        result = scan_from(queue, first, check_crc=check_crc, quiet_bytes=quiet_bytes)
         end = result.end
         damages = result.damages
         redispatch_from = files[first].file_from_offset if files else 0

@@ -33,14 +33,13 @@ from tests.unit.store.test_recovery import (
     put,
     put_seqs,
     raw,
-    read_queue,
     start,
 )
 
 from skiff_broker.store.config import StoreConfig
 from skiff_broker.store.damage_report import REPORT_NAME
-from skiff_broker.store.message import encode_properties
-from skiff_broker.store.message_store import MessageStore
+from skiff_broker.store.message import StoredMessage, encode_properties
+from skiff_broker.store.message_store import GetStatus, MessageStore
 from skiff_broker.store.recovery import record_problem_at
 
 # Byte ranges of a record with IPv4 hosts, by field (RocketMQ's layout).
@@ -121,6 +120,20 @@ def field_offsets(w: Written, field: str) -> Iterator[int]:
     }
     start, length = spans[field]
     yield from sorted({start, start + length // 2, start + length - 1})
+
+
+def read_queue(store: MessageStore, queue_id: int) -> list[StoredMessage]:
+    """Every message of one queue, min to max offset; holes are stepped over, never stall."""
+    offset = store.min_offset(TOPIC, queue_id)
+    end = store.max_offset(TOPIC, queue_id)
+    got: list[StoredMessage] = []
+    while offset < end:
+        result = store.get_messages(TOPIC, queue_id, offset, 32)
+        assert result.status in (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE), result.status
+        assert result.next_offset > offset, f"the reader stalls at {queue_id}/{offset}"
+        got.extend(result.messages)
+        offset = result.next_offset
+    return got
 
 
 def report_of(config: StoreConfig) -> list[dict]:
