@@ -404,6 +404,7 @@ class MessageStore:
             check_queues=recovered.crashed,
             full_check=scan_everything,
             found_by=found_by,
+            skipped=recovered.damages,
         )
 
     def _record_dispatch_damage(self, damage: Damage) -> None:
@@ -417,6 +418,7 @@ class MessageStore:
         check_queues: bool = False,
         full_check: bool = False,
         found_by: str = "recovery",
+        skipped: list[Damage] | None = None,
     ) -> None:
         """After the commit log was cut at ``end``: cut queues and index, re-dispatch the rest.
 
@@ -425,6 +427,7 @@ class MessageStore:
         records; those whose record is gone or damaged stay holes readers step over.
         """
         reput = max(redispatch_from, self.commit_log.min_offset)
+        skipped = skipped or []
         checked = None
         if check_queues:
             checked = check_queues_against_log(
@@ -433,6 +436,7 @@ class MessageStore:
                 end=end,
                 full_from=0 if full_check else None,
                 check_crc=self.config.check_crc_on_recover,
+                skipped=skipped,
             )
             for (topic, queue_id), units in checked.bad.items():
                 cq = self.consume_queues.get(topic, queue_id)
@@ -454,7 +458,7 @@ class MessageStore:
             )
         self.dispatcher.reput_offset = reput
         if check_queues:
-            self.dispatcher.unit_is_sound = unit_soundness(self.commit_log.queue, end)
+            self.dispatcher.unit_is_sound = unit_soundness(self.commit_log.queue, end, skipped)
             self.dispatcher.verified_from, self.dispatcher.verified_below = redispatch_from, end
         try:
             self.dispatcher.dispatch_available()

@@ -19,9 +19,10 @@ bad, as the log grows in queue order.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from .consume_queue import BLANK_UNIT_SIZE, ConsumeQueue
 from .consume_queue_table import ConsumeQueueTable
@@ -30,7 +31,7 @@ from .hashing import tag_hash
 from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
 from .message import MESSAGE_MAGIC
-from .recovery import record_problem_at
+from .recovery import Damage, record_problem_at
 
 # TOTALSIZE, MAGIC, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET
 _HEAD = struct.Struct(">iIiiiqq")
@@ -53,11 +54,21 @@ class QueueCheck:
 class _Log:
     """Record look-ups in a commit log, each segment's buffer view kept while checking."""
 
-    def __init__(self, queue: MappedFileQueue, end: int, check_crc: bool) -> None:
+    def __init__(
+        self, queue: MappedFileQueue, end: int, check_crc: bool, skipped: Sequence[Damage] = ()
+    ) -> None:
         self.queue = queue
         self.end = end
         self.check_crc = check_crc
         self._views: dict[int, memoryview] = {}
+        spans = sorted((d.offset, d.offset + d.length) for d in skipped)
+        self._skipped_starts = [start for start, _ in spans]
+        self._skipped_ends = [end for _, end in spans]
+
+    def in_skipped(self, physical: int) -> bool:
+        """True if ``physical`` lies in a stretch recovery skipped as damaged."""
+        i = bisect.bisect_right(self._skipped_starts, physical) - 1
+        return i >= 0 and physical < self._skipped_ends[i]
 
     def close(self) -> None:
         for view in self._views.values():
@@ -76,6 +87,8 @@ class _Log:
         found = self._locate(physical, size)
         if found is None:
             return f"unit {index} points at {physical} (+{size}), outside the commit log"
+        if self._skipped_starts and self.in_skipped(physical):
+            return f"unit {index} points at {physical}, in a damaged stretch recovery skipped"
         mf, pos = found
         rsize, magic, _, queue_id, _, queue_offset, claimed = _HEAD.unpack_from(mf.mapping, pos)
         if magic != MESSAGE_MAGIC or claimed != physical:
@@ -117,10 +130,10 @@ class _Log:
 
 
 def unit_soundness(
-    log_queue: MappedFileQueue, end: int
+    log_queue: MappedFileQueue, end: int, skipped: Sequence[Damage]
 ) -> Callable[[ConsumeQueue, int, int, int], bool]:
     """``sound(cq, queue offset, commit-log offset, size)``: the quick check of one unit."""
-    records = _Log(log_queue, end, False)
+    records = _Log(log_queue, end, False, skipped)
 
     def sound(cq: ConsumeQueue, index: int, physical: int, size: int) -> bool:
         return records.quick_problem(cq, index, physical, size) is None
@@ -135,11 +148,12 @@ def check_queues(
     end: int,
     full_from: int | None,
     check_crc: bool,
+    skipped: Sequence[Damage] = (),
 ) -> QueueCheck:
     """Check every unit of every queue; records at or after ``full_from`` get the full check,
     the others the quick one (``full_from=None``: quick for all)."""
     result = QueueCheck()
-    records = _Log(log_queue, end, check_crc)
+    records = _Log(log_queue, end, check_crc, skipped)
     try:
         for cq in table:
             _check_queue(cq, records, 2**63 if full_from is None else full_from, result)

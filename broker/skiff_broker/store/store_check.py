@@ -115,7 +115,9 @@ def check(data_dir: str, commit_log_file_size: int | None = None) -> CheckOutcom
     try:
         result = scan_from(queue, 0, check_crc=True)
         table.load()
-        checked = check_queues(queue, table, end=result.end, full_from=0, check_crc=True)
+        checked = check_queues(
+            queue, table, end=result.end, full_from=0, check_crc=True, skipped=result.damages
+        )
         segments = len(queue.files)
     finally:
         table.close()
