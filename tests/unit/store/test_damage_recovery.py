@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -310,3 +311,35 @@ def test_a_cut_tail_is_zeroed_so_no_resync_can_bring_it_back(
     assert store.commit_log.max_offset == resent.physical
     assert store.get_message_at(last.physical, last.size) is None
     store.shutdown()
+
+
+@pytest.mark.parametrize("shift", [0, 13], ids=["another-record", "inside-a-record"])
+def test_an_index_entry_pointing_at_no_matching_record_is_dropped_on_query(
+    crashed_log: Log, tmp_path: Path, shift: int
+) -> None:
+    # Every entry's commit-log offset is overwritten: with the first record's
+    # (a real record, of other keys) or with one pointing inside a record.
+    config = crashed_log.copy(tmp_path / "case")
+    written = crashed_log.written
+    store = start(config)
+    store.shutdown()
+    entries_at = 40 + config.max_hash_slot_num * 4
+    for name in os.listdir(config.index_dir):
+        path = os.path.join(config.index_dir, name)
+        with open(path, "r+b") as f:
+            data = bytearray(f.read())
+            for at in range(entries_at + 20, len(data) - 19, 20):
+                key_hash, physical = struct.unpack_from(">iq", data, at)
+                if key_hash or physical:
+                    struct.pack_into(">q", data, at + 4, written[0].physical + shift)
+            f.seek(0)
+            f.write(data)
+    store = start(config)
+    try:
+        assert store.clean_start
+        for w in written[1:20]:
+            assert store.query_by_key(TOPIC, f"k{w.seq}") == []
+        if shift == 0:
+            assert [m.physical_offset for m in store.query_by_key(TOPIC, "k0")] == [0]
+    finally:
+        store.shutdown()
