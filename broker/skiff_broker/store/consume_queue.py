@@ -245,18 +245,33 @@ class ConsumeQueue:
 
     # -- integrity (checked against the commit log by queue_check) ---------
 
-    def units(self) -> Iterator[tuple[int, int, int, int]]:
-        """(queue offset, commit-log offset, size, tag code) of every unit, blanks included."""
+    def units(self, start: int = 0) -> Iterator[tuple[int, int, int, int]]:
+        """(queue offset, commit-log offset, size, tag code) of every unit from ``start``,
+        blanks included."""
         end = self.max_offset
         for mf in self.queue.files:
             first = mf.file_from_offset // UNIT_SIZE
-            lo = max(first, self._min_logical_offset)
+            lo = max(first, self._min_logical_offset, start)
             hi = min(first + mf.file_size // UNIT_SIZE, end)
             if lo >= hi:
                 continue
             data = mf.mapping[(lo - first) * UNIT_SIZE : (hi - first) * UNIT_SIZE]
             for index, (physical, size, tag_code) in enumerate(UNIT.iter_unpack(data), lo):
                 yield index, physical, size, tag_code
+
+    def first_unit_from(self, physical: int) -> int:
+        """The first queue offset whose record lies at or after commit-log offset ``physical``
+        (judging blank units by the unit before them, as ``truncate_dirty`` does)."""
+        lo, hi = self.min_offset, self.max_offset
+        floor = lo
+        while lo < hi:
+            mid = (lo + hi) // 2
+            unit = self._real_unit_at_or_before(mid, floor)
+            if unit is not None and unit[0] >= physical:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
 
     def raw_unit(self, queue_offset: int) -> tuple[int, int, int] | None:
         """The unit at ``queue_offset`` as written (a blank one too), None if there is none."""

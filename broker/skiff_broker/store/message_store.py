@@ -437,6 +437,7 @@ class MessageStore:
                 full_from=0 if full_check else None,
                 check_crc=self.config.check_crc_on_recover,
                 skipped=skipped,
+                quick_from=0 if full_check else redispatch_from,
             )
             for (topic, queue_id), units in checked.bad.items():
                 cq = self.consume_queues.get(topic, queue_id)

@@ -7,10 +7,11 @@ units are holes readers step over and are not checked.
 
 The full check (``skiff store check``, ``--repair``) reads each record whole
 (CRC included). The quick check reads a record's first 36 bytes (size, magic,
-queue id, queue offset, physical offset); after a crash every unit gets it,
-and the re-dispatch of the re-scanned part of the log compares each replayed
-record with its unit (size and tag hash too) and mends a unit that points at
-no sound record.
+queue id, queue offset, physical offset). After a crash the units from the
+re-scanned part of the log on get the quick check (what the crash can have
+touched, found by a binary search per queue), and the re-dispatch of that part
+compares each replayed record with its unit (size and tag hash too) and mends
+a unit that points at no sound record. Older units are left to ``store check``.
 
 Units past the commit log's end at the tail of a queue are left to
 ``ConsumeQueue.truncate_dirty`` (a cut tail); one followed by a good unit is
@@ -149,27 +150,37 @@ def check_queues(
     full_from: int | None,
     check_crc: bool,
     skipped: Sequence[Damage] = (),
+    quick_from: int = 0,
 ) -> QueueCheck:
-    """Check every unit of every queue; records at or after ``full_from`` get the full check,
-    the others the quick one (``full_from=None``: quick for all)."""
+    """Check the units of every queue; records at or after ``full_from`` get the full check,
+    the others the quick one (``full_from=None``: quick for all). Units before the first
+    one whose record lies at or after ``quick_from`` are not checked (after a crash: the
+    part of the queue written since the checkpoint is what the crash can have touched)."""
     result = QueueCheck()
     records = _Log(log_queue, end, check_crc, skipped)
     try:
         for cq in table:
-            _check_queue(cq, records, 2**63 if full_from is None else full_from, result)
+            start = cq.first_unit_from(quick_from) if quick_from > 0 else 0
+            _check_queue(cq, records, 2**63 if full_from is None else full_from, start, result)
     finally:
         records.close()
     return result
 
 
-def _check_queue(cq: ConsumeQueue, records: _Log, full_from: int, result: QueueCheck) -> None:
+def _check_queue(
+    cq: ConsumeQueue, records: _Log, full_from: int, start: int, result: QueueCheck
+) -> None:
     key = (cq.topic, cq.queue_id)
     bad: list[int] = []
     beyond_end: list[int] = []  # the tail past the log's end, unless a good unit follows
     first_problem = ""
     # End of the last good unit before the first bad one: re-dispatch from there meets them all.
     restart = records.queue.min_offset
-    for index, physical, size, tag_code in cq.units():
+    if start > cq.min_offset:
+        before = cq.get(start - 1)
+        if before is not None:
+            restart = before[0] + before[1]
+    for index, physical, size, tag_code in cq.units(start):
         if size == BLANK_UNIT_SIZE:
             continue
         result.checked += 1
