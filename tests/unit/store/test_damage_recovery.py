@@ -343,3 +343,33 @@ def test_an_index_entry_pointing_at_no_matching_record_is_dropped_on_query(
             assert [m.physical_offset for m in store.query_by_key(TOPIC, "k0")] == [0]
     finally:
         store.shutdown()
+
+
+@pytest.mark.parametrize("field", ["body", "totalsize", "magic", "topic"])
+def test_a_replica_dispatches_past_a_damaged_record_it_receives(
+    crashed_log: Log, tmp_path: Path, field: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The master's log holds a damaged record; a replica copies the bytes as they
+    # are, and its dispatcher (not recovery) meets the damage: it must step over
+    # it once and make every record after it readable, never stall behind it.
+    source = crashed_log.copy(tmp_path / "source")
+    written = crashed_log.written
+    victim = crashed_log.middle
+    w = written[victim]
+    flip(source, next(field_offsets(w, field)) + (1 if field == "topic" else 0))
+    replica = start(crashed_log._config(tmp_path / "replica"))
+    caplog.set_level("WARNING", logger="skiff_broker.store")
+    try:
+        seg = source.commit_log_file_size
+        end = written[-1].end
+        offset = 0
+        while offset < end:
+            # A segment at a time, in pieces, as replication sends it.
+            stop = min(end, offset - offset % seg + seg, offset + 5000)
+            replica.append_replicated(offset, raw(source, offset, stop - offset))
+            offset = stop
+        assert_only_victim_lost(replica, written, victim)
+        assert caplog.text.count(f"at commit-log offset {w.physical}") == 1
+        assert any(e["offset"] == w.physical for e in replica.damage_history())
+    finally:
+        replica.shutdown()
