@@ -273,6 +273,12 @@ class ConsumeQueue:
                 lo = mid + 1
         return lo
 
+    def real_unit_before(self, queue_offset: int) -> tuple[int, int, int] | None:
+        """The nearest unit before ``queue_offset`` that is not blank, or None."""
+        if queue_offset <= self.min_offset:
+            return None
+        return self._real_unit_at_or_before(queue_offset - 1, self.min_offset)
+
     def raw_unit(self, queue_offset: int) -> tuple[int, int, int] | None:
         """The unit at ``queue_offset`` as written (a blank one too), None if there is none."""
         position = queue_offset * UNIT_SIZE

@@ -176,10 +176,9 @@ def _check_queue(
     first_problem = ""
     # End of the last good unit before the first bad one: re-dispatch from there meets them all.
     restart = records.queue.min_offset
-    if start > cq.min_offset:
-        before = cq.get(start - 1)
-        if before is not None:
-            restart = before[0] + before[1]
+    before = cq.real_unit_before(start)
+    if before is not None:
+        restart = before[0] + before[1]
     for index, physical, size, tag_code in cq.units(start):
         if size == BLANK_UNIT_SIZE:
             continue
