@@ -373,3 +373,47 @@ def test_a_replica_dispatches_past_a_damaged_record_it_receives(
         assert any(e["offset"] == w.physical for e in replica.damage_history())
     finally:
         replica.shutdown()
+
+
+UNIT_DAMAGE = {
+    "points-at-no-record": lambda unit: struct.pack(">qiq", unit[0] + 7, unit[1], unit[2]),
+    "wrong-size": lambda unit: struct.pack(">qiq", unit[0], unit[1] + 1, unit[2]),
+    "wrong-tag-hash": lambda unit: struct.pack(">qiq", unit[0], unit[1], unit[2] ^ 0x5A5A),
+    "zeroed": lambda unit: bytes(20),
+    "garbage": lambda unit: bytes(range(20)),
+}
+
+
+@pytest.mark.parametrize("damage", list(UNIT_DAMAGE))
+def test_a_bad_consume_queue_unit_is_rebuilt_after_a_crash(
+    crashed_log: Log, tmp_path: Path, damage: str
+) -> None:
+    config = crashed_log.copy(tmp_path / "case")
+    written = crashed_log.written
+    w = written[crashed_log.middle]
+    per_file = config.consume_queue_units_per_file
+    first = w.queue_offset - w.queue_offset % per_file
+    path = os.path.join(
+        config.consume_queue_dir, TOPIC, str(w.message.queue_id), f"{first * 20:020d}"
+    )
+    at = (w.queue_offset - first) * 20
+    with open(path, "r+b") as f:
+        f.seek(at)
+        unit = struct.unpack(">qiq", f.read(20))
+        assert unit[:2] == (w.physical, w.size)
+        f.seek(at)
+        f.write(UNIT_DAMAGE[damage](unit))
+    store = start(config)
+    try:
+        assert store.wait_dispatched(timeout=30)
+        for queue_id in range(QUEUES):
+            mine = [x for x in written if x.message.queue_id == queue_id]
+            got = read_queue(store, queue_id)
+            assert [m.physical_offset for m in got] == [x.physical for x in mine]
+            for m, x in zip(got, mine, strict=True):
+                assert_same(m, x)
+        cq = store.consume_queues.get(TOPIC, w.message.queue_id)
+        assert cq is not None
+        assert cq.get(w.queue_offset) == unit
+    finally:
+        store.shutdown()
