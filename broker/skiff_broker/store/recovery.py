@@ -17,7 +17,9 @@ Invariants:
   sane size, PHYSICALOFFSET equal to its position, body CRC) or the segment's
   closing BLANK record.
 - A run of zero bytes longer than any record (``quiet_bytes``) is where writing
-  stopped: nothing after it in its segment is searched for.
+  stopped: nothing after it in its segment is searched for. Truncation zero-fills
+  up to such a run, so together no resynchronisation can reach a record that
+  was cut on purpose.
 - A torn tail (nothing valid anywhere after the damage) is cut, and
   ``MappedFileQueue.truncate`` zero-fills what it cuts, so no later scan can
   resynchronise on a record that was cut on purpose.
@@ -124,14 +126,22 @@ def blank_at(buf: Buffer, pos: int, limit: int) -> bool:
 
 
 def resume_after(
-    buf: Buffer, view: memoryview, pos: int, limit: int, base: int, check_crc: bool
+    buf: Buffer,
+    view: memoryview,
+    pos: int,
+    limit: int,
+    base: int,
+    check_crc: bool,
+    quiet_bytes: int | None = None,
 ) -> int | None:
     """Where valid data resumes after the damaged record at ``pos``, or None.
 
     The answer is the next valid message record or the segment's closing BLANK
     within ``buf[:limit]``. A record whose own lengths agree with its size is
     stepped over by that size if a valid record or BLANK follows; otherwise the
-    next one is searched for by its magic (``find`` runs in C).
+    next one is searched for by its magic (``find`` runs in C). With
+    ``quiet_bytes``, the search ends at the first run of that many zero bytes:
+    writing stopped there, so nothing after it can be a record still in the log.
     """
     if pos + 8 <= limit:
         size = _INT.unpack_from(buf, pos)[0]
@@ -146,18 +156,24 @@ def resume_after(
             )
         ):
             return after
-    hit = buf.find(_MESSAGE_MAGIC_BYTES, pos + 5, limit)
+    search_end = limit
+    if quiet_bytes is not None and limit - pos > quiet_bytes:
+        quiet_at = buf.find(bytes(quiet_bytes), pos + 8, limit)
+        if quiet_at >= 0:
+            # A candidate starts before the zero run; its magic ends 8 bytes in.
+            search_end = min(limit, quiet_at + 8)
+    hit = buf.find(_MESSAGE_MAGIC_BYTES, pos + 5, search_end)
     while hit >= 0:
         candidate = hit - 4
         if record_problem_at(buf, view, candidate, limit, base, check_crc) is None:
             return candidate
-        hit = buf.find(_MESSAGE_MAGIC_BYTES, hit + 1, limit)
+        hit = buf.find(_MESSAGE_MAGIC_BYTES, hit + 1, search_end)
     # No message after it: the damage may run up to the segment's closing BLANK.
-    hit = buf.find(_BLANK_MAGIC_BYTES, pos + 5, limit)
+    hit = buf.find(_BLANK_MAGIC_BYTES, pos + 5, search_end)
     while hit >= 0:
         if blank_at(buf, hit - 4, limit):
             return hit - 4
-        hit = buf.find(_BLANK_MAGIC_BYTES, hit + 1, limit)
+        hit = buf.find(_BLANK_MAGIC_BYTES, hit + 1, search_end)
     return None
 
 
@@ -214,7 +230,7 @@ def scan_segment(
                 problem = None
             else:
                 problem = f"no record at {base + pos} (magic {magic:#x})"
-            resume = resume_after(mm, view, pos, limit, base, check_crc)
+            resume = resume_after(mm, view, pos, limit, base, check_crc, quiet_bytes)
             if resume is None or blank_at(mm, resume, limit):
                 # Only padding follows in this segment: later segments decide (scan_from).
                 return SegmentScan(pos, records, False, problem, first_valid, damages)

@@ -417,3 +417,32 @@ def test_a_bad_consume_queue_unit_is_rebuilt_after_a_crash(
         assert cq.get(w.queue_offset) == unit
     finally:
         store.shutdown()
+
+
+def test_a_resync_never_reaches_past_where_writing_stopped(tmp_path: Path) -> None:
+    # A valid-looking record lies past a run of zeros longer than any record: no
+    # write can have put it there, so damage before it is a torn tail, not a skip.
+    config = StoreConfig(
+        data_dir=str(tmp_path / "store"),
+        **small_store(commit_log_file_size=4 * 1024 * 1024, max_message_size=16 * 1024),
+    )
+    config.validate()
+    store = start(config)
+    written = put_seqs(store, range(60))
+    leave_as_crashed(store, written[0])
+    last = written[-1]
+    stale_at = last.end + config.max_message_size + 1024 * 1024 + 4096
+    stale = bytearray(raw(config, last.physical, last.size))
+    struct.pack_into(">q", stale, 28, stale_at)  # its PHYSICALOFFSET matches where it lies
+    with open(os.path.join(config.commit_log_dir, f"{0:020d}"), "r+b") as f:
+        f.seek(stale_at)
+        f.write(stale)
+        f.seek(last.physical + 4)
+        f.write(b"\x00\x01\x02\x03")  # the last real record's magic: garbage
+    store = start(config)
+    try:
+        assert store.commit_log.max_offset == last.physical
+        assert store.get_message_at(stale_at, last.size) is None
+        assert store.damage_history() == []
+    finally:
+        store.shutdown()
