@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
@@ -13,6 +14,9 @@ from . import __version__
 from .commands import register as register_client_commands
 from .logs import configure_logging
 from .store.config import FlushType, StoreConfig
+
+if TYPE_CHECKING:
+    from .store.store_check import CheckOutcome, RepairOutcome
 
 log = logging.getLogger("skiff")
 
@@ -438,38 +442,93 @@ def store() -> None:
     type=click.Path(file_okay=False, exists=True),
 )
 @click.option(
-    "--commit-log-file-size", envvar="SKIFF_COMMIT_LOG_FILE_SIZE", type=ByteSize(), default="1g"
+    "--commit-log-file-size",
+    envvar="SKIFF_COMMIT_LOG_FILE_SIZE",
+    type=ByteSize(),
+    default=None,
+    help="Segment size; read from the segment files when left out.",
+)
+@click.option(
+    "--repair",
+    is_flag=True,
+    help="Recover the stopped directory as after a crash: skip damaged records, cut a torn "
+    "tail, rebuild consume-queue units that disagree with the log.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def store_check(data_dir: str, commit_log_file_size: int, as_json: bool) -> None:
-    """Verify every commit-log record (length, magic, offset, body CRC).
+def store_check(
+    data_dir: str, commit_log_file_size: int | None, repair: bool, as_json: bool
+) -> None:
+    """Verify every commit-log record and consume-queue unit; show the damage report.
 
-    Exits 1 if a record fails; reports where valid data ends.
+    Exits 1 if it finds damage not yet handled (in the report), a torn tail or
+    consume-queue units that disagree with the log; --repair fixes those.
     """
-    from .store.mapped_file_queue import MappedFileQueue
-    from .store.recovery import scan_segment
+    from .store import store_check as checker
+    from .store.errors import StoreError
 
-    queue = MappedFileQueue(os.path.join(data_dir, "commitlog"), commit_log_file_size)
-    queue.load()
-    records = 0
-    problem = None
-    end = 0
-    files = queue.files
-    with click.progressbar(
-        files, label="checking segments", file=sys.stderr, show_pos=True
-    ) as segments:
-        for mf in segments:
-            position, count, problem, blank = scan_segment(mf, 0, check_crc=True)
-            records += count
-            end = mf.file_from_offset + (mf.file_size if blank else position)
-            if not blank:
-                break
-    queue.close()
-    result = {"segments": len(files), "records": records, "valid_end": end, "problem": problem}
+    try:
+        if repair:
+            repaired = checker.repair(data_dir, commit_log_file_size)
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    if repair and not as_json:
+        _print_repair(repaired)
+    try:
+        outcome = checker.check(data_dir, commit_log_file_size)
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
     if as_json:
+        result = outcome.as_json()
+        if repair:
+            result["repair"] = repaired.as_json()
         click.echo(json.dumps(result))
     else:
-        click.echo(f"{records} records in {len(files)} segments; valid data ends at {end}")
-        if problem:
-            click.echo(f"problem: {problem}")
-    sys.exit(1 if problem else 0)
+        _print_check(outcome)
+    sys.exit(0 if outcome.ok else 1)
+
+
+def _print_repair(repaired: RepairOutcome) -> None:
+    click.echo(
+        f"repair: commit log ends at {repaired.end}" + (" (torn tail cut)" if repaired.cut else "")
+    )
+    for d in repaired.skipped:
+        click.echo(f"repair: skipped {d['length']} bytes at {d['offset']}: {d['reason']}")
+    click.echo(
+        f"repair: {repaired.units_bad} consume-queue unit(s) disagreed with the log, "
+        f"{repaired.units_rebuilt} rebuilt, {repaired.units_bad - repaired.units_rebuilt} "
+        "left as holes readers step over"
+    )
+    if repaired.index_left_to_next_start:
+        click.echo("repair: the index is rebuilt by the broker's next start")
+
+
+def _print_check(outcome: CheckOutcome) -> None:
+    click.echo(
+        f"{outcome.records} records in {outcome.segments} segments of {outcome.segment_size} "
+        f"bytes; valid data ends at {outcome.valid_end}"
+    )
+    if outcome.problem:
+        click.echo(f"problem: torn tail, {outcome.problem}; run with --repair to cut it")
+    for d in outcome.damaged:
+        state = "in the report" if d["known"] else "NEW, run with --repair to record it"
+        click.echo(f"damaged: {d['length']} bytes at {d['offset']} ({state}): {d['reason']}")
+    click.echo(f"{outcome.units_checked} consume-queue units checked against the log")
+    for queue, count in outcome.bad_units.items():
+        click.echo(f"problem: {count} unit(s) of {queue} disagree with the log; run with --repair")
+    if outcome.report:
+        click.echo(f"damage report ({len(outcome.report)} entries):")
+        for e in outcome.report:
+            if e.get("kind") == "skipped":
+                click.echo(
+                    f"  {e['at']} {e['found_by']}: skipped {e['records']} record(s), "
+                    f"{e['length']} bytes at {e['offset']} ({e['reason']}); copy in {e['copy']}"
+                )
+            elif e.get("kind") == "consume-queue":
+                click.echo(
+                    f"  {e['at']} {e['found_by']}: {e['topic']}/{e['queue_id']}: "
+                    f"{e['bad_units']} bad unit(s), {e['rebuilt']} rebuilt, {e['holes']} holes "
+                    f"({e['reason']})"
+                )
+            else:
+                click.echo(f"  {e}")
+    click.echo("store is consistent" if outcome.ok else "store has problems (exit status 1)")

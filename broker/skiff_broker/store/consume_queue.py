@@ -8,9 +8,10 @@ tag hash (8). Files are named by the byte offset of their first unit.
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from .mapped_file_queue import MappedFileQueue
 
@@ -271,6 +272,78 @@ class ConsumeQueue:
         deleted = self.queue.delete_before(obsolete)
         self.correct_min_offset(min_commit_log_offset)
         return deleted
+
+    # -- integrity (checked against the commit log by queue_check) ---------
+
+    def units(self, start: int = 0) -> Iterator[tuple[int, int, int, int]]:
+        """(queue offset, commit-log offset, size, tag code) of every unit from ``start``,
+        blanks included."""
+        end = self.max_offset
+        for mf in self.queue.files:
+            first = mf.file_from_offset // UNIT_SIZE
+            lo = max(first, self._min_logical_offset, start)
+            hi = min(first + mf.file_size // UNIT_SIZE, end)
+            if lo >= hi:
+                continue
+            data = mf.mapping[(lo - first) * UNIT_SIZE : (hi - first) * UNIT_SIZE]
+            for index, (physical, size, tag_code) in enumerate(UNIT.iter_unpack(data), lo):
+                yield index, physical, size, tag_code
+
+    def first_unit_from(self, physical: int) -> int:
+        """The first queue offset whose record lies at or after commit-log offset ``physical``
+        (judging blank units by the unit before them, as ``truncate_dirty`` does)."""
+        lo, hi = self.min_offset, self.max_offset
+        floor = lo
+        while lo < hi:
+            mid = (lo + hi) // 2
+            unit = self._real_unit_at_or_before(mid, floor)
+            if unit is not None and unit[0] >= physical:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def real_unit_before(self, queue_offset: int) -> tuple[int, int, int] | None:
+        """The nearest unit before ``queue_offset`` that is not blank, or None."""
+        if queue_offset <= self.min_offset:
+            return None
+        return self._real_unit_at_or_before(queue_offset - 1, self.min_offset)
+
+    def raw_unit(self, queue_offset: int) -> tuple[int, int, int] | None:
+        """The unit at ``queue_offset`` as written (a blank one too), None if there is none."""
+        position = queue_offset * UNIT_SIZE
+        mf = self.queue.find(position)
+        if mf is None or queue_offset < self._min_logical_offset:
+            return None
+        at = position - mf.file_from_offset
+        if at >= mf.wrote_position:
+            return None
+        return UNIT.unpack_from(mf.mapping, at)
+
+    def rewrite_unit(self, queue_offset: int, physical: int, size: int, tag_code: int) -> None:
+        """Replace one written unit in place, and get it to disk."""
+        position = queue_offset * UNIT_SIZE
+        mf = self.queue.find(position)
+        if mf is None or position >= self.queue.max_offset:
+            return
+        at = position - mf.file_from_offset
+        UNIT.pack_into(mf.mapping, at, physical, size, tag_code)
+        page = at - at % mmap.PAGESIZE
+        mf.mapping.flush(page, min(mmap.PAGESIZE, mf.file_size - page))
+
+    def refresh_max_physical_offset(self) -> None:
+        """Recompute the newest record's end from the newest real units (after repairs)."""
+        end = self.max_offset
+        self.max_physical_offset = 0
+        for index in range(end - 1, max(self.min_offset, end - 64) - 1, -1):
+            unit = self.get(index)
+            if unit is not None:
+                self.max_physical_offset = unit[0] + unit[1]
+                break
+
+    def blank_unit(self, queue_offset: int) -> None:
+        """Make one unit a blank that readers step over (no record of it can be found)."""
+        self.rewrite_unit(queue_offset, 0, BLANK_UNIT_SIZE, 0)
 
     def flush(self, least_pages: int) -> None:
         while self.queue.flush(least_pages):

@@ -3,11 +3,20 @@
 It reads records from ``reput_offset`` up to what is readable, writes each
 record's ConsumeQueue unit and IndexFile keys, and tells listeners which
 queues got new messages (long polling waits on that).
+
+Invariants: every parsed record passes the same per-record check as recovery
+(``recovery.record_problem_at``), and damage is stepped over with the same
+decision (``recovery.resume_after``), so consume queues and index hold exactly
+the records recovery kept. A damaged record never stalls dispatch while valid
+records follow it; each newly found damaged stretch is logged once and handed
+to ``on_damage``. A record whose queue offset cannot be true (outside the CRC,
+it may be damaged too) gets no unit, rather than a hole of blank units.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import struct
 import threading
@@ -15,10 +24,12 @@ import time
 from collections.abc import Callable
 
 from .commit_log import CommitLog
+from .consume_queue import BLANK_UNIT_SIZE, ConsumeQueue
 from .consume_queue_table import ConsumeQueueTable
 from .dispatch_request import DispatchRequest, index_keys
 from .hashing import tag_hash
 from .index_service import IndexService
+from .mapped_file import MappedFile
 from .message import (
     BLANK_MAGIC,
     BORNHOST_V6,
@@ -33,6 +44,13 @@ from .message import (
     TRANSACTION_ROLLBACK_TYPE,
     Property,
     header_struct,
+)
+from .recovery import (
+    MIN_RECORD_SIZE,
+    Damage,
+    damaged_records,
+    record_problem_at,
+    resume_after,
 )
 
 log = logging.getLogger(__name__)
@@ -50,6 +68,7 @@ _MAX_RECORD_OVERHEAD = 64 * 1024
 _HANDED_BATCHES_MAX = 4096
 
 ArrivalListener = Callable[[set[tuple[str, int]]], None]
+DamageListener = Callable[[Damage], None]
 
 
 def _property(props: bytes, name: bytes) -> str:
@@ -71,55 +90,91 @@ _UNIQ = (Property.UNIQ_KEY + NAME_VALUE_SEPARATOR).encode()
 assert PROPERTY_SEPARATOR == "\x02"
 
 
-def parse_records(data: bytes, base: int) -> tuple[list[DispatchRequest], int, bool]:
+@dataclasses.dataclass(slots=True)
+class ParsedRun:
+    requests: list[DispatchRequest]
+    consumed: int  # bytes of whole valid records at the start of the data
+    end_of_segment: bool  # stopped at the segment's closing BLANK
+    problem: str | None  # stopped at bytes that are no valid record (not merely unread yet)
+
+
+def parse_records(
+    data: bytes,
+    base: int,
+    *,
+    segment_end: int | None = None,
+    more_follows: bool = False,
+    check_crc: bool = False,
+    checked: bool = True,
+) -> ParsedRun:
     """Records in ``data`` (which starts at global offset ``base``).
 
-    Returns (requests, bytes consumed, reached the segment's BLANK end).
-    Stops early at an incomplete record.
+    ``segment_end`` is where the segment ends, counted from ``data[0]`` (None:
+    unknown, any BLANK ends it); ``more_follows`` says the segment holds readable
+    bytes past ``data``. Stops at the segment's BLANK, at a record not wholly
+    readable yet, or at damage (``problem``). ``checked=False`` is for bytes
+    recovery has just checked record by record: only their framing is read.
     """
     requests = []
     pos = 0
     limit = len(data)
     topics: dict[bytes, str] = {}
+    view = memoryview(data)
+    problem: str | None = None
     while pos + 8 <= limit:
         size, magic = _SIZE_MAGIC.unpack_from(data, pos)
-        if magic == BLANK_MAGIC:
+        if magic == BLANK_MAGIC and (segment_end is None or pos + size == segment_end):
             # May be as short as 8 bytes: checked before reading a full header.
-            return requests, pos, True
-        if magic != MESSAGE_MAGIC or size <= _HEAD.size or pos + size > limit:
+            return ParsedRun(requests, pos, True, None)
+        if magic == MESSAGE_MAGIC and size > 0 and pos + size > limit:
+            # Not wholly in ``data``: unread yet, unless nothing more can come.
+            at_segment_end = segment_end is not None and limit >= segment_end
+            if not at_segment_end and (pos > 0 or not more_follows):
+                break
+        if checked or magic != MESSAGE_MAGIC or size < MIN_RECORD_SIZE or pos + size > limit:
+            problem = record_problem_at(data, view, pos, limit, base, check_crc)
+            if problem is not None:
+                break
+        try:
+            requests.append(request_of(data, pos, size, topics))
+        except UnicodeDecodeError:
+            problem = f"record at {base + pos} has a topic or properties that are not UTF-8"
             break
-        _, _, _, queue_id, _, queue_offset, physical, sys_flag = _HEAD.unpack_from(data, pos)
-        v6 = sys_flag & BORNHOST_V6
-        store_ts = _LONG.unpack_from(
-            data, pos + (STORE_TIMESTAMP_OFFSET_V6 if v6 else STORE_TIMESTAMP_OFFSET)
-        )[0]
-        hsize = header_struct(sys_flag).size
-        body_len = _INT.unpack_from(data, pos + hsize - 4)[0]
-        t = pos + hsize + body_len
-        topic_len = data[t]
-        raw_topic = data[t + 1 : t + 1 + topic_len]
-        topic = topics.get(raw_topic)
-        if topic is None:
-            topic = topics[raw_topic] = raw_topic.decode()
-        p = t + 1 + topic_len
-        props_len = _SHORT.unpack_from(data, p)[0]
-        props = data[p + 2 : p + 2 + props_len]
-        keys = index_keys(_property(props, _KEYS), _property(props, _UNIQ))
-        requests.append(
-            DispatchRequest(
-                topic,
-                queue_id,
-                queue_offset,
-                physical,
-                size,
-                sys_flag,
-                store_ts,
-                _property(props, _TAGS),
-                keys,
-            )
-        )
         pos += size
-    return requests, pos, False
+    view.release()
+    return ParsedRun(requests, pos, False, problem)
+
+
+def request_of(data: bytes, pos: int, size: int, topics: dict[bytes, str]) -> DispatchRequest:
+    """The dispatch request of the valid record at ``pos``."""
+    _, _, _, queue_id, _, queue_offset, physical, sys_flag = _HEAD.unpack_from(data, pos)
+    v6 = sys_flag & BORNHOST_V6
+    store_ts = _LONG.unpack_from(
+        data, pos + (STORE_TIMESTAMP_OFFSET_V6 if v6 else STORE_TIMESTAMP_OFFSET)
+    )[0]
+    hsize = header_struct(sys_flag).size
+    body_len = _INT.unpack_from(data, pos + hsize - 4)[0]
+    t = pos + hsize + body_len
+    topic_len = data[t]
+    raw_topic = data[t + 1 : t + 1 + topic_len]
+    topic = topics.get(raw_topic)
+    if topic is None:
+        topic = topics[raw_topic] = raw_topic.decode()
+    p = t + 1 + topic_len
+    props_len = _SHORT.unpack_from(data, p)[0]
+    props = data[p + 2 : p + 2 + props_len]
+    keys = index_keys(_property(props, _KEYS), _property(props, _UNIQ))
+    return DispatchRequest(
+        topic,
+        queue_id,
+        queue_offset,
+        physical,
+        size,
+        sys_flag,
+        store_ts,
+        _property(props, _TAGS),
+        keys,
+    )
 
 
 class Dispatcher:
@@ -134,6 +189,21 @@ class Dispatcher:
         self._commit_log = commit_log
         self._consume_queues = consume_queues
         self._index = index
+        self._check_crc = commit_log.config.check_crc_on_recover
+        # Damage already found (by recovery): start offset -> where valid data resumes.
+        self.known_damage: dict[int, int] = {}
+        # Consume-queue units found bad, rewritten when dispatch meets their record.
+        self.repair_units: dict[tuple[str, int], set[int]] = {}
+        self.on_damage: DamageListener | None = None
+        # Recovery checked every record's CRC in [verified_from, verified_below): the
+        # re-dispatch of that range checks the rest of each record, not its CRC again.
+        self.verified_from = 0
+        self.verified_below = 0
+        # Set while recovery re-dispatches: tells whether an existing unit points at a
+        # sound record (queue_check), so that a replay can mend one that does not.
+        self.unit_is_sound: Callable[[ConsumeQueue, int, int, int], bool] | None = None
+        self._waiting_at = -1
+        self.mended_units = 0
         # Every read must be able to hold one whole record, or the largest
         # messages would never be dispatched (and nothing after them either).
         self._read_chunk = max(
@@ -191,18 +261,92 @@ class Dispatcher:
                     break
                 continue
             mf, data = got
-            requests, consumed, end_of_segment = parse_records(data, self.reput_offset)
-            self._dispatch(requests)
-            count += len(requests)
-            if end_of_segment:
+            position = self.reput_offset - mf.file_from_offset
+            more_follows = position + len(data) < mf.read_position
+            verified = self.verified_from <= self.reput_offset < self.verified_below
+            if verified:
+                # Recovery's verdict stands: stop at the damage it found, step over it below.
+                damage = min((o for o in self.known_damage if o >= self.reput_offset), default=-1)
+                if 0 <= damage - self.reput_offset < len(data):
+                    data = data[: damage - self.reput_offset]
+                    more_follows = True
+            run = parse_records(
+                data,
+                self.reput_offset,
+                segment_end=mf.file_size - position,
+                more_follows=more_follows,
+                check_crc=self._check_crc,
+                checked=not verified,
+            )
+            self._dispatch(run.requests)
+            count += len(run.requests)
+            if run.end_of_segment:
                 self.reput_offset = mf.file_from_offset + mf.file_size
-            elif consumed == 0:
-                break
+            elif run.problem is not None:
+                self.reput_offset += run.consumed
+                resume = self._resume(mf, self.reput_offset, run.problem)
+                if resume is None:
+                    break
+                self.reput_offset = resume
             else:
-                self.reput_offset += consumed
+                self.reput_offset += run.consumed
+                # Damage recovery already stepped over can look like a record not yet
+                # wholly readable (a size reaching past the end): go where it said.
+                known = self.known_damage.get(self.reput_offset)
+                if known is not None:
+                    self.reput_offset = known
+                elif run.consumed == 0:
+                    break
             with self._progress:
                 self._progress.notify_all()
         return count
+
+    def _resume(self, mf: MappedFile, at: int, problem: str) -> int | None:
+        """Where dispatch goes on after the damage at global ``at``; None to wait for more data.
+
+        The same decision recovery makes: the damaged record's own end if its
+        framing holds, else the next valid record or the segment's BLANK; a full
+        segment with nothing valid after the damage hands over to the next one.
+        """
+        known = self.known_damage.get(at)
+        if known is not None:
+            return known
+        base = mf.file_from_offset
+        limit = mf.read_position
+        mm = mf.mapping
+        with memoryview(mm) as view:
+            found = resume_after(mm, view, at - base, limit, base, self._check_crc)
+            lost = damaged_records(mm, at - base, limit)
+        if found is not None:
+            resume = base + found
+        elif limit == mf.file_size and self._commit_log.queue.find(base + limit) is not None:
+            resume = base + limit
+        else:
+            if self._waiting_at != at:
+                self._waiting_at = at
+                log.warning(
+                    "dispatch waits at commit-log offset %d: %s; nothing valid follows yet",
+                    at,
+                    problem,
+                )
+            return None
+        self._report(Damage(at, resume - at, lost, problem))
+        self.known_damage[at] = resume
+        return resume
+
+    def _report(self, damage: Damage) -> None:
+        log.warning(
+            "dispatch skipped %d damaged record(s), %d bytes at commit-log offset %d: %s",
+            damage.records,
+            damage.length,
+            damage.offset,
+            damage.reason,
+        )
+        if self.on_damage is not None:
+            try:
+                self.on_damage(damage)
+            except Exception:
+                log.exception("could not record damage at %d", damage.offset)
 
     def _take_handed(self) -> list[DispatchRequest] | None:
         """The next handed batch if it starts where dispatch stands and is readable."""
@@ -238,9 +382,18 @@ class Dispatcher:
         for r in requests:
             tx_type = r.sys_flag & TRANSACTION_MASK
             if tx_type in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
+                if r.queue_id < 0 or r.queue_offset < 0:
+                    self._impossible_placement(r)
+                    continue
                 cq = self._consume_queues.find_or_create(r.topic, r.queue_id)
-                if cq.put(r.physical_offset, r.size, tag_hash(r.tags), r.queue_offset):
+                if r.queue_offset > cq.max_offset and not self._placement_possible(cq, r):
+                    self._impossible_placement(r)
+                    continue
+                code = tag_hash(r.tags)
+                if cq.put(r.physical_offset, r.size, code, r.queue_offset):
                     touched.add((r.topic, r.queue_id))
+                elif self.repair_units or self.unit_is_sound is not None:
+                    self._repair(cq, r, code)
             if index is not None and tx_type != TRANSACTION_ROLLBACK_TYPE and r.keys:
                 index.build_index(r.topic, r.physical_offset, r.store_timestamp, r.keys)
         self.last_store_timestamp = requests[-1].store_timestamp
@@ -250,6 +403,58 @@ class Dispatcher:
                     listener(touched)
                 except Exception:
                     log.exception("arrival listener failed")
+
+    def _placement_possible(self, cq: ConsumeQueue, r: DispatchRequest) -> bool:
+        """False for a record whose queue id or offset cannot be true (damaged, outside the CRC),
+        asked of a record that would leave a gap in its queue.
+
+        A queue's offsets grow by one per record, so between its newest unit and
+        this record at most one record per MIN_RECORD_SIZE bytes can be missing.
+        """
+        room = max(0, r.physical_offset - cq.max_physical_offset) // MIN_RECORD_SIZE
+        return r.queue_offset <= cq.max_offset + room
+
+    def _impossible_placement(self, r: DispatchRequest) -> None:
+        if r.physical_offset not in self.known_damage:
+            self.known_damage[r.physical_offset] = r.physical_offset + r.size
+            reason = (
+                f"record at {r.physical_offset} claims queue {r.queue_id} offset "
+                f"{r.queue_offset}, which that queue cannot have reached"
+            )
+            self._report(Damage(r.physical_offset, r.size, 1, reason))
+
+    def _repair(self, cq: ConsumeQueue, r: DispatchRequest, code: int) -> None:
+        """Mend the unit of a replayed record: one found bad, or one that disagrees with
+        it and points at no sound record (a record's claim never displaces a sound unit)."""
+        bad = self.repair_units.get((r.topic, r.queue_id))
+        if bad is not None and r.queue_offset in bad:
+            cq.rewrite_unit(r.queue_offset, r.physical_offset, r.size, code)
+            bad.discard(r.queue_offset)
+            return
+        sound = self.unit_is_sound
+        if sound is None:
+            return
+        unit = cq.raw_unit(r.queue_offset)
+        if unit == (r.physical_offset, r.size, code) or (unit is None and cq.queue.files):
+            return  # the same unit, or one retention already deleted
+        if unit is not None and unit[1] == BLANK_UNIT_SIZE:
+            unit = None
+        if (
+            unit is not None
+            and unit[0] != r.physical_offset
+            and sound(cq, r.queue_offset, *unit[:2])
+        ):
+            return  # another sound record holds this offset
+        log.warning(
+            "consume queue %s/%d: unit %d was %s, rebuilt from the record at %d",
+            r.topic,
+            r.queue_id,
+            r.queue_offset,
+            unit,
+            r.physical_offset,
+        )
+        cq.rewrite_unit(r.queue_offset, r.physical_offset, r.size, code)
+        self.mended_units += 1
 
     def wait_dispatched(self, offset: int, timeout: float) -> bool:
         """Block until everything below ``offset`` is dispatched."""

@@ -29,6 +29,7 @@ from .commit_log import AppendRejected, AppendResult, AppendStatus, CommitLog
 from .config import FlushType, StoreConfig
 from .consume_queue import ConsumeQueue
 from .consume_queue_table import ConsumeQueueTable
+from .damage_report import DAMAGED_DIR, DamageReport
 from .dispatcher import ArrivalListener, Dispatcher
 from .errors import DiskFullError, StoreError
 from .flush_service import AsyncFlushService, CommitService, LogicsFlushService
@@ -47,7 +48,9 @@ from .message import (
 )
 from .observer import NULL_OBSERVER, AppendScope, StoreObserver
 from .prepared_records import PreparedRecords
-from .recovery import recover_commit_log
+from .queue_check import QueueCheck, unit_soundness
+from .queue_check import check_queues as check_queues_against_log
+from .recovery import Damage, Recovered, describe, recover_commit_log
 from .retention import (
     ConsumerProgress,
     DiskState,
@@ -325,6 +328,11 @@ class MessageStore:
         # reserved against the queue offsets and keys of every batch before it.
         self._append_lock = threading.Lock()
         self.clean_start = False
+        self.damage_report = DamageReport(config.data_dir)
+        # What the last recovery found (read by ``skiff store check --repair``).
+        self.last_recovery: Recovered | None = None
+        self.last_queue_check: QueueCheck | None = None
+        self.log_was_cut = False
         self._flushed_stamp = 0
         # Held while consume queues and index are flushed, cleaned or cut (a replica's
         # truncation runs beside the background services).
@@ -377,6 +385,38 @@ class MessageStore:
             self.commit_log.max_offset,
         )
 
+    def repair(self) -> None:
+        """Offline repair of a stopped data directory: recover as after a crash, checking
+        every record and every consume-queue unit in full, then stop cleanly.
+
+        Refuses (StoreError) while another process holds the directory.
+        """
+        config = self.config
+        self.lock_data_dir()
+        try:
+            self.clean_start = False
+            self.checkpoint = Checkpoint.load(config.checkpoint_path)
+            self._recover(scan_everything=True, found_by="store check --repair")
+            end = self.commit_log.queue.flush_all()
+            self._flush_logics(0)
+            # A cut log leaves the index (when the store keeps none here) to the next
+            # start's crash recovery; otherwise the next start is a clean one.
+            clean = not self.log_was_cut or self.index is not None
+            self.checkpoint.clean_shutdown_offset = end if clean else -1
+            self.checkpoint.flush()
+            if clean and os.path.exists(config.abort_path):
+                os.unlink(config.abort_path)
+            elif not clean:
+                with open(config.abort_path, "wb"):
+                    pass
+            fsync_directory(config.data_dir)
+            self.commit_log.close()
+            self.consume_queues.close()
+            if self.index is not None:
+                self.index.close()
+        finally:
+            self.unlock_data_dir()
+
     def lock_data_dir(self) -> None:
         """Hold the directory's ``lock`` file for this store (again: no-op) or fail at once."""
         if self._lock_fd >= 0:
@@ -408,7 +448,7 @@ class MessageStore:
             with contextlib.suppress(Exception):
                 self.index.close()
 
-    def _recover(self) -> None:
+    def _recover(self, *, scan_everything: bool = False, found_by: str = "recovery") -> None:
         config = self.config
         self.commit_log.queue.load()
         self.consume_queues.load()
@@ -416,32 +456,134 @@ class MessageStore:
             # Index entries survive a crash; replayed records are skipped by offset,
             # so nothing needs throwing away here.
             self.index.load(True, 0)
-        end, redispatch_from = recover_commit_log(
+        end_before = self.commit_log.queue.max_wrote_offset
+        recovered = recover_commit_log(
             self.commit_log.queue,
             self.checkpoint,
             clean=self.clean_start,
             check_crc=config.check_crc_on_recover,
             include_index=self.index is not None,
             quiet_bytes=config.max_message_size + 1024 * 1024,
+            scan_everything=scan_everything,
         )
-        self._cut_logics(end, redispatch_from)
+        self.last_recovery = recovered
+        self.log_was_cut = recovered.end < end_before
+        self.damage_report = DamageReport(config.data_dir)
+        self.dispatcher.on_damage = self._record_dispatch_damage
+        if recovered.damages:
+            new = self.damage_report.record_skips(
+                recovered.damages, self.commit_log.queue, found_by
+            )
+            log.warning(
+                "%s (%d newly found; copies in %s, history in %s)",
+                describe(recovered.damages),
+                new,
+                os.path.join(config.data_dir, DAMAGED_DIR),
+                self.damage_report.path,
+            )
+            for damage in recovered.damages:
+                self.dispatcher.known_damage[damage.offset] = damage.offset + damage.length
+        self._cut_logics(
+            recovered.end,
+            recovered.redispatch_from,
+            check_queues=recovered.crashed,
+            full_check=scan_everything,
+            found_by=found_by,
+            skipped=recovered.damages,
+        )
 
-    def _cut_logics(self, end: int, redispatch_from: int) -> None:
-        """After the commit log was cut at ``end``: cut queues and index, re-dispatch the rest."""
+    def _record_dispatch_damage(self, damage: Damage) -> None:
+        self.damage_report.record_skips([damage], self.commit_log.queue, "dispatch")
+
+    def _cut_logics(
+        self,
+        end: int,
+        redispatch_from: int,
+        *,
+        check_queues: bool = False,
+        full_check: bool = False,
+        found_by: str = "recovery",
+        skipped: list[Damage] | None = None,
+    ) -> None:
+        """After the commit log was cut at ``end``: cut queues and index, re-dispatch the rest.
+
+        With ``check_queues`` (after a crash), units that disagree with the log are
+        first made blank, then rewritten by the re-dispatch that meets their
+        records; those whose record is gone or damaged stay holes readers step over.
+        """
+        reput = max(redispatch_from, self.commit_log.min_offset)
+        skipped = skipped or []
+        checked = None
+        if check_queues:
+            checked = check_queues_against_log(
+                self.commit_log.queue,
+                self.consume_queues,
+                end=end,
+                full_from=0 if full_check else None,
+                check_crc=self.config.check_crc_on_recover,
+                skipped=skipped,
+                quick_from=0 if full_check else redispatch_from,
+            )
+            for (topic, queue_id), units in checked.bad.items():
+                cq = self.consume_queues.get(topic, queue_id)
+                assert cq is not None
+                for queue_offset in units:
+                    cq.blank_unit(queue_offset)
+                cq.refresh_max_physical_offset()
+            self.dispatcher.repair_units = {key: set(units) for key, units in checked.bad.items()}
+            if checked.restart is not None:
+                reput = max(min(reput, checked.restart), self.commit_log.min_offset)
         for cq in self.consume_queues:
             cq.truncate_dirty(end)
         if self.index is not None:
             self.index.truncate(end)
             # Truncation drops whole index files: rebuild from where the index now ends.
             files = self.index.files
-            redispatch_from = min(redispatch_from, files[-1].end_phy_offset if files else 0)
-        self.dispatcher.reput_offset = max(redispatch_from, self.commit_log.min_offset)
-        self.dispatcher.dispatch_available()
+            reput = max(
+                min(reput, files[-1].end_phy_offset if files else 0), self.commit_log.min_offset
+            )
+        self.dispatcher.reput_offset = reput
+        if check_queues:
+            self.dispatcher.unit_is_sound = unit_soundness(self.commit_log.queue, end, skipped)
+            self.dispatcher.verified_from, self.dispatcher.verified_below = redispatch_from, end
+        try:
+            self.dispatcher.dispatch_available()
+        finally:
+            self.dispatcher.unit_is_sound = None
+            self.dispatcher.verified_from = self.dispatcher.verified_below = 0
+        self.last_queue_check = checked
+        if checked is not None and checked.bad:
+            self._report_queue_repairs(checked, found_by)
         min_offset = self.commit_log.min_offset
         for cq in self.consume_queues:
             cq.correct_min_offset(min_offset)
         self.commit_log.queue_offsets = self.consume_queues.next_offsets()
         self._waiters.reset(end)
+
+    def _report_queue_repairs(self, checked: QueueCheck, found_by: str) -> None:
+        holes = self.dispatcher.repair_units
+        self.dispatcher.repair_units = {}
+        for key, units in checked.bad.items():
+            left = len(holes.get(key, ()))
+            log.warning(
+                "consume queue %s/%d: %d unit(s) disagreed with the commit log (first: %s); "
+                "%d rebuilt from the log, %d left as holes readers step over (their records "
+                "are damaged or gone)",
+                key[0],
+                key[1],
+                len(units),
+                checked.reasons.get(key, ""),
+                len(units) - left,
+                left,
+            )
+            reason = checked.reasons.get(key, "")
+            self.damage_report.record_queue_repair(
+                key[0], key[1], len(units), len(units) - left, reason, found_by
+            )
+
+    def damage_history(self) -> list[dict[str, object]]:
+        """Every damaged stretch skipped and consume-queue repair made in this data directory."""
+        return DamageReport(self.config.data_dir).entries()
 
     def _start_services(self) -> None:
         config = self.config

@@ -1,10 +1,28 @@
-"""Finding the end of the commit log at start-up.
+"""Finding the end of the commit log at start-up, and stepping over damaged records.
 
 After a clean stop the checkpoint names the exact end, so loading is O(1).
 After a crash the log is scanned from the segment that the checkpoint says may
-hold unflushed records: every record's length, magic, physical offset and body
-CRC are checked, and the log is cut at the first record that fails (a torn or
-corrupt tail); nothing after it is ever returned.
+hold unflushed records, every record checked by ``_check_record`` (length,
+magic, physical offset, body CRC).
+
+Invariants:
+
+- A record is valid only if ``_check_record`` passes it: recovery, the
+  dispatcher and ``skiff store check`` all decide through ``record_problem_at``
+  and ``resume_after`` below, so they skip exactly the same bytes.
+- A damaged stretch with valid data after it (in its segment or any later
+  one) is skipped, never cut: it stays in the log, and everything after it is
+  kept. Valid data resumes at the damaged record's own end when its framing
+  holds, else at the next position holding a valid record (message magic,
+  sane size, PHYSICALOFFSET equal to its position, body CRC) or the segment's
+  closing BLANK record.
+- A run of zero bytes longer than any record (``quiet_bytes``) is where writing
+  stopped: nothing after it in its segment is searched for. Truncation zero-fills
+  up to such a run, so together no resynchronisation can reach a record that
+  was cut on purpose.
+- A torn tail (nothing valid anywhere after the damage) is cut, and
+  ``MappedFileQueue.truncate`` zero-fills what it cuts, so no later scan can
+  resynchronise on a record that was cut on purpose.
 """
 
 from __future__ import annotations
@@ -18,6 +36,7 @@ from ..wire.record_check import check_record
 from ..wire.record_layout import (
     BLANK_MAGIC,
     MESSAGE_MAGIC,
+    MIN_RECORD_SIZE,
     SIZE_MAGIC,
     SYSFLAG_OFFSET,
 )
@@ -29,12 +48,33 @@ log = logging.getLogger(__name__)
 
 _INT = struct.Struct(">i")
 _STORE_TS_V4 = struct.Struct(">q")
+_MESSAGE_MAGIC_BYTES = MESSAGE_MAGIC.to_bytes(4, "big")
+_BLANK_MAGIC_BYTES = BLANK_MAGIC.to_bytes(4, "big")
 # Store timestamps are wall-clock milliseconds: records appended in the same
 # millisecond as the checkpoint's newest flushed record, or after the clock
 # stepped back, can carry a stamp no newer than it and yet not be covered by it.
 # The scan therefore starts at a segment older than the checkpoint by this much
 # (RocketMQ uses the same three seconds).
 CHECKPOINT_MARGIN_MS = 3000
+# Data is written front to back, so a run of zero bytes longer than any record
+# (the largest message plus room for its header, topic and properties) is where
+# writing stopped: the same rule by which truncation stops zero-filling. Past such
+# a run nothing is searched for, which keeps the usual crash (a tail of zeros up
+# to the segment's end) from costing a search of the whole remainder.
+DEFAULT_QUIET_BYTES = 4 * 1024 * 1024 + 1024 * 1024
+_ZERO_CHUNK = bytes(1024 * 1024)
+
+Buffer = mmap.mmap | bytes
+
+
+@dataclasses.dataclass(slots=True, frozen=True)
+class Damage:
+    """A stretch of the commit log skipped because it holds no valid record."""
+
+    offset: int  # global offset of its first byte
+    length: int
+    records: int  # damaged records in it as far as can be told; 0 for a segment's padding
+    reason: str
 
 
 @dataclasses.dataclass(slots=True)
@@ -42,38 +82,158 @@ class ScanResult:
     end: int  # global offset where valid data ends
     records: int
     bytes_scanned: int
-    problem: str | None  # why the scan stopped early, if it did
+    problem: str | None  # why valid data ended before the last segment's end, if it did
+    damages: list[Damage] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(slots=True)
+class SegmentScan:
+    end: int  # file position where valid data stops, or where the closing BLANK starts
+    records: int
+    blank: bool  # ended with its closing BLANK record
+    problem: str | None  # what stopped the scan with nothing valid after it (None: zeros)
+    first_valid: int  # position of the first valid record or BLANK, -1 if none
+    damages: list[Damage]
+
+
+def record_problem_at(
+    buf: Buffer, view: memoryview, pos: int, limit: int, base: int, check_crc: bool
+) -> str | None:
+    """Why ``buf[pos:]`` does not start a valid message record, or None if it does.
+
+    ``base`` is the global offset of ``buf[0]``; ``limit`` the end of usable data.
+    """
+    if pos + 8 > limit:
+        return f"no record at {base + pos} (cut short)"
+    size, magic = SIZE_MAGIC.unpack_from(buf, pos)
+    if magic != MESSAGE_MAGIC:
+        return f"no record at {base + pos} (magic {magic:#x})"
+    return _check_record(buf, view, pos, size, limit, base, check_crc)  # type: ignore[arg-type]
+
+
+def blank_at(buf: Buffer, pos: int, limit: int) -> bool:
+    """True if ``buf[pos:]`` is a segment's closing BLANK record (``limit`` = segment end)."""
+    if pos + 8 > limit:
+        return False
+    size, magic = SIZE_MAGIC.unpack_from(buf, pos)
+    return magic == BLANK_MAGIC and size == limit - pos
+
+
+def resume_after(
+    buf: Buffer,
+    view: memoryview,
+    pos: int,
+    limit: int,
+    base: int,
+    check_crc: bool,
+    quiet_bytes: int | None = None,
+) -> int | None:
+    """Where valid data resumes after the damaged record at ``pos``, or None.
+
+    The answer is the next valid message record or the segment's closing BLANK
+    within ``buf[:limit]``. A record whose own lengths agree with its size is
+    stepped over by that size if a valid record or BLANK follows; otherwise the
+    next one is searched for by its magic (``find`` runs in C). With
+    ``quiet_bytes``, the search ends at the first run of that many zero bytes:
+    writing stopped there, so nothing after it can be a record still in the log.
+    """
+    if pos + 8 <= limit:
+        size = _INT.unpack_from(buf, pos)[0]
+        after = pos + size
+        if (
+            size >= MIN_RECORD_SIZE
+            and after + 8 <= limit
+            and _check_record(buf, view, pos, size, limit, base, False) is None  # type: ignore[arg-type]
+            and (
+                blank_at(buf, after, limit)
+                or record_problem_at(buf, view, after, limit, base, check_crc) is None
+            )
+        ):
+            return after
+    search_end = limit
+    if quiet_bytes is not None and limit - pos > quiet_bytes:
+        quiet_at = buf.find(bytes(quiet_bytes), pos + 8, limit)
+        if quiet_at >= 0:
+            # A candidate starts before the zero run; its magic ends 8 bytes in.
+            search_end = min(limit, quiet_at + 8)
+    hit = buf.find(_MESSAGE_MAGIC_BYTES, pos + 5, search_end)
+    while hit >= 0:
+        candidate = hit - 4
+        if record_problem_at(buf, view, candidate, limit, base, check_crc) is None:
+            return candidate
+        hit = buf.find(_MESSAGE_MAGIC_BYTES, hit + 1, search_end)
+    # No message after it: the damage may run up to the segment's closing BLANK.
+    hit = buf.find(_BLANK_MAGIC_BYTES, pos + 5, search_end)
+    while hit >= 0:
+        if blank_at(buf, hit - 4, limit):
+            return hit - 4
+        hit = buf.find(_BLANK_MAGIC_BYTES, hit + 1, search_end)
+    return None
+
+
+def damaged_records(buf: Buffer, pos: int, limit: int) -> int:
+    """1 for a damaged message record, 0 for a segment's damaged padding (its BLANK)."""
+    if pos + 8 > limit:
+        return 0
+    size, magic = SIZE_MAGIC.unpack_from(buf, pos)
+    return 0 if magic == BLANK_MAGIC or size == limit - pos else 1
+
+
+def zeros_for(mm: Buffer, pos: int, length: int) -> bool:
+    """True if ``mm[pos:pos + length]`` is all zero bytes (compared a chunk at a time)."""
+    end = pos + length
+    while pos < end:
+        step = min(len(_ZERO_CHUNK), end - pos)
+        if mm[pos : pos + step] != _ZERO_CHUNK[:step]:
+            return False
+        pos += step
+    return True
 
 
 def scan_segment(
-    mf: MappedFile, start: int, *, check_crc: bool
-) -> tuple[int, int, str | None, bool]:
-    """Walk records from ``start`` (file position).
-
-    Returns (end position, record count, problem or None, ended with BLANK).
-    """
+    mf: MappedFile, start: int, *, check_crc: bool, quiet_bytes: int = DEFAULT_QUIET_BYTES
+) -> SegmentScan:
+    """Walk records from file position ``start``, stepping over damage with valid data after it."""
     mm = mf.mapping
     limit = mf.file_size
     base = mf.file_from_offset
     pos = start
     records = 0
+    first_valid = -1
+    damages: list[Damage] = []
     with memoryview(mm) as view:
         # A BLANK record may be only 8 bytes (size and magic), so those come first.
         while pos + 8 <= limit:
             size, magic = SIZE_MAGIC.unpack_from(mm, pos)
             if magic == MESSAGE_MAGIC:
                 problem = _check_record(mm, view, pos, size, limit, base, check_crc)
-                if problem is not None:
-                    return pos, records, problem, False
-                pos += size
-                records += 1
+                if problem is None:
+                    if first_valid < 0:
+                        first_valid = pos
+                    pos += size
+                    records += 1
+                    continue
             elif magic == BLANK_MAGIC and size == limit - pos:
-                return pos, records, None, True
+                if first_valid < 0:
+                    first_valid = pos
+                return SegmentScan(pos, records, True, None, first_valid, damages)
             elif size == 0 and magic == 0:
-                return pos, records, None, False
+                if zeros_for(mm, pos, min(quiet_bytes, limit - pos)):
+                    # Writing stopped here (or the rest of the segment is blank).
+                    return SegmentScan(pos, records, False, None, first_valid, damages)
+                problem = None
             else:
-                return pos, records, f"no record at {base + pos} (magic {magic:#x})", False
-    return pos, records, None, False
+                problem = f"no record at {base + pos} (magic {magic:#x})"
+            resume = resume_after(mm, view, pos, limit, base, check_crc, quiet_bytes)
+            if resume is None or blank_at(mm, resume, limit):
+                # Only padding follows in this segment: later segments decide (scan_from).
+                return SegmentScan(pos, records, False, problem, first_valid, damages)
+            reason = problem or f"zero bytes at {base + pos} where a record belongs"
+            damages.append(
+                Damage(base + pos, resume - pos, damaged_records(mm, pos, limit), reason)
+            )
+            pos = resume
+    return SegmentScan(pos, records, False, None, first_valid, damages)
 
 
 def _check_record(
@@ -105,21 +265,51 @@ def first_store_timestamp(mf: MappedFile) -> int:
     return _STORE_TS_V4.unpack_from(mm, 48 + born_host_len)[0]
 
 
-def scan_from(queue: MappedFileQueue, first_index: int, *, check_crc: bool) -> ScanResult:
-    """Scan segments from ``first_index`` on, to the first end or problem."""
+def scan_from(
+    queue: MappedFileQueue,
+    first_index: int,
+    *,
+    check_crc: bool,
+    quiet_bytes: int = DEFAULT_QUIET_BYTES,
+) -> ScanResult:
+    """Scan segments from ``first_index`` on: valid data, the damage skipped, where data ends.
+
+    Where a segment's data stops with nothing valid after it in that segment,
+    the later segments decide: if one holds valid data, everything up to it is
+    one damaged stretch; if none does, the log ends there (a torn tail).
+    """
     files = queue.files
     if not files:
         return ScanResult(0, 0, 0, None)
     records = 0
     scanned = 0
+    damages: list[Damage] = []
+    # Global offset and reason where valid data stopped, while nothing valid follows yet.
+    stopped: tuple[int, str | None, int] | None = None
     for mf in files[first_index:]:
-        end, count, problem, blank = scan_segment(mf, 0, check_crc=check_crc)
-        records += count
-        scanned += end
-        if not blank:
-            return ScanResult(mf.file_from_offset + end, records, scanned, problem)
+        seg = scan_segment(mf, 0, check_crc=check_crc, quiet_bytes=quiet_bytes)
+        records += seg.records
+        scanned += seg.end
+        found = seg.damages
+        if stopped is not None:
+            if seg.first_valid < 0:
+                continue
+            offset, reason, lost = stopped
+            if found and found[0].offset == mf.file_from_offset:
+                found = found[1:]  # part of the stretch that began in an earlier segment
+            resume = mf.file_from_offset + seg.first_valid
+            damages.append(
+                Damage(offset, resume - offset, lost, reason or f"zero bytes at {offset}")
+            )
+            stopped = None
+        damages += found
+        if not seg.blank:
+            lost = damaged_records(mf.mapping, seg.end, mf.file_size) if seg.problem else 1
+            stopped = (mf.file_from_offset + seg.end, seg.problem, lost)
+    if stopped is not None:
+        return ScanResult(stopped[0], records, scanned, stopped[1], damages)
     last = files[-1]
-    return ScanResult(last.file_from_offset + last.file_size, records, scanned, None)
+    return ScanResult(last.file_from_offset + last.file_size, records, scanned, None, damages)
 
 
 def choose_scan_start(queue: MappedFileQueue, checkpoint: Checkpoint, include_index: bool) -> int:
@@ -154,6 +344,26 @@ def clean_end_is_valid(queue: MappedFileQueue, offset: int) -> bool:
     return tail == bytes(len(tail))
 
 
+@dataclasses.dataclass(slots=True)
+class Recovered:
+    end: int  # where the commit log now ends
+    redispatch_from: int  # where consume queues and index are rebuilt from
+    crashed: bool  # the log was scanned (no trustworthy clean end)
+    damages: list[Damage]  # stretches skipped, oldest first
+
+
+def describe(damages: list[Damage]) -> str:
+    """One sentence naming how many records and bytes were skipped, and where."""
+    records = sum(d.records for d in damages)
+    size = sum(d.length for d in damages)
+    where = ", ".join(f"{d.offset} ({d.length} bytes: {d.reason})" for d in damages[:20])
+    more = f" and {len(damages) - 20} more" if len(damages) > 20 else ""
+    return (
+        f"skipped {records} damaged record(s), {size} bytes in {len(damages)} stretch(es), "
+        f"at commit-log offsets {where}{more}; every valid record after them was kept"
+    )
+
+
 def recover_commit_log(
     queue: MappedFileQueue,
     checkpoint: Checkpoint,
@@ -162,22 +372,31 @@ def recover_commit_log(
     check_crc: bool,
     include_index: bool,
     quiet_bytes: int,
-) -> tuple[int, int]:
-    """Set the commit log's positions; returns (end offset, offset to re-dispatch from)."""
+    scan_everything: bool = False,
+) -> Recovered:
+    """Set the commit log's positions: trust a clean end, else scan (from the start if asked)."""
     files = queue.files
     if not files:
-        return 0, 0
-    if clean and clean_end_is_valid(queue, checkpoint.clean_shutdown_offset):
+        return Recovered(0, 0, not clean, [])
+    damages: list[Damage] = []
+    if (
+        clean
+        and not scan_everything
+        and clean_end_is_valid(queue, checkpoint.clean_shutdown_offset)
+    ):
         end = checkpoint.clean_shutdown_offset
         log.info("clean start: commit log ends at %d", end)
         redispatch_from = end
+        crashed = False
     else:
-        if clean:
+        if clean and not scan_everything:
             log.warning("checkpoint does not match the commit log; checking every record")
-        first = choose_scan_start(queue, checkpoint, include_index)
-        result = scan_from(queue, first, check_crc=check_crc)
+        first = 0 if scan_everything else choose_scan_start(queue, checkpoint, include_index)
+        result = scan_from(queue, first, check_crc=check_crc, quiet_bytes=quiet_bytes)
         end = result.end
+        damages = result.damages
         redispatch_from = files[first].file_from_offset if files else 0
+        crashed = True
         if result.problem:
             log.warning("commit log cut at %d: %s", end, result.problem)
         log.info(
@@ -189,4 +408,4 @@ def recover_commit_log(
     queue.truncate(end, quiet_bytes=quiet_bytes)
     queue.drop_trailing_empty()
     queue.flushed_where = queue.committed_where = end
-    return end, redispatch_from
+    return Recovered(end, redispatch_from, crashed, damages)

@@ -201,6 +201,27 @@ def assert_holds_exactly(store: MessageStore, written: list[Written]) -> None:
     assert store.commit_log.max_offset >= end
 
 
+def assert_holds_all_but(store: MessageStore, written: list[Written], lost: set[int]) -> None:
+    """The store returns every message of ``written`` but those at indexes ``lost``.
+
+    Each kept message keeps its queue offset; a reader steps over the hole a
+    lost one leaves.
+    """
+    assert store.wait_dispatched(timeout=30)
+    kept = [w for i, w in enumerate(written) if i not in lost]
+    for queue_id in range(QUEUES):
+        mine = [w for w in kept if w.message.queue_id == queue_id]
+        got = [m for m in read_queue(store, queue_id) if m.topic == TOPIC]
+        assert [m.physical_offset for m in got] == [w.physical for w in mine]
+        for m, w in zip(got, mine, strict=True):
+            assert_same(m, w)
+    for w in kept:
+        assert_same(store.get_message_at(w.physical, w.size), w)
+        if w.message.properties:
+            found = store.query_by_key(TOPIC, f"k{w.seq}")
+            assert w.physical in [m.physical_offset for m in found]
+
+
 # -- crash recovery of damaged tails ---------------------------------------------
 
 
@@ -240,11 +261,12 @@ def _garbage_after(config: StoreConfig, w: Written) -> None:
     patch(config, w.end, random.Random(7).randbytes(min(300, room)))
 
 
-# name -> (damage, which record is hit: "middle" or "last", is that record lost)
+# name -> (damage, which record is hit, is that record lost). Damage with valid
+# records after it is skipped, not cut: tests/unit/store/test_damage_recovery.py.
 DAMAGES = {
-    "body-crc": (_damage_body, "middle", True),
-    "totalsize-high-byte": (_damage_size_high, "middle", True),
-    "totalsize-low-byte": (_damage_size_low, "middle", True),
+    "body-crc": (_damage_body, "last", True),
+    "totalsize-high-byte": (_damage_size_high, "last", True),
+    "totalsize-low-byte": (_damage_size_low, "last", True),
     "torn-last-record": (_tear, "last", True),
     "properties-not-written": (_props_unwritten, "last", True),
     "topic-not-written": (_topic_unwritten, "last", True),
@@ -262,11 +284,8 @@ def test_damaged_tail_is_cut_and_stays_cut(store_config: MakeConfig, damage: str
         written.append(put(store, make_message(200, properties=False)))
     seg = config.commit_log_file_size
     assert written[-1].end > 2 * seg, "the log should span at least three segments"
-    if which == "middle":
-        # A record in the middle of the second segment: the third must go too.
-        k = next(i for i, w in enumerate(written) if w.physical >= seg + seg // 2)
-    else:
-        k = len(written) - 1
+    assert which == "last"
+    k = len(written) - 1
     leave_as_crashed(store, written[0])
 
     inflict(config, written[k])
@@ -360,8 +379,20 @@ def test_bad_length_in_the_last_record_of_a_segment_is_cut(store_config: MakeCon
     w = written[victim]
     patch(config, w.physical + HEADER_SIZE - 4, struct.pack(">i", w.size - HEADER_SIZE - 3))
     store = start(config)
+    # The records of the next segment are valid: only the damaged one is lost.
+    assert store.commit_log.max_offset == written[-1].end
+    assert_holds_all_but(store, written, {victim})
+    store.shutdown()
+
+    # With nothing valid after it, the same damage is a torn tail, cut.
+    store = start(config)
+    leave_as_crashed(store, written[0])
+    for later in written[victim + 1 :]:
+        patch(config, later.physical, bytes(later.size))
+    store = start(config)
     assert store.commit_log.max_offset == w.physical
-    assert_holds_exactly(store, written[:victim])
+    # Its queue offset stays the hole the first recovery made of it.
+    assert_holds_all_but(store, written[: victim + 1], {victim})
     store.shutdown()
 
 
@@ -378,7 +409,11 @@ def test_recovery_that_ends_on_a_segment_boundary(
     assert written[k].physical == 2 * seg
     leave_as_crashed(store, written[0])
 
+    # The first record of the third segment is damaged and nothing after it was
+    # written: a torn tail, cut right at the boundary.
     _damage_body(config, written[k])
+    for w in written[k + 1 :]:
+        patch(config, w.physical, bytes(w.size))
     store = start(config)
     assert store.commit_log.max_offset == 2 * seg
     assert_holds_exactly(store, written[:k])
@@ -418,6 +453,8 @@ def test_scan_starts_early_enough_when_checkpoint_stamps_tie(store_config: MakeC
     checkpoint.index_msg_timestamp = stamp
     checkpoint.flush()
     _damage_body(config, written[k - 1])
+    for w in written[k:]:
+        patch(config, w.physical, bytes(w.size))
 
     store = start(config)
     assert store.commit_log.max_offset == written[k - 1].physical
