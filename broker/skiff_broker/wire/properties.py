@@ -69,7 +69,8 @@ def id_only_properties(message_id: str) -> bytes:
 
 def decode_properties(raw: bytes | bytearray | memoryview | str) -> dict[str, str]:
     """The pairs of a PROPERTIES field the validator accepted (lenient with anything else)."""
-    text = raw if isinstance(raw, str) else bytes(raw).decode()
+    # A reader never fails on text: what the validator refused shows replacement marks.
+    text = raw if isinstance(raw, str) else bytes(raw).decode("utf-8", "replace")
     result: dict[str, str] = {}
     for pair in text.split(PROPERTY_SEPARATOR):
         if pair:

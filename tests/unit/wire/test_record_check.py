@@ -227,3 +227,43 @@ def test_body_crc_is_rocketmqs() -> None:
     data = record(body=b"abc")
     assert int.from_bytes(data[8:12], "big") == zlib.crc32(b"abc") & 0x7FFFFFFF
     assert int.from_bytes(data[4:8], "big") == MESSAGE_MAGIC
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.binary(min_size=1, max_size=40),
+    st.binary(max_size=40),
+    st.binary(max_size=60),
+    st.integers(0, 400),
+    st.integers(0, 255),
+)
+def test_the_read_paths_check_is_the_full_check_less_the_text_rules(
+    topic: bytes, body: bytes, properties: bytes, flip_at: int, flip: int
+) -> None:
+    """text=False (fetch, the client decoder) refuses a subset of what the full check refuses.
+
+    Both agree on framing and body CRC; only the topic and properties bytes are
+    left to lenient decoding. A run stops at the same record either way whenever
+    the full check's reason is not about text.
+    """
+    data = bytearray(record(topic[:127], body, properties))
+    if flip_at < len(data):
+        data[flip_at] ^= flip
+    data = bytes(data)
+    full = check_record(data, 0, len(data))
+    lean = check_record(data, 0, len(data), text=False)
+    if isinstance(full, int):
+        assert lean == full
+    if isinstance(lean, RecordProblem):
+        assert isinstance(full, RecordProblem)
+        assert lean.framing_holds == full.framing_holds
+    assert check_run(data, 0, len(data), text=False).problem == (
+        lean if isinstance(lean, RecordProblem) else None
+    )
+
+
+def test_the_read_paths_check_passes_text_it_cannot_vouch_for() -> None:
+    data = record(properties=b"UNIQ_KEY\x01\xff\xfe\x02")
+    assert "UTF-8" in problem_of(data).reason
+    assert check_record(data, 0, len(data), text=False) == len(data)
+    assert check_run(data, 0, len(data), text=False).records == 1
