@@ -32,6 +32,8 @@ class Cluster:
     storage_class: str | None
     # The real node's containerd socket (host PIDs of containers); None on kind.
     containerd_socket: Path | None = None
+    # An address of this machine that pods reach (the real node's); None on kind.
+    host_address: str | None = None
 
     @property
     def is_real_node(self) -> bool:
@@ -60,4 +62,5 @@ def real_node_from_environment() -> Cluster | None:
         kubeconfig=Path(kubeconfig),
         storage_class="skiff-local",
         containerd_socket=Path(os.environ["SKIFF_NODE_CONTAINERD"]),
+        host_address=os.environ["SKIFF_NODE_IP"],
     )

@@ -16,9 +16,11 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import yaml
@@ -31,6 +33,7 @@ from rocketmq import (
     Producer,
     SimpleConsumer,
 )
+from tests.otlp_receiver import OtlpReceiver
 
 WAIT_S = 600
 NO_FINALIZERS = '{"metadata": {"finalizers": null}}'
@@ -340,3 +343,65 @@ def test_two_sync_groups_survive_kills_and_grow(cluster: Cluster, ns: Namespace)
     ns.kubectl("delete", "topics", "--all", "--timeout=120s")
     ns.kubectl("delete", "broker", "skiff", "--timeout=300s")
     uninstall_keeps_only_claims(cluster, ns, "skiff", kept)
+
+
+@contextlib.contextmanager
+def relay(listen_host: str, target_port: int) -> Iterator[int]:
+    """socat forwarding ``listen_host``:<port> to 127.0.0.1:``target_port``; yields the port."""
+    with socket.socket() as sock:
+        sock.bind((listen_host, 0))
+        port = sock.getsockname()[1]
+    process = subprocess.Popen(
+        ["socat", f"TCP-LISTEN:{port},bind={listen_host},fork,reuseaddr",
+         f"TCP:127.0.0.1:{target_port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        yield port
+    finally:
+        process.terminate()
+        process.wait()
+
+
+def test_pods_export_spans_that_traces_analyze_reads(
+    cluster: Cluster, ns: Namespace, tmp_path: Path
+) -> None:
+    if cluster.host_address is None:
+        pytest.skip("the OTLP receiver runs on this machine; only the real node's pods reach it")
+    with OtlpReceiver() as receiver, relay(cluster.host_address, receiver.port) as port:
+        install_chart(ns, cluster, "skiff")
+        telemetry = {"otlpEndpoint": f"http://{cluster.host_address}:{port}", "samplingRatio": 1}
+        broker = broker_manifest(
+            cluster, replicationMode="SYNC", flushType="SYNC_FLUSH", telemetry=telemetry
+        )
+        ns.kubectl("apply", "-f", "-", input=yaml.safe_dump(broker))
+        ns.kubectl("apply", "-f", str(ROOT / "examples" / "topic.yaml"))
+        ns.wait_ready("broker", "skiff")
+        ns.wait_ready("topic", "orders")
+        bodies = [f"traced {i}".encode() for i in range(30)]
+        with ns.port_forward("svc/skiff-a", 8081) as endpoint:
+            send(endpoint, "orders", bodies)
+
+        def appends() -> list:
+            return [
+                span
+                for span in receiver.spans()
+                if span.name == "skiff.store.append"
+                and span.attributes.get("messaging.destination.name") == "orders"
+            ]
+
+        ns.wait_until("the pods' append spans", lambda: len(appends()) >= len(bodies))
+        traces = receiver.write_traces_json(tmp_path / "otlp" / "traces.jsonl")
+
+    done = subprocess.run(
+        [sys.executable, "-m", "skiff_broker", "traces", "analyze", str(traces),
+         "--output", str(tmp_path / "latency"), "--window", "10 minutes", "--json"],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    rows = [
+        row for row in report["overall"] if row["kind"] == "append" and row["topic"] == "orders"
+    ]
+    assert [(r["flush_type"], r["replication_mode"]) for r in rows] == [("SYNC_FLUSH", "SYNC")]
+    assert rows[0]["count"] == len(appends()) and rows[0]["failures"] == 0
