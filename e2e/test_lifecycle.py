@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -129,6 +130,46 @@ def receive(endpoint: str, topic: str, group: str, count: int) -> list[bytes]:
     finally:
         consumer.shutdown()
     return received
+
+
+class ProducerDuringRollout:
+    """Sends one message after another until stopped, keeping those acknowledged.
+
+    Sends fail while the group has no master; only the acknowledged ones must survive.
+    """
+
+    def __init__(self, endpoint: str, topic: str) -> None:
+        self.acknowledged: set[bytes] = set()
+        self.failed = 0
+        self._stop = threading.Event()
+        self._producer = Producer(ClientConfiguration(endpoint, Credentials()), (topic,))
+        self._topic = topic
+        self._thread = threading.Thread(target=self._run, name="rollout-producer")
+
+    def _run(self) -> None:
+        index = 0
+        while not self._stop.is_set():
+            message = Message()
+            message.topic = self._topic
+            message.body = f"during rollout {index}".encode()
+            index += 1
+            try:
+                self._producer.send(message)
+            except Exception:
+                self.failed += 1
+                self._stop.wait(0.5)
+            else:
+                self.acknowledged.add(message.body)
+
+    def __enter__(self) -> ProducerDuringRollout:
+        self._producer.startup()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._producer.shutdown()
 
 
 def receive_all(endpoint: str, topic: str, group: str, wanted: set[bytes]) -> set[bytes]:
@@ -250,16 +291,21 @@ def test_install_use_break_change_uninstall(cluster: Cluster, ns: Namespace) -> 
     with ns.port_forward("svc/skiff-a", 8081) as endpoint:
         assert sorted(receive(endpoint, "orders", "e2e", len(bodies))) == sorted(bodies)
 
-    # A spec change rolls out replicas first, then the master; the group serves afterwards.
+    # A spec change rolls out replicas first, then the master, with a producer writing all
+    # along; every write acknowledged during the rollout is there afterwards.
     before = {pod: pod_uid(ns, pod) for pod in ("skiff-a-0", "skiff-a-1")}
     revision = ns.get("statefulset", "skiff-a")["status"].get("updateRevision")
-    ns.kubectl("patch", "broker", "skiff", "--type", "merge", "-p",
-               json.dumps({"spec": {"flushType": "SYNC_FLUSH"}}))  # fmt: skip
-    ns.wait_until(
-        "the spec change to reach the StatefulSet",
-        lambda: ns.get("statefulset", "skiff-a")["status"].get("updateRevision") != revision,
-    )
-    ns.kubectl("rollout", "status", "statefulset/skiff-a", "--timeout=600s")
+    with (
+        ns.port_forward("svc/skiff-a", 8081) as endpoint,
+        ProducerDuringRollout(endpoint, "orders") as producer,
+    ):
+        ns.kubectl("patch", "broker", "skiff", "--type", "merge", "-p",
+                   json.dumps({"spec": {"flushType": "SYNC_FLUSH"}}))  # fmt: skip
+        ns.wait_until(
+            "the spec change to reach the StatefulSet",
+            lambda: ns.get("statefulset", "skiff-a")["status"].get("updateRevision") != revision,
+        )
+        ns.kubectl("rollout", "status", "statefulset/skiff-a", "--timeout=600s")
     ns.wait_ready("broker", "skiff")
     after = {pod: ns.get("pod", pod) for pod in before}
     assert all(after[pod]["metadata"]["uid"] != before[pod] for pod in before), "not restarted"
@@ -267,6 +313,11 @@ def test_install_use_break_change_uninstall(cluster: Cluster, ns: Namespace) -> 
         after["skiff-a-1"]["metadata"]["creationTimestamp"]
         <= after["skiff-a-0"]["metadata"]["creationTimestamp"]
     ), "the master restarted before its replica"
+    assert producer.acknowledged, f"no write acknowledged during the rollout ({producer.failed})"
+    with ns.port_forward("svc/skiff-a", 8081) as endpoint:
+        received = receive_all(endpoint, "orders", "e2e-rollout", producer.acknowledged)
+    lost = producer.acknowledged - received
+    assert not lost, f"{len(lost)} of {len(producer.acknowledged)} acknowledged writes lost"
     round_trip(ns, "skiff-a", "orders", "after-rollout")
 
     # The Broker goes; its data claims stay (deleteClaimsWithBroker is false).
