@@ -243,6 +243,13 @@ def broker_manifest(cluster: Cluster, **spec: object) -> dict:
     return broker
 
 
+# Prints the uid and the errno of writing to the root filesystem (30: EROFS, read-only).
+WRITE_PROBE = (
+    "import os\n"
+    "try:\n    open('/probe', 'w')\nexcept OSError as e:\n    print(os.getuid(), e.errno)"
+)
+
+
 def pod_uid(ns: Namespace, pod: str) -> str:
     return ns.get("pod", pod)["metadata"]["uid"]
 
@@ -279,6 +286,11 @@ def test_install_use_break_change_uninstall(cluster: Cluster, ns: Namespace) -> 
     ns.wait_ready("broker", "skiff")
     ns.wait_ready("topic", "orders")
     ns.wait_ready("topic", "payments")
+
+    # Both images run as their non-root user on a read-only root filesystem.
+    for target in ("skiff-a-0", "deploy/skiff-operator"):
+        probe = ns.kubectl("exec", target, "--", "python3", "-c", WRITE_PROBE)
+        assert probe.split() == ["10001", "30"], f"{target}: {probe!r}"
 
     bodies = [f"order {i}".encode() for i in range(200)]
     with ns.port_forward("svc/skiff-a", 8081) as endpoint:
