@@ -32,7 +32,7 @@ from .naming import (
 )
 
 SETTINGS_HASH_ANNOTATION = "skiff.io/settings-hash"
-# Non-root user of the broker image (images/broker.Dockerfile).
+# Non-root user of the broker image (images/Dockerfile, target broker).
 BROKER_UID = 10001
 
 
