@@ -49,30 +49,29 @@ SCHEDULE_QUEUE = 0
 ROCKETMQ_DELAY_OFFSETS = "delayOffset.json"
 # RocketMQ's delay level of a message in its schedule topic (level 1 is queue 0).
 ROCKETMQ_DELAY_LEVEL = "DELAY"
-# RocketMQ's default messageDelayLevel, "1s 5s 10s 30s 1m ... 2h", in milliseconds.
-ROCKETMQ_LEVEL_DELAYS_MS = tuple(
-    seconds * 1000
-    for seconds in (
-        1,
-        5,
-        10,
-        30,
-        60,
-        120,
-        180,
-        240,
-        300,
-        360,
-        420,
-        480,
-        540,
-        600,
-        1200,
-        1800,
-        3600,
-        7200,
-    )
+# RocketMQ's default messageDelayLevel, "1s 5s 10s 30s 1m ... 2h": the delays of its
+# delay levels 1 to 18, which are also the redelivery delays after failed consumption.
+ROCKETMQ_LEVEL_DELAYS_S = (
+    1,
+    5,
+    10,
+    30,
+    60,
+    120,
+    180,
+    240,
+    300,
+    360,
+    420,
+    480,
+    540,
+    600,
+    1200,
+    1800,
+    3600,
+    7200,
 )
+ROCKETMQ_LEVEL_DELAYS_MS = tuple(seconds * 1000 for seconds in ROCKETMQ_LEVEL_DELAYS_S)
 # A delivery batch is one append; it must fit a commit-log segment with room to spare.
 _BATCH_MESSAGES = 32
 _BATCH_BYTES = 1024 * 1024

@@ -30,32 +30,11 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
 from ..config import BrokerConfig
+from ..delivery.delay import ROCKETMQ_LEVEL_DELAYS_S
 from ..metadata.topic_table import MessageType, TopicTable
 from .status import OK
 
 log = logging.getLogger(__name__)
-
-# Redelivery delays after a failed consumption (RocketMQ's default levels).
-_RETRY_DELAYS_S = (
-    1,
-    5,
-    10,
-    30,
-    60,
-    120,
-    180,
-    240,
-    300,
-    360,
-    420,
-    480,
-    540,
-    600,
-    1200,
-    1800,
-    3600,
-    7200,
-)
 
 
 # Commands waiting to be written to one Telemetry stream.
@@ -209,7 +188,7 @@ class ClientRegistry:
             reply.backoff_policy.Clear()
             reply.backoff_policy.max_attempts = self._config.max_delivery_attempts
             reply.backoff_policy.customized_backoff.next.extend(
-                Duration(seconds=s) for s in _RETRY_DELAYS_S
+                Duration(seconds=s) for s in ROCKETMQ_LEVEL_DELAYS_S
             )
         session.settings = reply
         return reply
