@@ -179,6 +179,16 @@ class ReplicaClient:
         except (KeyError, TypeError, ValueError) as exc:
             raise FramingError(f"bad WELCOME: {exc}") from None
         store = self._store
+        master_epoch = max((e.epoch for e in master_epochs), default=0)
+        if master_epoch < self._epochs.epoch:
+            # This broker was master in a later term: its log is the newer one.
+            raise _Refused(
+                f"master {self.config.master_address} is at epoch {master_epoch}, older than "
+                f"this broker's epoch {self._epochs.epoch}, so following it would cut writes "
+                "this broker acknowledged as master; nothing was cut. Make "
+                f"{self.config.master_address} a replica of this broker instead, or empty this "
+                "broker's data directory if its log is to be given up"
+            )
         end = store.commit_log.queue.max_wrote_offset
         if end > start:
             log.warning(
