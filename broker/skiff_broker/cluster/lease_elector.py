@@ -82,6 +82,7 @@ class LeaseElector:
         self._holding = False
         self._fenced = False
         self._labelled = ""
+        self._left_out: tuple[str, str] | None = None
         self._failures = 0
         self._task: asyncio.Task | None = None
         self.groups: dict[str, GroupState] = {}
@@ -182,9 +183,12 @@ class LeaseElector:
             self._fence("its Lease expired")
         if record.may_take(self.me):
             await self._acquire(record)
-        elif self.replication.role is not Role.MASTER:
-            log.debug(
-                "group %s has no master, and this pod is not in its in-sync set %s",
+        elif self.replication.role is not Role.MASTER and self._left_out != record.identity():
+            # Once per Lease state: its log may lack writes the last master acknowledged.
+            self._left_out = record.identity()
+            log.warning(
+                "group %s has no master, and this pod is not in its in-sync set %s, so it "
+                "does not take the Lease; start one of those pods to give the group a master",
                 self.group,
                 record.in_sync,
             )
