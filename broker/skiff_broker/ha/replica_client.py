@@ -190,6 +190,22 @@ class ReplicaClient:
                 "broker's data directory if its log is to be given up"
             )
         end = store.commit_log.queue.max_wrote_offset
+        last = master_epochs[-1] if master_epochs else None
+        # A master is never behind a replica in the term it is writing: both brokers
+        # were master under the same epoch number.
+        if (
+            end > start
+            and last is not None
+            and last.start_offset <= start
+            and last in self._epochs.entries
+        ):
+            raise _Refused(
+                f"this broker's log goes {end - start} bytes past master "
+                f"{self.config.master_address}'s in their shared epoch {last.epoch}, so "
+                "both were master in that epoch; nothing was cut. Make "
+                f"{self.config.master_address} a replica of this broker instead, or empty "
+                "this broker's data directory if its log is to be given up"
+            )
         if end > start:
             log.warning(
                 "this replica's log diverged from master %s at %d: cutting %d bytes it "
