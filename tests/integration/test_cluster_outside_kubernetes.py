@@ -8,6 +8,7 @@ answers a route with the topic's queues on every group.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from tests.k8s.cluster_members import pull_all, route, wait_for
 from skiff_broker.client.admin import AdminClient
 from skiff_broker.client.errors import FailedPrecondition
 from skiff_broker.client.messaging import MessagingClient, OutgoingMessage
+from skiff_broker.client.producer import BatchingProducer
+from skiff_broker.client.pull_consumer import PullConsumer
 from skiff_broker.metadata.topic_table import TopicConfig
 
 TOPIC = "payments"
@@ -139,12 +142,31 @@ def test_a_broker_ahead_of_its_master_in_the_same_term_cuts_nothing(brokers: Bro
 
 
 def test_cluster_peers_put_every_groups_queues_in_routes(brokers: Brokers) -> None:
-    b = brokers.start("orders-b", queues=2)
+    b = brokers.start("orders-b", queues=6)
     a = brokers.start("orders-a", "--cluster-peers", b.endpoint, queues=4)
     queues: dict[str, set[int]] = {}
     for queue in route(a.endpoint):
         queues.setdefault(queue.broker.name, set()).add(queue.id)
-    assert queues == {"orders-a": {0, 1, 2, 3}, "orders-b": {0, 1}}
+    assert queues == {"orders-a": {0, 1, 2, 3}, "orders-b": {0, 1, 2, 3, 4, 5}}
+
+    # Skiff's batching producer, bootstrapped at one group, writes to both.
+    async def produce() -> list[str]:
+        receipts = []
+        async with BatchingProducer(a.endpoint, linger_ms=0) as producer:
+            for batch in range(20):
+                receipts += await asyncio.gather(
+                    *(producer.send(TOPIC, b"batched-%d-%d" % (batch, i)) for i in range(10))
+                )
+        return [r.message_id for r in receipts]
+
+    sent = set(asyncio.run(produce()))
+    on_a, on_b = pull_all(a.endpoint), pull_all(b.endpoint, queues=6)
+    assert on_a and on_b, "the producer wrote to one group only"
+    assert on_a.keys() | on_b.keys() == sent
+    # A pull consumer reads its own group's queues from the broker it is given.
+    with PullConsumer(a.endpoint) as consumer:
+        assert consumer.queue_ids(TOPIC) == [0, 1, 2, 3]
+
     b.stop()
     # A peer that does not answer is left out once what was learned from it is stale.
     wait_for(

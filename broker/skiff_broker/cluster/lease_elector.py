@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 # API-server failures in a row between two log lines about them.
 _QUIET_FAILURES = 15
+# How often a holder looks for a change of its in-sync set between renewals.
+_PUBLISH_CHECK_S = 0.2
 
 
 def pod_of(replica_name: str) -> str:
@@ -140,7 +142,10 @@ class LeaseElector:
             self._check_fence()
             with contextlib.suppress(KubeError):
                 await self._label_role()
-            await asyncio.sleep(max(0.0, RETRY_PERIOD_S - (time.monotonic() - started)))
+            # A replica that caught up is published at once: SYNC writes wait for it.
+            while time.monotonic() - started < RETRY_PERIOD_S and not self._set_changed():
+                await asyncio.sleep(_PUBLISH_CHECK_S)
+                self._check_fence()
 
     # -- one look at the Leases -----------------------------------------------
 
@@ -308,6 +313,14 @@ class LeaseElector:
         tracker.publish(candidates)
         if self._fenced:
             self._unfence()
+
+    def _set_changed(self) -> bool:
+        master = self.replication.master
+        if not self._holding or self._fenced or master is None:
+            return False
+        term = self.replication.epochs.last
+        candidates = frozenset(master.tracker.publishable(term.start_offset if term else 0))
+        return candidates != master.tracker.published
 
     # -- fencing ----------------------------------------------------------------
 
