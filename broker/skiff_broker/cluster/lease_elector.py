@@ -1,6 +1,8 @@
 """The group's master is the holder of its Lease; this broker competes for it and obeys it.
 
-Every ``RETRY_PERIOD_S`` the broker reads its group's Lease:
+Every ``RETRY_PERIOD_S`` the broker reads its group's Lease (and, while another
+pod holds it, also right when it would expire; every 0.25 s while it has no
+live holder):
 
 - No Lease: create it, holding it (the first broker of a new group).
 - Held by this pod: renew it, publishing the term, endpoints and in-sync set.
@@ -40,6 +42,8 @@ log = logging.getLogger(__name__)
 _QUIET_FAILURES = 15
 # How often a holder looks for a change of its in-sync set between renewals.
 _PUBLISH_CHECK_S = 0.2
+# How soon a broker looks again at a Lease that has just expired or has no holder.
+_FAST_LOOK_S = 0.25
 
 
 def pod_of(replica_name: str) -> str:
@@ -85,6 +89,8 @@ class LeaseElector:
         self._fenced = False
         self._labelled = ""
         self._left_out: tuple[str, str] | None = None
+        # Seconds until the next look at the Leases.
+        self._period = RETRY_PERIOD_S
         self._failures = 0
         self._task: asyncio.Task | None = None
         self.groups: dict[str, GroupState] = {}
@@ -143,8 +149,8 @@ class LeaseElector:
             with contextlib.suppress(KubeError):
                 await self._label_role()
             # A replica that caught up is published at once: SYNC writes wait for it.
-            while time.monotonic() - started < RETRY_PERIOD_S and not self._set_changed():
-                await asyncio.sleep(_PUBLISH_CHECK_S)
+            while time.monotonic() - started < self._period and not self._set_changed():
+                await asyncio.sleep(min(_PUBLISH_CHECK_S, self._period))
                 self._check_fence()
 
     # -- one look at the Leases -----------------------------------------------
@@ -161,6 +167,18 @@ class LeaseElector:
                 self._seen[name] = (record.identity(), now)
         self.groups = {name: self._group_state(r, now) for name, r in records.items()}
         record = records.get(self.group)
+        self._period = RETRY_PERIOD_S
+        if record is not None and record.holder and record.holder != self.me:
+            seen = self._seen[record.name][1]
+            # Look again right when it would expire, not up to a period later.
+            until_expiry = seen + record.duration_s - now
+            self._period = (
+                _FAST_LOOK_S
+                if until_expiry <= 0
+                else min(RETRY_PERIOD_S, until_expiry + _FAST_LOOK_S)
+            )
+        elif record is not None and not record.holder:
+            self._period = _FAST_LOOK_S
         if record is None:
             await self._create()
             return
@@ -182,10 +200,13 @@ class LeaseElector:
             ):
                 await self.replication.follow(record.ha_address)
             return
-        # Expired or released.
+        # Expired or released: look often until someone holds it again.
+        self._period = _FAST_LOOK_S
         if self._holding:
             self._holding = False
             self._fence("its Lease expired")
+        if not record.may_take(self.me):
+            self._period = RETRY_PERIOD_S
         if record.may_take(self.me):
             await self._acquire(record)
         elif self.replication.role is not Role.MASTER and self._left_out != record.identity():
