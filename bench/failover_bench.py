@@ -18,6 +18,7 @@ min, median, p90 and max over the runs.
 from __future__ import annotations
 
 import argparse
+import datetime
 import random
 import statistics
 import sys
@@ -49,7 +50,16 @@ def send_once(endpoint: str, body: bytes) -> bool:
         return False
 
 
-def one_run(cluster: Cluster, number: int) -> tuple[float, int]:
+def took_over(cluster: Cluster, pod: str) -> float:
+    """Wall time of the new master's "took the Lease" log line."""
+    for record in cluster.brokers[pod].log_lines():
+        if record.get("msg", "").startswith("took the Lease"):
+            stamp = datetime.datetime.fromisoformat(record["ts"].replace("Z", "+00:00"))
+            return stamp.timestamp()
+    return float("nan")
+
+
+def one_run(cluster: Cluster, number: int) -> tuple[float, int, float]:
     cluster.start(GROUP, PODS[0])
     cluster.wait_master(GROUP, PODS[0])
     for pod in PODS[1:]:
@@ -64,14 +74,15 @@ def one_run(cluster: Cluster, number: int) -> tuple[float, int]:
         sent += 1
     master.kill()
     killed = time.monotonic()
+    killed_wall = time.time()
     errors = 0
     survivors = [cluster.brokers[pod].endpoint for pod in PODS[1:]]
     while True:
         # As an application retrying over its bootstrap addresses: a replica refuses
         # at once, the new master acknowledges once it can.
-        for endpoint in survivors:
+        for pod, endpoint in zip(PODS[1:], survivors, strict=True):
             if send_once(endpoint, b"after-%d" % number):
-                return time.monotonic() - killed, errors
+                return time.monotonic() - killed, errors, took_over(cluster, pod) - killed_wall
             errors += 1
         time.sleep(0.05)
         if time.monotonic() - killed > 120:
@@ -96,13 +107,13 @@ def main() -> None:
             run_dir.mkdir()
             cluster = Cluster(plane, run_dir, lease_duration=args.lease_duration)
             try:
-                seconds, errors = one_run(cluster, number)
+                seconds, errors, takeover = one_run(cluster, number)
             finally:
                 cluster.cleanup()
             times.append(seconds)
             print(
-                f"run {number + 1}: first acknowledged write {seconds:.2f} s after SIGKILL; "
-                f"{errors} failed sends meanwhile",
+                f"run {number + 1}: first acknowledged write {seconds:.2f} s after SIGKILL "
+                f"(Lease taken after {takeover:.2f} s); {errors} failed sends meanwhile",
                 flush=True,
             )
     ordered = sorted(times)

@@ -8,8 +8,10 @@ live holder):
 - Held by this pod: renew it, publishing the term, endpoints and in-sync set.
   A pod that holds it but is not master (it restarted) takes a new term.
 - Held by another pod that renewed it within the Lease duration (as seen on this
-  broker's own clock, so clocks need not agree): follow that pod's replication
-  address; a master steps down first.
+  broker's own clock, so clocks need not agree; a renewal counts from the
+  previous look, bounded so that the Lease never expires here before its holder
+  has fenced itself): follow that pod's replication address; a master steps
+  down first.
 - Expired or released: take it, if this pod is in its ``skiff.io/in-sync`` list
   (a broker whose log may lack acknowledged writes never becomes master). The
   update carries the Lease's resourceVersion: of two takers one fails.
@@ -89,8 +91,9 @@ class LeaseElector:
         self._fenced = False
         self._labelled = ""
         self._left_out: tuple[str, str] | None = None
-        # Seconds until the next look at the Leases.
+        # Seconds until the next look at the Leases, and when the last one began.
         self._period = RETRY_PERIOD_S
+        self._previous_look: float | None = None
         self._failures = 0
         self._task: asyncio.Task | None = None
         self.groups: dict[str, GroupState] = {}
@@ -156,15 +159,17 @@ class LeaseElector:
     # -- one look at the Leases -----------------------------------------------
 
     async def _tick(self) -> None:
+        look = time.monotonic()
         leases = await asyncio.to_thread(
             self.api.list_leases, self.config.namespace, f"{CLUSTER_LABEL}={self.config.name}"
         )
         records = {r.name: r for r in map(LeaseRecord.from_object, leases)}
         now = time.monotonic()
+        previous, self._previous_look = self._previous_look, look
         for name, record in records.items():
             seen = self._seen.get(name)
             if seen is None or seen[0] != record.identity():
-                self._seen[name] = (record.identity(), now)
+                self._seen[name] = (record.identity(), self._renewed_by(record, previous, now))
         self.groups = {name: self._group_state(r, now) for name, r in records.items()}
         record = records.get(self.group)
         self._period = RETRY_PERIOD_S
@@ -218,6 +223,19 @@ class LeaseElector:
                 self.group,
                 record.in_sync,
             )
+
+    @staticmethod
+    def _renewed_by(record: LeaseRecord, previous: float | None, now: float) -> float:
+        """When, on this clock, to count a renewal first seen now as made.
+
+        Not before the previous look (it was not there yet), and never more than a
+        third of the Lease minus a second before now: the holder fences itself 2/3
+        of the Lease after it sent the renewal, so the Lease expires here at least a
+        second after that, however late this broker looked.
+        """
+        if previous is None:
+            return now
+        return max(previous, now - max(0.0, record.duration_s / 3 - 1.0))
 
     def _alive(self, record: LeaseRecord, now: float) -> bool:
         seen = self._seen.get(record.name)
