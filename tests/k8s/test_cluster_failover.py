@@ -273,3 +273,19 @@ def test_a_replica_outside_the_in_sync_set_never_takes_the_lease(cluster: Cluste
     wanted = {r.message_id for r in only_on_master if isinstance(r, SendReceipt)}
     wait_for("the replica to copy them", lambda: wanted <= pull_all(behind.endpoint).keys())
     assert wanted <= pull_all(returned.endpoint).keys()
+
+
+def test_a_master_stopped_cleanly_hands_its_lease_to_an_in_sync_replica(
+    cluster: Cluster,
+) -> None:
+    before = start_group(cluster, PODS[:2], mode="ASYNC")
+    acknowledged = send_each_alone(
+        cluster.brokers[PODS[0]].endpoint, [b"m-%d" % i for i in range(30)]
+    )
+    cluster.wait_master(GROUP, PODS[0], in_sync=set(PODS[:2]))
+    cluster.brokers[PODS[0]].stop()
+    assert any("released the Lease" in r["msg"] for r in cluster.brokers[PODS[0]].log_lines())
+    after = cluster.wait_master(GROUP, PODS[1])
+    assert after["epoch"] == before["epoch"] + 1
+    stored = pull_all(cluster.brokers[PODS[1]].endpoint)
+    assert {r.message_id for r in acknowledged if isinstance(r, SendReceipt)} <= stored.keys()

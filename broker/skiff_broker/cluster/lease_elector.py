@@ -90,6 +90,7 @@ class LeaseElector:
         self._holding = False
         self._fenced = False
         self._labelled = ""
+        self._label_failed = False
         self._left_out: tuple[str, str] | None = None
         # Seconds until the next look at the Leases, and when the last one began.
         self._period = RETRY_PERIOD_S
@@ -149,8 +150,12 @@ class LeaseElector:
             except Exception:
                 log.exception("the Lease loop of group %s failed; retrying", self.group)
             self._check_fence()
-            with contextlib.suppress(KubeError):
+            try:
                 await self._label_role()
+            except KubeError as exc:
+                if not self._label_failed:
+                    self._label_failed = True
+                    log.warning("cannot label pod %s with its role: %s", self.me, exc)
             # A replica that caught up is published at once: SYNC writes wait for it.
             while time.monotonic() - started < self._period and not self._set_changed():
                 await asyncio.sleep(min(_PUBLISH_CHECK_S, self._period))
