@@ -199,10 +199,66 @@ def main(log_level: str) -> None:
 @click.option(
     "--role",
     envvar="SKIFF_ROLE",
-    type=click.Choice(["MASTER", "REPLICA", "AUTO"], case_sensitive=False),
+    type=click.Choice(["MASTER", "REPLICA", "AUTO", "LEASE"], case_sensitive=False),
     default="MASTER",
     show_default=True,
-    help="AUTO: MASTER for StatefulSet ordinal 0 (SKIFF_POD_NAME or HOSTNAME), else REPLICA.",
+    help="AUTO: MASTER for StatefulSet ordinal 0 (SKIFF_POD_NAME or HOSTNAME), else REPLICA. "
+    "LEASE: the holder of the group's Kubernetes Lease is the master.",
+)
+@click.option(
+    "--cluster",
+    "cluster_name",
+    envvar="SKIFF_CLUSTER",
+    default="",
+    help="The cluster (Broker resource) this group belongs to; its groups' Leases carry it.",
+)
+@click.option(
+    "--namespace",
+    envvar="SKIFF_NAMESPACE",
+    default="",
+    help="Kubernetes namespace of the group's Lease (--role LEASE).",
+)
+@click.option(
+    "--pod-name",
+    envvar="SKIFF_POD_NAME",
+    default="",
+    help="This broker's pod (default: HOSTNAME); the Lease's holder identity.",
+)
+@click.option(
+    "--kubeconfig",
+    envvar="SKIFF_KUBECONFIG",
+    default="",
+    help="A kubeconfig to reach the API server with (default: the pod's service account).",
+)
+@click.option(
+    "--lease-duration",
+    envvar="SKIFF_LEASE_DURATION",
+    type=click.IntRange(3),
+    default=15,
+    show_default=True,
+    help="Seconds a Lease not renewed stays with its holder; the holder stops "
+    "acknowledging writes after 2/3 of it.",
+)
+@click.option(
+    "--ha-advertise",
+    envvar="SKIFF_HA_ADVERTISE",
+    default="",
+    help="HOST:PORT replicas reach this broker's replication at when it is master "
+    "(default: the --ha-listen address).",
+)
+@click.option(
+    "--cluster-peers",
+    envvar="SKIFF_CLUSTER_PEERS",
+    default="",
+    help="Other groups' client endpoints (HOST:PORT,HOST:PORT) outside Kubernetes; routes "
+    "include the topic's queues on them.",
+)
+@click.option(
+    "--external-listen",
+    envvar="SKIFF_EXTERNAL_LISTEN",
+    default="",
+    help="A second client address; clients connecting there get the groups' external "
+    "addresses (the <cluster>-endpoints ConfigMap) in routes.",
 )
 @click.option(
     "--master-address",
@@ -294,6 +350,14 @@ def broker(
     transaction_timeout: float,
     transaction_check_max: int,
     role: str,
+    cluster_name: str,
+    namespace: str,
+    pod_name: str,
+    kubeconfig: str,
+    lease_duration: int,
+    ha_advertise: str,
+    cluster_peers: str,
+    external_listen: str,
     master_address: str,
     ha_listen: str,
     replication_mode: str,
@@ -310,9 +374,11 @@ def broker(
     """
     import asyncio
 
+    from .cluster.config import ClusterConfig
     from .config import BrokerConfig
     from .ha.config import ReplicationConfig, ReplicationMode, Role
     from .ha.epoch_file import EpochFileError
+    from .ha.role_file import RoleFileError
     from .metadata.state_file import StateFileError
     from .server.app import BrokerServer
     from .store.errors import StoreError
@@ -355,9 +421,19 @@ def broker(
             heartbeat_interval=ha_heartbeat_interval,
             heartbeat_timeout=ha_heartbeat_timeout,
         ),
+        cluster=ClusterConfig(
+            name=cluster_name,
+            namespace=namespace,
+            pod_name=pod_name or _pod_name(),
+            kubeconfig=kubeconfig,
+            lease_duration_s=lease_duration,
+            ha_advertise=ha_advertise,
+            peers=[p.strip() for p in cluster_peers.split(",") if p.strip()],
+            external_listen=external_listen,
+        ),
     )
     try:
-        config.replication.resolve_role(_pod_name())
+        config.replication.resolve_role(pod_name or _pod_name())
         config.validate()
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
@@ -368,7 +444,7 @@ def broker(
             _check_can_listen(ha_listen, "--ha-listen")
         server = BrokerServer(config)
         asyncio.run(server.serve_until_signalled())
-    except (StoreError, OSError, EpochFileError, StateFileError) as exc:
+    except (StoreError, OSError, EpochFileError, StateFileError, RoleFileError) as exc:
         raise click.ClickException(_one_line(str(exc))) from exc
     except Exception as exc:
         # Anything else is a fault of the broker: one line here, the traceback at DEBUG.

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from .ha.config import ReplicationConfig
+from .cluster.config import ClusterConfig
+from .ha.config import ReplicationConfig, Role
 from .store.config import StoreConfig
 
 
@@ -40,6 +41,8 @@ class BrokerConfig:
     discard_damaged_state: bool = False
     # Master/replica replication (role, master address, mode, in-sync rules).
     replication: ReplicationConfig = dataclasses.field(default_factory=ReplicationConfig)
+    # The cluster: the group's Lease, other groups, external access.
+    cluster: ClusterConfig = dataclasses.field(default_factory=ClusterConfig)
 
     def validate(self) -> None:
         self.store.validate()
@@ -55,3 +58,4 @@ class BrokerConfig:
         if self.transaction_timeout_ms < 0 or self.transaction_check_max < 0:
             raise ValueError("the transaction timeout and check maximum cannot be negative")
         self.replication.validate()
+        self.cluster.validate(under_lease=self.replication.role is Role.LEASE)

@@ -113,6 +113,12 @@ class Broker:
         self.delays.start()
         self.transactions.start()
 
+    def stop_writers(self, reason: str) -> None:
+        """Take no more writes (a master stepping down); ``reason`` answers each refused one."""
+        self.store.read_only_reason = reason
+        self.delays.stop()
+        self.transactions.stop()
+
     def ensure_system_topic(self, name: str, queues: int = 1) -> TopicConfig:
         """A broker-owned topic (dead letters, schedules), created on first use."""
         topic = self.topics.get(name)

@@ -2,13 +2,29 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
-from tests.broker_process import broker_env, running_broker
+import pytest
+from tests.broker_process import (
+    BrokerProcess,
+    broker_env,
+    create_topics,
+    data_dir_of,
+    running_broker,
+    start_broker,
+)
+from tests.k8s.cluster_members import pull_all
+from tests.kube_control_plane import free_port
+
+from skiff_broker.client.messaging import MessagingClient, OutgoingMessage
+from skiff_broker.metadata.topic_table import TopicConfig
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 README_ENDPOINT = "127.0.0.1:8081"
@@ -90,3 +106,133 @@ def test_skiffs_own_clients_snippet(tmp_path):
     assert {line.split()[0] for line in read} == {"0", "1", "2", "3"}
     assert sum("b'one'" in line for line in read) == 1
     assert sum("b'many " in line for line in read) == 10_000
+
+
+# -- the replication walkthrough ---------------------------------------------------
+
+README_PORTS = ("8081", "8082", "10912", "10913")
+
+
+class Walkthrough:
+    """The README's replication commands, run literally on free local ports."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.ports = {port: str(free_port()) for port in README_PORTS}
+        first, failover = _blocks(_section("Replication"), "sh")
+        self.starts = [self._args(line) for line in first.splitlines() if "skiff broker" in line]
+        self.info = next(self._args(line) for line in first.splitlines() if "admin info" in line)
+        self.promote, self.rejoin = (
+            self._args(line) for line in failover.splitlines() if line.strip()
+        )
+        self.running: list[BrokerProcess] = []
+
+    def _args(self, line: str) -> list[str]:
+        line = line.split("#")[0]
+        for port, mine in self.ports.items():
+            line = line.replace(f":{port}", f":{mine}")
+        args = shlex.split(line)
+        assert args[0] == "skiff"
+        return args[1:]
+
+    def broker(self, args: list[str]) -> BrokerProcess:
+        """``skiff broker ...`` with its data directory under the test's folder."""
+        assert args[0] == "broker"
+        rest = list(args[1:])
+        at = rest.index("--data-dir")
+        home = self.tmp_path / Path(rest[at + 1]).name
+        del rest[at : at + 2]
+        home.mkdir(exist_ok=True)
+        broker = start_broker(home, *rest)
+        self.running.append(broker)
+        return broker
+
+    def skiff(self, args: list[str]) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "skiff_broker", *args],
+            env=broker_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def endpoint(self, port: str) -> str:
+        return f"127.0.0.1:{self.ports[port]}"
+
+    def send(self, port: str, count: int, prefix: bytes) -> dict[str, bytes]:
+        with MessagingClient(self.endpoint(port), timeout=30) as client:
+            messages = [OutgoingMessage("demo", prefix + b"-%d" % i) for i in range(count)]
+            receipts = list(client.send_each(messages, in_flight=4))
+        return {r.message_id: m.body for r, m in zip(receipts, messages, strict=True)}
+
+    def stored(self, port: str) -> dict[str, bytes]:
+        return pull_all(self.endpoint(port), "demo", queues=8)
+
+    def a1_follows(self) -> bool:
+        info = json.loads(self.skiff([*self.info, "--json"]))
+        return any(r["in_sync"] for r in info["replicas"])
+
+    def cleanup(self) -> None:
+        for broker in self.running:
+            broker.kill()
+
+
+@pytest.fixture
+def walkthrough(tmp_path: Path) -> Iterator[Walkthrough]:
+    steps = Walkthrough(tmp_path)
+    for name in ("a0", "a1"):
+        create_topics(data_dir_of(tmp_path / name), TopicConfig("demo", 8, 8))
+    try:
+        yield steps
+    finally:
+        steps.cleanup()
+
+
+def _wait(what: str, condition) -> None:  # type: ignore[no-untyped-def]
+    end = time.monotonic() + 60
+    while not condition():
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def test_replication_walkthrough_loses_no_acknowledged_message(walkthrough: Walkthrough) -> None:
+    steps = walkthrough
+    a0 = steps.broker(steps.starts[0])
+    steps.broker(steps.starts[1])
+    _wait("a1 to follow a0", steps.a1_follows)
+    first = steps.send("8081", 10, b"first")
+    a0.kill()
+    assert "is now MASTER" in steps.skiff(steps.promote)
+    second = steps.send("8082", 5, b"second")
+
+    # The old master rejoins as the README says and copies everything acknowledged.
+    steps.broker(steps.rejoin)
+    _wait("a0 to copy a1's log", lambda: steps.stored("8081").keys() >= (first | second).keys())
+    assert steps.stored("8082") == first | second
+
+
+def test_restarting_both_with_their_first_commands_keeps_the_promotion(
+    walkthrough: Walkthrough,
+) -> None:
+    steps = walkthrough
+    a0 = steps.broker(steps.starts[0])
+    a1 = steps.broker(steps.starts[1])
+    _wait("a1 to follow a0", steps.a1_follows)
+    first = steps.send("8081", 10, b"first")
+    a0.kill()
+    steps.skiff(steps.promote)
+    second = steps.send("8082", 5, b"second")
+
+    # kill -9 a1 too, then both come back with the commands they were first started with.
+    a1.kill()
+    a1 = steps.broker(steps.starts[1])
+    steps.broker(steps.starts[0])
+    info = json.loads(
+        steps.skiff(["admin", "info", "--endpoint", steps.endpoint("8082"), "--json"])
+    )
+    assert info["role"] == "MASTER"
+    assert any("stays master" in r.get("msg", "") for r in a1.log_lines())
+    assert not any("diverged" in r.get("msg", "") for r in a1.log_lines())
+    assert steps.stored("8082") == first | second

@@ -291,7 +291,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         if self._replication is None:
             raise FailedPrecondition("this broker runs without replication; it is a master")
         try:
-            await self._replication.promote(force=request.force)
+            await self._replication.promote(force=request.force, ha_listen=request.ha_listen)
         except PromotionRefused as exc:
             raise FailedPrecondition(str(exc)) from None
         info = self._replication.info()

@@ -307,9 +307,12 @@ class AdminClient:
             replica_lag_bytes=info.replica_lag_bytes,
         )
 
-    def promote(self, *, force: bool = False) -> Promotion:
-        """Make this replica the master (FAILED_PRECONDITION if out of sync and not forced)."""
-        reply = self._call(self._stub.Promote, apb.PromoteRequest(force=force))
+    def promote(self, *, force: bool = False, ha_listen: str = "") -> Promotion:
+        """Make this replica the master (FAILED_PRECONDITION if out of sync and not forced).
+
+        ``ha_listen``: where it serves replication as master (default: its --ha-listen).
+        """
+        reply = self._call(self._stub.Promote, apb.PromoteRequest(force=force, ha_listen=ha_listen))
         return Promotion(reply.role, reply.epoch, reply.epoch_start_offset, reply.ha_address)
 
     def queue_offsets(self, topic: str) -> list[QueueOffsets]:

@@ -28,6 +28,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc
 
 from .. import __version__
 from ..delivery import properties as prop
+from ..endpoints import address_of, endpoints_of
 from ..wire.compressed_body import CompressedBodyError, inflate
 from .errors import MessagingError, from_rpc_error
 from .message_id import new_message_id
@@ -81,6 +82,9 @@ class ReceivedMessage:
     receipt_handle: str
     # Why ``body`` is the stored bytes of a body flagged compressed; "" when readable.
     body_problem: str = ""
+
+
+_WRITABLE = (pb.Permission.WRITE, pb.Permission.READ_WRITE)
 
 
 def _timestamp(ms: int) -> Timestamp:
@@ -147,6 +151,30 @@ class MessagingClient:
             ("x-mq-client-version", __version__),
             ("x-mq-request-id", str(uuid.uuid4())),
         ]
+
+    # -- routes -------------------------------------------------------------
+
+    def writable_groups(self, topic: str) -> dict[str, str]:
+        """Group name → endpoint of every group with writable queues of ``topic``.
+
+        In a cluster any broker names every group; a lone broker names itself.
+        """
+        request = spb.QueryRouteRequest(
+            topic=pb.Resource(name=topic), endpoints=endpoints_of(self.endpoint)
+        )
+        try:
+            response = self._stub.QueryRoute(
+                request, timeout=self._timeout, metadata=self._metadata()
+            )
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc, self.endpoint) from None
+        _check(response.status)
+        groups: dict[str, str] = {}
+        for queue in response.message_queues:
+            address = address_of(queue.broker.endpoints)
+            if queue.permission in _WRITABLE and address is not None:
+                groups.setdefault(queue.broker.name, address)
+        return groups
 
     # -- producing ----------------------------------------------------------
 

@@ -34,6 +34,7 @@ import collections
 import dataclasses
 import time
 import uuid
+import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -269,8 +270,10 @@ class BatchingProducer:
         self._messages_sent = 0
 
         self._connections: dict[str, _Connection] = {}
-        self._routes: dict[str, str] = {}  # topic -> endpoint of its broker
-        self._route_lookups: dict[str, asyncio.Task[str]] = {}
+        # topic -> the endpoints of every group with writable queues of it
+        self._routes: dict[str, list[str]] = {}
+        self._route_lookups: dict[str, asyncio.Task[list[str]]] = {}
+        self._turn = 0
         self._topic_fields: dict[str, bytes] = {}
         self._event_loop: asyncio.AbstractEventLoop | None = None
 
@@ -521,7 +524,7 @@ class BatchingProducer:
 
     async def _request(self, batch: _Batch) -> None:
         try:
-            connection = await self._connection_for(batch.key[0])
+            connection = await self._connection_for(batch.key)
             if not batch.key[1] and connection.appends and await self._append(connection, batch):
                 return
             response = await self._call(
@@ -645,9 +648,11 @@ class BatchingProducer:
 
     # -- routes and connections ----------------------------------------------
 
-    async def _connection_for(self, topic: str) -> _Connection:
-        endpoint = self._routes.get(topic)
-        if endpoint is None:
+    async def _connection_for(self, key: BatchKey) -> _Connection:
+        """A batch's broker: groups in turn; a message group always on the same one."""
+        topic, message_group = key
+        endpoints = self._routes.get(topic)
+        if endpoints is None:
             lookup = self._route_lookups.get(topic)
             if lookup is None:
                 lookup = asyncio.get_running_loop().create_task(self._query_route(topic))
@@ -655,17 +660,21 @@ class BatchingProducer:
                 lookup.add_done_callback(lambda done: self._route_looked_up(topic, done))
             # One lookup serves every batch of the topic; one caller's cancellation
             # must not cancel it for the others.
-            endpoint = await asyncio.shield(lookup)
-        return self._connection(endpoint)
+            endpoints = await asyncio.shield(lookup)
+        if message_group:
+            # Ordered within its group: one broker for all of its messages.
+            return self._connection(endpoints[zlib.crc32(message_group.encode()) % len(endpoints)])
+        self._turn += 1
+        return self._connection(endpoints[self._turn % len(endpoints)])
 
-    def _route_looked_up(self, topic: str, lookup: asyncio.Task[str]) -> None:
+    def _route_looked_up(self, topic: str, lookup: asyncio.Task[list[str]]) -> None:
         if self._route_lookups.get(topic) is lookup:
             del self._route_lookups[topic]
         if not lookup.cancelled() and lookup.exception() is None:
             self._routes[topic] = lookup.result()
 
-    async def _query_route(self, topic: str) -> str:
-        """The endpoint of the broker that takes ``topic``'s messages."""
+    async def _query_route(self, topic: str) -> list[str]:
+        """The endpoints of the brokers (one per group) that take ``topic``'s messages."""
         bootstrap = self._connection(self.endpoint)
         request = spb.QueryRouteRequest(
             topic=pb.Resource(name=topic, resource_namespace=self._namespace),
@@ -674,10 +683,13 @@ class BatchingProducer:
         response = await self._call(bootstrap, bootstrap.stub.QueryRoute, request)
         if response.status.code not in _SUCCESS:
             raise _status_error(response.status)
+        writable: list[str] = []
         for queue in response.message_queues:
             endpoint = address_of(queue.broker.endpoints)
-            if queue.permission in _WRITABLE and endpoint is not None:
-                return endpoint
+            if queue.permission in _WRITABLE and endpoint is not None and endpoint not in writable:
+                writable.append(endpoint)
+        if writable:
+            return writable
         raise MessagingError(
             pb.Code.FORBIDDEN,
             pb.Code.Name(pb.Code.FORBIDDEN),

@@ -168,10 +168,16 @@ class PullConsumer:
     # -- queues and offsets -------------------------------------------------
 
     def queue_ids(self, topic: str) -> list[int]:
-        """The topic's readable queue IDs on this broker, in order."""
+        """The topic's readable queue IDs on this broker's group, in order.
+
+        In a cluster the route also lists other groups' queues (same IDs, other
+        brokers); the broker names its own group first, and only those are read here.
+        """
         request = spb.QueryRouteRequest(topic=self._resource(topic))
         response = self._unary(self._stub.QueryRoute, request)
-        return sorted({q.id for q in response.message_queues if q.permission in _READABLE})
+        queues = response.message_queues
+        own = queues[0].broker.name if queues else ""
+        return sorted({q.id for q in queues if q.permission in _READABLE and q.broker.name == own})
 
     def _query_offset(
         self, topic: str, queue_id: int, policy: int, timestamp_ms: int | None = None

@@ -80,13 +80,19 @@ def _replication_fields(state: BrokerInfo) -> list[tuple[str, Any]]:
 @click.option(
     "--force",
     is_flag=True,
-    help="Promote even a replica that is not in sync (it may lack acknowledged messages).",
+    help="Promote even a replica that is not in sync (it may lack acknowledged messages); "
+    "refused while its master still answers.",
+)
+@click.option(
+    "--ha-listen",
+    default="",
+    help="HOST:PORT where the new master serves replication (default: its --ha-listen).",
 )
 @client_command
-def promote(force: bool, endpoint: str, as_json: bool) -> None:
-    """Make the replica at --endpoint the master of its group."""
+def promote(force: bool, ha_listen: str, endpoint: str, as_json: bool) -> None:
+    """Make the replica at --endpoint the master of its group (kept across its restarts)."""
     with AdminClient(endpoint) as client:
-        result = client.promote(force=force)
+        result = client.promote(force=force, ha_listen=ha_listen)
     if as_json:
         echo_json(dataclasses.asdict(result))
         return

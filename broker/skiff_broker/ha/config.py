@@ -13,6 +13,8 @@ class Role(enum.StrEnum):
     MASTER = "MASTER"
     REPLICA = "REPLICA"
     AUTO = "AUTO"
+    # The group's Kubernetes Lease decides: its holder is the master.
+    LEASE = "LEASE"
 
 
 class ReplicationMode(enum.StrEnum):
@@ -77,12 +79,12 @@ class ReplicationConfig:
     def validate(self) -> None:
         """Raise ValueError with a sentence that says what to change."""
         parse_host_port(self.ha_listen, "--ha-listen")
-        if self.role is Role.REPLICA:
-            if not self.master_address:
-                raise ValueError(
-                    "a replica needs its master's replication address: "
-                    "set --master-address HOST:PORT (SKIFF_MASTER_ADDRESS)"
-                )
+        if self.role is Role.REPLICA and not self.master_address:
+            raise ValueError(
+                "a replica needs its master's replication address: "
+                "set --master-address HOST:PORT (SKIFF_MASTER_ADDRESS)"
+            )
+        if self.master_address:
             parse_host_port(self.master_address, "--master-address")
         if self.sync_replicas < 1:
             raise ValueError("--sync-replicas must be at least 1")

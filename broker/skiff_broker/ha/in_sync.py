@@ -6,6 +6,13 @@ least ``required`` in-sync replicas have acknowledged; a SYNC write waits until
 the watermark passes the end of its records. The waiting itself is the store's
 group-commit waiter list, fed with this watermark instead of the flushed offset:
 one release per acknowledgement, however many writers it covers.
+
+Under a Lease the in-sync set is also published, and who may become master is
+decided from it. Then only the published replicas' acknowledgements count, and
+all of them: every replica named there holds every write that was acknowledged.
+A replica joins the set only once it holds everything acknowledged so far; one
+that falls behind holds writes back until a set without it is published. A
+fenced master (it could not renew its Lease) releases no writer at all.
 """
 
 from __future__ import annotations
@@ -46,6 +53,9 @@ class InSyncTracker:
         # By replica name: a replica that reconnects takes its old entry's place.
         self._replicas: dict[str, ReplicaState] = {}
         self.waiters = FlushWaiters()
+        # Names of the replicas the Lease lists as in sync (None: no Lease decides roles).
+        self.published: frozenset[str] | None = None
+        self.fenced = False
 
     def connected(self, name: str, address: str, offset: int) -> ReplicaState:
         state = ReplicaState(name, address, offset)
@@ -70,12 +80,34 @@ class InSyncTracker:
 
     def replicated_offset(self) -> int:
         """The offset at least ``required`` in-sync replicas hold; -1 if too few are in sync."""
+        if self.fenced:
+            return -1
+        if self.published is not None:
+            members = [self._replicas.get(name) for name in self.published]
+            held = [m.acked_offset for m in members if m is not None]
+            if len(held) < len(members) or len(held) < self.required:
+                return -1
+            return min(held)
         master_offset = self._master_offset()
         acks = sorted(
             (s.acked_offset for s in self._replicas.values() if self.is_in_sync(s, master_offset)),
             reverse=True,
         )
         return acks[self.required - 1] if len(acks) >= self.required else -1
+
+    def publishable(self, floor: int) -> list[str]:
+        """Replicas that hold every write acknowledged so far (all below ``floor`` too)."""
+        master_offset = self._master_offset()
+        acknowledged = max(floor, self.waiters.flushed)
+        return sorted(
+            s.name
+            for s in self._replicas.values()
+            if self.is_in_sync(s, master_offset) and s.acked_offset >= acknowledged
+        )
+
+    def publish(self, names: frozenset[str]) -> None:
+        self.published = names
+        self._advance()
 
     def _advance(self) -> None:
         watermark = self.replicated_offset()

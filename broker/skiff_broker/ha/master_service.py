@@ -19,6 +19,7 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 from ..runtime import Broker
 from . import framing
@@ -61,6 +62,8 @@ class ReplicationMaster:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._wake_pending = False
+        # Under a Lease: False once the Lease may have passed to another broker.
+        self.may_acknowledge: Callable[[], bool] | None = None
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -105,10 +108,18 @@ class ReplicationMaster:
                 self._loop.call_soon_threadsafe(self._wake_all)
 
     def needs_wait(self) -> bool:
-        return self.config.mode is ReplicationMode.SYNC
+        # Under a Lease every write is checked against it just before it is acknowledged.
+        return self.config.mode is ReplicationMode.SYNC or self.may_acknowledge is not None
+
+    def _holds_lease(self) -> bool:
+        return self.may_acknowledge is None or self.may_acknowledge()
 
     async def wait_async(self, offset: int) -> bool:
-        return await self.tracker.wait_async(offset, self.timeout)
+        if self.config.mode is ReplicationMode.SYNC and not await self.tracker.wait_async(
+            offset, self.timeout
+        ):
+            return False
+        return self._holds_lease()
 
     def wait(self, offset: int) -> bool:
         if threading.get_ident() == self._loop_thread:
@@ -116,7 +127,9 @@ class ReplicationMaster:
             # cannot wait here: the acknowledgements it waits for arrive on this loop.
             # Such writes are the broker's own; producers' sends wait in wait_async.
             return True
-        return self.tracker.wait(offset, self.timeout)
+        if self.config.mode is ReplicationMode.SYNC and not self.tracker.wait(offset, self.timeout):
+            return False
+        return self._holds_lease()
 
     def _wake_all(self) -> None:
         self._wake_pending = False

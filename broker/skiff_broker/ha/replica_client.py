@@ -207,7 +207,33 @@ class ReplicaClient:
         except (KeyError, TypeError, ValueError) as exc:
             raise FramingError(f"bad WELCOME: {exc}") from None
         store = self._store
+        master_epoch = max((e.epoch for e in master_epochs), default=0)
+        if master_epoch < self._epochs.epoch:
+            # This broker was master in a later term: its log is the newer one.
+            raise _Refused(
+                f"master {self.config.master_address} is at epoch {master_epoch}, older than "
+                f"this broker's epoch {self._epochs.epoch}, so following it would cut writes "
+                "this broker acknowledged as master; nothing was cut. Make "
+                f"{self.config.master_address} a replica of this broker instead, or empty this "
+                "broker's data directory if its log is to be given up"
+            )
         end = store.commit_log.queue.max_wrote_offset
+        last = master_epochs[-1] if master_epochs else None
+        # A master is never behind a replica in the term it is writing: both brokers
+        # were master under the same epoch number.
+        if (
+            end > start
+            and last is not None
+            and last.start_offset <= start
+            and last in self._epochs.entries
+        ):
+            raise _Refused(
+                f"this broker's log goes {end - start} bytes past master "
+                f"{self.config.master_address}'s in their shared epoch {last.epoch}, so "
+                "both were master in that epoch; nothing was cut. Make "
+                f"{self.config.master_address} a replica of this broker instead, or empty "
+                "this broker's data directory if its log is to be given up"
+            )
         if end > start:
             log.warning(
                 "this replica's log diverged from master %s at %d: cutting %d bytes it "

@@ -3,27 +3,43 @@
 Starts the right side at broker start, and turns a replica into the master on
 promotion: it stops following, finishes building its queues from the copied
 log, begins a new master term in the epoch file, takes writes and serves
-replication itself.
+replication itself. The term is in the epoch file before the first write is
+taken.
+
+A promotion by hand is recorded in the role file (:mod:`.role_file`) so that a
+restart keeps it. Under a Lease (role LEASE) the broker starts as a replica of
+nobody; the Lease's holder calls :meth:`Replication.become_master` with the
+Lease's epoch, and a master that lost the Lease follows (:meth:`Replication.follow`)
+the new holder, cutting only what it never acknowledged.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import os
 from collections.abc import Callable
 
 from ..runtime import Broker
-from .config import ReplicationConfig, ReplicationMode, Role
+from .config import ReplicationConfig, ReplicationMode, Role, parse_host_port
 from .epoch_file import EpochFile
 from .in_sync import ReplicaStatus
 from .master_service import ReplicationMaster
 from .replica_client import ReplicaClient
+from .role_file import read_promoted, write_promoted
 
 log = logging.getLogger(__name__)
 
 # Promotion waits this long for the dispatcher to finish the copied log.
 _PROMOTION_DISPATCH_WAIT_S = 30.0
+# A forced promotion first checks that the master does not answer within this.
+_MASTER_PROBE_TIMEOUT_S = 2.0
+
+FENCED_REFUSAL = (
+    "broker {name} is not the master of its group now (it lost or could not renew the "
+    "group's Lease); query the route again to reach the current master"
+)
 
 
 class PromotionRefused(Exception):
@@ -52,22 +68,48 @@ class Replication:
         self.config = config
         self._broker = broker
         self.role = config.role
-        self.epochs = EpochFile(os.path.join(broker.config.store.data_dir, "epoch"))
+        self.under_lease = config.role is Role.LEASE
+        if self.under_lease:
+            # Nobody's replica until the Lease names a master.
+            self.role = Role.REPLICA
+        data_dir = broker.config.store.data_dir
+        self.epochs = EpochFile(os.path.join(data_dir, "epoch"))
+        self.role_path = os.path.join(data_dir, "role")
         self.master: ReplicationMaster | None = None
         self.client: ReplicaClient | None = None
         self._name = name
+        self._changing = asyncio.Lock()
 
     @property
     def is_replica(self) -> bool:
         return self.role is Role.REPLICA
 
     def load(self) -> None:
-        """Read the epoch file (before the store starts: a damaged one stops the broker)."""
+        """Read the epoch and role files (before the store starts: damage stops the broker)."""
         self.epochs.load()
+        if self.under_lease:
+            return
+        promoted = read_promoted(self.role_path)
+        if promoted is not None and self.role is Role.REPLICA:
+            log.warning(
+                "this broker was promoted to master (epoch %s) and stays master: following "
+                "%s again would cut the writes it acknowledged since. To make it a replica "
+                "of the current master, stop it, delete %s and start it with --master-address "
+                "set to the current master's --ha-listen",
+                promoted.get("epoch"),
+                self.config.master_address,
+                self.role_path,
+            )
+            self.role = Role.MASTER
+            self.config.master_address = ""
+            if promoted.get("ha_listen"):
+                self.config.ha_listen = str(promoted["ha_listen"])
 
     async def start(self) -> None:
         if self.role is Role.MASTER:
             await self._serve_as_master()
+        elif self.under_lease:
+            log.info("waiting for the group's Lease to name a master")
         else:
             self.client = ReplicaClient(self.config, self._broker, self.epochs, self._name())
             self.client.start()
@@ -101,12 +143,27 @@ class Replication:
         self.master = master
         store.replication = master
 
-    async def promote(self, *, force: bool) -> None:
-        """Make this replica the master; PromotionRefused if it is one or is out of sync."""
+    async def promote(self, *, force: bool, ha_listen: str = "") -> None:
+        """Make this replica the master; PromotionRefused if it is one or is out of sync.
+
+        ``ha_listen``: where the new master serves replication (default: --ha-listen).
+        """
+        if self.under_lease:
+            raise PromotionRefused(
+                "this broker's role is decided by its group's Lease (--role LEASE); a replica "
+                "in the master's in-sync set takes over on its own when the master stops "
+                "renewing the Lease"
+            )
         if self.role is Role.MASTER:
             raise PromotionRefused("this broker is already the master")
         client = self.client
         assert client is not None
+        if force and (client.connected or await _answers(self.config.master_address)):
+            raise PromotionRefused(
+                f"its master {self.config.master_address} still answers; a forced promotion "
+                "now would give the group two masters that both take writes. Stop that "
+                "master first, or promote without --force"
+            )
         if not force and not client.in_sync():
             if client.lag_bytes < 0:
                 why = f"it has never heard from its master {self.config.master_address}"
@@ -119,24 +176,93 @@ class Replication:
                 f"this replica is not in sync: {why}; promote an in-sync replica, "
                 "or pass force to accept losing what it lacks"
             )
-        await client.stop()
+        if ha_listen:
+            try:
+                parse_host_port(ha_listen, "--ha-listen")
+            except ValueError as exc:
+                raise PromotionRefused(str(exc)) from None
+        previous_listen = self.config.ha_listen
+        self.config.ha_listen = ha_listen or previous_listen
+        try:
+            # Never reuse the number of a term the old master began.
+            await self._take_over(above_epoch=client.highest_epoch_seen)
+        except PromotionRefused:
+            self.config.ha_listen = previous_listen
+            raise
+        # Kept across restarts: the old master's command line must not win it back.
+        write_promoted(self.role_path, ha_listen=self.config.ha_listen, epoch=self.epochs.epoch)
+        log.info("promoted to master%s", " (forced)" if force else "")
+
+    async def _take_over(self, *, above_epoch: int) -> None:
+        client = self.client
+        if client is not None:
+            await client.stop()
         broker = self._broker
         store = broker.store
-        if not store.wait_dispatched(_PROMOTION_DISPATCH_WAIT_S):
+        dispatched = await asyncio.to_thread(store.wait_dispatched, _PROMOTION_DISPATCH_WAIT_S)
+        if not dispatched:
             log.warning("promoting before the copied log is fully dispatched")
         # Queue offsets continue where the copied consume queues end.
         store.commit_log.queue_offsets = store.consume_queues.next_offsets()
         try:
-            # Never reuse the number of a term the old master began.
-            await self._serve_as_master(above_epoch=client.highest_epoch_seen)
+            await self._serve_as_master(above_epoch=above_epoch)
         except OSError as exc:
             # Still a replica: follow the master again.
-            client.start()
+            if client is not None:
+                client.start()
             raise PromotionRefused(str(exc)) from None
         self.client = None
         self.role = Role.MASTER
+        self.config.master_address = ""
         broker.start_writers()
-        log.info("promoted to master%s", " (forced)" if force else "")
+
+    # -- under a Lease --------------------------------------------------------
+
+    async def become_master(self, epoch: int, may_acknowledge: Callable[[], bool]) -> None:
+        """Take over as the Lease's new holder, in term ``epoch`` (written before any write)."""
+        async with self._changing:
+            if self.role is Role.MASTER:
+                return
+            await self._take_over(above_epoch=epoch - 1)
+            assert self.master is not None
+            self.master.may_acknowledge = may_acknowledge
+            # Only replicas the Lease will list count toward SYNC writes (none yet).
+            self.master.tracker.publish(frozenset())
+            log.info("master of the group by its Lease, epoch %d", self.epochs.epoch)
+
+    def set_fenced(self, fenced: bool) -> None:
+        """A master that may have lost its Lease acknowledges nothing and refuses writes."""
+        master = self.master
+        if master is None:
+            return
+        master.tracker.fenced = fenced
+        self._broker.store.read_only_reason = (
+            FENCED_REFUSAL.format(name=self._broker.config.broker_name) if fenced else ""
+        )
+
+    async def follow(self, master_address: str) -> None:
+        """Be a replica of ``master_address``; a master steps down first."""
+        async with self._changing:
+            if self.role is Role.MASTER:
+                master = self.master
+                assert master is not None
+                self.master = None
+                self._broker.store.replication = None
+                await master.stop()
+                await asyncio.to_thread(
+                    self._broker.stop_writers,
+                    FENCED_REFUSAL.format(name=self._broker.config.broker_name),
+                )
+                self.role = Role.REPLICA
+                log.warning("stepped down: another broker holds the group's Lease")
+            if self.client is not None and self.config.master_address == master_address:
+                return
+            if self.client is not None:
+                await self.client.stop()
+            self.config.master_address = master_address
+            self.client = ReplicaClient(self.config, self._broker, self.epochs, self._name())
+            self.client.start()
+            log.info("replica of %s", master_address)
 
     def info(self) -> ReplicationInfo:
         last = self.epochs.last
@@ -153,3 +279,18 @@ class Replication:
             in_sync=client.in_sync() if client is not None else False,
             lag_bytes=client.lag_bytes if client is not None else 0,
         )
+
+
+async def _answers(address: str) -> bool:
+    """Whether something accepts connections at ``address`` (HOST:PORT)."""
+    if not address:
+        return False
+    try:
+        host, port = parse_host_port(address, "--master-address")
+        _, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port), _MASTER_PROBE_TIMEOUT_S
+        )
+    except (OSError, TimeoutError, ValueError):
+        return False
+    writer.close()
+    return True

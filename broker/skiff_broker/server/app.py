@@ -11,8 +11,12 @@ import grpc
 
 from ..admin.service import AdminService
 from ..admin.service import add_to_server as add_admin_service
+from ..cluster.kube_api import KubeApi, KubeError
+from ..cluster.lease_elector import LeaseElector
+from ..cluster.routes import ClusterRoutes
 from ..config import BrokerConfig
 from ..delivery.long_polling import ArrivalHub
+from ..ha.config import Role
 from ..ha.replication import Replication
 from ..records.service import RecordService
 from ..records.service import add_to_server as add_record_service
@@ -41,10 +45,35 @@ class BrokerServer:
             config.broker_name, replication_mode=str(config.replication.mode)
         )
         self.broker = Broker(config, observer=self.telemetry.store_observer())
+        self.under_lease = config.replication.role is Role.LEASE
         self.replication = Replication(config.replication, self.broker, name=self._replica_name)
         self.messaging: MessagingService | None = None
         self.port = 0
+        self.external_port = 0
         self._server: grpc.aio.Server | None = None
+        self._external_server: grpc.aio.Server | None = None
+        cluster = config.cluster
+        self.kube: KubeApi | None = None
+        self.elector: LeaseElector | None = None
+        if self.under_lease:
+            try:
+                self.kube = KubeApi.from_environment(cluster.kubeconfig)
+            except KubeError as exc:
+                raise OSError(str(exc)) from None
+            self.elector = LeaseElector(
+                self.kube, cluster, config.broker_name, self.replication, self.client_endpoint
+            )
+        self.routes: ClusterRoutes | None = None
+        if self.under_lease or cluster.peers:
+            self.routes = ClusterRoutes(
+                cluster,
+                config.broker_name,
+                is_master=lambda: (
+                    self.replication.role is Role.MASTER and not self.broker.is_replica
+                ),
+                elector=self.elector,
+                api=self.kube,
+            )
 
     @property
     def address(self) -> str:
@@ -53,6 +82,9 @@ class BrokerServer:
 
     def _replica_name(self) -> str:
         """How a master tells its replicas apart, the same across restarts."""
+        if self.under_lease:
+            # The Lease lists in-sync replicas by pod, and where clients can read from them.
+            return f"{self.config.cluster.pod_name}@{self.client_endpoint()}"
         if self.config.advertised_endpoint:
             return f"{self.config.broker_name}@{self.config.advertised_endpoint}"
         return f"{self.config.broker_name}@{socket.gethostname()}:{self.config.store.data_dir}"
@@ -73,7 +105,7 @@ class BrokerServer:
         self.broker.start(replica=self.replication.is_replica)
         hub = ArrivalHub(loop)
         self.broker.store.add_arrival_listener(hub.on_arrival)
-        self.messaging = MessagingService(self.broker, hub)
+        self.messaging = MessagingService(self.broker, hub, cluster=self.routes)
         # Unresolved transactions are checked with producers over their telemetry streams.
         self.broker.transactions.send_check = transaction_check_sender(self.messaging.clients, loop)
         inbound = max(
@@ -94,8 +126,32 @@ class BrokerServer:
             server,
         )
         add_record_service(RecordService(self.broker, hub), server)
+        external = None
+        if self.config.cluster.external_listen:
+            # Same services; its routes carry the groups' external addresses.
+            external = grpc.aio.server(options=[("grpc.max_receive_message_length", inbound)])
+            add_to_server(
+                MessagingService(
+                    self.broker,
+                    hub,
+                    cluster=self.routes,
+                    external=True,
+                    clients=self.messaging.clients,
+                ),
+                external,
+                trace=self.telemetry.handler_tracer(),
+            )
+            add_admin_service(
+                AdminService(
+                    self.broker, endpoint=self.client_endpoint, replication=self.replication
+                ),
+                external,
+            )
+            add_record_service(RecordService(self.broker, hub), external)
         try:
             self.port = server.add_insecure_port(self.config.listen)
+            if external is not None:
+                self.external_port = external.add_insecure_port(self.config.cluster.external_listen)
         except RuntimeError as exc:
             self.broker.stop()
             self.telemetry.shutdown()
@@ -108,12 +164,24 @@ class BrokerServer:
             raise
         await server.start()
         self._server = server
+        if external is not None:
+            await external.start()
+            self._external_server = external
+            log.info("external clients on port %d", self.external_port)
+        if self.elector is not None:
+            self.elector.start()
         log.info("listening on %s", self.address)
 
     async def stop(self, grace: float = 5.0) -> None:
-        if self._server is not None:
-            await self._server.stop(grace)
-            self._server = None
+        for server in (self._external_server, self._server):
+            if server is not None:
+                await server.stop(grace)
+        self._server = self._external_server = None
+        # No writes arrive any more: the Lease can pass to an in-sync replica at once.
+        if self.elector is not None:
+            await self.elector.stop()
+        if self.routes is not None:
+            await self.routes.close()
         await self.replication.stop()
         self.broker.stop()
         # Last: spans of the final flushes are exported too.

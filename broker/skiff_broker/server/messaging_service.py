@@ -12,8 +12,10 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
 
+from ..cluster.routes import ClusterRoutes
 from ..delivery.long_polling import ArrivalHub
 from ..endpoints import endpoints_of
+from ..metadata.topic_table import TopicConfig
 from ..runtime import Broker
 from . import routing
 from .clients import ClientRegistry, TelemetryOutbox
@@ -54,6 +56,10 @@ def add_to_server(
     )
 
 
+async def _ready(value: TopicConfig | None) -> TopicConfig | None:
+    return value
+
+
 def metadata_value(context: grpc.aio.ServicerContext, key: str) -> str:
     for item in context.invocation_metadata() or ():
         if item.key == key:
@@ -88,12 +94,23 @@ def _unary(response_type: type) -> Callable:
 
 
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):
-    def __init__(self, broker: Broker, hub: ArrivalHub) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        hub: ArrivalHub,
+        *,
+        cluster: ClusterRoutes | None = None,
+        external: bool = False,
+        clients: ClientRegistry | None = None,
+    ) -> None:
         self._broker = broker
-        self._clients = ClientRegistry(broker.config, broker.topics)
+        self._clients = clients or ClientRegistry(broker.config, broker.topics)
         self._sender = Sender(broker)
         self._receiver = Receiver(broker, hub)
         self._puller = Puller(broker, hub)
+        # Routes name every group of the cluster; ``external``: this is the external port.
+        self._cluster = cluster
+        self._external = external
 
     @property
     def clients(self) -> ClientRegistry:
@@ -102,43 +119,79 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     def _endpoints(self, requested: pb.Endpoints) -> pb.Endpoints:
         """Where clients should send RPCs for this broker."""
         advertised = self._broker.config.advertised_endpoint
-        if advertised:
+        if advertised and not self._external:
             return endpoints_of(advertised)
         if requested.addresses:
             # The address the client reached us at is one it can reach again.
             return requested
         return endpoints_of(self._broker.config.listen)
 
+    async def _groups_with_topic(
+        self, name: str, requested: pb.Endpoints
+    ) -> list[tuple[str, pb.Endpoints, TopicConfig, bool]]:
+        """(group, where to reach it, the topic there, writable) for every group holding it."""
+        routing.require_topic_name(name)
+        local = self._broker.topic_for_use(name)
+        if self._cluster is None:
+            if local is None:
+                return []
+            return [
+                (
+                    self._broker.config.broker_name,
+                    self._endpoints(requested),
+                    local,
+                    not self._broker.is_replica,
+                )
+            ]
+        external = await self._cluster.external_endpoints() if self._external else {}
+        routes = await self._cluster.groups()
+        topics = await asyncio.gather(
+            *(
+                _ready(local) if route.local else self._cluster.topic_on(route, name)
+                for route in routes
+            )
+        )
+        found = []
+        for route, topic in zip(routes, topics, strict=True):
+            if topic is None:
+                continue
+            address = external.get(route.name) or route.endpoint
+            where = endpoints_of(address) if address else self._endpoints(requested)
+            found.append((route.name, where, topic, route.writable))
+        return found
+
     # -- routes and clients -------------------------------------------------
 
     @_unary(spb.QueryRouteResponse)
-    def QueryRoute(self, request, context):
-        topic = self._broker.topic_for_use(routing.require_topic_name(request.topic.name))
-        if topic is None:
+    async def QueryRoute(self, request, context):
+        groups = await self._groups_with_topic(request.topic.name, request.endpoints)
+        if not groups:
             raise RequestError(Code.TOPIC_NOT_FOUND, f"topic {request.topic.name!r} does not exist")
-        queues = routing.message_queues(
-            topic,
-            self._broker.config.broker_name,
-            self._endpoints(request.endpoints),
-            request.topic.resource_namespace,
-            writable_broker=not self._broker.is_replica,
-        )
+        queues = [
+            queue
+            for group, where, topic, writable in groups
+            for queue in routing.message_queues(
+                topic, group, where, request.topic.resource_namespace, writable_broker=writable
+            )
+        ]
         return spb.QueryRouteResponse(status=OK, message_queues=queues)
 
     @_unary(spb.QueryAssignmentResponse)
-    def QueryAssignment(self, request, context):
-        topic = self._broker.topic_for_use(routing.require_topic_name(request.topic.name))
-        if topic is None:
+    async def QueryAssignment(self, request, context):
+        groups = await self._groups_with_topic(request.topic.name, request.endpoints)
+        if not groups:
             raise RequestError(Code.TOPIC_NOT_FOUND, f"topic {request.topic.name!r} does not exist")
-        found = routing.assignments(
-            topic,
-            self._broker.config.broker_name,
-            self._endpoints(request.endpoints),
-            request.topic.resource_namespace,
-            writable_broker=not self._broker.is_replica,
-        )
+        found = [
+            assignment
+            for group, where, topic, writable in groups
+            for assignment in routing.assignments(
+                topic, group, where, request.topic.resource_namespace, writable_broker=writable
+            )
+        ]
         if not found:
-            raise RequestError(Code.FORBIDDEN, f"topic {topic.name!r} has no readable queue")
+            raise RequestError(
+                Code.FORBIDDEN, f"topic {request.topic.name!r} has no readable queue"
+            )
         return spb.QueryAssignmentResponse(status=OK, assignments=found)
 
     @_unary(spb.HeartbeatResponse)

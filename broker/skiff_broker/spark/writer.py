@@ -23,6 +23,10 @@ already stored is skipped and only the rest is sent. A retried task of a batch
 job is recognised the same way. Before its first look-up a task waits until
 the broker has indexed everything it stored, so a chunk acknowledged just
 before a crash is found too.
+
+In a cluster the endpoint's route names every group that takes the topic; each
+chunk goes to the group its key (or its message group) picks among them, by
+name, so a repeated chunk is looked up where the first attempt stored it.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import dataclasses
 import logging
 import time
 import uuid
+import zlib
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -143,13 +148,16 @@ class _ChunkSender:
         self._write_id = write_id
         self._batch_id = batch_id
         self._partition = partition
-        self._endpoint = self._reachable_endpoint()
-        self._messaging = MessagingClient(self._endpoint)
-        self._admin = AdminClient(self._endpoint)
+        self._bootstrap = MessagingClient(self._reachable_endpoint())
+        # Per topic, the groups that take its messages (every group of a cluster).
+        self._topic_groups: dict[str, list[str]] = {}
+        self._endpoints: dict[str, str] = {}
+        self._messaging: dict[str, MessagingClient] = {}
+        self._admin: dict[str, AdminClient] = {}
         self._open: dict[tuple[str, str], list[OutgoingMessage]] = {}
         self._sizes: dict[tuple[str, str], int] = {}
         self._chunks: dict[tuple[str, str], int] = {}
-        self._index_ready = False
+        self._index_ready: set[str] = set()
         self.sent = 0
         self.skipped = 0
 
@@ -165,8 +173,20 @@ class _ChunkSender:
         raise BrokerUnavailable("; ".join(failures))
 
     def close(self) -> None:
-        self._messaging.close()
-        self._admin.close()
+        for client in (self._bootstrap, *self._messaging.values(), *self._admin.values()):
+            client.close()
+
+    def _groups_of(self, topic: str) -> list[str]:
+        groups = self._topic_groups.get(topic)
+        if groups is None:
+            found = self._bootstrap.writable_groups(topic) or {"": self._bootstrap.endpoint}
+            for group, endpoint in found.items():
+                if group not in self._messaging:
+                    self._endpoints[group] = endpoint
+                    self._messaging[group] = MessagingClient(endpoint)
+                    self._admin[group] = AdminClient(endpoint)
+            groups = self._topic_groups[topic] = sorted(found)
+        return groups
 
     def add(self, message: OutgoingMessage) -> None:
         # A chunk is one request: one topic, and one message group (the broker puts a
@@ -182,38 +202,43 @@ class _ChunkSender:
         for stream in list(self._open):
             self._send(stream)
 
-    def _wait_for_index(self) -> None:
-        """Wait until the broker indexed every message it had stored when we started."""
-        stored = self._admin.broker_info().commit_log_max_offset
+    def _wait_for_index(self, group: str) -> None:
+        """Wait until the group's broker indexed every message it had stored when we started."""
+        admin = self._admin[group]
+        stored = admin.broker_info().commit_log_max_offset
         deadline = time.monotonic() + INDEX_WAIT_S
-        while self._admin.broker_info().dispatched_offset < stored:
+        while admin.broker_info().dispatched_offset < stored:
             if time.monotonic() > deadline:
                 raise BrokerUnavailable(
-                    f"the broker at {self._endpoint} did not index its messages within "
+                    f"the broker at {self._endpoints[group]} did not index its messages within "
                     f"{INDEX_WAIT_S:.0f} s; retry the write once it has caught up"
                 )
             time.sleep(0.05)
-        self._index_ready = True
+        self._index_ready.add(group)
 
     def _send(self, stream: tuple[str, str]) -> None:
         messages = self._open.pop(stream, [])
         self._sizes.pop(stream, None)
         if not messages:
             return
-        topic, group = stream
+        topic, message_group = stream
         number = self._chunks.get(stream, 0)
         self._chunks[stream] = number + 1
-        # Chunks of different groups of one topic must not share a key.
         key = chunk_key(self._write_id, self._batch_id, self._partition, number)
-        if group:
-            key += f":{group}"
-        if not self._index_ready:
-            self._wait_for_index()
-        if self._admin.query_messages_by_key(topic, key, max_messages=1):
+        # A message group stays in one broker group (one queue keeps its order).
+        # A chunk's group follows from its key, so a retried task checks the same one.
+        groups = self._groups_of(topic)
+        group = groups[zlib.crc32((message_group or key).encode()) % len(groups)]
+        # Chunks of different message groups of one topic must not share a key.
+        if message_group:
+            key += f":{message_group}"
+        if group not in self._index_ready:
+            self._wait_for_index(group)
+        if self._admin[group].query_messages_by_key(topic, key, max_messages=1):
             self.skipped += len(messages)
             return
         keyed = [dataclasses.replace(m, keys=(*m.keys, key)) for m in messages]
-        self._messaging.send(keyed)
+        self._messaging[group].send(keyed)
         self.sent += len(messages)
 
 

@@ -156,10 +156,12 @@ class ReplicaInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., acked_offset: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., in_sync: _Optional[bool] = ..., connected: _Optional[bool] = ...) -> None: ...
 
 class PromoteRequest(_message.Message):
-    __slots__ = ("force",)
+    __slots__ = ("force", "ha_listen")
     FORCE_FIELD_NUMBER: _ClassVar[int]
+    HA_LISTEN_FIELD_NUMBER: _ClassVar[int]
     force: bool
-    def __init__(self, force: _Optional[bool] = ...) -> None: ...
+    ha_listen: str
+    def __init__(self, force: _Optional[bool] = ..., ha_listen: _Optional[str] = ...) -> None: ...
 
 class PromoteResponse(_message.Message):
     __slots__ = ("role", "epoch", "epoch_start_offset", "ha_address")

@@ -1,0 +1,180 @@
+"""Every group of the cluster for a route answer: where each is served and its topic's queues.
+
+A group is reached at its master's client endpoint, writable; while it has no
+live master, at one of its replicas, read-only. Under Kubernetes the groups
+come from the Leases (:class:`LeaseElector.groups`); outside it from
+``--cluster-peers`` (each peer asked for its group name and role). How many
+queues a topic has on another group is asked of that group (admin
+``GetTopic``) and reused for ``peer_cache_s``: groups need not hold the same
+topics. A group that does not answer is left out of the route until it does.
+Clients that came in on the external port get each group's external address
+from the ``<cluster>-endpoints`` ConfigMap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+
+import grpc
+
+from ..admin.v1 import admin_pb2 as apb
+from ..admin.v1 import admin_pb2_grpc
+from ..metadata.topic_table import MessageType, Permission, TopicConfig
+from .config import ClusterConfig
+from .kube_api import KubeApi, KubeError
+from .lease_elector import LeaseElector
+
+log = logging.getLogger(__name__)
+
+_PEER_TIMEOUT_S = 1.0
+_PERMISSION = {
+    apb.READ: Permission.READ,
+    apb.WRITE: Permission.WRITE,
+    apb.READ_WRITE: Permission.READ_WRITE,
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GroupRoute:
+    name: str
+    endpoint: str  # empty: this broker's own endpoint (as the client reached it)
+    writable: bool
+    local: bool
+
+
+def topic_from_proto(topic: apb.Topic) -> TopicConfig:
+    return TopicConfig(
+        name=topic.name,
+        read_queue_nums=topic.read_queue_nums,
+        write_queue_nums=topic.write_queue_nums,
+        perm=_PERMISSION.get(topic.permission, Permission(0)),
+        message_type=MessageType(apb.MessageType.Name(topic.message_type)),
+    )
+
+
+class ClusterRoutes:
+    def __init__(
+        self,
+        config: ClusterConfig,
+        group: str,
+        *,
+        is_master: Callable[[], bool],
+        elector: LeaseElector | None = None,
+        api: KubeApi | None = None,
+    ) -> None:
+        self.config = config
+        self.group = group
+        self._is_master = is_master
+        self._elector = elector
+        self._api = api
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._topics: dict[tuple[str, str], tuple[float, TopicConfig | None]] = {}
+        self._peer_groups: dict[str, tuple[float, str, bool] | None] = {}
+        self._external: tuple[float, dict[str, str]] = (0.0, {})
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()
+
+    def _stub(self, endpoint: str) -> admin_pb2_grpc.AdminServiceStub:
+        channel = self._channels.get(endpoint)
+        if channel is None:
+            channel = self._channels[endpoint] = grpc.aio.insecure_channel(endpoint)
+        return admin_pb2_grpc.AdminServiceStub(channel)
+
+    # -- the groups ---------------------------------------------------------
+
+    async def groups(self) -> list[GroupRoute]:
+        """This broker's group first, then every other group that can be reached."""
+        if self._elector is not None:
+            return self._lease_groups()
+        routes = [GroupRoute(self.group, "", self._is_master(), local=True)]
+        answers = await asyncio.gather(*(self._peer_group(p) for p in self.config.peers))
+        for peer, answer in zip(self.config.peers, answers, strict=True):
+            if answer is not None and answer[0] != self.group:
+                routes.append(GroupRoute(answer[0], peer, answer[1], local=False))
+        return routes
+
+    def _lease_groups(self) -> list[GroupRoute]:
+        assert self._elector is not None
+        routes = []
+        own = self._elector.groups.get(self.group)
+        if self._is_master():
+            routes.append(GroupRoute(self.group, "", True, local=True))
+        elif own is not None and own.master_endpoint:
+            routes.append(GroupRoute(self.group, own.master_endpoint, True, local=True))
+        else:
+            # No live master: reads from here.
+            routes.append(GroupRoute(self.group, "", False, local=True))
+        for name, state in sorted(self._elector.groups.items()):
+            if name == self.group:
+                continue
+            if state.master_endpoint:
+                routes.append(GroupRoute(name, state.master_endpoint, True, local=False))
+            elif state.replica_endpoints:
+                routes.append(GroupRoute(name, state.replica_endpoints[0], False, local=False))
+        return routes
+
+    async def _peer_group(self, endpoint: str) -> tuple[str, bool] | None:
+        """A peer's group name and whether it takes writes."""
+        cached = self._peer_groups.get(endpoint)
+        now = time.monotonic()
+        if cached is not None and now - cached[0] < self.config.peer_cache_s:
+            return cached[1], cached[2]
+        try:
+            info = await self._stub(endpoint).GetBrokerInfo(
+                apb.GetBrokerInfoRequest(), timeout=_PEER_TIMEOUT_S
+            )
+        except grpc.aio.AioRpcError as exc:
+            log.debug("cluster peer %s did not answer: %s", endpoint, exc.details())
+            self._peer_groups[endpoint] = None
+            return None
+        writable = info.role != "REPLICA"
+        self._peer_groups[endpoint] = (now, info.broker_name, writable)
+        return info.broker_name, writable
+
+    # -- a topic on another group -------------------------------------------
+
+    async def topic_on(self, route: GroupRoute, topic: str) -> TopicConfig | None:
+        key = (route.endpoint, topic)
+        cached = self._topics.get(key)
+        now = time.monotonic()
+        if cached is not None and now - cached[0] < self.config.peer_cache_s:
+            return cached[1]
+        try:
+            found: TopicConfig | None = topic_from_proto(
+                await self._stub(route.endpoint).GetTopic(
+                    apb.GetTopicRequest(name=topic), timeout=_PEER_TIMEOUT_S
+                )
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() is not grpc.StatusCode.NOT_FOUND:
+                log.debug("group %s did not answer for %s: %s", route.name, topic, exc.details())
+                return None  # not cached: asked again next time
+            found = None
+        self._topics[key] = (now, found)
+        return found
+
+    # -- external addresses ---------------------------------------------------
+
+    async def external_endpoints(self) -> dict[str, str]:
+        """``<group>`` → external ``host:port``, from the ``<cluster>-endpoints`` ConfigMap."""
+        if self._api is None:
+            return {}
+        fetched_at, data = self._external
+        if time.monotonic() - fetched_at < self.config.peer_cache_s:
+            return data
+        try:
+            config_map = await asyncio.to_thread(
+                self._api.get_config_map, self.config.namespace, f"{self.config.name}-endpoints"
+            )
+            data = dict(config_map.get("data") or {})
+        except KubeError as exc:
+            log.debug("no external endpoints: %s", exc)
+        self._external = (time.monotonic(), data)
+        return data

@@ -1,0 +1,149 @@
+"""One access point for a whole cluster: any broker routes to every group.
+
+Two groups of one Broker, each with its Lease. An official producer and consumer
+bootstrapped at group a's broker send to and receive from the queues of both
+groups; the topic's queue count on each group is that group's own. Clients that
+come in on the external port are handed the groups' external addresses from the
+``<cluster>-endpoints`` ConfigMap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from rocketmq import (
+    ClientConfiguration,
+    Credentials,
+    FilterExpression,
+    Message,
+    Producer,
+    SimpleConsumer,
+)
+from tests.k8s.cluster_members import CLUSTER, TOPIC, Cluster, pull_all, route, wait_for
+from tests.kube_control_plane import ControlPlane, free_port
+
+
+@pytest.fixture
+def cluster(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Cluster]:
+    members = Cluster(control_plane, tmp_path)
+    try:
+        yield members
+    finally:
+        members.cleanup()
+
+
+@contextlib.contextmanager
+def producer(endpoint: str) -> Iterator[Producer]:
+    client = Producer(ClientConfiguration(endpoint, Credentials()), (TOPIC,))
+    client.startup()
+    try:
+        yield client
+    finally:
+        client.shutdown()
+
+
+def send(endpoint: str, count: int, prefix: bytes) -> dict[str, bytes]:
+    sent = {}
+    with producer(endpoint) as client:
+        for number in range(count):
+            message = Message()
+            message.topic = TOPIC
+            message.body = prefix + b"-%d" % number
+            sent[client.send(message).message_id] = message.body
+    return sent
+
+
+def receive_all(endpoint: str, wanted: set[str]) -> dict[str, bytes]:
+    received: dict[str, bytes] = {}
+    consumer = SimpleConsumer(
+        ClientConfiguration(endpoint, Credentials()), "auditors", {TOPIC: FilterExpression()}, 2
+    )
+    consumer.startup()
+    try:
+
+        def done() -> bool:
+            for message in consumer.receive(32, 30) or []:
+                received[message.message_id] = message.body
+                consumer.ack(message)
+            return wanted <= received.keys()
+
+        wait_for("every message through one bootstrap endpoint", done)
+    finally:
+        consumer.shutdown()
+    return received
+
+
+def test_one_bootstrap_endpoint_reaches_the_queues_of_every_group(cluster: Cluster) -> None:
+    a = cluster.start("orders-a", "orders-a-0", mode="ASYNC", queues=4)
+    b = cluster.start("orders-b", "orders-b-0", mode="ASYNC", queues=2)
+    cluster.wait_master("orders-a", "orders-a-0")
+    cluster.wait_master("orders-b", "orders-b-0")
+
+    def both_groups() -> dict[str, set[int]]:
+        queues: dict[str, set[int]] = {}
+        for queue in route(a.endpoint):
+            queues.setdefault(queue.broker.name, set()).add(queue.id)
+        return queues if len(queues) == 2 else {}
+
+    queues = wait_for("routes naming both groups", both_groups)
+    # Each group's own queue count, asked of that group.
+    assert queues == {"orders-a": {0, 1, 2, 3}, "orders-b": {0, 1}}
+    ports = {q.broker.name: q.broker.endpoints.addresses[0].port for q in route(a.endpoint)}
+    assert ports == {
+        "orders-a": int(a.endpoint.rpartition(":")[2]),
+        "orders-b": int(b.endpoint.rpartition(":")[2]),
+    }
+
+    sent = send(a.endpoint, 120, b"order")
+    on_a, on_b = pull_all(a.endpoint), pull_all(b.endpoint, queues=2)
+    assert on_a and on_b, "the producer used only one group"
+    assert on_a.keys() | on_b.keys() == sent.keys()
+
+    received = receive_all(a.endpoint, set(sent))
+    assert {m: received[m] for m in sent} == sent
+
+
+def test_clients_on_the_external_port_get_the_external_addresses(cluster: Cluster) -> None:
+    external = {"orders-a": free_port(), "orders-b": free_port()}
+    cluster.plane.apply(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": f"{CLUSTER}-endpoints", "namespace": cluster.namespace},
+                "data": {group: f"127.0.0.1:{port}" for group, port in external.items()},
+            }
+        ]
+    )
+    brokers = {
+        group: cluster.start(
+            group,
+            f"{group}-0",
+            "--external-listen",
+            f"127.0.0.1:{external[group]}",
+            mode="ASYNC",
+        )
+        for group in external
+    }
+    for group in external:
+        cluster.wait_master(group, f"{group}-0")
+    entry = f"127.0.0.1:{external['orders-a']}"
+
+    def external_ports() -> dict[str, int]:
+        found = {q.broker.name: q.broker.endpoints.addresses[0].port for q in route(entry)}
+        return found if len(found) == 2 else {}
+
+    assert wait_for("routes on the external port", external_ports) == external
+    # The internal port keeps handing the internal addresses.
+    internal = {
+        q.broker.name: q.broker.endpoints.addresses[0].port
+        for q in route(brokers["orders-a"].endpoint)
+    }
+    assert internal["orders-a"] == int(brokers["orders-a"].endpoint.rpartition(":")[2])
+
+    sent = send(entry, 60, b"from-outside")
+    received = receive_all(entry, set(sent))
+    assert {m: received[m] for m in sent} == sent
