@@ -323,12 +323,16 @@ async def _publish_external_endpoints(
             address = external_endpoint(service, nodes, access.advertised_host)
             if address:
                 endpoints[group_name(broker.name, index)] = address
+    name = endpoints_config_map_name(broker.name)
+    current = await state.api.get("ConfigMap", broker.namespace, name)
+    if current is not None and (current.get("data") or {}) == endpoints:
+        return endpoints  # every refresh would otherwise write the same object again
     await state.api.apply(
         {
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": {
-                "name": endpoints_config_map_name(broker.name),
+                "name": name,
                 "namespace": broker.namespace,
                 "labels": broker_labels(broker.name),
                 "ownerReferences": [owner_reference(broker)],

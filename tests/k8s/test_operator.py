@@ -419,8 +419,10 @@ def test_ready_needs_the_pods_and_a_master_holding_the_lease(cluster: Cluster) -
         "10.0.0.7:8081",
     )
     assert group["inSync"] == [f"{BROKER}-a-0", f"{BROKER}-a-1"]
-    printed = cluster.plane.kubectl("get", "skb", BROKER, "-n", NAMESPACE).stdout
+    printed = cluster.plane.kubectl("get", "skb", BROKER, "-n", NAMESPACE, "-o", "wide").stdout
     assert f"{BROKER}.{NAMESPACE}.svc.cluster.local:8081" in printed
+    header, row = printed.splitlines()[:2]
+    assert row.split()[header.split().index("MASTERS")] == f"{BROKER}-a-1"
 
     # A holder that stopped renewing is no master any more, though its term stays known.
     stale = datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)
