@@ -180,14 +180,21 @@ async def _refresh_status(
         group_status.append(entry)
         if ready < wanted:
             not_ready.append(f"group {suffix}: {ready}/{wanted} pods ready")
-        elif not lease.master:
+            continue
+        if not lease.master:
             no_master.append(
                 f"group {suffix}: no broker holds its Lease {lease_name(name, index)} "
                 "(the brokers elect one; see their logs if this lasts)"
             )
-        elif _rolling_out(stateful_set, updated, wanted):
+        if not _rolling_out(stateful_set, updated, wanted):
+            continue
+        if lease.master or not lease.exists:
+            # No Lease at all: pods of a release that chose masters by ordinal; they
+            # restart from the highest ordinal down, as that release's StatefulSet did.
             step = await _restart_next_pod(state, namespace, name, index, stateful_set, lease)
-            rolling.append(f"group {suffix}: {updated}/{wanted} pods updated{step}")
+        else:
+            step = ", waiting for a master to take the group's Lease"
+        rolling.append(f"group {suffix}: {updated}/{wanted} pods updated{step}")
     patch.status["groups"] = group_status
     patch.status["clientEndpoint"] = (
         f"{bootstrap_service_dns_name(name, namespace, state.config.cluster_domain)}:{CLIENT_PORT}"
@@ -199,7 +206,7 @@ async def _refresh_status(
         message = "; ".join(not_ready + rolling) + progress_note
         _set_ready(patch, conditions, False, "PodsNotReady", message, generation)
     elif no_master:
-        message = "; ".join(no_master) + progress_note
+        message = "; ".join(no_master + rolling) + progress_note
         _set_ready(patch, conditions, False, "NoMaster", message, generation)
     elif rolling:
         message = "; ".join(rolling) + progress_note

@@ -30,6 +30,9 @@ class GroupLease:
     epoch: int = 0
     in_sync: tuple[str, ...] = ()
     endpoint: str = ""
+    # False until a broker of the group created the Lease (e.g. pods of an older
+    # release, which chose their master by ordinal).
+    exists: bool = True
 
     def status_fields(self) -> dict[str, Any]:
         return {
@@ -43,7 +46,7 @@ class GroupLease:
 def read_lease(lease: Mapping[str, Any] | None, now: datetime.datetime) -> GroupLease:
     """The group's master, term and in-sync set from its Lease (None: not created yet)."""
     if not lease:
-        return GroupLease()
+        return GroupLease(exists=False)
     annotations = (lease.get("metadata") or {}).get("annotations") or {}
     epoch = _integer(annotations.get(ANNOTATION_EPOCH))
     spec = lease.get("spec") or {}

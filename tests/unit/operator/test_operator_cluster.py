@@ -307,6 +307,20 @@ def test_replicas_restart_before_the_master_whatever_its_ordinal() -> None:
     assert next_restart(pods, "new", "g-0", {"g-0"}).pod == ""
 
 
+def test_pods_that_never_held_a_lease_restart_from_the_highest_ordinal() -> None:
+    # Pods of a release that made ordinal 0 master: it goes last.
+    pods = [pod("g-0", "old"), pod("g-1", "old"), pod("g-2", "old")]
+    order = []
+    for _ in pods:
+        step = next_restart(pods, "new", "", ())
+        order.append(step.pod)
+        pods = [pod(p["metadata"]["name"], "new") if p["metadata"]["name"] == step.pod else p
+                for p in pods]  # fmt: skip
+    assert order == ["g-2", "g-1", "g-0"]
+    assert read_lease(None, NOW).exists is False
+    assert read_lease(lease(holder=""), NOW).exists is True
+
+
 def test_nothing_restarts_while_a_pod_is_not_ready_or_going() -> None:
     step = next_restart([pod("g-0", "old"), pod("g-1", "new", ready=False)], "new", "g-0", ())
     assert step.pod == "" and "g-1" in step.waiting
