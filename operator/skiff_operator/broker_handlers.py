@@ -79,8 +79,13 @@ async def _reconcile_broker(
     identity = BrokerIdentity(name, namespace, str(body.metadata.uid))
     groups = render_broker(broker_spec, identity, state.config.render_settings())
 
+    cluster = render_cluster(identity)
+    clash = await _name_clash(api, cluster.bootstrap_service, identity)
+    if clash:
+        _set_ready(patch, conditions, False, "ApplyFailed", clash, generation)
+        raise kopf.TemporaryError(clash, delay=state.retry_delay)
     try:
-        for manifest in render_cluster(identity).all():
+        for manifest in cluster.all():
             await api.apply(manifest)
         for group in groups:
             for manifest in group.all():
@@ -107,6 +112,25 @@ async def _reconcile_broker(
             logger.info("removed broker group %s-%s", name, suffix)
 
     await _refresh_status(state, body, name, namespace, broker_spec, patch, conditions)
+
+
+async def _name_clash(api: KubeApi, service: Mapping[str, Any], broker: BrokerIdentity) -> str:
+    """Why the bootstrap Service cannot be this Broker's; "" if it can.
+
+    A Broker named like another one's group (``orders-a`` beside ``orders``) would take
+    over that group's client Service.
+    """
+    current = await api.get("Service", broker.namespace, service["metadata"]["name"])
+    owners = ((current or {}).get("metadata") or {}).get("ownerReferences") or []
+    other = next((o for o in owners if o.get("controller") and o.get("uid") != broker.uid), None)
+    if other is None:
+        return ""
+    return (
+        f"Service {service['metadata']['name']} belongs to {other.get('kind')} "
+        f"{other.get('name')}, so it cannot be the bootstrap Service of Broker {broker.name}; "
+        "a Broker must not be named like another Broker's group (<name>-<letters>): "
+        "delete this Broker and create it under another name"
+    )
 
 
 async def forget_broker(name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:

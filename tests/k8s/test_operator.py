@@ -781,6 +781,21 @@ def test_a_child_the_api_server_refuses_shows_in_the_broker_status(cluster: Clus
     cluster.delete("broker", "faulty")
 
 
+def test_a_broker_named_like_another_brokers_group_is_refused(cluster: Cluster) -> None:
+    # The bootstrap Service "orders-a" would be the client Service of group a of "orders".
+    clash = broker_manifest()
+    clash["metadata"]["name"] = f"{BROKER}-a"
+    cluster.apply(clash)
+    broker = cluster.wait_ready("broker", f"{BROKER}-a", "False", "ApplyFailed")
+    message = ready_condition(broker)["message"]
+    assert f"Service {BROKER}-a belongs to Broker {BROKER}" in message
+    service = cluster.get("service", f"{BROKER}-a")
+    assert service is not None
+    assert service["spec"]["selector"]["skiff.io/group"] == "a"
+    assert [o["name"] for o in service["metadata"]["ownerReferences"]] == [BROKER]
+    cluster.delete("broker", f"{BROKER}-a")
+
+
 def test_an_operator_restart_resumes(cluster: Cluster) -> None:
     """A change made while the operator is down is rolled out when it comes back."""
     cluster.stop_operator()
