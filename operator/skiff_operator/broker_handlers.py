@@ -220,6 +220,8 @@ async def _refresh_status(
             step = ", waiting for a master to take the group's Lease"
         rolling.append(f"group {suffix}: {updated}/{wanted} pods updated{step}")
     patch.status["groups"] = group_status
+    # Printer columns show one value of a list; this line shows every group's master.
+    patch.status["masters"] = ",".join(f"{g['name']}={g['master'] or '-'}" for g in group_status)
     patch.status["clientEndpoint"] = (
         f"{bootstrap_service_dns_name(name, namespace, state.config.cluster_domain)}:{CLIENT_PORT}"
     )

@@ -422,7 +422,7 @@ def test_ready_needs_the_pods_and_a_master_holding_the_lease(cluster: Cluster) -
     printed = cluster.plane.kubectl("get", "skb", BROKER, "-n", NAMESPACE, "-o", "wide").stdout
     assert f"{BROKER}.{NAMESPACE}.svc.cluster.local:8081" in printed
     header, row = printed.splitlines()[:2]
-    assert row.split()[header.split().index("MASTERS")] == f"{BROKER}-a-1"
+    assert row.split()[header.split().index("MASTERS")] == f"a={BROKER}-a-1"
 
     # A holder that stopped renewing is no master any more, though its term stays known.
     stale = datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)
@@ -431,6 +431,7 @@ def test_ready_needs_the_pods_and_a_master_holding_the_lease(cluster: Cluster) -
     cluster.wait_ready("broker", BROKER, "False", "NoMaster")
     group = group_status(cluster, "a")
     assert (group["master"], group["epoch"]) == ("", 3)
+    assert (cluster.get("broker", BROKER) or {})["status"]["masters"] == "a=-"
 
     # A replica took over: a new holder, the next term.
     write_lease(cluster, "a", f"{BROKER}-a-0", 4, [f"{BROKER}-a-0", f"{BROKER}-a-1"],
