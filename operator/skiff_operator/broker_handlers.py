@@ -226,6 +226,13 @@ async def _refresh_status(
         f"{bootstrap_service_dns_name(name, namespace, state.config.cluster_domain)}:{CLIENT_PORT}"
     )
     patch.status["observedGeneration"] = generation
+    present = {group_suffix(index) for index in range(spec.groups)}
+    for suffix in sorted(set(spec.drain_groups) - present):
+        # Left over once a drained group went: it would drain a group added again later.
+        draining.append(
+            f"spec.drainGroups names group {suffix}, which this Broker does not have "
+            "(any more); remove it from drainGroups"
+        )
     # Draining does not make the Broker unready: it is told, as progress.
     progress_note = "".join(f"; {line}" for line in draining)
     if not_ready:

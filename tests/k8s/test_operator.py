@@ -891,6 +891,14 @@ def test_a_drained_group_can_be_removed_once_its_messages_are_consumed(
     with AdminClient(endpoint) as admin:
         held = admin.queue_offsets("Leaving")
     assert sum(q.max_offset - q.min_offset for q in held) == len(bodies)
+    # The status reminds that the entry outlived its group.
+    wait_for(
+        lambda: (
+            "spec.drainGroups names group b, which this Broker does not have"
+            in ready_condition(cluster.get("broker", BROKER)).get("message", "")
+        ),
+        "the status to point at the leftover drainGroups entry",
+    )
     cluster.merge_patch("broker", BROKER, {"spec": {"drainGroups": None}})
 
 
