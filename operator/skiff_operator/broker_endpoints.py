@@ -1,6 +1,8 @@
 """Where the operator reaches a broker group's master (its admin gRPC service).
 
-In a cluster that is the master pod's DNS name through the group's headless Service.
+In a cluster that is the group's client Service, which selects the pod labelled
+``skiff.io/role=master`` by the broker holding the group's Lease (the master is not a
+fixed ordinal).
 ``EndpointResolver`` is the one place that decides it, so that an operator running
 outside the cluster (or a test, where no pod DNS exists) can point it elsewhere with a
 template.
@@ -12,16 +14,15 @@ import dataclasses
 
 from .naming import (
     CLIENT_PORT,
+    client_service_dns_name,
     group_name,
     group_suffix,
     headless_service_name,
-    master_dns_name,
-    master_pod_name,
 )
 
-# Fields a template may use: {namespace} {broker} {group} {group_name} {pod}
-# {headless_service} {cluster_domain} {port} {master_dns_name}.
-DEFAULT_TEMPLATE = "{master_dns_name}:{port}"
+# Fields a template may use: {namespace} {broker} {group} {group_name}
+# {headless_service} {cluster_domain} {port} {client_service_dns_name}.
+DEFAULT_TEMPLATE = "{client_service_dns_name}:{port}"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -37,15 +38,16 @@ class EndpointResolver:
                 broker=broker,
                 group=group_suffix(index),
                 group_name=group_name(broker, index),
-                pod=master_pod_name(broker, index),
                 headless_service=headless_service_name(broker, index),
                 cluster_domain=self.cluster_domain,
                 port=CLIENT_PORT,
-                master_dns_name=master_dns_name(broker, index, namespace, self.cluster_domain),
+                client_service_dns_name=client_service_dns_name(
+                    broker, index, namespace, self.cluster_domain
+                ),
             )
         except (KeyError, IndexError, ValueError) as exc:
             raise ValueError(
                 f"the broker endpoint template {self.template!r} is invalid ({exc}); use the "
-                "fields {namespace} {broker} {group} {group_name} {pod} {headless_service} "
-                "{cluster_domain} {port} {master_dns_name}"
+                "fields {namespace} {broker} {group} {group_name} {headless_service} "
+                "{cluster_domain} {port} {client_service_dns_name}"
             ) from None

@@ -1,8 +1,16 @@
-"""Broker resources: children applied from the rendering, scale-in guarded, status kept."""
+"""Broker resources: children applied from the rendering, scale-in guarded, status kept.
+
+Level-based: every reconcile and every status refresh reads the current objects (the
+groups' StatefulSets, pods and Leases, the external Services) and acts on what they
+say now. A failover needs none of this: the brokers move the Lease and the role label
+themselves; the operator only reports it, restarts pods for a new template (replicas
+first), drains groups and keeps the external endpoints map.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -13,13 +21,30 @@ from skiff_broker.client.admin import AdminClient
 from skiff_broker.client.errors import SkiffError
 
 from .broker_spec import BrokerSpec
+from .cluster_status import GroupLease, external_endpoint, read_lease
 from .conditions import READY, ready_condition, with_condition
+from .group_drain import DrainProgress, drain_group
 from .kube_api import KubeApi, KubeApiError
-from .naming import CLIENT_PORT, LABEL_BROKER, LABEL_GROUP, client_service_dns_name, group_suffix
+from .naming import (
+    CLIENT_PORT,
+    LABEL_BROKER,
+    LABEL_GROUP,
+    bootstrap_service_dns_name,
+    client_service_dns_name,
+    endpoints_config_map_name,
+    external_service_name,
+    group_index,
+    group_name,
+    group_suffix,
+    lease_name,
+)
 from .operator_state import OperatorState
-from .rendering import BrokerIdentity, render_broker
+from .rendering import BrokerIdentity, broker_labels, owner_reference, render_broker, render_cluster
+from .rolling_restart import next_restart
 
 CHILD_KINDS = ("PodDisruptionBudget", "StatefulSet", "Service", "ConfigMap")
+
+log = logging.getLogger(__name__)
 
 
 async def reconcile_broker(
@@ -54,7 +79,14 @@ async def _reconcile_broker(
     identity = BrokerIdentity(name, namespace, str(body.metadata.uid))
     groups = render_broker(broker_spec, identity, state.config.render_settings())
 
+    cluster = render_cluster(identity)
+    clash = await _name_clash(api, cluster.bootstrap_service, identity)
+    if clash:
+        _set_ready(patch, conditions, False, "ApplyFailed", clash, generation)
+        raise kopf.TemporaryError(clash, delay=state.retry_delay)
     try:
+        for manifest in cluster.all():
+            await api.apply(manifest)
         for group in groups:
             for manifest in group.all():
                 await api.apply(manifest)
@@ -71,7 +103,7 @@ async def _reconcile_broker(
         key=lambda suffix: (len(suffix), suffix),
     )
     if removed:
-        refusal = await _scale_in_refusal(state, namespace, name, removed)
+        refusal = await _scale_in_refusal(state, namespace, name, removed, broker_spec)
         if refusal:
             _set_ready(patch, conditions, False, "ScaleInRefused", refusal, generation)
             raise kopf.TemporaryError(refusal, delay=state.retry_delay)
@@ -80,6 +112,25 @@ async def _reconcile_broker(
             logger.info("removed broker group %s-%s", name, suffix)
 
     await _refresh_status(state, body, name, namespace, broker_spec, patch, conditions)
+
+
+async def _name_clash(api: KubeApi, service: Mapping[str, Any], broker: BrokerIdentity) -> str:
+    """Why the bootstrap Service cannot be this Broker's; "" if it can.
+
+    A Broker named like another one's group (``orders-a`` beside ``orders``) would take
+    over that group's client Service.
+    """
+    current = await api.get("Service", broker.namespace, service["metadata"]["name"])
+    owners = ((current or {}).get("metadata") or {}).get("ownerReferences") or []
+    other = next((o for o in owners if o.get("controller") and o.get("uid") != broker.uid), None)
+    if other is None:
+        return ""
+    return (
+        f"Service {service['metadata']['name']} belongs to {other.get('kind')} "
+        f"{other.get('name')}, so it cannot be the bootstrap Service of Broker {broker.name}; "
+        "a Broker must not be named like another Broker's group (<name>-<letters>): "
+        "delete this Broker and create it under another name"
+    )
 
 
 async def forget_broker(name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
@@ -119,41 +170,83 @@ async def _refresh_status(
     conditions: list[dict[str, Any]],
 ) -> None:
     generation = int(body.metadata.get("generation") or 0)
+    identity = BrokerIdentity(name, namespace, str(body.metadata.uid))
+    now = datetime.datetime.now(datetime.UTC)
+    external = await _publish_external_endpoints(state, identity, spec)
     group_status = []
-    not_ready = []
-    rolling = []
+    not_ready: list[str] = []
+    no_master: list[str] = []
+    rolling: list[str] = []
+    draining: list[str] = []
     wanted = spec.replicas_per_group
     for index in range(spec.groups):
         suffix = group_suffix(index)
-        set_name = f"{name}-{suffix}"
+        set_name = group_name(name, index)
         stateful_set = await state.api.get("StatefulSet", namespace, set_name) or {}
         observed: Mapping[str, Any] = stateful_set.get("status") or {}
         ready = int(observed.get("readyReplicas") or 0)
         updated = int(observed.get("updatedReplicas") or 0)
-        group_status.append(
-            {
-                "name": suffix,
-                "statefulSet": set_name,
-                "replicas": wanted,
-                "readyReplicas": ready,
-                "endpoint": _client_endpoint(state, name, index, namespace),
-            }
-        )
+        lease = read_lease(await state.api.get("Lease", namespace, lease_name(name, index)), now)
+        entry: dict[str, Any] = {
+            "name": suffix,
+            "statefulSet": set_name,
+            "replicas": wanted,
+            "readyReplicas": ready,
+            **lease.status_fields(),
+            "serviceEndpoint": _client_endpoint(state, name, index, namespace),
+            "externalEndpoint": external.get(set_name, ""),
+        }
+        if suffix in spec.drain_groups:
+            progress = await _drain(state, namespace, name, index)
+            entry["draining"] = True
+            entry["unconsumedMessages"] = progress.unconsumed if progress else -1
+            draining.append(_drain_line(suffix, progress))
+        group_status.append(entry)
         if ready < wanted:
             not_ready.append(f"group {suffix}: {ready}/{wanted} pods ready")
-        elif _rolling_out(stateful_set, updated, wanted):
-            rolling.append(f"group {suffix}: {updated}/{wanted} pods updated")
+            continue
+        if not lease.master:
+            no_master.append(
+                f"group {suffix}: no broker holds its Lease {lease_name(name, index)} "
+                "(the brokers elect one; see their logs if this lasts)"
+            )
+        if not _rolling_out(stateful_set, updated, wanted):
+            continue
+        if lease.master or not lease.exists:
+            # No Lease at all: pods of a release that chose masters by ordinal; they
+            # restart from the highest ordinal down, as that release's StatefulSet did.
+            step = await _restart_next_pod(state, namespace, name, index, stateful_set, lease)
+        else:
+            step = ", waiting for a master to take the group's Lease"
+        rolling.append(f"group {suffix}: {updated}/{wanted} pods updated{step}")
     patch.status["groups"] = group_status
-    patch.status["clientEndpoint"] = _client_endpoint(state, name, 0, namespace)
+    # Printer columns show one value of a list; this line shows every group's master.
+    patch.status["masters"] = ",".join(f"{g['name']}={g['master'] or '-'}" for g in group_status)
+    patch.status["clientEndpoint"] = (
+        f"{bootstrap_service_dns_name(name, namespace, state.config.cluster_domain)}:{CLIENT_PORT}"
+    )
     patch.status["observedGeneration"] = generation
+    present = {group_suffix(index) for index in range(spec.groups)}
+    for suffix in sorted(set(spec.drain_groups) - present):
+        # Left over once a drained group went: it would drain a group added again later.
+        draining.append(
+            f"spec.drainGroups names group {suffix}, which this Broker does not have "
+            "(any more); remove it from drainGroups"
+        )
+    # Draining does not make the Broker unready: it is told, as progress.
+    progress_note = "".join(f"; {line}" for line in draining)
     if not_ready:
-        message = "; ".join(not_ready + rolling)
+        message = "; ".join(not_ready + rolling) + progress_note
         _set_ready(patch, conditions, False, "PodsNotReady", message, generation)
+    elif no_master:
+        message = "; ".join(no_master + rolling) + progress_note
+        _set_ready(patch, conditions, False, "NoMaster", message, generation)
     elif rolling:
-        _set_ready(patch, conditions, False, "RollingOut", "; ".join(rolling), generation)
+        message = "; ".join(rolling) + progress_note
+        _set_ready(patch, conditions, False, "RollingOut", message, generation)
     else:
-        message = f"{spec.groups} group(s) of {wanted} pod(s) ready"
-        _set_ready(patch, conditions, True, "Ready", message, generation)
+        message = f"{spec.groups} group(s) of {wanted} pod(s) ready, each with a master"
+        _set_ready(patch, conditions, True, "Ready", message + progress_note, generation)
 
 
 def _rolling_out(stateful_set: Mapping[str, Any], updated: int, wanted: int) -> bool:
@@ -184,26 +277,110 @@ def _set_ready(
 
 
 async def _scale_in_refusal(
-    state: OperatorState, namespace: str, name: str, removed: list[str]
+    state: OperatorState, namespace: str, name: str, removed: list[str], spec: BrokerSpec
 ) -> str:
-    """Why the groups ``removed`` cannot go yet; empty if they hold no messages."""
+    """Why the groups ``removed`` cannot go yet; empty if none holds a message it must keep.
+
+    A group in ``spec.drainGroups`` may go once nothing on it is unconsumed; any other
+    group only once it holds no message at all.
+    """
     problems = []
     for suffix in removed:
-        index = _index_of(suffix)
+        index = group_index(suffix)
         endpoint = state.resolver.master_endpoint(namespace, name, index)
         try:
-            held = await asyncio.to_thread(_held_messages, endpoint, state.admin_timeout)
+            if suffix in spec.drain_groups:
+                progress = await asyncio.to_thread(drain_group, endpoint, state.admin_timeout)
+                problems.extend(f"group {suffix} (draining) holds {t}" for t in progress.topics)
+            else:
+                held = await asyncio.to_thread(_held_messages, endpoint, state.admin_timeout)
+                problems.extend(f"group {suffix} {line}" for line in held)
         except SkiffError as exc:
             problems.append(f"group {suffix} cannot be checked ({exc.message})")
-            continue
-        problems.extend(f"group {suffix} {line}" for line in held)
     if not problems:
         return ""
     return (
         f"scaling in Broker {name} is refused: {'; '.join(problems)}. Removing the group "
-        "would lose those messages; let consumers drain them and delete the topics' "
-        "messages (or the topics) on those groups, or set spec.groups back"
+        "would lose those messages; list the group in spec.drainGroups (its topics stop "
+        "taking writes) and let consumers drain it, or set spec.groups back"
     )
+
+
+async def _drain(
+    state: OperatorState, namespace: str, name: str, index: int
+) -> DrainProgress | None:
+    """Writes off on a draining group and what is left to consume; None if unreachable."""
+    endpoint = state.resolver.master_endpoint(namespace, name, index)
+    try:
+        return await asyncio.to_thread(drain_group, endpoint, state.admin_timeout)
+    except SkiffError as exc:
+        log.warning("draining group %s of Broker %s: %s", group_suffix(index), name, exc.message)
+        return None
+
+
+def _drain_line(suffix: str, progress: DrainProgress | None) -> str:
+    if progress is None:
+        return f"group {suffix}: draining, its master does not answer"
+    if progress.unconsumed:
+        return f"group {suffix}: draining, {progress.unconsumed} message(s) left to consume"
+    return f"group {suffix}: drained, lower spec.groups to remove it"
+
+
+async def _restart_next_pod(
+    state: OperatorState,
+    namespace: str,
+    name: str,
+    index: int,
+    stateful_set: Mapping[str, Any],
+    lease: GroupLease,
+) -> str:
+    """Delete the next outdated pod (replicas before the master); what happens, for status."""
+    revision = str((stateful_set.get("status") or {}).get("updateRevision") or "")
+    selector = f"{LABEL_BROKER}={name},{LABEL_GROUP}={group_suffix(index)}"
+    pods = await state.api.list("Pod", namespace, selector)
+    step = next_restart(pods, revision, lease.master, lease.in_sync)
+    if step.pod:
+        await state.api.delete("Pod", namespace, step.pod)
+        log.info("restarting pod %s for the new template", step.pod)
+        return f", restarting {step.pod}"
+    return f", {step.waiting}" if step.waiting else ""
+
+
+async def _publish_external_endpoints(
+    state: OperatorState, broker: BrokerIdentity, spec: BrokerSpec
+) -> dict[str, str]:
+    """Keep ``<Broker>-endpoints``: group name -> external ``host:port`` (known ones only)."""
+    endpoints: dict[str, str] = {}
+    access = spec.external_access
+    if access.enabled:
+        nodes: list[dict[str, Any]] = []
+        if access.type == "NodePort" and not access.advertised_host:
+            nodes = await state.api.list("Node", "")
+        for index in range(spec.groups):
+            service = await state.api.get(
+                "Service", broker.namespace, external_service_name(broker.name, index)
+            )
+            address = external_endpoint(service, nodes, access.advertised_host)
+            if address:
+                endpoints[group_name(broker.name, index)] = address
+    name = endpoints_config_map_name(broker.name)
+    current = await state.api.get("ConfigMap", broker.namespace, name)
+    if current is not None and (current.get("data") or {}) == endpoints:
+        return endpoints  # every refresh would otherwise write the same object again
+    await state.api.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": name,
+                "namespace": broker.namespace,
+                "labels": broker_labels(broker.name),
+                "ownerReferences": [owner_reference(broker)],
+            },
+            "data": endpoints,
+        }
+    )
+    return endpoints
 
 
 def _held_messages(endpoint: str, timeout: float) -> list[str]:
@@ -215,13 +392,6 @@ def _held_messages(endpoint: str, timeout: float) -> list[str]:
             if count > 0:
                 held.append(f"holds {count} message(s) in topic {topic.name!r}")
     return held
-
-
-def _index_of(suffix: str) -> int:
-    index = 0
-    for letter in suffix:
-        index = index * 26 + (ord(letter) - ord("a") + 1)
-    return index - 1
 
 
 async def _delete_group(api: KubeApi, namespace: str, name: str, suffix: str) -> None:

@@ -34,6 +34,22 @@ class TelemetrySpec:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class ExternalAccessSpec:
+    """How clients outside the cluster reach each group's master (off when ``type`` is "")."""
+
+    type: str = ""  # "NodePort" or "LoadBalancer"
+    # Group i gets node port node_port_base + i; 0 lets Kubernetes choose.
+    node_port_base: int = 0
+    # The host clients use with a node port; empty: a node's ExternalIP, else InternalIP.
+    advertised_host: str = ""
+    annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.type)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class BrokerSpec:
     image: str = ""
     image_pull_policy: str = "IfNotPresent"
@@ -49,6 +65,12 @@ class BrokerSpec:
     scheduling: SchedulingSpec = SchedulingSpec()
     telemetry: TelemetrySpec = TelemetrySpec()
     settings: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # Seconds a group's Lease holder stays master without renewing (SKIFF_LEASE_DURATION).
+    lease_duration_seconds: int = 15
+    external_access: ExternalAccessSpec = ExternalAccessSpec()
+    # Group suffixes ("c") whose topics take no more writes, so they can be consumed
+    # empty and the group removed.
+    drain_groups: tuple[str, ...] = ()
 
     @classmethod
     def from_manifest(cls, spec: Mapping[str, Any]) -> BrokerSpec:
@@ -56,6 +78,7 @@ class BrokerSpec:
         storage = spec.get("storage") or {}
         scheduling = spec.get("scheduling") or {}
         telemetry = spec.get("telemetry") or {}
+        external = spec.get("externalAccess") or {}
         defaults = cls()
         return cls(
             image=spec.get("image") or defaults.image,
@@ -87,4 +110,16 @@ class BrokerSpec:
                 ),
             ),
             settings={str(k): str(v) for k, v in (spec.get("settings") or {}).items()},
+            lease_duration_seconds=int(
+                spec.get("leaseDurationSeconds", defaults.lease_duration_seconds)
+            ),
+            external_access=ExternalAccessSpec(
+                type=external.get("type") or "",
+                node_port_base=int(external.get("nodePortBase") or 0),
+                advertised_host=external.get("advertisedHost") or "",
+                annotations={
+                    str(k): str(v) for k, v in (external.get("annotations") or {}).items()
+                },
+            ),
+            drain_groups=tuple(str(g) for g in spec.get("drainGroups") or ()),
         )

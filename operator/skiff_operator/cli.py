@@ -37,7 +37,7 @@ _DEFAULTS = OperatorConfig()
     envvar="SKIFF_OPERATOR_BROKER_ENDPOINT_TEMPLATE",
     default=_DEFAULTS.broker_endpoint_template,
     show_default=True,
-    help="How to reach a group's master, e.g. '{pod}.{headless_service}.{namespace}:{port}'.",
+    help="How to reach a group's master, e.g. '{group_name}.{namespace}.svc.example:{port}'.",
 )
 @click.option(
     "--status-interval",

@@ -25,6 +25,12 @@ _RESOURCES = {
     "StatefulSet": ("/apis/apps/v1", "statefulsets"),
     "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets"),
     "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims"),
+    "Pod": ("/api/v1", "pods"),
+    "ServiceAccount": ("/api/v1", "serviceaccounts"),
+    "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles"),
+    "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
+    "Lease": ("/apis/coordination.k8s.io/v1", "leases"),
+    "Node": ("/api/v1", "nodes"),
     "Broker": ("/apis/skiff.io/v1alpha1", "brokers"),
     "Topic": ("/apis/skiff.io/v1alpha1", "topics"),
 }
@@ -114,8 +120,10 @@ class KubeApi:
 
     @staticmethod
     def path(kind: str, namespace: str, name: str = "") -> str:
+        """``namespace`` "" for cluster-scoped kinds (Node)."""
         prefix, plural = _RESOURCES[kind]
-        path = f"{prefix}/namespaces/{namespace}/{plural}"
+        scope = f"/namespaces/{namespace}" if namespace else ""
+        path = f"{prefix}{scope}/{plural}"
         return f"{path}/{name}" if name else path
 
     async def apply(self, manifest: Mapping[str, Any]) -> dict[str, Any]:

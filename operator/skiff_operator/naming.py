@@ -8,10 +8,17 @@ import string
 CLIENT_PORT = 8081
 # Replication port of a master (RocketMQ's HA port: listen port + 1 of 10911).
 HA_PORT = 10912
+# Second client port, for clients outside the cluster: routes name external addresses.
+EXTERNAL_PORT = 8082
 DATA_DIR = "/var/lib/skiff"
 
 LABEL_BROKER = "skiff.io/broker"
 LABEL_GROUP = "skiff.io/group"
+# Set by each broker on its own pod; the group's client Service selects the master.
+LABEL_ROLE = "skiff.io/role"
+ROLE_MASTER = "master"
+# On the Leases the brokers create (one per group, named after the group).
+LABEL_CLUSTER = "skiff.io/cluster"
 MANAGED_BY = "skiff-operator"
 
 
@@ -39,17 +46,42 @@ def settings_config_map_name(broker: str, index: int) -> str:
     return f"{group_name(broker, index)}-settings"
 
 
-def master_pod_name(broker: str, index: int) -> str:
-    return f"{group_name(broker, index)}-0"
+def external_service_name(broker: str, index: int) -> str:
+    return f"{group_name(broker, index)}-external"
 
 
-def master_dns_name(broker: str, index: int, namespace: str, cluster_domain: str) -> str:
-    """The master pod's stable name through the group's headless Service."""
-    return (
-        f"{master_pod_name(broker, index)}.{headless_service_name(broker, index)}."
-        f"{namespace}.svc.{cluster_domain}"
-    )
+def lease_name(broker: str, index: int) -> str:
+    """The group's Lease, created by its brokers (the contract names it after the group)."""
+    return group_name(broker, index)
+
+
+def bootstrap_service_name(broker: str) -> str:
+    """The Service over every pod of the Broker: any broker answers routes for all groups."""
+    return broker
+
+
+def broker_service_account_name(broker: str) -> str:
+    """The brokers' ServiceAccount, and the name of their Role and RoleBinding."""
+    return f"{broker}-broker"
+
+
+def endpoints_config_map_name(broker: str) -> str:
+    """Group name -> external ``host:port``, read by the brokers."""
+    return f"{broker}-endpoints"
+
+
+def group_index(suffix: str) -> int:
+    """The inverse of :func:`group_suffix`: "a" -> 0, "aa" -> 26."""
+    index = 0
+    for letter in suffix:
+        index = index * 26 + (ord(letter) - ord("a") + 1)
+    return index - 1
 
 
 def client_service_dns_name(broker: str, index: int, namespace: str, cluster_domain: str) -> str:
+    """The group's client Service, in front of whichever pod holds the group's Lease."""
     return f"{group_name(broker, index)}.{namespace}.svc.{cluster_domain}"
+
+
+def bootstrap_service_dns_name(broker: str, namespace: str, cluster_domain: str) -> str:
+    return f"{bootstrap_service_name(broker)}.{namespace}.svc.{cluster_domain}"

@@ -1,9 +1,16 @@
 """A Broker rendered into the Kubernetes objects that run it: a pure function of the spec.
 
-Per broker group: a StatefulSet (ordinal 0 is the master), a headless Service for stable
-per-pod DNS names, a client Service in front of the master, a ConfigMap with the broker
-settings as ``SKIFF_*`` variables (the pods read it with ``envFrom``) and a
-PodDisruptionBudget. Nothing here talks to the API server.
+Per Broker: the brokers' ServiceAccount with a namespaced Role and RoleBinding (the
+group Leases, their own pod's role label, the external endpoints ConfigMap: nothing
+more), and a bootstrap Service over every pod. Per broker group: a StatefulSet, a
+headless Service for stable per-pod DNS names, a client Service in front of whichever
+pod labels itself ``skiff.io/role=master``, a ConfigMap with the broker settings as
+``SKIFF_*`` variables (the pods read it with ``envFrom``), a PodDisruptionBudget and,
+with external access on, a NodePort or LoadBalancer Service in front of the master.
+
+Which pod of a group is master is decided by the group's Lease, never by ordinal, so
+the StatefulSet uses ``OnDelete``: the operator restarts outdated pods itself, the
+master last (see ``rolling_restart``). Nothing here talks to the API server.
 """
 
 from __future__ import annotations
@@ -11,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from . import API_VERSION
@@ -19,15 +26,19 @@ from .broker_spec import BrokerSpec
 from .naming import (
     CLIENT_PORT,
     DATA_DIR,
+    EXTERNAL_PORT,
     HA_PORT,
     LABEL_BROKER,
     LABEL_GROUP,
+    LABEL_ROLE,
     MANAGED_BY,
+    ROLE_MASTER,
+    bootstrap_service_name,
+    broker_service_account_name,
+    external_service_name,
     group_name,
     group_suffix,
     headless_service_name,
-    master_dns_name,
-    master_pod_name,
     settings_config_map_name,
 )
 
@@ -62,16 +73,40 @@ class GroupManifests:
     client_service: dict[str, Any]
     stateful_set: dict[str, Any]
     disruption_budget: dict[str, Any]
+    external_service: dict[str, Any] | None = None
 
     def all(self) -> list[dict[str, Any]]:
         """In the order they are applied: the ConfigMap before the pods that read it."""
-        return [
-            self.config_map,
-            self.headless_service,
-            self.client_service,
-            self.stateful_set,
-            self.disruption_budget,
-        ]
+        services = [self.headless_service, self.client_service]
+        if self.external_service is not None:
+            services.append(self.external_service)
+        return [self.config_map, *services, self.stateful_set, self.disruption_budget]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClusterManifests:
+    """The Broker-wide children, applied before any group (the pods need the account)."""
+
+    service_account: dict[str, Any]
+    role: dict[str, Any]
+    role_binding: dict[str, Any]
+    bootstrap_service: dict[str, Any]
+
+    def all(self) -> list[dict[str, Any]]:
+        return [self.service_account, self.role, self.role_binding, self.bootstrap_service]
+
+
+# What a broker does with the API server, exactly: elect the group's master through its
+# Lease, label its own pod with its role, read the external endpoints ConfigMap.
+BROKER_RULES: tuple[dict[str, Any], ...] = (
+    {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch"],
+    },
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "patch"]},
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]},
+)
 
 
 def owner_reference(broker: BrokerIdentity) -> dict[str, Any]:
@@ -100,14 +135,74 @@ def group_selector(broker_name: str, index: int) -> dict[str, str]:
     return {LABEL_BROKER: broker_name, LABEL_GROUP: group_suffix(index)}
 
 
+def master_selector(broker_name: str, index: int) -> dict[str, str]:
+    """The pod of the group whose broker holds the Lease (it labels itself)."""
+    return {**group_selector(broker_name, index), LABEL_ROLE: ROLE_MASTER}
+
+
+def broker_labels(broker_name: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "skiff-broker",
+        "app.kubernetes.io/instance": broker_name,
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        LABEL_BROKER: broker_name,
+    }
+
+
+def render_cluster(broker: BrokerIdentity) -> ClusterManifests:
+    """The brokers' identity and rights, and the one Service every client can start from."""
+
+    def metadata(object_name: str) -> dict[str, Any]:
+        return {
+            "name": object_name,
+            "namespace": broker.namespace,
+            "labels": broker_labels(broker.name),
+            "ownerReferences": [owner_reference(broker)],
+        }
+
+    account = broker_service_account_name(broker.name)
+    service_account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": metadata(account),
+        "automountServiceAccountToken": False,
+    }
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": metadata(account),
+        "rules": [{key: list(value) for key, value in rule.items()} for rule in BROKER_RULES],
+    }
+    role_binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": metadata(account),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": broker.namespace}],
+    }
+    bootstrap = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(bootstrap_service_name(broker.name)),
+        "spec": {
+            "type": "ClusterIP",
+            # Any ready broker answers route queries for every group of the Broker.
+            "selector": {LABEL_BROKER: broker.name},
+            "ports": [{"name": "grpc", "port": CLIENT_PORT, "targetPort": "grpc"}],
+        },
+    }
+    return ClusterManifests(service_account, role, role_binding, bootstrap)
+
+
 def broker_settings(
     spec: BrokerSpec, broker: BrokerIdentity, index: int, render: RenderSettings
 ) -> dict[str, str]:
     """The ConfigMap's data: every broker setting of the group as a SKIFF_* variable.
 
-    The per-pod values (SKIFF_ADVERTISE, SKIFF_POD_NAME) come from the downward API in
-    the pod spec instead. Replication variables are read by brokers that replicate; a
-    broker without replication ignores unknown SKIFF_* variables.
+    The per-pod values (SKIFF_ADVERTISE, SKIFF_HA_ADVERTISE, SKIFF_POD_NAME,
+    SKIFF_NAMESPACE) come from the downward API in the pod spec instead. The group's
+    Lease decides which pod is master (SKIFF_ROLE=LEASE), so no master address is
+    rendered: replicas read it from the Lease.
     """
     settings = {
         "SKIFF_DATA_DIR": DATA_DIR,
@@ -117,15 +212,14 @@ def broker_settings(
         "SKIFF_TRANSIENT_STORE_POOL": "true" if spec.transient_store_pool else "false",
         "SKIFF_DEFAULT_READ_QUEUES": str(spec.default_read_queues),
         "SKIFF_DEFAULT_WRITE_QUEUES": str(spec.default_write_queues),
-        # AUTO: ordinal 0 of the StatefulSet is the master, the others replicate from it.
-        "SKIFF_ROLE": "AUTO",
-        "SKIFF_MASTER_ADDRESS": (
-            f"{master_dns_name(broker.name, index, broker.namespace, render.cluster_domain)}"
-            f":{HA_PORT}"
-        ),
+        "SKIFF_CLUSTER": broker.name,
+        "SKIFF_ROLE": "LEASE",
+        "SKIFF_LEASE_DURATION": str(spec.lease_duration_seconds),
         "SKIFF_HA_LISTEN": f"0.0.0.0:{HA_PORT}",
         "SKIFF_REPLICATION_MODE": spec.replication_mode,
     }
+    if spec.external_access.enabled:
+        settings["SKIFF_EXTERNAL_LISTEN"] = f"0.0.0.0:{EXTERNAL_PORT}"
     if spec.telemetry.otlp_endpoint:
         settings["OTEL_EXPORTER_OTLP_ENDPOINT"] = spec.telemetry.otlp_endpoint
         settings["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
@@ -185,14 +279,14 @@ def render_group(
         "metadata": metadata(name),
         "spec": {
             "type": "ClusterIP",
-            # Clients write to the master; replicas serve through it.
-            "selector": {
-                **selector,
-                "statefulset.kubernetes.io/pod-name": master_pod_name(broker.name, index),
-            },
+            # Clients write to the master, whichever pod the Lease made master.
+            "selector": master_selector(broker.name, index),
             "ports": [{"name": "grpc", "port": CLIENT_PORT, "targetPort": "grpc"}],
         },
     }
+    external = (
+        _external_service(spec, broker, index, metadata) if (spec.external_access.enabled) else None
+    )
     pod_spec = _pod_spec(spec, broker, index, render)
     template_labels = dict(labels)
     stateful_set = {
@@ -203,10 +297,11 @@ def render_group(
             "serviceName": headless_service_name(broker.name, index),
             "replicas": spec.replicas_per_group,
             "selector": {"matchLabels": dict(selector)},
-            # Rolling updates go from the highest ordinal down: the replicas restart
-            # before their master (ordinal 0), one at a time, each waiting for readiness.
+            # Any ordinal may be master: the StatefulSet's own rolling order (highest
+            # ordinal first) could restart the master before its replicas. The operator
+            # deletes outdated pods itself, replicas first (rolling_restart.py).
             "podManagementPolicy": "OrderedReady",
-            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}},
+            "updateStrategy": {"type": "OnDelete"},
             "persistentVolumeClaimRetentionPolicy": {
                 "whenDeleted": "Delete" if spec.storage.delete_claims_with_broker else "Retain",
                 "whenScaled": "Retain",
@@ -227,7 +322,40 @@ def render_group(
         "metadata": metadata(name),
         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": dict(selector)}},
     }
-    return GroupManifests(index, name, config_map, headless, client, stateful_set, budget)
+    return GroupManifests(index, name, config_map, headless, client, stateful_set, budget, external)
+
+
+def _external_service(
+    spec: BrokerSpec,
+    broker: BrokerIdentity,
+    index: int,
+    metadata: Callable[[str], dict[str, Any]],
+) -> dict[str, Any]:
+    """The group's master on the external port, as a NodePort or LoadBalancer Service."""
+    access = spec.external_access
+    port: dict[str, Any] = {
+        "name": "external",
+        "port": EXTERNAL_PORT,
+        "targetPort": "external",
+        "protocol": "TCP",
+    }
+    if access.type == "NodePort" and access.node_port_base:
+        port["nodePort"] = access.node_port_base + index
+    service_metadata = metadata(external_service_name(broker.name, index))
+    if access.annotations:
+        service_metadata["annotations"] = dict(access.annotations)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": service_metadata,
+        "spec": {
+            "type": access.type,
+            "selector": master_selector(broker.name, index),
+            # Traffic reaches the master wherever it runs, through any node.
+            "externalTrafficPolicy": "Cluster",
+            "ports": [port],
+        },
+    }
 
 
 def render_broker(
@@ -268,8 +396,13 @@ def _pod_spec(
         "env": [
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {
+                "name": "SKIFF_NAMESPACE",
+                "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+            },
             {"name": "SKIFF_POD_NAME", "value": "$(POD_NAME)"},
             {"name": "SKIFF_ADVERTISE", "value": f"$(POD_IP):{CLIENT_PORT}"},
+            {"name": "SKIFF_HA_ADVERTISE", "value": f"$(POD_IP):{HA_PORT}"},
         ],
         "ports": [
             {"name": "grpc", "containerPort": CLIENT_PORT, "protocol": "TCP"},
@@ -299,9 +432,16 @@ def _pod_spec(
             "capabilities": {"drop": ["ALL"]},
         },
     }
+    if spec.external_access.enabled:
+        container["ports"].append(
+            {"name": "external", "containerPort": EXTERNAL_PORT, "protocol": "TCP"}
+        )
     if spec.resources:
         container["resources"] = dict(spec.resources)
     pod: dict[str, Any] = {
+        # The broker holds its group's Lease and labels its pod through this account.
+        "serviceAccountName": broker_service_account_name(broker.name),
+        "automountServiceAccountToken": True,
         "containers": [container],
         # SIGTERM makes the broker flush and write its checkpoint; give it time.
         "terminationGracePeriodSeconds": 60,

@@ -21,6 +21,7 @@ from skiff_broker.client.errors import (
 )
 
 from .conditions import ready_condition, with_condition
+from .group_drain import DRAINING_PERMISSION
 from .naming import group_suffix
 from .operator_state import OperatorState
 from .topic_changes import plan_topic_change
@@ -49,6 +50,13 @@ def desired_topic(name: str, spec: Mapping[str, Any]) -> Topic:
         perm=_PERMISSIONS[spec.get("permission") or "READ_WRITE"],
         message_type=MessageType(spec.get("messageType") or "NORMAL"),
     )
+
+
+def on_group(desired: Topic, index: int, draining: set[str]) -> Topic:
+    """The topic as group ``index`` must hold it: never writable on a draining group."""
+    if group_suffix(index) in draining:
+        return dataclasses.replace(desired, perm=DRAINING_PERMISSION)
+    return desired
 
 
 def sync_topic_on_group(endpoint: str, desired: Topic, timeout: float) -> Topic:
@@ -115,9 +123,14 @@ async def _reconcile_topic(
         set_ready(False, "BrokerNotFound", message)
         raise kopf.TemporaryError(message, delay=state.retry_delay)
 
-    groups = int((broker.get("spec") or {}).get("groups", 1))
+    broker_spec = broker.get("spec") or {}
+    groups = int(broker_spec.get("groups", 1))
+    draining = set(broker_spec.get("drainGroups") or ())
     outcomes = await asyncio.gather(
-        *(_sync_group(state, namespace, broker_name, index, desired) for index in range(groups))
+        *(
+            _sync_group(state, namespace, broker_name, index, on_group(desired, index, draining))
+            for index in range(groups)
+        )
     )
     held = [o.topic for o in outcomes if o.topic is not None]
     if held:

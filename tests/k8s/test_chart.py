@@ -35,6 +35,8 @@ def test_helm_template_applies_with_server_side_dry_run(crds: ControlPlane) -> N
         "--set", "examples.enabled=true",
         "--set", "localStorageClass.create=true",
         "--set", "operator.watchNamespaces={chart-dry-run}",
+        "--set", "examples.broker.externalAccess.type=NodePort",
+        "--set", "examples.broker.externalAccess.nodePortBase=30911",
     )  # fmt: skip
     kinds = sorted({doc["kind"] for doc in yaml.safe_load_all(rendered) if doc})
     assert kinds == [
@@ -53,6 +55,8 @@ def test_helm_template_applies_with_server_side_dry_run(crds: ControlPlane) -> N
     ).stdout  # fmt: skip
     assert "deployment.apps/skiff-operator serverside-applied (server dry run)" in output
     assert "broker.skiff.io/skiff serverside-applied (server dry run)" in output
+    (broker,) = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Broker"]
+    assert broker["spec"]["externalAccess"] == {"type": "NodePort", "nodePortBase": 30911}
     # A dry run stores nothing.
     assert crds.get("deployment", "skiff-operator", "chart-dry-run") is None
 
@@ -71,3 +75,8 @@ def test_kubectl_apply_of_the_examples(crds: ControlPlane) -> None:
     assert stored is not None
     assert stored["spec"]["topicName"] == "Payments_FIFO"
     assert stored["spec"]["deletionPolicy"] == "Retain"
+    output = crds.kubectl("apply", "-n", "examples", "-f", str(examples / "cluster.yaml")).stdout
+    assert "broker.skiff.io/orders created" in output
+    cluster = crds.get("broker", "orders", "examples")
+    assert cluster is not None
+    assert cluster["spec"]["externalAccess"]["nodePortBase"] == 30911

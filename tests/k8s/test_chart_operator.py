@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -37,6 +38,20 @@ def wait_for(condition: Callable[[], Any], what: str, deadline_s: float = 90.0) 
         if time.monotonic() > end:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.3)
+
+
+def broker_watches(plane: ControlPlane) -> dict[str, int]:
+    """Open WATCH requests on Brokers by scope, from the API server's own metrics."""
+    metrics = plane.kubectl("get", "--raw", "/metrics").stdout
+    counts: dict[str, int] = {}
+    for line in metrics.splitlines():
+        if not line.startswith("apiserver_longrunning_requests{"):
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line.partition("}")[0]))
+        if (labels.get("resource"), labels.get("verb")) == ("brokers", "WATCH"):
+            scope = labels.get("scope", "")
+            counts[scope] = counts.get(scope, 0) + int(float(line.rsplit(" ", 1)[1]))
+    return counts
 
 
 def test_the_chart_deployment_runs_the_operator(crds: ControlPlane, tmp_path: Path) -> None:
@@ -98,8 +113,11 @@ def test_the_chart_deployment_runs_the_operator(crds: ControlPlane, tmp_path: Pa
         with urllib.request.urlopen(url, timeout=10) as response:
             assert response.status == 200
 
-        # Only the watched namespace is the operator's business.
-        time.sleep(2)
+        # Only the watched namespace is the operator's business: it watches Brokers in
+        # that namespace, and nowhere cluster-wide (the API server counts open watches).
+        watches = broker_watches(crds)
+        assert watches.get("namespace", 0) >= 1, watches
+        assert watches.get("cluster", 0) == 0, watches
         assert crds.get("statefulset", "ignored-a", "not-watched") is None
     finally:
         process.send_signal(signal.SIGTERM)

@@ -43,6 +43,9 @@ def test_defaults_are_filled_in_by_the_api_server(crds: ControlPlane) -> None:
     assert spec["flushType"] == "ASYNC_FLUSH"
     assert spec["replicationMode"] == "ASYNC"
     assert spec["defaultReadQueues"] == 8
+    assert spec["leaseDurationSeconds"] == 15
+    # External access and draining are off unless asked for.
+    assert "externalAccess" not in spec and "drainGroups" not in spec
     assert spec["storage"] == {
         "size": "10Gi",
         "storageClassName": "",
@@ -96,6 +99,31 @@ def test_short_names_and_printer_columns(crds: ControlPlane) -> None:
             broker("a-broker-name-that-is-far-too-long-for-pods-x"),
             "a Broker name must be at most 40 characters",
         ),
+        (
+            broker("bad-role-setting", settings={"SKIFF_LEASE_DURATION": "5"}),
+            "SKIFF_LEASE_DURATION or SKIFF_EXTERNAL_LISTEN; the operator sets them per pod",
+        ),
+        (broker("bad-lease", leaseDurationSeconds=2), "spec.leaseDurationSeconds: Invalid value"),
+        (
+            broker("bad-external-type", externalAccess={"type": "Ingress"}),
+            'supported values: "NodePort", "LoadBalancer"',
+        ),
+        (
+            broker(
+                "bad-external-fields",
+                externalAccess={"type": "LoadBalancer", "advertisedHost": "mq.example"},
+            ),
+            "externalAccess.nodePortBase and advertisedHost apply only to type NodePort",
+        ),
+        (
+            broker(
+                "bad-node-ports",
+                groups=3,
+                externalAccess={"type": "NodePort", "nodePortBase": 32766},
+            ),
+            "externalAccess.nodePortBase + groups - 1 must not exceed 32767",
+        ),
+        (broker("bad-drain", drainGroups=["B"]), "spec.drainGroups[0]: Invalid value"),
         (
             topic("bad-topic-queues", readQueues=2, writeQueues=4),
             "writeQueues must not exceed readQueues",

@@ -10,7 +10,9 @@ exists. The operator reaches a group's master through its injectable endpoint re
 (``--broker-endpoint-template``), pointed at one local port where the tests start the
 broker from the pod spec the operator stored. Every broker group therefore resolves to
 that one broker; the tests that depend on it say so. Where the StatefulSet controller
-would report ready pods, the test writes the StatefulSet status itself.
+would report ready pods, the test writes the StatefulSet status itself; where brokers
+would hold their groups' Leases, the test writes the Leases as a broker does (with the
+brokers' own ServiceAccount, so the rights the operator rendered are the ones used).
 
 The tests of this module run in order and build on each other (one Broker, its Topics).
 """
@@ -18,6 +20,7 @@ The tests of this module run in order and build on each other (one Broker, its T
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import os
 import re
@@ -47,7 +50,7 @@ from tests.kube_control_plane import (
     write_kubeconfig,
 )
 
-from skiff_broker.client.admin import AdminClient
+from skiff_broker.client.admin import AdminClient, Permission
 from skiff_broker.client.errors import NotFound
 
 NAMESPACE = "shop"
@@ -217,8 +220,15 @@ def test_the_operator_identity_has_only_what_it_needs(cluster: Cluster) -> None:
 
     assert can("patch", "statefulsets.apps") == "yes"
     assert can("patch", "brokers.skiff.io/status") == "yes"
+    assert can("watch", "leases.coordination.k8s.io") == "yes"
+    assert can("create", "roles.rbac.authorization.k8s.io") == "yes"
+    assert can("delete", "pods") == "yes"
+    assert can("list", "nodes") == "yes"
     assert can("get", "secrets") == "no"
     assert can("create", "pods") == "no"
+    assert can("delete", "leases.coordination.k8s.io") == "no"
+    assert can("escalate", "roles.rbac.authorization.k8s.io") == "no"
+    assert can("bind", "roles.rbac.authorization.k8s.io") == "no"
     assert can("delete", "brokers.skiff.io") == "no"
     assert can("delete", "persistentvolumeclaims") == "no"
 
@@ -250,6 +260,11 @@ def test_a_broker_gets_its_children_owned_by_it(cluster: Cluster) -> None:
         ("service", f"{BROKER}-a-pods"),
         ("configmap", f"{BROKER}-a-settings"),
         ("poddisruptionbudget", f"{BROKER}-a"),
+        ("serviceaccount", f"{BROKER}-broker"),
+        ("role", f"{BROKER}-broker"),
+        ("rolebinding", f"{BROKER}-broker"),
+        ("service", BROKER),
+        ("configmap", f"{BROKER}-endpoints"),
     ]
     for kind, name in children:
         child = wait_for(lambda kind=kind, name=name: cluster.get(kind, name), f"{kind} {name}")
@@ -267,7 +282,15 @@ def test_a_broker_gets_its_children_owned_by_it(cluster: Cluster) -> None:
     broker = cluster.wait_ready("broker", BROKER, "False", "PodsNotReady")
     status = broker["status"]
     assert status["observedGeneration"] == 1
-    assert status["clientEndpoint"] == f"{BROKER}-a.{NAMESPACE}.svc.cluster.local:8081"
+    # One endpoint for the whole cluster: the bootstrap Service over every broker.
+    assert status["clientEndpoint"] == f"{BROKER}.{NAMESPACE}.svc.cluster.local:8081"
+    assert status["groups"][0]["serviceEndpoint"] == (
+        f"{BROKER}-a.{NAMESPACE}.svc.cluster.local:8081"
+    )
+    assert status["groups"][0]["master"] == ""
+    pod = stateful_set["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == f"{BROKER}-broker"
+    assert stateful_set["spec"]["updateStrategy"] == {"type": "OnDelete"}
     assert status["groups"][0]["readyReplicas"] == 0
     assert "0/2 pods ready" in ready_condition(broker)["message"]
     printed = cluster.plane.kubectl("get", "skb", BROKER, "-n", NAMESPACE).stdout
@@ -292,10 +315,134 @@ def report_pods(cluster: Cluster, ready: int, updated: int, rolled_out: bool) ->
     cluster.merge_patch("statefulset", f"{BROKER}-a", {"status": status}, subresource="status")
 
 
-def test_ready_follows_the_pods(cluster: Cluster) -> None:
+BROKER_ACCOUNT = f"system:serviceaccount:{NAMESPACE}:{BROKER}-broker"
+
+
+def test_the_brokers_account_may_do_exactly_what_the_contract_says(cluster: Cluster) -> None:
+    def can(verb: str, resource: str, namespace: str = NAMESPACE) -> str:
+        result = cluster.plane.kubectl(
+            "auth", "can-i", verb, resource, "-n", namespace, "--as", BROKER_ACCOUNT,
+            check=False,
+        )  # fmt: skip
+        return result.stdout.strip()
+
+    allowed = {
+        "leases.coordination.k8s.io": {"get", "list", "watch", "create", "update", "patch"},
+        "pods": {"get", "patch"},
+        "configmaps": {"get", "list", "watch"},
+    }
+    verbs = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
+    for resource, granted in allowed.items():
+        for verb in verbs:
+            expected = "yes" if verb in granted else "no"
+            assert can(verb, resource) == expected, f"{verb} {resource}"
+    for verb, resource in (
+        ("get", "secrets"),
+        ("create", "pods"),
+        ("patch", "statefulsets.apps"),
+        ("patch", "services"),
+        ("get", "brokers.skiff.io"),
+    ):
+        assert can(verb, resource) == "no", f"{verb} {resource}"
+    # Namespaced: nothing in any other namespace.
+    assert can("get", "leases.coordination.k8s.io", OPERATOR_NAMESPACE) == "no"
+
+
+def micro_time(at: datetime.datetime) -> str:
+    return at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def write_lease(
+    cluster: Cluster,
+    group: str,
+    holder: str,
+    epoch: int,
+    in_sync: list[str],
+    endpoint: str,
+    renewed: datetime.datetime | None = None,
+    duration_s: int = 3600,
+) -> None:
+    """A group's Lease as its master writes it, with the brokers' own account.
+
+    The duration is long so that the test never depends on how fast it runs; a Lease
+    that ran out is written with an old renew time instead.
+    """
+    renewed = renewed or datetime.datetime.now(datetime.UTC)
+    lease = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": f"{BROKER}-{group}",
+            "namespace": NAMESPACE,
+            "labels": {"skiff.io/cluster": BROKER, "skiff.io/group": f"{BROKER}-{group}"},
+            "annotations": {
+                "skiff.io/epoch": str(epoch),
+                "skiff.io/endpoint": endpoint,
+                "skiff.io/ha-address": endpoint.replace(":8081", ":10912"),
+                "skiff.io/in-sync": json.dumps(in_sync),
+                "skiff.io/replicas": json.dumps({}),
+            },
+        },
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": duration_s,
+            "acquireTime": micro_time(renewed),
+            "renewTime": micro_time(renewed),
+            "leaseTransitions": epoch,
+        },
+    }
+    cluster.plane.kubectl(
+        "apply", "--as", BROKER_ACCOUNT, "-f", "-", input=json.dumps(lease)
+    )  # fmt: skip
+
+
+def group_status(cluster: Cluster, suffix: str) -> dict:
+    broker = cluster.get("broker", BROKER) or {}
+    groups = (broker.get("status") or {}).get("groups") or []
+    return next((g for g in groups if g["name"] == suffix), {})
+
+
+def test_ready_needs_the_pods_and_a_master_holding_the_lease(cluster: Cluster) -> None:
     report_pods(cluster, ready=2, updated=2, rolled_out=True)
+    # Every pod is ready, but no broker holds the group's Lease yet: no master.
+    broker = cluster.wait_ready("broker", BROKER, "False", "NoMaster")
+    assert f"no broker holds its Lease {BROKER}-a" in ready_condition(broker)["message"]
+
+    write_lease(cluster, "a", f"{BROKER}-a-1", 3, [f"{BROKER}-a-1", f"{BROKER}-a-0"],
+                "10.0.0.7:8081")  # fmt: skip
     broker = cluster.wait_ready("broker", BROKER, "True", "Ready")
-    assert broker["status"]["groups"][0]["readyReplicas"] == 2
+    (group,) = broker["status"]["groups"]
+    assert group["readyReplicas"] == 2
+    assert (group["master"], group["epoch"], group["endpoint"]) == (
+        f"{BROKER}-a-1",
+        3,
+        "10.0.0.7:8081",
+    )
+    assert group["inSync"] == [f"{BROKER}-a-0", f"{BROKER}-a-1"]
+    printed = cluster.plane.kubectl("get", "skb", BROKER, "-n", NAMESPACE, "-o", "wide").stdout
+    assert f"{BROKER}.{NAMESPACE}.svc.cluster.local:8081" in printed
+    header, row = printed.splitlines()[:2]
+    assert row.split()[header.split().index("MASTERS")] == f"a={BROKER}-a-1"
+
+    # A holder that stopped renewing is no master any more, though its term stays known.
+    stale = datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)
+    write_lease(cluster, "a", f"{BROKER}-a-1", 3, [f"{BROKER}-a-1"], "10.0.0.7:8081",
+                renewed=stale, duration_s=15)  # fmt: skip
+    cluster.wait_ready("broker", BROKER, "False", "NoMaster")
+    group = group_status(cluster, "a")
+    assert (group["master"], group["epoch"]) == ("", 3)
+    assert (cluster.get("broker", BROKER) or {})["status"]["masters"] == "a=-"
+
+    # A replica took over: a new holder, the next term.
+    write_lease(cluster, "a", f"{BROKER}-a-0", 4, [f"{BROKER}-a-0", f"{BROKER}-a-1"],
+                "10.0.0.6:8081")  # fmt: skip
+    broker = cluster.wait_ready("broker", BROKER, "True", "Ready")
+    (group,) = broker["status"]["groups"]
+    assert (group["master"], group["epoch"], group["endpoint"]) == (
+        f"{BROKER}-a-0",
+        4,
+        "10.0.0.6:8081",
+    )
 
 
 def test_a_spec_change_rolls_out(cluster: Cluster) -> None:
@@ -333,6 +480,91 @@ def test_a_spec_change_rolls_out(cluster: Cluster) -> None:
     cluster.wait_ready("broker", BROKER, "True", "Ready")
 
 
+def broker_pod(name: str, revision: str) -> dict:
+    """A pod of group a as the StatefulSet controller would create it (never scheduled)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "labels": {
+                "skiff.io/broker": BROKER,
+                "skiff.io/group": "a",
+                "controller-revision-hash": revision,
+            },
+        },
+        "spec": {
+            "serviceAccountName": f"{BROKER}-broker",
+            "automountServiceAccountToken": False,
+            "containers": [{"name": "broker", "image": "skiff/broker:test"}],
+        },
+    }
+
+
+def make_ready(cluster: Cluster, name: str) -> None:
+    """What kubelet reports once the pod's readiness probe passes."""
+    condition = {"type": "Ready", "status": "True", "lastTransitionTime": None}
+    cluster.merge_patch("pod", name, {"status": {"conditions": [condition]}}, "status")
+
+
+def test_a_new_template_restarts_the_replicas_before_the_master(cluster: Cluster) -> None:
+    """The master is ordinal 1 here: the StatefulSet's own order would restart it first."""
+    stateful_set = cluster.get("statefulset", f"{BROKER}-a")
+    assert stateful_set is not None
+    old = f"{BROKER}-a-{stateful_set['metadata']['generation']}"
+    master, replica = f"{BROKER}-a-1", f"{BROKER}-a-0"
+    for name in (replica, master):
+        cluster.apply(broker_pod(name, old))
+        make_ready(cluster, name)
+    # Only the master is in sync yet: it must not restart until a replica is.
+    write_lease(cluster, "a", master, 5, [master], "10.0.0.7:8081")
+    cluster.merge_patch("broker", BROKER, {"spec": {"defaultWriteQueues": 4}})
+    generation = wait_for(
+        lambda: (
+            (s := cluster.get("statefulset", f"{BROKER}-a"))
+            and s["metadata"]["generation"] > stateful_set["metadata"]["generation"]
+            and s["metadata"]["generation"]
+        ),
+        "the new pod template",
+    )
+    new = f"{BROKER}-a-{generation}"
+    status = {
+        "replicas": 2,
+        "readyReplicas": 2,
+        "updatedReplicas": 0,
+        "currentReplicas": 2,
+        "availableReplicas": 2,
+        "observedGeneration": generation,
+        "currentRevision": old,
+        "updateRevision": new,
+    }
+    cluster.merge_patch("statefulset", f"{BROKER}-a", {"status": status}, subresource="status")
+
+    wait_for(lambda: cluster.get("pod", replica) is None, "the replica to be restarted")
+    assert cluster.get("pod", master) is not None, "the master went before its replica"
+    # The controller brings the replica back on the new template; it is ready.
+    cluster.apply(broker_pod(replica, new))
+    make_ready(cluster, replica)
+    status.update(updatedReplicas=1)
+    cluster.merge_patch("statefulset", f"{BROKER}-a", {"status": status}, subresource="status")
+    wait_for(
+        lambda: (
+            "restarts once a replica is in its in-sync set"
+            in ready_condition(cluster.get("broker", BROKER)).get("message", "")
+        ),
+        "the operator to wait for an in-sync replica",
+    )
+    assert cluster.get("pod", master) is not None
+    # The replica caught up: the master may go, and the Lease can pass to the replica.
+    write_lease(cluster, "a", master, 5, [master, replica], "10.0.0.7:8081")
+    wait_for(lambda: cluster.get("pod", master) is None, "the master to be restarted last")
+
+    cluster.delete("pod", replica)
+    report_pods(cluster, ready=2, updated=2, rolled_out=True)
+    cluster.wait_ready("broker", BROKER, "True", "Ready")
+
+
 def substitute(value: str, env: dict[str, str]) -> str:
     """$(VAR) expansion as kubelet does it: defined names only, $$ escapes."""
     return re.sub(
@@ -354,7 +586,11 @@ def start_broker_from_stored_pod_spec(cluster: Cluster) -> BrokerProcess:
         assert config_map is not None
         env.update(config_map["data"])
     # The downward API values kubelet would give pod 0 of the StatefulSet.
-    downward = {"metadata.name": f"{BROKER}-a-0", "status.podIP": "127.0.0.1"}
+    downward = {
+        "metadata.name": f"{BROKER}-a-0",
+        "metadata.namespace": NAMESPACE,
+        "status.podIP": "127.0.0.1",
+    }
     for entry in container["env"]:
         if "valueFrom" in entry:
             env[entry["name"]] = downward[entry["valueFrom"]["fieldRef"]["fieldPath"]]
@@ -370,6 +606,11 @@ def start_broker_from_stored_pod_spec(cluster: Cluster) -> BrokerProcess:
     env["SKIFF_ADVERTISE"] = env["SKIFF_ADVERTISE"].replace(
         f":{container_port}", f":{cluster.broker_port}"
     )
+    # The pod's broker elects its master through the group's Lease; the election is the
+    # broker's and is tested with broker processes holding real Leases. Here the broker
+    # stands for the elected master the operator talks to.
+    assert env["SKIFF_ROLE"] == "LEASE"
+    env["SKIFF_ROLE"] = "MASTER"
     # The image puts the installed console scripts on PATH; so does this venv.
     bin_dir = Path(sys.executable).parent
     command = [str(bin_dir / container["command"][0]), *container["command"][1:]]
@@ -541,6 +782,21 @@ def test_a_child_the_api_server_refuses_shows_in_the_broker_status(cluster: Clus
     cluster.delete("broker", "faulty")
 
 
+def test_a_broker_named_like_another_brokers_group_is_refused(cluster: Cluster) -> None:
+    # The bootstrap Service "orders-a" would be the client Service of group a of "orders".
+    clash = broker_manifest()
+    clash["metadata"]["name"] = f"{BROKER}-a"
+    cluster.apply(clash)
+    broker = cluster.wait_ready("broker", f"{BROKER}-a", "False", "ApplyFailed")
+    message = ready_condition(broker)["message"]
+    assert f"Service {BROKER}-a belongs to Broker {BROKER}" in message
+    service = cluster.get("service", f"{BROKER}-a")
+    assert service is not None
+    assert service["spec"]["selector"]["skiff.io/group"] == "a"
+    assert [o["name"] for o in service["metadata"]["ownerReferences"]] == [BROKER]
+    cluster.delete("broker", f"{BROKER}-a")
+
+
 def test_an_operator_restart_resumes(cluster: Cluster) -> None:
     """A change made while the operator is down is rolled out when it comes back."""
     cluster.stop_operator()
@@ -598,6 +854,144 @@ def test_scaling_out_adds_a_group_and_scaling_in_waits_for_its_messages(cluster:
             lambda kind=kind, name=name: cluster.get(kind, name) is None, f"{kind} {name} to go"
         )
     assert cluster.get("statefulset", f"{BROKER}-a") is not None
+
+
+def test_a_drained_group_can_be_removed_once_its_messages_are_consumed(
+    cluster: Cluster,
+) -> None:
+    """Group b resolves to the local broker (see the module doc), which holds the topic."""
+    endpoint = f"127.0.0.1:{cluster.broker_port}"
+    cluster.merge_patch("broker", BROKER, {"spec": {"groups": 2}})
+    wait_for(lambda: cluster.get("statefulset", f"{BROKER}-b"), "group b's StatefulSet")
+    with AdminClient(endpoint) as admin:
+        admin.create_topic("Leaving", read_queues=2)
+    bodies = [f"leaving {i}".encode() for i in range(6)]
+    send(endpoint, "Leaving", bodies)
+
+    cluster.merge_patch("broker", BROKER, {"spec": {"drainGroups": ["b"]}})
+    drained = wait_for(
+        lambda: (g := group_status(cluster, "b")).get("unconsumedMessages") == len(bodies) and g,
+        "the Broker status to count group b's unconsumed messages",
+    )
+    assert drained["draining"] is True
+    # Writes are off on the draining group; reads go on.
+    with AdminClient(endpoint) as admin:
+        assert admin.get_topic("Leaving").perm == Permission.READ
+
+    cluster.merge_patch("broker", BROKER, {"spec": {"groups": 1}})
+    broker = cluster.wait_ready("broker", BROKER, "False", "ScaleInRefused")
+    message = ready_condition(broker)["message"]
+    assert f"group b (draining) holds {len(bodies)} unconsumed message(s)" in message
+    assert "'Leaving'" in message
+    assert cluster.get("statefulset", f"{BROKER}-b") is not None
+
+    # Consumed, not deleted: the messages stay on disk, yet nothing is lost by removing b.
+    assert sorted(receive(endpoint, "Leaving", "leavers", len(bodies))) == sorted(bodies)
+    wait_for(lambda: cluster.get("statefulset", f"{BROKER}-b") is None, "group b to go")
+    with AdminClient(endpoint) as admin:
+        held = admin.queue_offsets("Leaving")
+    assert sum(q.max_offset - q.min_offset for q in held) == len(bodies)
+    # The status reminds that the entry outlived its group.
+    wait_for(
+        lambda: (
+            "spec.drainGroups names group b, which this Broker does not have"
+            in ready_condition(cluster.get("broker", BROKER)).get("message", "")
+        ),
+        "the status to point at the leftover drainGroups entry",
+    )
+    cluster.merge_patch("broker", BROKER, {"spec": {"drainGroups": None}})
+
+
+def test_external_access_exposes_each_master_and_maps_its_address(cluster: Cluster) -> None:
+    for name, addresses in (
+        ("edge-node-2", {"InternalIP": "10.9.0.2"}),
+        ("edge-node-1", {"InternalIP": "10.9.0.1", "ExternalIP": "203.0.113.10"}),
+    ):
+        cluster.plane.apply(
+            [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {"name": name},
+                    "status": {
+                        "addresses": [{"type": t, "address": a} for t, a in addresses.items()]
+                    },
+                }
+            ]
+        )
+        # Node addresses are status: written as kubelet would.
+        status = {"addresses": [{"type": t, "address": a} for t, a in addresses.items()]}
+        cluster.plane.kubectl(
+            "patch", "node", name, "--subresource", "status", "--type", "merge",
+            "-p", json.dumps({"status": status}),
+        )  # fmt: skip
+    edge = broker_manifest(groups=2, externalAccess={"type": "NodePort", "nodePortBase": 31500})
+    edge["metadata"]["name"] = "edge"
+    cluster.apply(edge)
+    for index, suffix in enumerate("ab"):
+        service = wait_for(
+            lambda suffix=suffix: cluster.get("service", f"edge-{suffix}-external"),
+            f"the external Service of group {suffix}",
+        )
+        assert service["spec"]["type"] == "NodePort"
+        assert service["spec"]["selector"] == {
+            "skiff.io/broker": "edge",
+            "skiff.io/group": suffix,
+            "skiff.io/role": "master",
+        }
+        (port,) = service["spec"]["ports"]
+        assert (port["port"], port["nodePort"]) == (8082, 31500 + index)
+    settings = cluster.get("configmap", "edge-a-settings")
+    assert settings is not None and settings["data"]["SKIFF_EXTERNAL_LISTEN"] == "0.0.0.0:8082"
+
+    def endpoints() -> dict:
+        return (cluster.get("configmap", "edge-endpoints") or {}).get("data") or {}
+
+    expected = {"edge-a": "203.0.113.10:31500", "edge-b": "203.0.113.10:31501"}
+    wait_for(lambda: endpoints() == expected, f"the endpoints map {expected}")
+    # The brokers may read it: their account has get on ConfigMaps.
+    shown = cluster.plane.kubectl(
+        "get", "configmap", "edge-endpoints", "-n", NAMESPACE, "-o", "json",
+        "--as", f"system:serviceaccount:{NAMESPACE}:edge-broker",
+    ).stdout  # fmt: skip
+    assert json.loads(shown)["data"] == expected
+
+    cluster.merge_patch(
+        "broker", "edge", {"spec": {"externalAccess": {"advertisedHost": "mq.example.test"}}}
+    )
+    expected = {"edge-a": "mq.example.test:31500", "edge-b": "mq.example.test:31501"}
+    wait_for(lambda: endpoints() == expected, f"the endpoints map {expected}")
+    wait_for(
+        lambda: (
+            group_status_of(cluster, "edge", "b").get("externalEndpoint") == "mq.example.test:31501"
+        ),
+        "the status to show group b's external endpoint",
+    )
+
+    # A load balancer: no address until the cloud assigns one.
+    cluster.merge_patch(
+        "broker",
+        "edge",
+        {"spec": {"externalAccess": {"type": "LoadBalancer", "nodePortBase": None,
+                                     "advertisedHost": None}}},
+    )  # fmt: skip
+    wait_for(
+        lambda: (
+            (cluster.get("service", "edge-a-external") or {}).get("spec", {}).get("type")
+            == "LoadBalancer"
+        ),
+        "the external Services to become load balancers",
+    )
+    wait_for(lambda: endpoints() == {}, "the endpoints map to drop addresses not known yet")
+    ingress = {"loadBalancer": {"ingress": [{"ip": "198.51.100.4"}]}}
+    cluster.merge_patch("service", "edge-a-external", {"status": ingress}, "status")
+    wait_for(lambda: endpoints() == {"edge-a": "198.51.100.4:8082"}, "group a's load balancer")
+    cluster.delete("broker", "edge")
+
+
+def group_status_of(cluster: Cluster, broker: str, suffix: str) -> dict:
+    groups = ((cluster.get("broker", broker) or {}).get("status") or {}).get("groups") or []
+    return next((g for g in groups if g["name"] == suffix), {})
 
 
 def test_deleting_a_broker_cascades_to_its_children(cluster: Cluster) -> None:

@@ -29,7 +29,7 @@ def test_every_flag_has_an_environment_variable() -> None:
 @pytest.mark.parametrize(
     ("template", "expected"),
     [
-        ("{pod}.{headless_service}.{namespace}:{port}", "sample-a-0.sample-a-pods.default:8081"),
+        ("{group_name}.{namespace}.svc.example:{port}", "sample-a.default.svc.example:8081"),
         ("{group_name}.{namespace}.svc.{cluster_domain}:{port}",
          "sample-a.default.svc.cluster.local:8081"),
     ],

@@ -78,11 +78,8 @@ def test_stateful_set_has_replicas_headless_service_and_data_claim() -> None:
     (group,) = render_broker(broker_spec, BROKER)
     stateful_set = group.stateful_set["spec"]
     assert stateful_set["replicas"] == 3
-    # Rolling updates walk from the highest ordinal to 0: replicas before their master.
-    assert stateful_set["updateStrategy"] == {
-        "type": "RollingUpdate",
-        "rollingUpdate": {"partition": 0},
-    }
+    # Any ordinal may be master: the operator restarts pods itself, the master last.
+    assert stateful_set["updateStrategy"] == {"type": "OnDelete"}
     assert stateful_set["podManagementPolicy"] == "OrderedReady"
     assert stateful_set["serviceName"] == group.headless_service["metadata"]["name"]
     assert group.headless_service["spec"]["clusterIP"] == "None"
@@ -119,9 +116,14 @@ def test_config_map_carries_the_broker_settings_as_skiff_variables() -> None:
     assert data["SKIFF_BROKER_NAME"] == "orders-a"
     assert data["SKIFF_DATA_DIR"] == "/var/lib/skiff"
     assert data["SKIFF_LISTEN"] == "0.0.0.0:8081"
-    assert data["SKIFF_ROLE"] == "AUTO"
+    # The group's Lease decides the master: no pod is told whom to follow.
+    assert data["SKIFF_ROLE"] == "LEASE"
+    assert "SKIFF_MASTER_ADDRESS" not in data
+    assert data["SKIFF_CLUSTER"] == "orders"
+    assert data["SKIFF_LEASE_DURATION"] == "15"
+    assert data["SKIFF_HA_LISTEN"] == "0.0.0.0:10912"
+    assert "SKIFF_EXTERNAL_LISTEN" not in data
     assert data["SKIFF_REPLICATION_MODE"] == "SYNC"
-    assert data["SKIFF_MASTER_ADDRESS"] == ("orders-a-0.orders-a-pods.shop.svc.cluster.local:10912")
     assert data["SKIFF_DEFAULT_READ_QUEUES"] == "16"
     assert data["SKIFF_DEFAULT_WRITE_QUEUES"] == "12"
     assert data["SKIFF_MAX_MESSAGE_SIZE"] == "8m"
@@ -144,9 +146,6 @@ def test_cluster_domain_and_default_image_come_from_the_operator() -> None:
     group = render_broker(spec(), BROKER, render)[0]
     container = group.stateful_set["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == "registry.local/skiff:9"
-    assert group.config_map["data"]["SKIFF_MASTER_ADDRESS"].endswith(
-        ".shop.svc.corp.internal:10912"
-    )
     own_image = render_broker(spec(image="mine:1"), BROKER, render)[0]
     assert own_image.stateful_set["spec"]["template"]["spec"]["containers"][0]["image"] == "mine:1"
 
@@ -159,30 +158,48 @@ def test_pod_runs_the_broker_with_per_pod_values_from_the_downward_api() -> None
     assert container["args"] == ["broker"]
     env = env_of(container)
     assert env["SKIFF_ADVERTISE"] == "$(POD_IP):8081"
+    assert env["SKIFF_HA_ADVERTISE"] == "$(POD_IP):10912"
     assert env["SKIFF_POD_NAME"] == "$(POD_NAME)"
     fields = {
         e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"]
         for e in container["env"]
         if "valueFrom" in e
     }
-    assert fields == {"POD_NAME": "metadata.name", "POD_IP": "status.podIP"}
+    assert fields == {
+        "POD_NAME": "metadata.name",
+        "POD_IP": "status.podIP",
+        "SKIFF_NAMESPACE": "metadata.namespace",
+    }
     # $(VAR) only refers to variables defined earlier in the list.
     names = [e["name"] for e in container["env"]]
     assert names.index("POD_IP") < names.index("SKIFF_ADVERTISE")
+    assert names.index("POD_IP") < names.index("SKIFF_HA_ADVERTISE")
+    # The broker holds its Lease with the Broker's own account; only its pods get a token.
+    assert pod["serviceAccountName"] == "orders-broker"
+    assert pod["automountServiceAccountToken"] is True
     security = container["securityContext"]
     assert security["readOnlyRootFilesystem"] is True
     assert security["runAsNonRoot"] is True
     assert pod["securityContext"]["fsGroup"] == security["runAsUser"]
 
 
-def test_client_service_selects_only_the_master() -> None:
+def test_client_service_selects_the_pod_the_lease_made_master() -> None:
     group = render_broker(spec(replicasPerGroup=3), BROKER)[0]
     selector = group.client_service["spec"]["selector"]
-    assert selector["statefulset.kubernetes.io/pod-name"] == "orders-a-0"
+    assert selector == {
+        "skiff.io/broker": "orders",
+        "skiff.io/group": "a",
+        "skiff.io/role": "master",
+    }
     assert group.client_service["spec"]["ports"] == [
         {"name": "grpc", "port": 8081, "targetPort": "grpc"}
     ]
     assert group.disruption_budget["spec"]["maxUnavailable"] == 1
+    # The headless Service keeps a name for every pod, master or not.
+    assert group.headless_service["spec"]["selector"] == {
+        "skiff.io/broker": "orders",
+        "skiff.io/group": "a",
+    }
 
 
 def test_scheduling_spreads_pods_of_a_group_and_keeps_user_rules() -> None:

@@ -73,17 +73,16 @@ def test_topic_spec_maps_to_the_admin_topic() -> None:
     assert desired_topic("plain", {}).name == "plain"
 
 
-def test_endpoint_resolver_defaults_to_the_master_pod_dns_name() -> None:
+def test_endpoint_resolver_defaults_to_the_group_client_service() -> None:
+    # The client Service follows the Lease holder; ordinal 0 is no longer the master.
     resolver = EndpointResolver()
-    assert resolver.master_endpoint("shop", "orders", 1) == (
-        "orders-b-0.orders-b-pods.shop.svc.cluster.local:8081"
-    )
+    assert resolver.master_endpoint("shop", "orders", 1) == ("orders-b.shop.svc.cluster.local:8081")
     local = EndpointResolver("127.0.0.1:{port}")
     assert local.master_endpoint("shop", "orders", 0) == "127.0.0.1:8081"
 
 
 def test_a_bad_endpoint_template_says_which_fields_exist() -> None:
-    with pytest.raises(ValueError, match=r"\{master_dns_name\}"):
+    with pytest.raises(ValueError, match=r"\{client_service_dns_name\}"):
         EndpointResolver("{nonsense}:1").master_endpoint("shop", "orders", 0)
 
 
