@@ -254,6 +254,39 @@ def pod_uid(ns: Namespace, pod: str) -> str:
     return ns.get("pod", pod)["metadata"]["uid"]
 
 
+def master_of(ns: Namespace, group: str) -> tuple[str, int]:
+    """The pod holding the group's Lease (its master, whatever its ordinal) and the term."""
+    lease = ns.get("lease", group)
+    return lease["spec"].get("holderIdentity") or "", int(
+        lease["metadata"].get("annotations", {}).get("skiff.io/epoch", "0")
+    )
+
+
+def pods_ready(ns: Namespace, pods: tuple[str, ...]) -> bool:
+    """Every pod exists and is Ready."""
+    for pod in pods:
+        found = ns.kubectl("get", "pod", pod, "-o", "json", check=False)
+        if not found.startswith("{"):
+            return False
+        conditions = json.loads(found).get("status", {}).get("conditions", [])
+        if not any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+            return False
+    return True
+
+
+def rolled_out(ns: Namespace, statefulset: str, pods: tuple[str, ...]) -> bool:
+    """Every pod runs the StatefulSet's newest template and is Ready (the operator rolls it)."""
+    revision = ns.get("statefulset", statefulset)["status"].get("updateRevision")
+    for pod in pods:
+        found = ns.kubectl("get", "pod", pod, "-o", "json", check=False)
+        if not found.startswith("{"):
+            return False
+        labels = json.loads(found)["metadata"].get("labels", {})
+        if labels.get("controller-revision-hash") != revision:
+            return False
+    return pods_ready(ns, pods)
+
+
 def claims(ns: Namespace) -> set[str]:
     listed = json.loads(ns.kubectl("get", "pvc", "-o", "json"))
     return {item["metadata"]["name"] for item in listed["items"]}
@@ -296,16 +329,32 @@ def test_install_use_break_change_uninstall(cluster: Cluster, ns: Namespace) -> 
     with ns.port_forward("svc/skiff-a", 8081) as endpoint:
         send(endpoint, "orders", bodies)
 
-    # Lose the master: everything acknowledged must still be there when it is back.
-    ns.kubectl("delete", "pod", "skiff-a-0", "--wait=false")
-    ns.kubectl("rollout", "status", "statefulset/skiff-a", "--timeout=600s")
+    # Lose the master: its replica takes the group's Lease in a new term, and everything
+    # acknowledged is still there.
+    pods = ("skiff-a-0", "skiff-a-1")
+    master, epoch = master_of(ns, "skiff-a")
+    assert master in pods, f"no master holds the group's Lease ({master!r})"
+    uid = pod_uid(ns, master)
+    ns.kubectl("delete", "pod", master, "--wait=false")
+    ns.wait_until(
+        "the replica to take over in a new term",
+        lambda: (
+            master_of(ns, "skiff-a")[0] not in ("", master) and master_of(ns, "skiff-a")[1] > epoch
+        ),
+    )
+    ns.wait_until(
+        "the deleted pod to come back",
+        lambda: pods_ready(ns, pods) and pod_uid(ns, master) != uid,
+    )
     ns.wait_ready("broker", "skiff")
     with ns.port_forward("svc/skiff-a", 8081) as endpoint:
         assert sorted(receive(endpoint, "orders", "e2e", len(bodies))) == sorted(bodies)
 
     # A spec change rolls out replicas first, then the master, with a producer writing all
     # along; every write acknowledged during the rollout is there afterwards.
-    before = {pod: pod_uid(ns, pod) for pod in ("skiff-a-0", "skiff-a-1")}
+    master, _ = master_of(ns, "skiff-a")
+    (replica,) = (pod for pod in pods if pod != master)
+    before = {pod: pod_uid(ns, pod) for pod in pods}
     revision = ns.get("statefulset", "skiff-a")["status"].get("updateRevision")
     with (
         ns.port_forward("svc/skiff-a", 8081) as endpoint,
@@ -317,13 +366,13 @@ def test_install_use_break_change_uninstall(cluster: Cluster, ns: Namespace) -> 
             "the spec change to reach the StatefulSet",
             lambda: ns.get("statefulset", "skiff-a")["status"].get("updateRevision") != revision,
         )
-        ns.kubectl("rollout", "status", "statefulset/skiff-a", "--timeout=600s")
+        ns.wait_until("the operator to roll every pod", lambda: rolled_out(ns, "skiff-a", pods))
     ns.wait_ready("broker", "skiff")
     after = {pod: ns.get("pod", pod) for pod in before}
     assert all(after[pod]["metadata"]["uid"] != before[pod] for pod in before), "not restarted"
     assert (
-        after["skiff-a-1"]["metadata"]["creationTimestamp"]
-        <= after["skiff-a-0"]["metadata"]["creationTimestamp"]
+        after[replica]["metadata"]["creationTimestamp"]
+        <= after[master]["metadata"]["creationTimestamp"]
     ), "the master restarted before its replica"
     assert producer.acknowledged, f"no write acknowledged during the rollout ({producer.failed})"
     with ns.port_forward("svc/skiff-a", 8081) as endpoint:
@@ -377,14 +426,16 @@ def test_two_sync_groups_survive_kills_and_grow(cluster: Cluster, ns: Namespace)
         with ns.port_forward(f"svc/skiff-{group}", 8081) as endpoint:
             send(endpoint, "orders", sent[group])
 
-    # SIGKILL group a's broker process inside its running pod: the container restarts in the
-    # same pod, on the same volume. (Once replicas take over, assert the failover here too.)
-    restarts = restart_count(ns, "skiff-a-0")
-    uid = pod_uid(ns, "skiff-a-0")
-    os.kill(host_pid_of(cluster, ns, "skiff-a-0"), signal.SIGKILL)
-    ns.wait_until("the killed broker to restart", lambda: restart_count(ns, "skiff-a-0") > restarts)
-    ns.kubectl("wait", "--for=condition=Ready", "pod/skiff-a-0", "--timeout=600s")
-    assert pod_uid(ns, "skiff-a-0") == uid, "the pod was replaced, not its process restarted"
+    # SIGKILL group a's master process inside its running pod: the container restarts in the
+    # same pod, on the same volume, and the group goes on under a new term of its Lease.
+    master, epoch = master_of(ns, "skiff-a")
+    restarts = restart_count(ns, master)
+    uid = pod_uid(ns, master)
+    os.kill(host_pid_of(cluster, ns, master), signal.SIGKILL)
+    ns.wait_until("the killed broker to restart", lambda: restart_count(ns, master) > restarts)
+    ns.kubectl("wait", "--for=condition=Ready", f"pod/{master}", "--timeout=600s")
+    assert pod_uid(ns, master) == uid, "the pod was replaced, not its process restarted"
+    ns.wait_until("a new term of group a's Lease", lambda: master_of(ns, "skiff-a")[1] > epoch)
     ns.wait_ready("broker", "skiff")
     for group in ("a", "b"):
         with ns.port_forward(f"svc/skiff-{group}", 8081) as endpoint:
