@@ -420,6 +420,7 @@ def test_two_sync_groups_survive_kills_and_grow(cluster: Cluster, ns: Namespace)
     topic = ns.wait_ready("topic", "orders")
     assert sorted(topic["status"]["groups"]) == ["a", "b"]
 
+    # Each group's Service is a way in; the cluster's routes spread the sends over both groups.
     sent: dict[str, list[bytes]] = {}
     for group in ("a", "b"):
         sent[group] = [f"{group} order {i}".encode() for i in range(100)]
@@ -437,10 +438,12 @@ def test_two_sync_groups_survive_kills_and_grow(cluster: Cluster, ns: Namespace)
     assert pod_uid(ns, master) == uid, "the pod was replaced, not its process restarted"
     ns.wait_until("a new term of group a's Lease", lambda: master_of(ns, "skiff-a")[1] > epoch)
     ns.wait_ready("broker", "skiff")
-    for group in ("a", "b"):
-        with ns.port_forward(f"svc/skiff-{group}", 8081) as endpoint:
-            got = receive(endpoint, "orders", "e2e", len(sent[group]))
-        assert sorted(got) == sorted(sent[group]), f"group {group} lost acknowledged messages"
+    # One access point: the bootstrap Service routes a consumer to the queues of both groups.
+    every = {body for bodies in sent.values() for body in bodies}
+    with ns.port_forward("svc/skiff", 8081) as endpoint:
+        got = receive_all(endpoint, "orders", "e2e", every)
+    lost = every - got
+    assert not lost, f"{len(lost)} of {len(every)} acknowledged messages lost"
 
     # A third group: it comes up, the Topics reach it, and it serves.
     ns.kubectl("patch", "broker", "skiff", "--type", "merge", "-p",
