@@ -32,7 +32,7 @@ import logging
 import mmap
 import struct
 
-from ..wire.record_check import check_record
+from ..wire.record_check import check_record, check_run
 from ..wire.record_layout import (
     BLANK_MAGIC,
     MESSAGE_MAGIC,
@@ -206,6 +206,15 @@ def scan_segment(
         while pos + 8 <= limit:
             size, magic = SIZE_MAGIC.unpack_from(mm, pos)
             if magic == MESSAGE_MAGIC:
+                # The valid records from here on in one loop of the same validator;
+                # the per-record check below then explains what stopped it.
+                run = check_run(mm, pos, limit, base=base, check_crc=check_crc)
+                if run.records:
+                    if first_valid < 0:
+                        first_valid = pos
+                    records += run.records
+                    pos = run.stop
+                    continue
                 problem = _check_record(mm, view, pos, size, limit, base, check_crc)
                 if problem is None:
                     if first_valid < 0:
