@@ -245,15 +245,8 @@ class ConsumeQueue:
             return
         lo = first.file_from_offset // UNIT_SIZE
         hi = min(self.max_offset, lo + self.units_per_file)
-        floor = lo
-        while lo < hi:
-            mid = (lo + hi) // 2
-            unit = self._real_unit_at_or_before(mid, floor)
-            if unit is not None and unit[0] >= min_commit_log_offset:
-                hi = mid
-            else:
-                lo = mid + 1
-        self._min_logical_offset = max(self._min_logical_offset, lo)
+        first_kept = self._first_unit_at_or_after(min_commit_log_offset, lo, hi)
+        self._min_logical_offset = max(self._min_logical_offset, first_kept)
 
     def delete_expired(self, min_commit_log_offset: int) -> int:
         """Delete files whose every record is gone from the commit log; never the newest."""
@@ -292,7 +285,11 @@ class ConsumeQueue:
     def first_unit_from(self, physical: int) -> int:
         """The first queue offset whose record lies at or after commit-log offset ``physical``
         (judging blank units by the unit before them, as ``truncate_dirty`` does)."""
-        lo, hi = self.min_offset, self.max_offset
+        return self._first_unit_at_or_after(physical, self.min_offset, self.max_offset)
+
+    def _first_unit_at_or_after(self, physical: int, lo: int, hi: int) -> int:
+        """Binary search in queue offsets [lo, hi) for the first whose record lies at or after
+        commit-log offset ``physical``; a blank unit is judged by the real unit before it."""
         floor = lo
         while lo < hi:
             mid = (lo + hi) // 2
