@@ -59,3 +59,12 @@ def _kind_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
         yield Cluster(kubeconfig=kubeconfig, storage_class=None)
     finally:
         run("kind", "delete", "cluster", "--name", name, check=False)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """Keep the test's own outcome on the item, so a fixture can tell a failure at teardown."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call":
+        item.call_report = report

@@ -199,13 +199,29 @@ def round_trip(ns: Namespace, service: str, topic: str, label: str, count: int =
     assert not missing, f"{len(missing)} of {count} acknowledged messages not received"
 
 
+def print_what_failed(ns: Namespace) -> None:
+    """The namespace's objects, Leases, events and every container's log, for a failed test."""
+    print(f"--- namespace {ns.name} after the failure ---")
+    print(ns.kubectl("get", "all,leases,pvc", "-o", "wide", check=False))
+    print(ns.kubectl("get", "leases", "-o", "yaml", check=False))
+    print(ns.kubectl("get", "events", "--sort-by=.lastTimestamp", check=False))
+    for pod in ns.kubectl("get", "pods", "-o", "name", check=False).split():
+        for previous in ("--previous=true", "--previous=false"):
+            print(f"--- {pod} {previous} ---")
+            print(ns.kubectl("logs", pod, "--all-containers", previous, "--tail=300",
+                             check=False))  # fmt: skip
+
+
 @pytest.fixture
-def ns(cluster: Cluster) -> Iterator[Namespace]:
-    """A fresh namespace; whatever a failed test left in it is removed afterwards."""
+def ns(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[Namespace]:
+    """A fresh namespace; whatever a failed test left in it is printed, then removed."""
     namespace = Namespace(f"skiff-e2e-{uuid.uuid4().hex[:6]}")
     try:
         yield namespace
     finally:
+        report = getattr(request.node, "call_report", None)
+        if report is not None and report.failed:
+            print_what_failed(namespace)
         if namespace.kubectl("get", "namespace", namespace.name, check=False):
             run("helm", "uninstall", "skiff", "-n", namespace.name, "--wait", check=False)
             for kind in ("topics", "brokers"):

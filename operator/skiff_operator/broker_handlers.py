@@ -250,13 +250,16 @@ async def _refresh_status(
 
 
 def _rolling_out(stateful_set: Mapping[str, Any], updated: int, wanted: int) -> bool:
-    """The StatefulSet controller has not yet brought every pod to the current template."""
+    """Some pod does not run the StatefulSet's current template yet.
+
+    Under ``OnDelete`` the StatefulSet controller never moves ``currentRevision`` to
+    ``updateRevision``, so only the count of pods on the update revision tells.
+    """
     status = stateful_set.get("status") or {}
     generation = int((stateful_set.get("metadata") or {}).get("generation") or 0)
     if int(status.get("observedGeneration") or 0) < generation:
         return True
-    update, current = status.get("updateRevision"), status.get("currentRevision")
-    return updated < wanted or bool(update and current and update != current)
+    return updated < wanted
 
 
 def _client_endpoint(state: OperatorState, name: str, index: int, namespace: str) -> str:

@@ -297,8 +297,11 @@ def test_a_broker_gets_its_children_owned_by_it(cluster: Cluster) -> None:
     assert "PodsNotReady" in printed
 
 
-def report_pods(cluster: Cluster, ready: int, updated: int, rolled_out: bool) -> None:
-    """What the StatefulSet controller would report; none runs in this module."""
+def report_pods(cluster: Cluster, ready: int, updated: int) -> None:
+    """What the StatefulSet controller would report; none runs in this module.
+
+    Under OnDelete it never moves currentRevision, even once every pod is updated.
+    """
     stateful_set = cluster.get("statefulset", f"{BROKER}-a")
     assert stateful_set is not None
     generation = stateful_set["metadata"]["generation"]
@@ -309,7 +312,7 @@ def report_pods(cluster: Cluster, ready: int, updated: int, rolled_out: bool) ->
         "currentReplicas": 2,
         "availableReplicas": ready,
         "observedGeneration": generation,
-        "currentRevision": f"{BROKER}-a-{generation if rolled_out else 'old'}",
+        "currentRevision": f"{BROKER}-a-old",
         "updateRevision": f"{BROKER}-a-{generation}",
     }
     cluster.merge_patch("statefulset", f"{BROKER}-a", {"status": status}, subresource="status")
@@ -403,7 +406,7 @@ def group_status(cluster: Cluster, suffix: str) -> dict:
 
 
 def test_ready_needs_the_pods_and_a_master_holding_the_lease(cluster: Cluster) -> None:
-    report_pods(cluster, ready=2, updated=2, rolled_out=True)
+    report_pods(cluster, ready=2, updated=2)
     # Every pod is ready, but no broker holds the group's Lease yet: no master.
     broker = cluster.wait_ready("broker", BROKER, "False", "NoMaster")
     assert f"no broker holds its Lease {BROKER}-a" in ready_condition(broker)["message"]
@@ -468,7 +471,7 @@ def test_a_spec_change_rolls_out(cluster: Cluster) -> None:
     assert broker["metadata"]["generation"] == 2
     assert broker["status"]["observedGeneration"] == 2
     # The highest ordinal restarts first: the replica is updated, the master not yet.
-    report_pods(cluster, ready=2, updated=1, rolled_out=False)
+    report_pods(cluster, ready=2, updated=1)
     wait_for(
         lambda: (
             ready_condition(cluster.get("broker", BROKER)).get("message")
@@ -476,7 +479,7 @@ def test_a_spec_change_rolls_out(cluster: Cluster) -> None:
         ),
         "the Broker to report the rollout's progress",
     )
-    report_pods(cluster, ready=2, updated=2, rolled_out=True)
+    report_pods(cluster, ready=2, updated=2)
     cluster.wait_ready("broker", BROKER, "True", "Ready")
 
 
@@ -561,7 +564,7 @@ def test_a_new_template_restarts_the_replicas_before_the_master(cluster: Cluster
     wait_for(lambda: cluster.get("pod", master) is None, "the master to be restarted last")
 
     cluster.delete("pod", replica)
-    report_pods(cluster, ready=2, updated=2, rolled_out=True)
+    report_pods(cluster, ready=2, updated=2)
     cluster.wait_ready("broker", BROKER, "True", "Ready")
 
 
