@@ -186,7 +186,9 @@ async def _refresh_status(
         observed: Mapping[str, Any] = stateful_set.get("status") or {}
         ready = int(observed.get("readyReplicas") or 0)
         updated = int(observed.get("updatedReplicas") or 0)
-        lease = read_lease(await state.api.get("Lease", namespace, lease_name(name, index)), now)
+        lease_object = await state.api.get("Lease", namespace, lease_name(name, index))
+        await _adopt_lease(state.api, identity, lease_object)
+        lease = read_lease(lease_object, now)
         entry: dict[str, Any] = {
             "name": suffix,
             "statefulSet": set_name,
@@ -247,6 +249,35 @@ async def _refresh_status(
     else:
         message = f"{spec.groups} group(s) of {wanted} pod(s) ready, each with a master"
         _set_ready(patch, conditions, True, "Ready", message + progress_note, generation)
+
+
+async def _adopt_lease(
+    api: KubeApi, broker: BrokerIdentity, lease: Mapping[str, Any] | None
+) -> None:
+    """Make the Broker own its group's Lease, so that the Lease goes with the Broker.
+
+    The brokers create their Leases (the operator never writes one's spec) and keep
+    whatever owners it has. The patch carries the resourceVersion read: it never
+    recreates a Lease deleted meanwhile, nor overwrites a broker's newer write.
+    """
+    if lease is None:
+        return
+    meta = lease.get("metadata") or {}
+    owners = list(meta.get("ownerReferences") or [])
+    if any(owner.get("uid") == broker.uid for owner in owners):
+        return
+    patch = {
+        "metadata": {
+            "resourceVersion": meta.get("resourceVersion"),
+            "ownerReferences": [*owners, owner_reference(broker)],
+        }
+    }
+    try:
+        await api.merge_patch("Lease", broker.namespace, meta["name"], patch)
+    except KubeApiError as exc:
+        if exc.status not in (404, 409):
+            raise
+        # Gone or written meanwhile: the next status pass tries again.
 
 
 def _rolling_out(stateful_set: Mapping[str, Any], updated: int, wanted: int) -> bool:

@@ -137,6 +137,17 @@ class KubeApi:
             content_type="application/apply-patch+yaml",
         )
 
+    async def merge_patch(
+        self, kind: str, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """A JSON merge patch of an object that must exist (unlike apply, never creates it)."""
+        return await self._request(
+            "PATCH",
+            self.path(kind, namespace, name),
+            body=patch,
+            content_type="application/merge-patch+json",
+        )
+
     async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             return await self._request("GET", self.path(kind, namespace, name))

@@ -1010,6 +1010,24 @@ def test_deleting_a_broker_cascades_to_its_children(cluster: Cluster) -> None:
     ]
     for kind, name in children:
         wait_for(lambda kind=kind, name=name: cluster.get(kind, name), f"{kind} {name}")
+    # The group's Lease is the brokers' own; the operator makes the Broker its owner.
+    lease = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": "cascade-a",
+            "namespace": NAMESPACE,
+            "labels": {"skiff.io/cluster": "cascade", "skiff.io/group": "cascade-a"},
+        },
+        "spec": {"holderIdentity": "cascade-a-0", "leaseDurationSeconds": 15},
+    }
+    cluster.plane.kubectl("create", "--as", BROKER_ACCOUNT, "-f", "-", input=json.dumps(lease))
+    wait_for(
+        lambda: [o["name"] for o in cluster.get("lease", "cascade-a")["metadata"].get(
+            "ownerReferences", [])] == ["cascade"],
+        "the operator to make the Broker own its group's Lease",
+    )  # fmt: skip
+    children.append(("lease", "cascade-a"))
     with running_controllers(cluster.plane, "garbage-collector-controller"):
         cluster.delete("broker", "cascade")
         for kind, name in children:

@@ -47,6 +47,8 @@ class LeaseRecord:
     acquire_time: str = ""
     renew_time: str = ""
     resource_version: str = ""
+    # Kept as found: the operator makes the Broker own the Lease, so it goes with the Broker.
+    owners: list[dict] = dataclasses.field(default_factory=list)
 
     @classmethod
     def from_object(cls, lease: dict) -> LeaseRecord:
@@ -85,6 +87,7 @@ class LeaseRecord:
             acquire_time=spec.get("acquireTime") or "",
             renew_time=spec.get("renewTime") or "",
             resource_version=meta.get("resourceVersion", ""),
+            owners=[o for o in meta.get("ownerReferences") or [] if isinstance(o, dict)],
         )
 
     def to_object(self) -> dict:
@@ -102,6 +105,8 @@ class LeaseRecord:
         }
         if self.resource_version:
             meta["resourceVersion"] = self.resource_version
+        if self.owners:
+            meta["ownerReferences"] = self.owners
         spec: dict = {
             "holderIdentity": self.holder or None,
             "leaseDurationSeconds": self.duration_s,

@@ -24,11 +24,15 @@ records = st.builds(
     replicas=st.dictionaries(pods, st.just("10.0.0.2:8081"), max_size=3),
     transitions=st.integers(0, 1000),
     resource_version=st.just("42"),
+    owners=st.lists(
+        st.fixed_dictionaries({"kind": st.just("Broker"), "name": pods, "uid": pods}), max_size=1
+    ),
 )
 
 
 @given(records)
 def test_a_lease_reads_back_as_written(record: LeaseRecord) -> None:
+    # Owners included: a broker's write must not take the Broker's ownership away.
     assert LeaseRecord.from_object(record.to_object()) == record
 
 
