@@ -14,7 +14,10 @@ live holder):
   down first.
 - Expired or released: take it, if this pod is in its ``skiff.io/in-sync`` list
   (a broker whose log may lack acknowledged writes never becomes master). The
-  update carries the Lease's resourceVersion: of two takers one fails.
+  update carries the Lease's resourceVersion: of two takers one fails. A master
+  that gave the Lease up when it stopped leaves it, for one Lease duration after
+  it comes back, to the in-sync replicas that kept running: a deleted pod hands
+  its group over instead of racing its own replacement.
 
 The holder fences itself by its own clock: from ``renew deadline`` (2/3 of the
 Lease duration) after the start of its last successful renewal it acknowledges
@@ -131,6 +134,7 @@ class LeaseElector:
         if record.holder != self.me:
             return
         record.holder = ""
+        record.released_by = self.me
         record.duration_s = self.config.lease_duration_s
         self.api.replace_lease(self.config.namespace, record.to_object())
         log.info("released the Lease of group %s", self.group)
@@ -218,7 +222,8 @@ class LeaseElector:
         if not record.may_take(self.me):
             self._period = RETRY_PERIOD_S
         if record.may_take(self.me):
-            await self._acquire(record)
+            if not self._leaves_it_to_replicas(record, now):
+                await self._acquire(record)
         elif self.replication.role is not Role.MASTER and self._left_out != record.identity():
             # Once per Lease state: its log may lack writes the last master acknowledged.
             self._left_out = record.identity()
@@ -241,6 +246,13 @@ class LeaseElector:
         if previous is None:
             return now
         return max(previous, now - max(0.0, record.duration_s / 3 - 1.0))
+
+    def _leaves_it_to_replicas(self, record: LeaseRecord, now: float) -> bool:
+        """This pod gave the Lease up and an in-sync replica may still take it."""
+        others = [pod for pod in record.in_sync or [] if pod != self.me]
+        if record.holder or record.released_by != self.me or not others:
+            return False
+        return now - self._seen[record.name][1] < record.duration_s
 
     def _alive(self, record: LeaseRecord, now: float) -> bool:
         seen = self._seen.get(record.name)
@@ -298,6 +310,7 @@ class LeaseElector:
             ha_address=self.config.ha_advertise,
             in_sync=[self.me],
             replicas={},
+            released_by="",
             transitions=record.transitions + (record.holder != self.me),
             acquire_time=now_micro(),
             renew_time=now_micro(),

@@ -4,8 +4,9 @@ The Lease is named after the group and labelled with its cluster and group.
 ``spec.holderIdentity`` is the master's pod name. Only the holder writes the
 annotations: the term (``skiff.io/epoch``), where clients and replicas reach it
 (``skiff.io/endpoint``, ``skiff.io/ha-address``), which pods hold every write it
-acknowledged (``skiff.io/in-sync``, the master included) and every replica's
-client endpoint (``skiff.io/replicas``). Every write of the Lease carries the
+acknowledged (``skiff.io/in-sync``, the master included), every replica's client
+endpoint (``skiff.io/replicas``) and, once it stopped and gave the Lease up,
+that it did (``skiff.io/released-by``). Every write of the Lease carries the
 ``resourceVersion`` it was based on, so of two brokers racing for an expired
 Lease exactly one succeeds.
 """
@@ -24,6 +25,7 @@ ENDPOINT = "skiff.io/endpoint"
 HA_ADDRESS = "skiff.io/ha-address"
 IN_SYNC = "skiff.io/in-sync"
 REPLICAS = "skiff.io/replicas"
+RELEASED_BY = "skiff.io/released-by"
 
 
 def now_micro() -> str:
@@ -44,6 +46,8 @@ class LeaseRecord:
     in_sync: list[str] | None = None
     replicas: dict[str, str] = dataclasses.field(default_factory=dict)
     transitions: int = 0
+    # The pod that gave the Lease up when it stopped; cleared by the next taker.
+    released_by: str = ""
     acquire_time: str = ""
     renew_time: str = ""
     resource_version: str = ""
@@ -84,6 +88,7 @@ class LeaseRecord:
             in_sync=in_sync,
             replicas={str(k): str(v) for k, v in replicas.items()},
             transitions=int(spec.get("leaseTransitions") or 0),
+            released_by=notes.get(RELEASED_BY, ""),
             acquire_time=spec.get("acquireTime") or "",
             renew_time=spec.get("renewTime") or "",
             resource_version=meta.get("resourceVersion", ""),
@@ -98,6 +103,8 @@ class LeaseRecord:
             IN_SYNC: json.dumps(self.in_sync or []),
             REPLICAS: json.dumps(self.replicas, sort_keys=True),
         }
+        if self.released_by:
+            annotations[RELEASED_BY] = self.released_by
         meta: dict = {
             "name": self.name,
             "labels": {CLUSTER_LABEL: self.cluster, GROUP_LABEL: self.name},

@@ -23,6 +23,7 @@ records = st.builds(
     in_sync=st.lists(pods, max_size=4),
     replicas=st.dictionaries(pods, st.just("10.0.0.2:8081"), max_size=3),
     transitions=st.integers(0, 1000),
+    released_by=st.one_of(st.just(""), pods),
     resource_version=st.just("42"),
     owners=st.lists(
         st.fixed_dictionaries({"kind": st.just("Broker"), "name": pods, "uid": pods}), max_size=1
