@@ -115,7 +115,14 @@ def test_one_endpoint_reads_every_group_batch_and_streaming(spark, tmp_path: Pat
             .load()
         )
         assert df.rdd.getNumPartitions() == 5
-        assert Counter(bytes(row.body) for row in df.collect()) == Counter(sent)
+        rows = df.collect()
+        assert Counter(bytes(row.body) for row in rows) == Counter(sent)
+        # Each row names the group it was read from: queue and offset repeat across groups.
+        assert {(row.broker, bytes(row.body)[:2]) for row in rows} == {
+            ("orders-a", b"a-"),
+            ("orders-b", b"b-"),
+        }
+        assert len({(row.broker, row.queue, row.offset) for row in rows}) == len(sent)
 
         # Per-queue offsets name the group: only b's queue 1, from offset 2 on.
         on_b1 = ends_of(b, "orders-b")["orders-b/1"]
@@ -130,8 +137,9 @@ def test_one_endpoint_reads_every_group_batch_and_streaming(spark, tmp_path: Pat
             .load()
             .collect()
         )
-        assert {(row.queue, row.offset) for row in ranged} == {(1, o) for o in range(2, on_b1)}
-        assert all(bytes(row.body).startswith(b"b-") for row in ranged)
+        assert {(row.broker, row.queue, row.offset) for row in ranged} == {
+            ("orders-b", 1, o) for o in range(2, on_b1)
+        }
 
         # Streaming, Trigger.AvailableNow, through the same single endpoint.
         checkpoint, output = tmp_path / "checkpoint", tmp_path / "out"

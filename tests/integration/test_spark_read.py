@@ -97,7 +97,7 @@ def test_batch_read_returns_exactly_what_was_stored(spark, broker):
     assert df.schema.simpleString() == (
         "struct<topic:string,queue:int,offset:bigint,message_id:string,keys:array<string>,"
         "tag:string,body:binary,properties:map<string,string>,born_timestamp:timestamp,"
-        "store_timestamp:timestamp>"
+        "store_timestamp:timestamp,broker:string>"
     )
     assert df.rdd.getNumPartitions() == 3  # one per queue
     rows = df.collect()

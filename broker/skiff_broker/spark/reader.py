@@ -82,7 +82,7 @@ def read_slice(task: SliceToRead) -> Iterator[pa.RecordBatch]:
             for message in pulled:
                 messages.append(message)
                 if len(messages) >= ROWS_PER_RECORD_BATCH:
-                    yield record_batch(messages, schema)
+                    yield record_batch(messages, schema, queue.group)
                     messages = []
         except DataLost as lost:
             raise off.DataLossError(
@@ -90,7 +90,7 @@ def read_slice(task: SliceToRead) -> Iterator[pa.RecordBatch]:
                 'without them, set the option failOnDataLoss to "false"'
             ) from None
         if messages:
-            yield record_batch(messages, schema)
+            yield record_batch(messages, schema, queue.group)
     finally:
         routes.close()
 
