@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
@@ -21,6 +22,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from ..client.errors import BrokerUnavailable
 from ..client.pull_consumer import DataLost, PulledMessage
 from . import offsets as off
 from .options import OptionError, SourceOptions
@@ -31,6 +33,9 @@ log = logging.getLogger(__name__)
 
 # Rows per Arrow record batch handed to Spark.
 ROWS_PER_RECORD_BATCH = 4096
+# How long a task waits for its group's broker to hold the whole planned range.
+CATCH_UP_S = 60.0
+CATCH_UP_POLL_S = 0.5
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -58,7 +63,12 @@ def _partitions(options: SourceOptions, slices: Sequence[off.QueueSlice]) -> lis
 
 
 def read_slice(task: SliceToRead) -> Iterator[pa.RecordBatch]:
-    """Pull one queue range and yield it as record batches (runs on an executor)."""
+    """Pull one queue range and yield it as record batches (runs on an executor).
+
+    The whole planned range is read or the task fails: a broker that holds the
+    queue only partly (a replica still catching up after a failover) is asked again,
+    and the group's endpoint with it, until ``CATCH_UP_S`` has passed.
+    """
     queue = task.slice
     schema = arrow_schema()
 
@@ -66,31 +76,49 @@ def read_slice(task: SliceToRead) -> Iterator[pa.RecordBatch]:
         log.warning("%s; skipping them (failOnDataLoss is false)", lost.message)
 
     routes = Routes(task.endpoints)
+    deadline = time.monotonic() + CATCH_UP_S
+    start = queue.start
     try:
-        consumer = routes.consumer(routes.endpoint_of(queue.topic, queue.group))
-        messages: list[PulledMessage] = []
-        pulled = consumer.read_range(
-            queue.topic,
-            queue.queue_id,
-            queue.start,
-            queue.end,
-            batch_size=task.pull_batch_size,
-            skip_lost=not task.fail_on_data_loss,
-            on_lost=on_lost,
-        )
-        try:
-            for message in pulled:
-                messages.append(message)
-                if len(messages) >= ROWS_PER_RECORD_BATCH:
-                    yield record_batch(messages, schema, queue.group)
-                    messages = []
-        except DataLost as lost:
-            raise off.DataLossError(
-                f"{lost.message} (group {queue.group}). The query needs them: to go on "
-                'without them, set the option failOnDataLoss to "false"'
-            ) from None
-        if messages:
-            yield record_batch(messages, schema, queue.group)
+        while True:
+            consumer = routes.consumer(routes.endpoint_of(queue.topic, queue.group))
+            messages: list[PulledMessage] = []
+            pulled = consumer.read_range(
+                queue.topic,
+                queue.queue_id,
+                start,
+                queue.end,
+                batch_size=task.pull_batch_size,
+                skip_lost=not task.fail_on_data_loss,
+                on_lost=on_lost,
+            )
+            try:
+                for message in pulled:
+                    messages.append(message)
+                    start = message.queue_offset + 1
+                    if len(messages) >= ROWS_PER_RECORD_BATCH:
+                        yield record_batch(messages, schema, queue.group)
+                        messages = []
+            except DataLost as lost:
+                raise off.DataLossError(
+                    f"{lost.message} (group {queue.group}). The query needs them: to go on "
+                    'without them, set the option failOnDataLoss to "false"'
+                ) from None
+            if messages:
+                yield record_batch(messages, schema, queue.group)
+            # Ended early: either offsets the broker skipped (records that failed their
+            # CRC) end the range, or this broker does not hold the range's end yet.
+            held = consumer.max_offset(queue.topic, queue.queue_id)
+            if start >= queue.end or held >= queue.end:
+                return
+            if time.monotonic() > deadline:
+                raise BrokerUnavailable(
+                    f"{queue.topic} {queue.group}/{queue.queue_id}: the broker at "
+                    f"{consumer.endpoint} holds offsets only up to {held}, before the planned "
+                    f"end {queue.end}, after {CATCH_UP_S:g} s; a replica serving reads may be "
+                    "catching up after a failover: run the query again once the group has a "
+                    "master"
+                )
+            time.sleep(CATCH_UP_POLL_S)
     finally:
         routes.close()
 
