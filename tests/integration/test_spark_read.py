@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +15,9 @@ from tests.retention_broker import RETENTION_ARGS, wait_for_deletion
 
 from skiff_broker.client.admin import AdminClient
 from skiff_broker.client.messaging import MessagingClient, OutgoingMessage
+from skiff_broker.spark.offsets import QueueSlice
+from skiff_broker.spark.reader import SliceToRead, read_slice
+from skiff_broker.spark.routes import Routes
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +102,7 @@ def test_batch_read_returns_exactly_what_was_stored(spark, broker):
     assert df.schema.simpleString() == (
         "struct<topic:string,queue:int,offset:bigint,message_id:string,keys:array<string>,"
         "tag:string,body:binary,properties:map<string,string>,born_timestamp:timestamp,"
-        "store_timestamp:timestamp>"
+        "store_timestamp:timestamp,broker:string>"
     )
     assert df.rdd.getNumPartitions() == 3  # one per queue
     rows = df.collect()
@@ -186,8 +191,11 @@ def test_streaming_query_restarted_from_its_checkpoint_neither_loses_nor_duplica
     query.awaitTermination(300)
     assert query.exception() is None
 
+    # A lone broker is one group (its name, broker-a by default) of its own.
     assert last_checkpointed_offsets(checkpoint) == {
-        topic: {str(q): max(o for qq, o in {**first, **second} if qq == q) + 1 for q in (0, 1)}
+        topic: {
+            f"broker-a/{q}": max(o for qq, o in {**first, **second} if qq == q) + 1 for q in (0, 1)
+        }
     }
     rows = spark.read.parquet(str(output)).collect()
     assert len(rows) == 300
@@ -224,3 +232,33 @@ def test_fail_on_data_loss_fails_or_skips_what_retention_deleted(spark, tmp_path
         assert offsets and offsets[0] >= oldest > 0
         assert offsets == list(range(offsets[0], 60))
         assert [bytes(row.body[:4]) for row in rows] == [f"{i:04d}".encode() for i in offsets]
+
+
+def test_a_task_reads_its_whole_planned_range_once_the_broker_holds_it(broker):
+    """A task's range ends where it was planned, not where its broker's queue ends now.
+
+    A replica serving reads after a failover may not hold the planned end yet; the
+    task waits for it instead of ending early (which would drop those messages from
+    the query, since the next micro-batch starts at the planned end).
+    """
+    topic = "catch-up"
+    with AdminClient(broker.endpoint) as admin:
+        admin.create_topic(topic, read_queues=1)
+    with MessagingClient(broker.endpoint) as messaging:
+        messaging.send([OutgoingMessage(topic, b"held 0"), OutgoingMessage(topic, b"held 1")])
+    with Routes([broker.endpoint]) as routes:
+        (group,) = routes.groups(topic)
+    planned = SliceToRead((broker.endpoint,), QueueSlice(topic, group.group, 0, 0, 4), True, 2)
+
+    def send_the_rest() -> None:
+        time.sleep(1.0)
+        with MessagingClient(broker.endpoint) as messaging:
+            messaging.send([OutgoingMessage(topic, b"late 2"), OutgoingMessage(topic, b"late 3")])
+
+    late = threading.Thread(target=send_the_rest)
+    late.start()
+    try:
+        rows = [row for batch in read_slice(planned) for row in batch.to_pylist()]
+    finally:
+        late.join()
+    assert [row["body"] for row in rows] == [b"held 0", b"held 1", b"late 2", b"late 3"]

@@ -29,6 +29,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc
 
 from .. import __version__
 from ..delivery.tag_filter import TagFilter
+from ..endpoints import address_of, endpoints_of
 from ..records.v1 import records_pb2 as rpb
 from ..records.v1 import records_pb2_grpc
 from .errors import BrokerError, MessagingError, from_rpc_error
@@ -37,6 +38,7 @@ from .records import CorruptRecords, PulledMessage, decode_records
 
 __all__ = [
     "DataLost",
+    "GroupQueues",
     "PullConsumer",
     "PullResult",
     "PullStatus",
@@ -95,6 +97,15 @@ class QueueRange:
     queue_id: int
     min_offset: int
     max_offset: int  # exclusive: the next message's offset
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GroupQueues:
+    """A topic's readable queues on one group, and where that group serves reads now."""
+
+    group: str
+    endpoint: str
+    queue_ids: tuple[int, ...]
 
 
 def _status_error(status: pb.Status) -> MessagingError:
@@ -178,6 +189,26 @@ class PullConsumer:
         queues = response.message_queues
         own = queues[0].broker.name if queues else ""
         return sorted({q.id for q in queues if q.permission in _READABLE and q.broker.name == own})
+
+    def group_queues(self, topic: str) -> list[GroupQueues]:
+        """The topic's readable queues on every group the route names, this broker's first.
+
+        A group is served by its master, or by a replica while it has none; a lone
+        broker names only itself, at the address it was reached at.
+        """
+        request = spb.QueryRouteRequest(
+            topic=self._resource(topic), endpoints=endpoints_of(self.endpoint)
+        )
+        response = self._unary(self._stub.QueryRoute, request)
+        found: dict[str, tuple[str, set[int]]] = {}
+        for queue in response.message_queues:
+            address = address_of(queue.broker.endpoints) or self.endpoint
+            if queue.permission in _READABLE:
+                found.setdefault(queue.broker.name, (address, set()))[1].add(queue.id)
+        return [
+            GroupQueues(group, address, tuple(sorted(ids)))
+            for group, (address, ids) in found.items()
+        ]
 
     def _query_offset(
         self, topic: str, queue_id: int, policy: int, timestamp_ms: int | None = None

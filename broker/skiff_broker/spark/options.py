@@ -3,13 +3,17 @@
 They mirror the Kafka source's where Spark users know one:
 
 =============================  ===========================================================
-``endpoints``                  the broker's ``HOST:PORT`` (several, comma-separated, are
-                               tried in order: addresses of the same broker)
+``endpoints``                  a broker's ``HOST:PORT`` (several, comma-separated, are
+                               tried in order); its route names every group of its
+                               cluster, and the source reads the topic on all of them
 ``topic`` / ``topics``         one topic, or several comma-separated (reads); the topic
                                to write when the data has no ``topic`` column (writes)
-``startingOffsets``            ``earliest`` (default), ``latest`` or JSON per queue:
-                               ``{"orders": {"0": 42, "1": -2}}`` (-2 earliest, -1 latest);
-                               queues the JSON leaves out start at the earliest offset
+``startingOffsets``            ``earliest`` (default), ``latest`` or JSON per queue, each
+                               named ``"<group>/<queue ID>"``:
+                               ``{"orders": {"broker-a/0": 42, "broker-b/0": -2}}`` (-2
+                               earliest, -1 latest); a bare ``"0"`` does while the topic
+                               is on one group; queues the JSON leaves out start at the
+                               earliest offset
 ``endingOffsets``              batch reads: ``latest`` (default) or JSON per queue; an
                                exclusive end; queues left out end at the latest offset
 ``startingTimestamp``,         milliseconds since the epoch: start (end) at the first
@@ -29,6 +33,8 @@ import dataclasses
 import json
 from collections.abc import Mapping
 
+from .queue_keys import is_plain_queue_id, split_queue_key
+
 EARLIEST = -2
 LATEST = -1
 DEFAULT_PULL_BATCH_SIZE = 256
@@ -44,12 +50,13 @@ class OffsetSpec:
     """Where to start or end in each queue.
 
     ``default`` applies to queues ``per_queue`` does not name: EARLIEST or LATEST.
-    ``per_queue`` maps topic -> queue -> an offset, EARLIEST or LATEST; with
+    ``per_queue`` maps topic -> queue key (``"<group>/<queue ID>"``, or a bare queue ID
+    where the topic is on one group) -> an offset, EARLIEST or LATEST; with
     ``by_timestamp`` its values (and ``timestamp`` for every queue) are milliseconds.
     """
 
     default: int
-    per_queue: Mapping[str, Mapping[int, int]] = dataclasses.field(default_factory=dict)
+    per_queue: Mapping[str, Mapping[str, int]] = dataclasses.field(default_factory=dict)
     timestamp: int | None = None
     by_timestamp: bool = False
 
@@ -95,30 +102,38 @@ def _topics(options: dict[str, str]) -> tuple[str, ...]:
     return topics
 
 
-def _per_queue_json(name: str, raw: str, topics: tuple[str, ...]) -> dict[str, dict[int, int]]:
+def _is_queue_key(key: str) -> bool:
+    if is_plain_queue_id(key):
+        return True
+    try:
+        split_queue_key(key)
+    except ValueError:
+        return False
+    return True
+
+
+def _per_queue_json(name: str, raw: str, topics: tuple[str, ...]) -> dict[str, dict[str, int]]:
     try:
         parsed = json.loads(raw)
     except ValueError:
         parsed = None
-    example = '{"orders": {"0": 42, "1": -2}}'
+    example = '{"orders": {"broker-a/0": 42, "broker-b/0": -2}}'
     if not isinstance(parsed, dict):
         raise OptionError(f"{name} must be JSON like {example}; got {raw!r}")
-    result: dict[str, dict[int, int]] = {}
+    result: dict[str, dict[str, int]] = {}
     for topic, queues in parsed.items():
         if topic not in topics:
             raise OptionError(f"{name} names topic {topic!r}, which is not read (topics: {topics})")
         if not isinstance(queues, dict):
-            raise OptionError(
-                f"{name}: the value for {topic!r} must map queue IDs, as in {example}"
-            )
+            raise OptionError(f"{name}: the value for {topic!r} must map queues, as in {example}")
         result[topic] = {}
         for queue, value in queues.items():
-            if not str(queue).isdigit() or isinstance(value, bool) or not isinstance(value, int):
+            if not _is_queue_key(queue) or isinstance(value, bool) or not isinstance(value, int):
                 raise OptionError(
-                    f"{name}: {topic}/{queue} must be a queue ID mapped to an integer, "
-                    f"as in {example}"
+                    f'{name}: {topic} {queue!r} must be a queue ("<group>/<queue ID>") '
+                    f"mapped to an integer, as in {example}"
                 )
-            result[topic][int(queue)] = value
+            result[topic][queue] = value
     return result
 
 
@@ -153,7 +168,7 @@ def _offset_spec(options: dict[str, str], side: str, topics: tuple[str, ...]) ->
         for queue, value in queues.items():
             if value < EARLIEST or (side == "ending" and value == EARLIEST):
                 raise OptionError(
-                    f"{side}Offsets: {topic}/{queue} is {value}; use an offset, -1 (latest)"
+                    f"{side}Offsets: {topic} {queue} is {value}; use an offset, -1 (latest)"
                     + (" or -2 (earliest)" if side == "starting" else "")
                 )
     return OffsetSpec(default, per_queue)

@@ -1,13 +1,16 @@
 """Batch and streaming readers: one Spark partition per queue and offset range.
 
-The driver plans (queue ranges from the broker's offsets); each executor task
-pulls its range with explicit offsets and yields Arrow record batches.
+The driver plans: the route names every group holding the topic, and each group's
+broker gives its queues' offsets. Each executor task asks the route again for
+where its queue's group serves reads now, pulls its range there with explicit
+offsets and yields Arrow record batches.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
@@ -19,22 +22,27 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from ..client.pull_consumer import DataLost, PullConsumer, PulledMessage
+from ..client.errors import BrokerUnavailable
+from ..client.pull_consumer import DataLost, PulledMessage
 from . import offsets as off
 from .options import OptionError, SourceOptions
+from .routes import Routes
 from .schema import arrow_schema, record_batch
 
 log = logging.getLogger(__name__)
 
 # Rows per Arrow record batch handed to Spark.
 ROWS_PER_RECORD_BATCH = 4096
+# How long a task waits for its group's broker to hold the whole planned range.
+CATCH_UP_S = 60.0
+CATCH_UP_POLL_S = 0.5
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class SliceToRead:
     """What one task needs: picklable, sent from the driver to an executor."""
 
-    endpoints: tuple[str, ...]
+    endpoints: tuple[str, ...]  # bootstrap: asked where the slice's group is read now
     slice: off.QueueSlice
     fail_on_data_loss: bool
     pull_batch_size: int
@@ -55,40 +63,64 @@ def _partitions(options: SourceOptions, slices: Sequence[off.QueueSlice]) -> lis
 
 
 def read_slice(task: SliceToRead) -> Iterator[pa.RecordBatch]:
-    """Pull one queue range and yield it as record batches (runs on an executor)."""
+    """Pull one queue range and yield it as record batches (runs on an executor).
+
+    The whole planned range is read or the task fails: a broker that holds the
+    queue only partly (a replica still catching up after a failover) is asked again,
+    and the group's endpoint with it, until ``CATCH_UP_S`` has passed.
+    """
     queue = task.slice
     schema = arrow_schema()
 
     def on_lost(lost: DataLost) -> None:
         log.warning("%s; skipping them (failOnDataLoss is false)", lost.message)
 
-    consumer = off.connect(task.endpoints, queue.topic)
+    routes = Routes(task.endpoints)
+    deadline = time.monotonic() + CATCH_UP_S
+    start = queue.start
     try:
-        messages: list[PulledMessage] = []
-        pulled = consumer.read_range(
-            queue.topic,
-            queue.queue_id,
-            queue.start,
-            queue.end,
-            batch_size=task.pull_batch_size,
-            skip_lost=not task.fail_on_data_loss,
-            on_lost=on_lost,
-        )
-        try:
-            for message in pulled:
-                messages.append(message)
-                if len(messages) >= ROWS_PER_RECORD_BATCH:
-                    yield record_batch(messages, schema)
-                    messages = []
-        except DataLost as lost:
-            raise off.DataLossError(
-                f"{lost.message}. The query needs them: to go on without them, set the option "
-                'failOnDataLoss to "false"'
-            ) from None
-        if messages:
-            yield record_batch(messages, schema)
+        while True:
+            consumer = routes.consumer(routes.endpoint_of(queue.topic, queue.group))
+            messages: list[PulledMessage] = []
+            pulled = consumer.read_range(
+                queue.topic,
+                queue.queue_id,
+                start,
+                queue.end,
+                batch_size=task.pull_batch_size,
+                skip_lost=not task.fail_on_data_loss,
+                on_lost=on_lost,
+            )
+            try:
+                for message in pulled:
+                    messages.append(message)
+                    start = message.queue_offset + 1
+                    if len(messages) >= ROWS_PER_RECORD_BATCH:
+                        yield record_batch(messages, schema, queue.group)
+                        messages = []
+            except DataLost as lost:
+                raise off.DataLossError(
+                    f"{lost.message} (group {queue.group}). The query needs them: to go on "
+                    'without them, set the option failOnDataLoss to "false"'
+                ) from None
+            if messages:
+                yield record_batch(messages, schema, queue.group)
+            # Ended early: either offsets the broker skipped (records that failed their
+            # CRC) end the range, or this broker does not hold the range's end yet.
+            held = consumer.max_offset(queue.topic, queue.queue_id)
+            if start >= queue.end or held >= queue.end:
+                return
+            if time.monotonic() > deadline:
+                raise BrokerUnavailable(
+                    f"{queue.topic} {queue.group}/{queue.queue_id}: the broker at "
+                    f"{consumer.endpoint} holds offsets only up to {held}, before the planned "
+                    f"end {queue.end}, after {CATCH_UP_S:g} s; a replica serving reads may be "
+                    "catching up after a failover: run the query again once the group has a "
+                    "master"
+                )
+            time.sleep(CATCH_UP_POLL_S)
     finally:
-        consumer.close()
+        routes.close()
 
 
 class SkiffBatchReader(DataSourceReader):
@@ -97,17 +129,16 @@ class SkiffBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         options = self._options
-        consumer = off.connect(options.endpoints, options.topics[0])
-        try:
-            start = off.resolve(consumer, options.topics, options.starting)
-            end = off.resolve(consumer, options.topics, options.ending)
-        finally:
-            consumer.close()
+        with Routes(options.endpoints) as routes:
+            # One route answer for both ends: a group appearing meanwhile waits for the next read.
+            groups = off.groups_of(routes, options.topics)
+            start = off.resolve(routes, groups, options.starting)
+            end = off.resolve(routes, groups, options.ending)
         for topic, queues in end.items():
             for queue, stop in queues.items():
                 if start[topic][queue] > stop:
                     raise OptionError(
-                        f"{topic}/{queue}: the start offset {start[topic][queue]} is after the "
+                        f"{topic} {queue}: the start offset {start[topic][queue]} is after the "
                         f"end offset {stop}; check startingOffsets and endingOffsets (the "
                         "queue's latest offset is the end unless endingOffsets names one)"
                     )
@@ -120,48 +151,51 @@ class SkiffBatchReader(DataSourceReader):
 
 
 class SkiffStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Micro-batches over ``{topic: {queue: next offset}}`` offsets.
+    """Micro-batches over ``{topic: {"<group>/<queue>": next offset}}`` offsets.
 
     ``maxOffsetsPerTrigger`` is the default read limit; Spark may still ask for
-    everything (e.g. for ``Trigger.AvailableNow``), and that is honoured.
+    everything (e.g. for ``Trigger.AvailableNow``), and that is honoured. Every
+    micro-batch asks the route afresh, so groups added to the cluster join it.
     """
 
     def __init__(self, options: SourceOptions) -> None:
         self._options = options
-        self._connection: PullConsumer | None = None
+        self._open_routes: Routes | None = None
         self._target: off.Offsets | None = None
         self._latest_seen: off.Offsets | None = None
 
     def __getstate__(self) -> dict:
-        # Spark pickles the reader to send read() to executors; a channel does not travel.
+        # Spark pickles the reader to send read() to executors; channels do not travel.
         state = self.__dict__.copy()
-        state["_connection"] = None
+        state["_open_routes"] = None
         return state
 
     @property
-    def _consumer(self) -> PullConsumer:
-        if self._connection is None:
-            self._connection = off.connect(self._options.endpoints, self._options.topics[0])
-        return self._connection
+    def _routes(self) -> Routes:
+        if self._open_routes is None:
+            self._open_routes = Routes(self._options.endpoints)
+        return self._open_routes
+
+    def _latest(self) -> off.Offsets:
+        return off.latest(self._routes, off.groups_of(self._routes, self._options.topics))
 
     def initialOffset(self) -> dict:
-        return off.resolve(self._consumer, self._options.topics, self._options.starting)
+        groups = off.groups_of(self._routes, self._options.topics)
+        return off.resolve(self._routes, groups, self._options.starting)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         limit = self._options.max_offsets_per_trigger
         return ReadMaxRows(limit) if limit else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = off.latest(self._consumer, self._options.topics)
+        self._target = self._latest()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        newest = off.latest(self._consumer, self._options.topics)
+        newest = self._latest()
         self._latest_seen = newest
-        start = off.fill_new_queues(self._consumer, start, newest)
+        start = off.fill_new_queues(self._routes, off.upgraded(self._routes, start), newest)
         end = newest if self._target is None else off.capped(newest, self._target)
-        # Never behind start: a queue whose end went back (deleted and created again)
-        # waits until it passes the checkpointed offset again.
-        end = {t: {q: max(o, start[t][q]) for q, o in qs.items()} for t, qs in end.items()}
+        end = off.not_behind(start, end)
         if isinstance(limit, ReadMaxRows):
             end = off.rate_limited(start, end, limit.max_rows)
         return end
@@ -170,7 +204,7 @@ class SkiffStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._latest_seen
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        start = off.fill_new_queues(self._consumer, start, end)
+        start = off.fill_new_queues(self._routes, off.upgraded(self._routes, start), end)
         slices = off.slices(start, end, fail_on_data_loss=self._options.fail_on_data_loss)
         return _partitions(self._options, slices)
 
@@ -181,6 +215,6 @@ class SkiffStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         log.debug("micro-batch read up to %s", end)
 
     def stop(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
+        if self._open_routes is not None:
+            self._open_routes.close()
+            self._open_routes = None

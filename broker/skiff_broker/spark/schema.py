@@ -1,4 +1,9 @@
-"""The rows of the ``skiff`` data source: one per message, as Spark and as Arrow sees them."""
+"""The rows of the ``skiff`` data source: one per message, as Spark and as Arrow sees them.
+
+A message is identified by ``broker`` (its group's name, RocketMQ's broker name),
+``topic``, ``queue`` and ``offset``: every group of a cluster has the same queue IDs.
+``broker`` comes last so that columns read by position before it existed keep theirs.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +19,8 @@ if TYPE_CHECKING:
 SCHEMA_DDL = (
     "topic STRING NOT NULL, queue INT NOT NULL, offset BIGINT NOT NULL, "
     "message_id STRING, keys ARRAY<STRING>, tag STRING, body BINARY, "
-    "properties MAP<STRING, STRING>, born_timestamp TIMESTAMP, store_timestamp TIMESTAMP"
+    "properties MAP<STRING, STRING>, born_timestamp TIMESTAMP, store_timestamp TIMESTAMP, "
+    "broker STRING NOT NULL"
 )
 
 
@@ -33,12 +39,15 @@ def arrow_schema() -> pa.Schema:
             pa.field("properties", pa.map_(pa.string(), pa.string())),
             pa.field("born_timestamp", pa.timestamp("us", tz="UTC")),
             pa.field("store_timestamp", pa.timestamp("us", tz="UTC")),
+            pa.field("broker", pa.string(), nullable=False),
         ]
     )
 
 
-def record_batch(messages: Sequence[PulledMessage], schema: pa.Schema) -> pa.RecordBatch:
-    """The messages as one Arrow record batch of ``schema``."""
+def record_batch(
+    messages: Sequence[PulledMessage], schema: pa.Schema, group: str
+) -> pa.RecordBatch:
+    """The messages of one queue of ``group`` as one Arrow record batch of ``schema``."""
     import pyarrow as pa
 
     columns = [
@@ -53,6 +62,7 @@ def record_batch(messages: Sequence[PulledMessage], schema: pa.Schema) -> pa.Rec
         # Spark's timestamps are microseconds; the broker's are milliseconds.
         [m.born_timestamp * 1000 for m in messages],
         [m.store_timestamp * 1000 for m in messages],
+        [group] * len(messages),
     ]
     arrays = [
         pa.array(values, type=field.type) for values, field in zip(columns, schema, strict=True)

@@ -14,7 +14,7 @@ def test_offsets_json_per_queue_and_defaults():
     options = parse_source_options(
         {**BASE, "startingOffsets": '{"orders": {"0": 42, "3": -2}}', "endingoffsets": "latest"}
     )
-    assert options.starting.per_queue == {"orders": {0: 42, 3: EARLIEST}}
+    assert options.starting.per_queue == {"orders": {"0": 42, "3": EARLIEST}}
     assert options.starting.default == EARLIEST
     assert options.ending.default == LATEST and not options.ending.per_queue
     assert options.fail_on_data_loss is True
@@ -67,10 +67,11 @@ def test_rate_limit_shares_by_backlog_and_never_exceeds_it():
 
 
 def test_slices_are_exclusive_ranges_and_a_shrunken_queue_is_data_loss():
-    start = {"t": {"0": 5, "1": 7}}
-    assert slices(start, {"t": {"0": 9, "1": 7}}, fail_on_data_loss=True) == [
-        QueueSlice("t", 0, 5, 9)
+    start = {"t": {"g-a/0": 5, "g-a/1": 7, "g-b/0": 0}}
+    assert slices(start, {"t": {"g-a/0": 9, "g-a/1": 7, "g-b/0": 4}}, fail_on_data_loss=True) == [
+        QueueSlice("t", "g-a", 0, 5, 9),
+        QueueSlice("t", "g-b", 0, 0, 4),
     ]
     with pytest.raises(DataLossError, match="failOnDataLoss"):
-        slices(start, {"t": {"0": 3, "1": 7}}, fail_on_data_loss=True)
-    assert slices(start, {"t": {"0": 3, "1": 7}}, fail_on_data_loss=False) == []
+        slices(start, {"t": {"g-a/0": 3, "g-a/1": 7}}, fail_on_data_loss=True)
+    assert slices(start, {"t": {"g-a/0": 3, "g-a/1": 7}}, fail_on_data_loss=False) == []
