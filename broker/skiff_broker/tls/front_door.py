@@ -127,12 +127,15 @@ class _Client(_Side):
         self._timer: asyncio.TimerHandle | None = None
         self._routed = False
         self._peer = ""
+        # Held so the task is not collected before it runs.
+        self._joining: asyncio.Task[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self.door._clients.add(self)
         self._peer = _peer_string(transport.get_extra_info("peername") or ("?", 0))
-        self._timer = self.door._loop.call_later(self.door.first_byte_timeout_s, transport.close)
+        timeout = self.door.first_byte_timeout_s
+        self._timer = asyncio.get_running_loop().call_later(timeout, transport.close)
 
     def data_received(self, data: bytes) -> None:
         if self._routed:
@@ -149,12 +152,12 @@ class _Client(_Side):
             return
         # Nothing more is read until the pair is joined; then this chunk goes first.
         self.transport.pause_reading()
-        self.door._loop.create_task(self._join(target, data))
+        self._joining = asyncio.get_running_loop().create_task(self._join(target, data))
 
     async def _join(self, port: int, first: bytes) -> None:
         joined_as: list[str] = []
         try:
-            _, backend = await self.door._loop.create_connection(
+            _, backend = await asyncio.get_running_loop().create_connection(
                 lambda: _Backend(joined_as), "127.0.0.1", port
             )
         except OSError as exc:
@@ -207,7 +210,6 @@ class FrontDoor:
         self._clients: set[_Client] = set()
         self._server: asyncio.Server | None = None
         self._socket: socket.socket | None = None
-        self._loop = asyncio.get_event_loop()
 
     def bind(self) -> int:
         """Take the port now (connections wait in the backlog until ``start``)."""
@@ -221,8 +223,8 @@ class FrontDoor:
 
     async def start(self) -> None:
         assert self._socket is not None, "bind() first"
-        self._loop = asyncio.get_running_loop()
-        self._server = await self._loop.create_server(lambda: _Client(self), sock=self._socket)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _Client(self), sock=self._socket)
 
     def stop_accepting(self) -> None:
         if self._server is not None:
