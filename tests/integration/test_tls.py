@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import socket
 import ssl
 import stat
 import subprocess
@@ -188,3 +189,21 @@ def test_cli_over_tls(tmp_path):
         unverified = _skiff("topic", "list", *ep, "--tls")
         assert unverified.returncode == 1
         assert "--tls-ca" in unverified.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_external_listener_follows_the_tls_mode(tmp_path):
+    external = f"127.0.0.1:{_free_port()}"
+    with running_broker(tmp_path, "--tls-mode", "enforcing", "--external-listen", external) as b:
+        cert = str(_self_signed_cert(b.data_dir))
+        with AdminClient(external, tls=ClientTls(True, cert)) as admin:
+            admin.list_topics()
+        with pytest.raises(SkiffError), AdminClient(external, timeout=5) as admin:
+            admin.list_topics()
+        lines = _refusal_lines(b)
+    assert len(lines) == 1 and "--external-listen" in lines[0], lines
