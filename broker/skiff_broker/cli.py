@@ -322,6 +322,29 @@ def main(log_level: str) -> None:
     help="Seconds without a word before a replication peer is taken for dead.",
 )
 @click.option(
+    "--tls-mode",
+    envvar="SKIFF_TLS_MODE",
+    type=click.Choice(["disabled", "permissive", "enforcing"], case_sensitive=False),
+    default="permissive",
+    show_default=True,
+    help="TLS on the client port(s): permissive serves TLS and plaintext on the same port, "
+    "enforcing only TLS (plaintext connections are closed and logged), disabled only "
+    "plaintext.",
+)
+@click.option(
+    "--tls-cert",
+    envvar="SKIFF_TLS_CERT",
+    default="",
+    help="PEM certificate (chain) for TLS, re-read when it changes; without it the broker "
+    "makes a self-signed one in <data-dir>/tls/.",
+)
+@click.option(
+    "--tls-key",
+    envvar="SKIFF_TLS_KEY",
+    default="",
+    help="PEM private key of --tls-cert, re-read when it changes.",
+)
+@click.option(
     "--discard-damaged-state",
     envvar="SKIFF_DISCARD_DAMAGED_STATE",
     is_flag=True,
@@ -366,6 +389,9 @@ def broker(
     sync_replication_timeout: float,
     ha_heartbeat_interval: float,
     ha_heartbeat_timeout: float,
+    tls_mode: str,
+    tls_cert: str,
+    tls_key: str,
     discard_damaged_state: bool,
 ) -> None:
     """Run a broker on a local data directory until SIGTERM or Ctrl-C.
@@ -382,6 +408,7 @@ def broker(
     from .metadata.state_file import StateFileError
     from .server.app import BrokerServer
     from .store.errors import StoreError
+    from .tls.settings import TlsConfig, TlsMode
 
     store_config = StoreConfig(
         data_dir=os.path.abspath(data_dir),
@@ -430,6 +457,11 @@ def broker(
             ha_advertise=ha_advertise,
             peers=[p.strip() for p in cluster_peers.split(",") if p.strip()],
             external_listen=external_listen,
+        ),
+        tls=TlsConfig(
+            mode=TlsMode(tls_mode.lower()),
+            cert_file=os.path.abspath(tls_cert) if tls_cert else "",
+            key_file=os.path.abspath(tls_key) if tls_key else "",
         ),
     )
     try:

@@ -7,6 +7,7 @@ import dataclasses
 from .cluster.config import ClusterConfig
 from .ha.config import ReplicationConfig, Role
 from .store.config import StoreConfig
+from .tls.settings import TlsConfig
 
 
 @dataclasses.dataclass(slots=True)
@@ -43,6 +44,8 @@ class BrokerConfig:
     replication: ReplicationConfig = dataclasses.field(default_factory=ReplicationConfig)
     # The cluster: the group's Lease, other groups, external access.
     cluster: ClusterConfig = dataclasses.field(default_factory=ClusterConfig)
+    # TLS on the client port(s): permissive serves TLS and plaintext on one port.
+    tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
 
     def validate(self) -> None:
         self.store.validate()
@@ -57,5 +60,6 @@ class BrokerConfig:
             raise ValueError("the transaction check interval must be positive")
         if self.transaction_timeout_ms < 0 or self.transaction_check_max < 0:
             raise ValueError("the transaction timeout and check maximum cannot be negative")
+        self.tls.validate()
         self.replication.validate()
         self.cluster.validate(under_lease=self.replication.role is Role.LEASE)

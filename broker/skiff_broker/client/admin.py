@@ -18,6 +18,7 @@ import grpc
 
 from ..admin.v1 import admin_pb2 as apb
 from ..admin.v1 import admin_pb2_grpc
+from .channels import ClientTls, channel
 from .errors import NotFound, from_rpc_error
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -175,10 +176,12 @@ class StoredMessage:
 class AdminClient:
     """``with AdminClient("127.0.0.1:8081") as admin: admin.create_topic("orders", ...)``."""
 
-    def __init__(self, endpoint: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(
+        self, endpoint: str, *, timeout: float = DEFAULT_TIMEOUT_S, tls: ClientTls | None = None
+    ) -> None:
         self.endpoint = endpoint
         self._timeout = timeout
-        self._channel = grpc.insecure_channel(endpoint)
+        self._channel = channel(endpoint, tls=tls)
         self._stub = admin_pb2_grpc.AdminServiceStub(self._channel)
 
     def close(self) -> None:

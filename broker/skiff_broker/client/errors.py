@@ -76,6 +76,13 @@ def from_rpc_error(exc: grpc.RpcError, endpoint: str) -> SkiffError:
     has_status = isinstance(exc, grpc.Call | grpc.aio.AioRpcError)
     code = exc.code() if has_status else grpc.StatusCode.UNKNOWN
     details = (exc.details() if has_status else "") or str(code)
+    unverified = "CERTIFICATE_VERIFY_FAILED" in details or "Hostname Verification" in details
+    if code is grpc.StatusCode.UNAVAILABLE and unverified:
+        return BrokerUnavailable(
+            f"the TLS certificate of the broker at {endpoint} could not be verified "
+            f"({details}); give its CA with --tls-ca (or SKIFF_TLS_CA; a broker's self-signed "
+            "one is <data-dir>/tls/self-signed.crt), or --tls-insecure to skip the check"
+        )
     if code is grpc.StatusCode.UNAVAILABLE:
         return BrokerUnavailable(
             f"cannot reach a broker at {endpoint} ({details}); check --endpoint "

@@ -30,6 +30,7 @@ from .. import __version__
 from ..delivery import properties as prop
 from ..endpoints import address_of, endpoints_of
 from ..wire.compressed_body import CompressedBodyError, inflate
+from .channels import ClientTls, channel
 from .errors import MessagingError, from_rpc_error
 from .message_id import new_message_id
 
@@ -124,12 +125,15 @@ def _decoded_body(message: pb.Message) -> tuple[bytes, str]:
 
 
 class MessagingClient:
-    def __init__(self, endpoint: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(
+        self, endpoint: str, *, timeout: float = DEFAULT_TIMEOUT_S, tls: ClientTls | None = None
+    ) -> None:
+        """``tls``: how to connect (default: SKIFF_TLS settings of the command, or plaintext)."""
         self.endpoint = endpoint
         self._timeout = timeout
         self._client_id = f"{socket.gethostname()}@skiff-cli@{uuid.uuid4().hex[:12]}"
-        self._channel = grpc.insecure_channel(
-            endpoint, options=[("grpc.max_receive_message_length", -1)]
+        self._channel = channel(
+            endpoint, tls=tls, options=[("grpc.max_receive_message_length", -1)]
         )
         self._stub = service_pb2_grpc.MessagingServiceStub(self._channel)
 

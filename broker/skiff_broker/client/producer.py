@@ -50,6 +50,7 @@ from ..endpoints import address_of, endpoints_of
 from ..records.v1 import records_pb2 as rpb
 from ..records.v1 import records_pb2_grpc
 from ..wire.properties import encode_properties, id_only_properties
+from .channels import ClientTls, aio_channel, current_tls
 from .errors import (
     BrokerError,
     BrokerUnavailable,
@@ -165,10 +166,16 @@ class _Batch:
 
 
 class _Connection:
-    def __init__(self, endpoint: str, interceptors: Sequence[grpc.aio.ClientInterceptor]) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        interceptors: Sequence[grpc.aio.ClientInterceptor],
+        tls: ClientTls | None,
+    ) -> None:
         self.endpoint = endpoint
-        self.channel = grpc.aio.insecure_channel(
+        self.channel = aio_channel(
             endpoint,
+            tls=tls,
             options=[
                 ("grpc.max_send_message_length", -1),
                 ("grpc.max_receive_message_length", -1),
@@ -235,6 +242,7 @@ class BatchingProducer:
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
         namespace: str = "",
         interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
+        tls: ClientTls | None = None,
     ) -> None:
         if linger_ms < 0:
             raise ValueError("linger_ms must be 0 or more")
@@ -252,6 +260,8 @@ class BatchingProducer:
         self._timeout = request_timeout_s
         self._namespace = namespace
         self._interceptors = tuple(interceptors)
+        # Every broker the producer reaches is connected to the same way.
+        self._tls = tls if tls is not None else current_tls()
         self._client_id = f"skiff-producer@{uuid.uuid4().hex[:16]}"
 
         self._open: dict[BatchKey, _Batch] = {}
@@ -699,7 +709,9 @@ class BatchingProducer:
     def _connection(self, endpoint: str) -> _Connection:
         connection = self._connections.get(endpoint)
         if connection is None:
-            connection = self._connections[endpoint] = _Connection(endpoint, self._interceptors)
+            connection = self._connections[endpoint] = _Connection(
+                endpoint, self._interceptors, self._tls
+            )
         return connection
 
     def _metadata(self) -> tuple[tuple[str, str], ...]:

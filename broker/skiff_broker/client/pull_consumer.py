@@ -32,6 +32,7 @@ from ..delivery.tag_filter import TagFilter
 from ..endpoints import address_of, endpoints_of
 from ..records.v1 import records_pb2 as rpb
 from ..records.v1 import records_pb2_grpc
+from .channels import ClientTls, channel
 from .errors import BrokerError, MessagingError, from_rpc_error
 from .messaging import _timestamp
 from .records import CorruptRecords, PulledMessage, decode_records
@@ -127,6 +128,7 @@ class PullConsumer:
         timeout: float = DEFAULT_TIMEOUT_S,
         namespace: str = "",
         check_crc: bool = False,
+        tls: ClientTls | None = None,
     ) -> None:
         """``check_crc`` checks each body's CRC on arrival too; the broker checks
         every record before it sends it."""
@@ -136,8 +138,8 @@ class PullConsumer:
         self._timeout = timeout
         self._namespace = namespace
         self._client_id = f"{socket.gethostname()}@skiff-pull@{uuid.uuid4().hex[:12]}"
-        self._channel = grpc.insecure_channel(
-            endpoint, options=[("grpc.max_receive_message_length", -1)]
+        self._channel = channel(
+            endpoint, tls=tls, options=[("grpc.max_receive_message_length", -1)]
         )
         self._stub = service_pb2_grpc.MessagingServiceStub(self._channel)
         self._records = records_pb2_grpc.RecordServiceStub(self._channel)

@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from ..client.channels import ClientTls, using
 from ..client.errors import SkiffError
 
 DEFAULT_ENDPOINT = "127.0.0.1:8081"
@@ -28,7 +29,8 @@ def _check_endpoint(ctx: click.Context, param: click.Parameter, value: str) -> s
 
 
 def client_command(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Add --endpoint and --json; turn a client error into exit code 1 with its message."""
+    """Add --endpoint, the TLS options and --json; turn a client error into exit code 1
+    with its message."""
 
     @click.option(
         "--endpoint",
@@ -38,11 +40,39 @@ def client_command(command: Callable[..., Any]) -> Callable[..., Any]:
         callback=_check_endpoint,
         help="The broker's gRPC address, HOST:PORT (env SKIFF_ENDPOINT).",
     )
+    @click.option(
+        "--tls/--no-tls",
+        envvar="SKIFF_TLS",
+        default=False,
+        help="Connect with TLS (env SKIFF_TLS); a permissive broker takes either.",
+    )
+    @click.option(
+        "--tls-ca",
+        envvar="SKIFF_TLS_CA",
+        default="",
+        type=click.Path(dir_okay=False),
+        help="PEM CA file to verify the broker's certificate with, e.g. its self-signed "
+        "<data-dir>/tls/self-signed.crt (env SKIFF_TLS_CA; implies --tls).",
+    )
+    @click.option(
+        "--tls-insecure",
+        envvar="SKIFF_TLS_INSECURE",
+        is_flag=True,
+        default=False,
+        help="TLS without verifying the broker's certificate (env SKIFF_TLS_INSECURE; "
+        "implies --tls).",
+    )
     @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
     @functools.wraps(command)
-    def run(*args: Any, **kwargs: Any) -> Any:
+    def run(*args: Any, tls: bool, tls_ca: str, tls_insecure: bool, **kwargs: Any) -> Any:
+        settings = ClientTls(
+            enabled=tls or bool(tls_ca) or tls_insecure, ca_file=tls_ca, verify=not tls_insecure
+        )
         try:
-            return command(*args, **kwargs)
+            with using(settings):
+                return command(*args, **kwargs)
+        except OSError as exc:
+            raise click.ClickException(str(exc)) from None
         except SkiffError as exc:
             if kwargs.get("as_json"):
                 click.echo(json.dumps({"error": exc.code, "message": exc.message}), err=True)

@@ -22,6 +22,9 @@ from ..records.service import RecordService
 from ..records.service import add_to_server as add_record_service
 from ..runtime import Broker
 from ..telemetry import telemetry_from_env
+from ..tls.certificates import ReloadingCertificate, names_to_cover, self_signed
+from ..tls.front_door import FrontDoor
+from ..tls.settings import TlsMode
 from .messaging_service import MessagingService, add_to_server
 from .sending import transaction_check_sender
 
@@ -52,6 +55,9 @@ class BrokerServer:
         self.external_port = 0
         self._server: grpc.aio.Server | None = None
         self._external_server: grpc.aio.Server | None = None
+        # TLS on (permissive or enforcing): the listeners clients connect to.
+        self._front_doors: list[FrontDoor] = []
+        self.certificate: ReloadingCertificate | None = None
         cluster = config.cluster
         self.kube: KubeApi | None = None
         self.elector: LeaseElector | None = None
@@ -149,16 +155,17 @@ class BrokerServer:
             )
             add_record_service(RecordService(self.broker, hub), external)
         try:
-            self.port = server.add_insecure_port(self.config.listen)
+            if self.config.tls.mode is not TlsMode.DISABLED:
+                self.certificate = self._load_certificate()
+            self.port = self._open_client_port(server, self.config.listen, "--listen")
             if external is not None:
-                self.external_port = external.add_insecure_port(self.config.cluster.external_listen)
-        except RuntimeError as exc:
-            self.broker.stop()
-            self.telemetry.shutdown()
-            raise OSError(f"cannot listen on {self.config.listen}: {exc}") from exc
-        try:
+                self.external_port = self._open_client_port(
+                    external, self.config.cluster.external_listen, "--external-listen"
+                )
             await self.replication.start()
         except OSError:
+            for door in self._front_doors:
+                door.stop_accepting()
             self.broker.stop()
             self.telemetry.shutdown()
             raise
@@ -167,15 +174,64 @@ class BrokerServer:
         if external is not None:
             await external.start()
             self._external_server = external
+        for door in self._front_doors:
+            await door.start()
+        if external is not None:
             log.info("external clients on port %d", self.external_port)
         if self.elector is not None:
             self.elector.start()
         log.info("listening on %s", self.address)
+        if self.certificate is not None:
+            log.info(
+                "TLS %s on the client port, certificate %s",
+                self.config.tls.mode,
+                self.certificate.cert_file,
+            )
+
+    def _load_certificate(self) -> ReloadingCertificate:
+        tls = self.config.tls
+        if tls.cert_file:
+            try:
+                return ReloadingCertificate(tls.cert_file, tls.key_file)
+            except (OSError, ValueError) as exc:
+                raise OSError(
+                    f"cannot use the TLS certificate {tls.cert_file} with key {tls.key_file}: "
+                    f"{exc}; check --tls-cert and --tls-key (PEM files)"
+                ) from None
+        names = names_to_cover(
+            self.config.advertised_endpoint,
+            self.config.listen,
+            self.config.cluster.external_listen,
+        )
+        cert_file, key_file = self_signed(self.config.store.data_dir, names)
+        return ReloadingCertificate(cert_file, key_file)
+
+    def _open_client_port(self, server: grpc.aio.Server, listen: str, option: str) -> int:
+        """The port clients reach ``server`` at (its front door's when TLS is on)."""
+        try:
+            if self.certificate is None:
+                return server.add_insecure_port(listen)
+            # gRPC listens on loopback only; the front door on ``listen`` routes to it.
+            tls_port = server.add_secure_port("127.0.0.1:0", self.certificate.credentials())
+            plaintext_port = None
+            if self.config.tls.mode is TlsMode.PERMISSIVE:
+                plaintext_port = server.add_insecure_port("127.0.0.1:0")
+        except RuntimeError as exc:
+            raise OSError(f"cannot listen on {listen}: {exc}") from exc
+        door = FrontDoor(listen, tls_port, plaintext_port, name=option)
+        self._front_doors.append(door)
+        return door.bind()
 
     async def stop(self, grace: float = 5.0) -> None:
+        # No new connections; those open get gRPC's graceful stop, then are closed.
+        for door in self._front_doors:
+            door.stop_accepting()
         for server in (self._external_server, self._server):
             if server is not None:
                 await server.stop(grace)
+        for door in self._front_doors:
+            await door.stop()
+        self._front_doors = []
         self._server = self._external_server = None
         # No writes arrive any more: the Lease can pass to an in-sync replica at once.
         if self.elector is not None:

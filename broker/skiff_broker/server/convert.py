@@ -22,6 +22,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from ..delivery import properties as prop
 from ..store.config import StoreConfig
 from ..store.message import StoredMessage, SysFlag, encode_host, offset_message_id
+from ..tls.front_door import client_peer
 from ..wire.compressed_body import BodyVerdicts
 
 log = logging.getLogger(__name__)
@@ -60,8 +61,11 @@ def host_text(host: str) -> str:
 
 
 def peer_host(peer: str) -> str:
-    """A record host from a gRPC peer string (``ipv4:1.2.3.4:5``, ``ipv6:[::1]:5``)."""
-    kind, _, rest = peer.partition(":")
+    """A record host from a gRPC peer string (``ipv4:1.2.3.4:5``, ``ipv6:[::1]:5``).
+
+    Behind the TLS front door gRPC's peer is the door's loopback side; the client's own
+    address is used instead."""
+    kind, _, rest = client_peer(peer).partition(":")
     if kind == "ipv4":
         return rest
     if kind == "ipv6":
