@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from .auth.config import AuthConfig
 from .cluster.config import ClusterConfig
 from .ha.config import ReplicationConfig, Role
 from .store.config import StoreConfig
@@ -43,6 +44,8 @@ class BrokerConfig:
     replication: ReplicationConfig = dataclasses.field(default_factory=ReplicationConfig)
     # The cluster: the group's Lease, other groups, external access.
     cluster: ClusterConfig = dataclasses.field(default_factory=ClusterConfig)
+    # Request signatures and ACLs (off by default).
+    auth: AuthConfig = dataclasses.field(default_factory=AuthConfig)
 
     def validate(self) -> None:
         self.store.validate()
@@ -58,4 +61,5 @@ class BrokerConfig:
         if self.transaction_timeout_ms < 0 or self.transaction_check_max < 0:
             raise ValueError("the transaction timeout and check maximum cannot be negative")
         self.replication.validate()
+        self.auth.validate()
         self.cluster.validate(under_lease=self.replication.role is Role.LEASE)

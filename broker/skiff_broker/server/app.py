@@ -11,6 +11,7 @@ import grpc
 
 from ..admin.service import AdminService
 from ..admin.service import add_to_server as add_admin_service
+from ..auth.gate import AuthGate
 from ..cluster.kube_api import KubeApi, KubeError
 from ..cluster.lease_elector import LeaseElector
 from ..cluster.routes import ClusterRoutes
@@ -111,7 +112,14 @@ class BrokerServer:
         inbound = max(
             _INBOUND_LIMIT_MIN, _INBOUND_LIMIT_FACTOR * self.config.store.max_message_size
         )
+        # Every service on every port is behind the same gate when authentication is on.
+        interceptors = (
+            [AuthGate(self.broker.users, max_skew_s=self.config.auth.max_clock_skew_s)]
+            if self.config.auth.enabled
+            else []
+        )
         server = grpc.aio.server(
+            interceptors=interceptors,
             options=[
                 ("grpc.max_receive_message_length", inbound),
                 ("grpc.max_send_message_length", -1),
@@ -129,7 +137,10 @@ class BrokerServer:
         external = None
         if self.config.cluster.external_listen:
             # Same services; its routes carry the groups' external addresses.
-            external = grpc.aio.server(options=[("grpc.max_receive_message_length", inbound)])
+            external = grpc.aio.server(
+                interceptors=interceptors,
+                options=[("grpc.max_receive_message_length", inbound)],
+            )
             add_to_server(
                 MessagingService(
                     self.broker,
