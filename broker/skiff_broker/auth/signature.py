@@ -1,8 +1,6 @@
-"""The request signature of RocketMQ 5's gRPC clients, made and checked.
+"""Checking the request signature of RocketMQ 5's gRPC clients.
 
-A signed request carries ``x-mq-date-time`` (UTC, ``yyyyMMdd'T'HHmmss'Z'``) and
-``authorization: MQv2-HMAC-SHA1 Credential=<access key>, SignedHeaders=x-mq-date-time,
-Signature=<hex HMAC-SHA1 of the date-time under the secret key>``.
+Its form is in ``wire.request_signature``.
 
 Invariants: every function here is pure (the time is an argument); ``verify``
 accepts exactly the headers ``signed_headers`` makes for a secret the lookup
@@ -13,47 +11,35 @@ sentence saying what to fix otherwise. Secrets are compared in constant time.
 from __future__ import annotations
 
 import datetime
-import hashlib
 import hmac
 from collections.abc import Callable, Mapping
 
-ALGORITHM = "MQv2-HMAC-SHA1"
-AUTHORIZATION = "authorization"
-DATE_TIME = "x-mq-date-time"
-SESSION_TOKEN = "x-mq-session-token"
-DATE_TIME_FORMAT = "%Y%m%dT%H%M%SZ"
+from ..wire.request_signature import (
+    ALGORITHM,
+    AUTHORIZATION,
+    DATE_TIME,
+    DATE_TIME_FORMAT,
+    SESSION_TOKEN,
+    sign,
+    signed_headers,
+)
+
+__all__ = [
+    "AUTHORIZATION",
+    "DATE_TIME",
+    "SESSION_TOKEN",
+    "SignatureError",
+    "sign",
+    "signed_headers",
+    "verify",
+]
+
 # RocketMQ accepts a request signed up to 15 minutes before or after its own clock.
 DEFAULT_MAX_SKEW_S = 15 * 60
 
 
 class SignatureError(Exception):
     """The request is not signed, or not signed right; the message says what to fix."""
-
-
-def sign(secret_key: str, date_time: str) -> str:
-    return hmac.new(secret_key.encode(), date_time.encode(), hashlib.sha1).hexdigest()
-
-
-def format_date_time(moment: datetime.datetime) -> str:
-    return moment.astimezone(datetime.UTC).strftime(DATE_TIME_FORMAT)
-
-
-def signed_headers(
-    access_key: str, secret_key: str, now: datetime.datetime, session_token: str = ""
-) -> list[tuple[str, str]]:
-    """The metadata that signs one request made at ``now``."""
-    date_time = format_date_time(now)
-    headers = [
-        (DATE_TIME, date_time),
-        (
-            AUTHORIZATION,
-            f"{ALGORITHM} Credential={access_key}, SignedHeaders={DATE_TIME}, "
-            f"Signature={sign(secret_key, date_time)}",
-        ),
-    ]
-    if session_token:
-        headers.append((SESSION_TOKEN, session_token))
-    return headers
 
 
 def parse_authorization(value: str) -> tuple[str, str]:

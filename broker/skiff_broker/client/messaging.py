@@ -30,6 +30,7 @@ from .. import __version__
 from ..delivery import properties as prop
 from ..endpoints import address_of, endpoints_of
 from ..wire.compressed_body import CompressedBodyError, inflate
+from .credentials import Credentials, signed_channel
 from .errors import MessagingError, from_rpc_error
 from .message_id import new_message_id
 
@@ -124,12 +125,20 @@ def _decoded_body(message: pb.Message) -> tuple[bytes, str]:
 
 
 class MessagingClient:
-    def __init__(self, endpoint: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        credentials: Credentials | None = None,
+    ) -> None:
+        """``credentials`` sign every request (needed where the broker enables auth)."""
         self.endpoint = endpoint
         self._timeout = timeout
         self._client_id = f"{socket.gethostname()}@skiff-cli@{uuid.uuid4().hex[:12]}"
-        self._channel = grpc.insecure_channel(
-            endpoint, options=[("grpc.max_receive_message_length", -1)]
+        self._channel = signed_channel(
+            grpc.insecure_channel(endpoint, options=[("grpc.max_receive_message_length", -1)]),
+            credentials,
         )
         self._stub = service_pb2_grpc.MessagingServiceStub(self._channel)
 

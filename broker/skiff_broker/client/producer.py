@@ -50,6 +50,7 @@ from ..endpoints import address_of, endpoints_of
 from ..records.v1 import records_pb2 as rpb
 from ..records.v1 import records_pb2_grpc
 from ..wire.properties import encode_properties, id_only_properties
+from .credentials import Credentials, signing_interceptors
 from .errors import (
     BrokerError,
     BrokerUnavailable,
@@ -221,7 +222,7 @@ class BatchingProducer:
 
     Use it inside one event loop, as ``async with BatchingProducer(endpoint) as p``
     or by calling ``close()`` at the end. ``interceptors`` are grpc.aio client
-    interceptors for every call (tracing, metrics).
+    interceptors for every call (tracing, metrics); ``credentials`` sign every call.
     """
 
     def __init__(
@@ -235,6 +236,7 @@ class BatchingProducer:
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
         namespace: str = "",
         interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
+        credentials: Credentials | None = None,
     ) -> None:
         if linger_ms < 0:
             raise ValueError("linger_ms must be 0 or more")
@@ -251,7 +253,8 @@ class BatchingProducer:
         self._max_in_flight = max_in_flight_requests
         self._timeout = request_timeout_s
         self._namespace = namespace
-        self._interceptors = tuple(interceptors)
+        # ``credentials`` sign every request (needed where the broker enables auth).
+        self._interceptors = (*interceptors, *signing_interceptors(credentials))
         self._client_id = f"skiff-producer@{uuid.uuid4().hex[:16]}"
 
         self._open: dict[BatchKey, _Batch] = {}

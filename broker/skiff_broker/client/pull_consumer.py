@@ -31,6 +31,7 @@ from .. import __version__
 from ..delivery.tag_filter import TagFilter
 from ..records.v1 import records_pb2 as rpb
 from ..records.v1 import records_pb2_grpc
+from .credentials import Credentials, signed_channel
 from .errors import BrokerError, MessagingError, from_rpc_error
 from .messaging import _timestamp
 from .records import CorruptRecords, PulledMessage, decode_records
@@ -116,6 +117,7 @@ class PullConsumer:
         timeout: float = DEFAULT_TIMEOUT_S,
         namespace: str = "",
         check_crc: bool = False,
+        credentials: Credentials | None = None,
     ) -> None:
         """``check_crc`` checks each body's CRC on arrival too; the broker checks
         every record before it sends it."""
@@ -125,8 +127,10 @@ class PullConsumer:
         self._timeout = timeout
         self._namespace = namespace
         self._client_id = f"{socket.gethostname()}@skiff-pull@{uuid.uuid4().hex[:12]}"
-        self._channel = grpc.insecure_channel(
-            endpoint, options=[("grpc.max_receive_message_length", -1)]
+        # ``credentials`` sign every request (needed where the broker enables auth).
+        self._channel = signed_channel(
+            grpc.insecure_channel(endpoint, options=[("grpc.max_receive_message_length", -1)]),
+            credentials,
         )
         self._stub = service_pb2_grpc.MessagingServiceStub(self._channel)
         self._records = records_pb2_grpc.RecordServiceStub(self._channel)

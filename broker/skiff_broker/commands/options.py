@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from ..client.credentials import ACCESS_KEY_ENV, SECRET_KEY_ENV, Credentials
 from ..client.errors import SkiffError
 
 DEFAULT_ENDPOINT = "127.0.0.1:8081"
@@ -28,7 +29,10 @@ def _check_endpoint(ctx: click.Context, param: click.Parameter, value: str) -> s
 
 
 def client_command(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Add --endpoint and --json; turn a client error into exit code 1 with its message."""
+    """Add --endpoint, the keys and --json; turn a client error into exit code 1.
+
+    The command gets ``credentials`` (None without keys) instead of the two keys.
+    """
 
     @click.option(
         "--endpoint",
@@ -38,9 +42,26 @@ def client_command(command: Callable[..., Any]) -> Callable[..., Any]:
         callback=_check_endpoint,
         help="The broker's gRPC address, HOST:PORT (env SKIFF_ENDPOINT).",
     )
+    @click.option(
+        "--access-key",
+        envvar=ACCESS_KEY_ENV,
+        default="",
+        help="Sign requests as this user, for brokers with authentication on "
+        f"(env {ACCESS_KEY_ENV}).",
+    )
+    @click.option(
+        "--secret-key",
+        envvar=SECRET_KEY_ENV,
+        default="",
+        help=f"The user's secret key (env {SECRET_KEY_ENV}, which keeps it out of `ps`).",
+    )
     @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
     @functools.wraps(command)
-    def run(*args: Any, **kwargs: Any) -> Any:
+    def run(*args: Any, access_key: str, secret_key: str, **kwargs: Any) -> Any:
+        try:
+            kwargs["credentials"] = Credentials.of(access_key, secret_key)
+        except ValueError as exc:
+            raise click.UsageError(f"{exc} (--access-key and --secret-key)") from None
         try:
             return command(*args, **kwargs)
         except SkiffError as exc:

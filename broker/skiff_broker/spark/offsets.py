@@ -12,6 +12,7 @@ import dataclasses
 import logging
 from collections.abc import Iterable
 
+from ..client.credentials import Credentials
 from ..client.errors import BrokerUnavailable
 from ..client.pull_consumer import PullConsumer
 from .options import EARLIEST, LATEST, OffsetSpec, OptionError
@@ -32,11 +33,13 @@ class QueueSlice:
     end: int
 
 
-def connect(endpoints: Iterable[str], topic: str) -> PullConsumer:
+def connect(
+    endpoints: Iterable[str], topic: str, credentials: Credentials | None = None
+) -> PullConsumer:
     """A consumer of the first endpoint that answers (asked for ``topic``'s queues)."""
     failures = []
     for endpoint in endpoints:
-        consumer = PullConsumer(endpoint)
+        consumer = PullConsumer(endpoint, credentials=credentials)
         try:
             consumer.queue_ids(topic)
         except BrokerUnavailable as exc:

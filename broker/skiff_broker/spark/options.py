@@ -20,6 +20,9 @@ They mirror the Kafka source's where Spark users know one:
 ``failOnDataLoss``             ``true`` (default): fail when offsets to read were already
                                deleted by retention; ``false``: log a warning, skip them
 ``pullBatchSize``              messages per PullMessage request (default 256, at most 1024)
+``accessKey``, ``secretKey``   sign requests as this user, for brokers with authentication
+                               on (reads need Sub on the topics; writes Pub on the topics
+                               and Get on them and on ``Cluster``)
 =============================  ===========================================================
 """
 
@@ -28,6 +31,8 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
+
+from ..client.credentials import Credentials
 
 EARLIEST = -2
 LATEST = -1
@@ -63,6 +68,7 @@ class SourceOptions:
     max_offsets_per_trigger: int | None
     fail_on_data_loss: bool
     pull_batch_size: int
+    credentials: Credentials | None = None
 
 
 def _lower_keys(options: Mapping[str, str]) -> dict[str, str]:
@@ -83,6 +89,16 @@ def parse_endpoints(options: Mapping[str, str]) -> tuple[str, ...]:
         if not host or not port.isdigit():
             raise OptionError(f"endpoint {endpoint!r} is not HOST:PORT, e.g. 127.0.0.1:8081")
     return endpoints
+
+
+def parse_credentials(options: Mapping[str, str]) -> Credentials | None:
+    lowered = _lower_keys(options)
+    try:
+        return Credentials.of(lowered.get("accesskey", ""), lowered.get("secretkey", ""))
+    except ValueError:
+        raise OptionError(
+            'set both .option("accessKey", ...) and .option("secretKey", ...), or neither'
+        ) from None
 
 
 def _topics(options: dict[str, str]) -> tuple[str, ...]:
@@ -192,4 +208,5 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         max_offsets_per_trigger=_positive_int(lowered, "maxOffsetsPerTrigger"),
         fail_on_data_loss=_boolean(lowered, "failOnDataLoss", True),
         pull_batch_size=batch_size,
+        credentials=parse_credentials(options),
     )

@@ -19,6 +19,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from ..client.credentials import Credentials
 from ..client.pull_consumer import DataLost, PullConsumer, PulledMessage
 from . import offsets as off
 from .options import OptionError, SourceOptions
@@ -38,6 +39,7 @@ class SliceToRead:
     slice: off.QueueSlice
     fail_on_data_loss: bool
     pull_batch_size: int
+    credentials: Credentials | None = None
 
 
 class QueuePartition(InputPartition):
@@ -48,7 +50,13 @@ class QueuePartition(InputPartition):
 def _partitions(options: SourceOptions, slices: Sequence[off.QueueSlice]) -> list[QueuePartition]:
     return [
         QueuePartition(
-            SliceToRead(options.endpoints, s, options.fail_on_data_loss, options.pull_batch_size)
+            SliceToRead(
+                options.endpoints,
+                s,
+                options.fail_on_data_loss,
+                options.pull_batch_size,
+                options.credentials,
+            )
         )
         for s in slices
     ]
@@ -62,7 +70,7 @@ def read_slice(task: SliceToRead) -> Iterator[pa.RecordBatch]:
     def on_lost(lost: DataLost) -> None:
         log.warning("%s; skipping them (failOnDataLoss is false)", lost.message)
 
-    consumer = off.connect(task.endpoints, queue.topic)
+    consumer = off.connect(task.endpoints, queue.topic, task.credentials)
     try:
         messages: list[PulledMessage] = []
         pulled = consumer.read_range(
@@ -97,7 +105,7 @@ class SkiffBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         options = self._options
-        consumer = off.connect(options.endpoints, options.topics[0])
+        consumer = off.connect(options.endpoints, options.topics[0], options.credentials)
         try:
             start = off.resolve(consumer, options.topics, options.starting)
             end = off.resolve(consumer, options.topics, options.ending)
@@ -141,7 +149,9 @@ class SkiffStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def _consumer(self) -> PullConsumer:
         if self._connection is None:
-            self._connection = off.connect(self._options.endpoints, self._options.topics[0])
+            self._connection = off.connect(
+                self._options.endpoints, self._options.topics[0], self._options.credentials
+            )
         return self._connection
 
     def initialOffset(self) -> dict:
