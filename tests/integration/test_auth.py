@@ -325,3 +325,22 @@ def test_with_auth_disabled_unsigned_clients_are_served_as_before(tmp_path):
         with producer(ClientConfiguration(broker.endpoint, Credentials())) as client:
             client.send(message("orders", b"unsigned"))
         assert query_route(broker, [("x-mq-client-id", "anonymous")]).code == pb.Code.OK
+
+
+def test_cluster_routes_name_every_group_with_auth_on(tmp_path):
+    homes = [tmp_path / "a", tmp_path / "b"]
+    for home in homes:
+        home.mkdir()
+        create_topics(data_dir_of(home), TopicConfig("orders", 2, 2))
+    with running_broker(homes[1], "--broker-name", "b", env=AUTH_ENV) as b:
+        peers = ("--broker-name", "a", "--cluster-peers", b.endpoint)
+        with (
+            running_broker(homes[0], *peers, env=AUTH_ENV) as a,
+            grpc.insecure_channel(a.endpoint) as channel,
+        ):
+            request = spb.QueryRouteRequest(topic=pb.Resource(name="orders"))
+            response = MessagingServiceStub(channel).QueryRoute(
+                request, metadata=signed_headers(*ROOT, now_utc()), timeout=30
+            )
+    assert response.status.code == pb.Code.OK, response.status
+    assert {queue.broker.name for queue in response.message_queues} == {"a", "b"}

@@ -6,12 +6,15 @@ import asyncio
 import logging
 import signal
 import socket
+from collections.abc import Sequence
 
 import grpc
 
 from ..admin.service import AdminService
 from ..admin.service import add_to_server as add_admin_service
 from ..auth.gate import AuthGate
+from ..auth.model import parse_user_spec
+from ..client.credentials import Credentials, signing_interceptors
 from ..cluster.kube_api import KubeApi, KubeError
 from ..cluster.lease_elector import LeaseElector
 from ..cluster.routes import ClusterRoutes
@@ -74,7 +77,23 @@ class BrokerServer:
                 ),
                 elector=self.elector,
                 api=self.kube,
+                peer_interceptors=self._peer_signing(),
             )
+
+    def _peer_signing(self) -> Sequence[grpc.aio.ClientInterceptor]:
+        """Calls to other groups sign as the bootstrap super user, which every broker has."""
+        auth = self.config.auth
+        if not auth.enabled:
+            return ()
+        if not auth.init_user:
+            log.warning(
+                "authentication is on without --auth-init-user: other groups refuse this "
+                "broker's topic look-ups, so routes list only its own queues; give every "
+                "broker of the cluster the same --auth-init-user"
+            )
+            return ()
+        user = parse_user_spec(auth.init_user)
+        return signing_interceptors(Credentials(user.access_key, user.secret_key))
 
     @property
     def address(self) -> str:
