@@ -344,3 +344,28 @@ def test_cluster_routes_name_every_group_with_auth_on(tmp_path):
             )
     assert response.status.code == pb.Code.OK, response.status
     assert {queue.broker.name for queue in response.message_queues} == {"a", "b"}
+
+
+def test_spark_reads_and_writes_with_the_users_keys(spark, broker):
+    with root_admin(broker) as admin:
+        admin.create_topic("sparked", read_queues=2)
+        admin.apply_user("etl", "etl-secret")
+        admin.apply_acl(
+            "etl",
+            [
+                AclEntry(("Topic:sparked",), ("Pub", "Sub", "Get")),
+                AclEntry(("Cluster",), ("Get",)),
+            ],
+        )
+    keys = {"endpoints": broker.endpoint, "topic": "sparked"}
+    signed = {**keys, "accessKey": "etl", "secretKey": "etl-secret"}
+    rows = [(f"row-{i}".encode(),) for i in range(10)]
+    spark.createDataFrame(rows, "body binary").write.format("skiff").options(**signed).mode(
+        "append"
+    ).save()
+    read = spark.read.format("skiff").options(**signed).load()
+    assert sorted(row.body for row in read.select("body").collect()) == sorted(
+        body for (body,) in rows
+    )
+    with pytest.raises(Exception, match="access key and secret key"):
+        spark.read.format("skiff").options(**keys).load().count()
