@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import datetime
 import inspect
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -31,8 +30,6 @@ from .decision import decide
 from .rights import needs_of
 from .signature import SignatureError, verify
 from .user_store import UserStore
-
-log = logging.getLogger(__name__)
 
 _MESSAGING = spb.DESCRIPTOR.services_by_name["MessagingService"]
 _MESSAGING_PREFIX = f"/{_MESSAGING.full_name}/"
