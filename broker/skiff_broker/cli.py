@@ -352,6 +352,31 @@ def main(log_level: str) -> None:
     help="When a state file under config/ and its .bak are both damaged, start with that "
     "state empty (the file is kept as <file>.damaged) instead of refusing to start.",
 )
+@click.option(
+    "--auth",
+    "auth_mode",
+    envvar="SKIFF_AUTH",
+    type=click.Choice(["enabled", "disabled"], case_sensitive=False),
+    default="disabled",
+    show_default=True,
+    help="enabled: every request must be signed by a known user (RocketMQ's MQv2-HMAC-SHA1) "
+    "and allowed by its ACL; disabled: requests are served unchecked.",
+)
+@click.option(
+    "--auth-init-user",
+    envvar="SKIFF_AUTH_INIT_USER",
+    default="",
+    help="ACCESS_KEY:SECRET_KEY of a super user created (or reset) at every start, to "
+    "bootstrap users and ACLs (env SKIFF_AUTH_INIT_USER, which keeps it out of `ps`).",
+)
+@click.option(
+    "--auth-clock-skew",
+    envvar="SKIFF_AUTH_CLOCK_SKEW",
+    type=float,
+    default=900.0,
+    show_default=True,
+    help="Seconds a request's signing time may be from the broker's clock.",
+)
 def broker(
     data_dir: str,
     listen: str,
@@ -393,6 +418,9 @@ def broker(
     tls_cert: str,
     tls_key: str,
     discard_damaged_state: bool,
+    auth_mode: str,
+    auth_init_user: str,
+    auth_clock_skew: float,
 ) -> None:
     """Run a broker on a local data directory until SIGTERM or Ctrl-C.
 
@@ -400,6 +428,7 @@ def broker(
     """
     import asyncio
 
+    from .auth.config import AuthConfig
     from .cluster.config import ClusterConfig
     from .config import BrokerConfig
     from .ha.config import ReplicationConfig, ReplicationMode, Role
@@ -462,6 +491,11 @@ def broker(
             mode=TlsMode(tls_mode.lower()),
             cert_file=os.path.abspath(tls_cert) if tls_cert else "",
             key_file=os.path.abspath(tls_key) if tls_key else "",
+        ),
+        auth=AuthConfig(
+            enabled=auth_mode.lower() == "enabled",
+            init_user=auth_init_user,
+            max_clock_skew_s=auth_clock_skew,
         ),
     )
     try:

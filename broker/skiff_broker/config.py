@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from .auth.config import AuthConfig
 from .cluster.config import ClusterConfig
 from .ha.config import ReplicationConfig, Role
 from .store.config import StoreConfig
@@ -46,6 +47,8 @@ class BrokerConfig:
     cluster: ClusterConfig = dataclasses.field(default_factory=ClusterConfig)
     # TLS on the client port(s): permissive serves TLS and plaintext on one port.
     tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
+    # Request signatures and ACLs (off by default).
+    auth: AuthConfig = dataclasses.field(default_factory=AuthConfig)
 
     def validate(self) -> None:
         self.store.validate()
@@ -62,4 +65,5 @@ class BrokerConfig:
             raise ValueError("the transaction timeout and check maximum cannot be negative")
         self.tls.validate()
         self.replication.validate()
+        self.auth.validate()
         self.cluster.validate(under_lease=self.replication.role is Role.LEASE)

@@ -13,6 +13,8 @@ import logging
 import os
 import threading
 
+from .auth.model import parse_user_spec
+from .auth.user_store import UserStore
 from .config import BrokerConfig
 from .delivery import properties as prop
 from .delivery.delay import DelayService
@@ -41,6 +43,8 @@ class Broker:
         # ``observer`` sees the store's appends and flushes (telemetry).
         self.store = MessageStore(store_config, observer=observer)
         self.topics = TopicTable(os.path.join(store_config.config_dir, "topics.json"))
+        # Users and ACLs: kept whether or not authentication is on, so it can be turned on.
+        self.users = UserStore(os.path.join(store_config.config_dir, "auth.json"))
         self.offsets = ConsumerOffsetTable(
             os.path.join(store_config.config_dir, "consumerOffset.json")
         )
@@ -101,6 +105,10 @@ class Broker:
         self.pop.load(discard_damaged=discard)
         self.delays.load(discard_damaged=discard)
         self.transactions.load(discard_damaged=discard)
+        self.users.load(discard_damaged=discard)
+        init_user = self.config.auth.init_user
+        if init_user and self.users.apply_user(parse_user_spec(init_user)):
+            log.info("applied the bootstrap super user from --auth-init-user")
 
     @property
     def is_replica(self) -> bool:

@@ -76,6 +76,53 @@ def test_produce_and_consume_walkthrough(tmp_path):
         assert "total lag of group demo-readers on demo: 1" in skiff(lag)
 
 
+def _assignments_and_command(line: str) -> tuple[dict[str, str], list[str]]:
+    """``A=1 B=2 skiff x`` (a trailing comment dropped) as ({A: 1, B: 2}, [skiff, x])."""
+    words = shlex.split(line, comments=True)
+    env = {}
+    while words and "=" in words[0] and not words[0].startswith("-"):
+        name, _, value = words.pop(0).partition("=")
+        env[name] = value
+    return env, words
+
+
+def test_users_and_acls_walkthrough(tmp_path):
+    (block,) = _blocks(_section("Users and ACLs"), "sh")
+    start, export, *commands = [line for line in block.splitlines() if line.strip()]
+    broker_vars, words = _assignments_and_command(start)
+    assert words == ["skiff", "broker"]
+    exported = dict(word.partition("=")[::2] for word in shlex.split(export, comments=True)[1:])
+    create_topics(data_dir_of(tmp_path), TopicConfig("orders", 2, 2))
+    outputs = []
+    with running_broker(tmp_path, env=broker_vars) as broker:
+        for line in commands:
+            env, args = _assignments_and_command(line)
+            assert args[0] == "skiff"
+            done = subprocess.run(
+                [sys.executable, "-m", "skiff_broker", *args[1:], "--endpoint", broker.endpoint],
+                env=broker_env({**exported, **env}),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert done.returncode == 0, f"{line}: {done.stderr}"
+            outputs.append(done.stdout)
+        # alice may now send to orders with her own keys.
+        signed = {"SKIFF_ACCESS_KEY": "alice", "SKIFF_SECRET_KEY": "alice-secret"}
+        sent = subprocess.run(
+            [
+                *(sys.executable, "-m", "skiff_broker", "send", "--topic", "orders"),
+                *("--body", "hi", "--endpoint", broker.endpoint),
+            ],
+            env=broker_env(signed),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert sent.returncode == 0, sent.stderr
+    assert "Topic:orders,Group:billing" in outputs[-1] and "Pub,Sub" in outputs[-1]
+
+
 def test_skiffs_own_clients_snippet(tmp_path):
     (snippet,) = _blocks(_section("Skiff's own clients, for throughput"), "python")
     with running_broker(tmp_path) as broker:

@@ -1,4 +1,4 @@
-"""skiff.admin.v1.AdminService: topics, broker state, offsets and message look-ups.
+"""skiff.admin.v1.AdminService: topics, broker state, offsets, message look-ups, users, ACLs.
 
 Served on the broker's gRPC port beside apache.rocketmq.v2.MessagingService.
 Errors are standard gRPC status codes with a message that says what to do; a
@@ -29,6 +29,7 @@ from ..store.message import StoredMessage, encode_host, offset_message_id
 from .consumer_progress import ConsumerProgress
 from .errors import AdminError, AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from .topic_admin import TopicAdmin, TopicChange
+from .user_admin import UserAdmin
 from .v1 import admin_pb2 as apb
 from .v1 import admin_pb2_grpc
 
@@ -196,6 +197,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         self._replication = replication
         self._topics = TopicAdmin(broker)
         self._progress = ConsumerProgress(broker)
+        self._users = UserAdmin(broker.users)
 
     # -- topics -------------------------------------------------------------
 
@@ -239,6 +241,41 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     @_handler
     def ListTopics(self, request: apb.ListTopicsRequest) -> apb.ListTopicsResponse:
         return apb.ListTopicsResponse(topics=[topic_to_proto(t) for t in self._topics.list()])
+
+    # -- users and ACLs -----------------------------------------------------
+    # Not replicated: a replica takes them too, so each broker can be given them.
+
+    @_handler
+    def ApplyUser(self, request: apb.ApplyUserRequest) -> apb.ApplyUserResponse:
+        return self._users.apply_user(request.user)
+
+    @_handler
+    def DeleteUser(self, request: apb.DeleteUserRequest) -> apb.DeleteUserResponse:
+        return self._users.delete_user(request.access_key)
+
+    @_handler
+    def GetUser(self, request: apb.GetUserRequest) -> apb.User:
+        return self._users.get_user(request.access_key)
+
+    @_handler
+    def ListUsers(self, request: apb.ListUsersRequest) -> apb.ListUsersResponse:
+        return self._users.list_users()
+
+    @_handler
+    def ApplyAcl(self, request: apb.ApplyAclRequest) -> apb.ApplyAclResponse:
+        return self._users.apply_acl(request.acl)
+
+    @_handler
+    def DeleteAcl(self, request: apb.DeleteAclRequest) -> apb.DeleteAclResponse:
+        return self._users.delete_acl(request.access_key)
+
+    @_handler
+    def GetAcl(self, request: apb.GetAclRequest) -> apb.Acl:
+        return self._users.get_acl(request.access_key)
+
+    @_handler
+    def ListAcls(self, request: apb.ListAclsRequest) -> apb.ListAclsResponse:
+        return self._users.list_acls()
 
     # -- broker state -------------------------------------------------------
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -19,6 +19,7 @@ import grpc
 from ..admin.v1 import admin_pb2 as apb
 from ..admin.v1 import admin_pb2_grpc
 from .channels import ClientTls, channel
+from .credentials import Credentials
 from .errors import NotFound, from_rpc_error
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -177,11 +178,17 @@ class AdminClient:
     """``with AdminClient("127.0.0.1:8081") as admin: admin.create_topic("orders", ...)``."""
 
     def __init__(
-        self, endpoint: str, *, timeout: float = DEFAULT_TIMEOUT_S, tls: ClientTls | None = None
+        self,
+        endpoint: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        tls: ClientTls | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
+        """``credentials`` sign every request (needed where the broker enables auth)."""
         self.endpoint = endpoint
         self._timeout = timeout
-        self._channel = channel(endpoint, tls=tls)
+        self._channel = channel(endpoint, tls=tls, credentials=credentials)
         self._stub = admin_pb2_grpc.AdminServiceStub(self._channel)
 
     def close(self) -> None:
@@ -364,6 +371,92 @@ class AdminClient:
         """The first queue offset stored at or after ``timestamp_ms`` (the max offset if none)."""
         request = apb.GetOffsetByTimeRequest(topic=topic, queue_id=queue_id, timestamp=timestamp_ms)
         return self._call(self._stub.GetOffsetByTime, request).offset
+
+    # -- users and ACLs (super users only where authentication is on) --------
+    # Each broker keeps its own: apply them to every broker of a cluster.
+
+    def apply_user(
+        self, access_key: str, secret_key: str, *, super_user: bool = False, enabled: bool = True
+    ) -> bool:
+        """Create or replace the user; whether anything changed (False: it was already so)."""
+        user = apb.User(
+            access_key=access_key,
+            secret_key=secret_key,
+            type=apb.SUPER_USER if super_user else apb.NORMAL_USER,
+            status=apb.ENABLED if enabled else apb.DISABLED,
+        )
+        return self._call(self._stub.ApplyUser, apb.ApplyUserRequest(user=user)).changed
+
+    def delete_user(self, access_key: str) -> bool:
+        """Delete the user and its ACL; False if there was no such user."""
+        request = apb.DeleteUserRequest(access_key=access_key)
+        return self._call(self._stub.DeleteUser, request).deleted
+
+    def get_user(self, access_key: str) -> UserInfo:
+        request = apb.GetUserRequest(access_key=access_key)
+        return UserInfo.from_proto(self._call(self._stub.GetUser, request))
+
+    def list_users(self) -> list[UserInfo]:
+        response = self._call(self._stub.ListUsers, apb.ListUsersRequest())
+        return [UserInfo.from_proto(user) for user in response.users]
+
+    def apply_acl(self, access_key: str, entries: Sequence[AclEntry]) -> bool:
+        """Make ``entries`` the user's whole ACL; whether anything changed."""
+        acl = apb.Acl(access_key=access_key, entries=[entry.to_proto() for entry in entries])
+        return self._call(self._stub.ApplyAcl, apb.ApplyAclRequest(acl=acl)).changed
+
+    def delete_acl(self, access_key: str) -> bool:
+        request = apb.DeleteAclRequest(access_key=access_key)
+        return self._call(self._stub.DeleteAcl, request).deleted
+
+    def get_acl(self, access_key: str) -> list[AclEntry]:
+        response = self._call(self._stub.GetAcl, apb.GetAclRequest(access_key=access_key))
+        return [AclEntry.from_proto(entry) for entry in response.entries]
+
+    def list_acls(self) -> dict[str, list[AclEntry]]:
+        response = self._call(self._stub.ListAcls, apb.ListAclsRequest())
+        return {
+            acl.access_key: [AclEntry.from_proto(entry) for entry in acl.entries]
+            for acl in response.acls
+        }
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class UserInfo:
+    """A user as the broker tells it (never with its secret key)."""
+
+    access_key: str
+    super_user: bool
+    enabled: bool
+
+    @classmethod
+    def from_proto(cls, proto: apb.User) -> UserInfo:
+        return cls(proto.access_key, proto.type == apb.SUPER_USER, proto.status != apb.DISABLED)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AclEntry:
+    """Allow (or Deny) ``actions`` on ``resources`` (ACL 2.0 strings) from ``source_ips``."""
+
+    resources: tuple[str, ...]
+    actions: tuple[str, ...]
+    decision: str = "Allow"
+    source_ips: tuple[str, ...] = ()
+
+    @classmethod
+    def from_proto(cls, proto: apb.PolicyEntry) -> AclEntry:
+        decision = "Deny" if proto.decision == apb.DENY else "Allow"
+        return cls(tuple(proto.resources), tuple(proto.actions), decision, tuple(proto.source_ips))
+
+    def to_proto(self) -> apb.PolicyEntry:
+        if self.decision.lower() not in ("allow", "deny"):
+            raise ValueError(f"decision must be Allow or Deny, not {self.decision!r}")
+        return apb.PolicyEntry(
+            resources=list(self.resources),
+            actions=list(self.actions),
+            decision=apb.DENY if self.decision.lower() == "deny" else apb.ALLOW,
+            source_ips=list(self.source_ips),
+        )
 
 
 def _topic_proto(

@@ -1,9 +1,12 @@
-"""The one place Skiff's clients make gRPC channels: plaintext, or TLS.
+"""The one place Skiff's clients make gRPC channels: plaintext or TLS, signed or not.
 
 ``ClientTls`` says how to connect: plaintext (the default, which a permissive broker
 accepts), TLS verified against a CA file (or the system's roots), or TLS trusting whatever
 certificate the broker presents (``verify=False``: encrypted, but not authenticated; the
 certificate is fetched with a blocking handshake when the channel is made).
+
+``credentials`` (a user's keys) sign every call of the channel, as RocketMQ 5's clients
+do; brokers with authentication off ignore the signature.
 
 ``ClientTls.from_env()`` reads SKIFF_TLS, SKIFF_TLS_CA and SKIFF_TLS_INSECURE; the CLI sets
 the settings for the clients a command makes with ``using(tls)``.
@@ -20,6 +23,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import grpc
+
+from .credentials import Credentials, signed_channel
 
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -103,13 +108,19 @@ def _settings(
 
 
 def channel(
-    endpoint: str, *, tls: ClientTls | None = None, options: Sequence[tuple[str, Any]] = ()
+    endpoint: str,
+    *,
+    tls: ClientTls | None = None,
+    credentials: Credentials | None = None,
+    options: Sequence[tuple[str, Any]] = (),
 ) -> grpc.Channel:
     """A blocking-API channel to ``endpoint`` (HOST:PORT)."""
-    _, credentials, opts = _settings(endpoint, tls, options)
-    if credentials is None:
-        return grpc.insecure_channel(endpoint, options=opts)
-    return grpc.secure_channel(endpoint, credentials, options=opts)
+    _, channel_credentials, opts = _settings(endpoint, tls, options)
+    if channel_credentials is None:
+        made = grpc.insecure_channel(endpoint, options=opts)
+    else:
+        made = grpc.secure_channel(endpoint, channel_credentials, options=opts)
+    return signed_channel(made, credentials)
 
 
 def aio_channel(

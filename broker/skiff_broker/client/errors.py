@@ -51,6 +51,18 @@ class FailedPrecondition(BrokerError):
     code = "FAILED_PRECONDITION"
 
 
+class Unauthenticated(BrokerError):
+    """The broker requires signed requests and these were not (or not right)."""
+
+    code = "UNAUTHENTICATED"
+
+
+class PermissionDenied(BrokerError):
+    """The user's ACL does not allow the request; the message names what is missing."""
+
+    code = "PERMISSION_DENIED"
+
+
 class MessagingError(BrokerError):
     """A RocketMQ v2 call answered with a non-OK ``Status``.
 
@@ -67,6 +79,8 @@ _BY_STATUS = {
     grpc.StatusCode.NOT_FOUND: NotFound,
     grpc.StatusCode.ALREADY_EXISTS: AlreadyExists,
     grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
+    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
 }
 
 

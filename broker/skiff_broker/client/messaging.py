@@ -31,6 +31,7 @@ from ..delivery import properties as prop
 from ..endpoints import address_of, endpoints_of
 from ..wire.compressed_body import CompressedBodyError, inflate
 from .channels import ClientTls, channel
+from .credentials import Credentials
 from .errors import MessagingError, from_rpc_error
 from .message_id import new_message_id
 
@@ -126,14 +127,23 @@ def _decoded_body(message: pb.Message) -> tuple[bytes, str]:
 
 class MessagingClient:
     def __init__(
-        self, endpoint: str, *, timeout: float = DEFAULT_TIMEOUT_S, tls: ClientTls | None = None
+        self,
+        endpoint: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        tls: ClientTls | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
-        """``tls``: how to connect (default: SKIFF_TLS settings of the command, or plaintext)."""
+        """``tls``: how to connect (default: SKIFF_TLS settings of the command, or plaintext);
+        ``credentials`` sign every request (needed where the broker enables auth)."""
         self.endpoint = endpoint
         self._timeout = timeout
         self._client_id = f"{socket.gethostname()}@skiff-cli@{uuid.uuid4().hex[:12]}"
         self._channel = channel(
-            endpoint, tls=tls, options=[("grpc.max_receive_message_length", -1)]
+            endpoint,
+            tls=tls,
+            credentials=credentials,
+            options=[("grpc.max_receive_message_length", -1)],
         )
         self._stub = service_pb2_grpc.MessagingServiceStub(self._channel)
 

@@ -51,6 +51,7 @@ from ..records.v1 import records_pb2 as rpb
 from ..records.v1 import records_pb2_grpc
 from ..wire.properties import encode_properties, id_only_properties
 from .channels import ClientTls, aio_channel, current_tls
+from .credentials import Credentials, signing_interceptors
 from .errors import (
     BrokerError,
     BrokerUnavailable,
@@ -228,7 +229,7 @@ class BatchingProducer:
 
     Use it inside one event loop, as ``async with BatchingProducer(endpoint) as p``
     or by calling ``close()`` at the end. ``interceptors`` are grpc.aio client
-    interceptors for every call (tracing, metrics).
+    interceptors for every call (tracing, metrics); ``credentials`` sign every call.
     """
 
     def __init__(
@@ -243,6 +244,7 @@ class BatchingProducer:
         namespace: str = "",
         interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
         tls: ClientTls | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         if linger_ms < 0:
             raise ValueError("linger_ms must be 0 or more")
@@ -259,7 +261,8 @@ class BatchingProducer:
         self._max_in_flight = max_in_flight_requests
         self._timeout = request_timeout_s
         self._namespace = namespace
-        self._interceptors = tuple(interceptors)
+        # ``credentials`` sign every request (needed where the broker enables auth).
+        self._interceptors = (*interceptors, *signing_interceptors(credentials))
         # Every broker the producer reaches is connected to the same way.
         self._tls = tls if tls is not None else current_tls()
         self._client_id = f"skiff-producer@{uuid.uuid4().hex[:16]}"

@@ -33,6 +33,7 @@ from ..endpoints import address_of, endpoints_of
 from ..records.v1 import records_pb2 as rpb
 from ..records.v1 import records_pb2_grpc
 from .channels import ClientTls, channel
+from .credentials import Credentials
 from .errors import BrokerError, MessagingError, from_rpc_error
 from .messaging import _timestamp
 from .records import CorruptRecords, PulledMessage, decode_records
@@ -129,6 +130,7 @@ class PullConsumer:
         namespace: str = "",
         check_crc: bool = False,
         tls: ClientTls | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         """``check_crc`` checks each body's CRC on arrival too; the broker checks
         every record before it sends it."""
@@ -138,8 +140,12 @@ class PullConsumer:
         self._timeout = timeout
         self._namespace = namespace
         self._client_id = f"{socket.gethostname()}@skiff-pull@{uuid.uuid4().hex[:12]}"
+        # ``credentials`` sign every request (needed where the broker enables auth).
         self._channel = channel(
-            endpoint, tls=tls, options=[("grpc.max_receive_message_length", -1)]
+            endpoint,
+            tls=tls,
+            credentials=credentials,
+            options=[("grpc.max_receive_message_length", -1)],
         )
         self._stub = service_pb2_grpc.MessagingServiceStub(self._channel)
         self._records = records_pb2_grpc.RecordServiceStub(self._channel)

@@ -17,7 +17,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import grpc
 
@@ -65,8 +65,11 @@ class ClusterRoutes:
         is_master: Callable[[], bool],
         elector: LeaseElector | None = None,
         api: KubeApi | None = None,
+        peer_interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
     ) -> None:
+        """``peer_interceptors`` wrap calls to other groups (signing, where auth is on)."""
         self.config = config
+        self._peer_interceptors = list(peer_interceptors)
         self.group = group
         self._is_master = is_master
         self._elector = elector
@@ -84,7 +87,9 @@ class ClusterRoutes:
     def _stub(self, endpoint: str) -> admin_pb2_grpc.AdminServiceStub:
         channel = self._channels.get(endpoint)
         if channel is None:
-            channel = self._channels[endpoint] = grpc.aio.insecure_channel(endpoint)
+            channel = self._channels[endpoint] = grpc.aio.insecure_channel(
+                endpoint, interceptors=self._peer_interceptors or None
+            )
         return admin_pb2_grpc.AdminServiceStub(channel)
 
     # -- the groups ---------------------------------------------------------

@@ -1,4 +1,4 @@
-"""``skiff admin info|offsets|lag|lookup|query-key|offset-by-time|promote``."""
+"""``skiff admin info|offsets|lag|lookup|query-key|offset-by-time|promote|user|acl``."""
 
 from __future__ import annotations
 
@@ -8,21 +8,27 @@ from typing import Any
 import click
 
 from ..client.admin import AdminClient, BrokerInfo, StoredMessage
+from ..client.credentials import Credentials
 from ..delivery import properties as prop
+from .auth_commands import acl, user
 from .options import Timestamp, client_command
 from .output import body_text, echo_json, fields, plural, shown_body, table, time_text
 
 
 @click.group()
 def admin() -> None:
-    """Inspect a broker: its state, queue offsets, consumer lag, and messages."""
+    """Inspect a broker: its state, queue offsets, consumer lag, messages; users and ACLs."""
+
+
+admin.add_command(user)
+admin.add_command(acl)
 
 
 @admin.command()
 @client_command
-def info(endpoint: str, as_json: bool) -> None:
+def info(endpoint: str, credentials: Credentials | None, as_json: bool) -> None:
     """The broker's role, store offsets, flushing and disk state."""
-    with AdminClient(endpoint) as client:
+    with AdminClient(endpoint, credentials=credentials) as client:
         state = client.broker_info()
     if as_json:
         echo_json(dataclasses.asdict(state))
@@ -89,9 +95,11 @@ def _replication_fields(state: BrokerInfo) -> list[tuple[str, Any]]:
     help="HOST:PORT where the new master serves replication (default: its --ha-listen).",
 )
 @client_command
-def promote(force: bool, ha_listen: str, endpoint: str, as_json: bool) -> None:
+def promote(
+    force: bool, ha_listen: str, endpoint: str, credentials: Credentials | None, as_json: bool
+) -> None:
     """Make the replica at --endpoint the master of its group (kept across its restarts)."""
-    with AdminClient(endpoint) as client:
+    with AdminClient(endpoint, credentials=credentials) as client:
         result = client.promote(force=force, ha_listen=ha_listen)
     if as_json:
         echo_json(dataclasses.asdict(result))
@@ -105,9 +113,9 @@ def promote(force: bool, ha_listen: str, endpoint: str, as_json: bool) -> None:
 @admin.command()
 @click.option("--topic", required=True)
 @client_command
-def offsets(topic: str, endpoint: str, as_json: bool) -> None:
+def offsets(topic: str, endpoint: str, credentials: Credentials | None, as_json: bool) -> None:
     """Each queue's min and max offset (max: where the next message goes)."""
-    with AdminClient(endpoint) as client:
+    with AdminClient(endpoint, credentials=credentials) as client:
         queues = client.queue_offsets(topic)
     if as_json:
         echo_json({"topic": topic, "queues": [dataclasses.asdict(q) for q in queues]})
@@ -124,9 +132,11 @@ def offsets(topic: str, endpoint: str, as_json: bool) -> None:
 @click.option("--group", required=True, help="Consumer group.")
 @click.option("--topic", required=True)
 @client_command
-def lag(group: str, topic: str, endpoint: str, as_json: bool) -> None:
+def lag(
+    group: str, topic: str, endpoint: str, credentials: Credentials | None, as_json: bool
+) -> None:
     """How many messages of TOPIC the consumer GROUP has not consumed, per queue."""
-    with AdminClient(endpoint) as client:
+    with AdminClient(endpoint, credentials=credentials) as client:
         result = client.consumer_lag(group, topic)
     if as_json:
         echo_json(dataclasses.asdict(result))
@@ -144,9 +154,11 @@ def lag(group: str, topic: str, endpoint: str, as_json: bool) -> None:
 @click.option("--topic", required=True)
 @click.argument("message_id")
 @client_command
-def lookup(topic: str, message_id: str, endpoint: str, as_json: bool) -> None:
+def lookup(
+    topic: str, message_id: str, endpoint: str, credentials: Credentials | None, as_json: bool
+) -> None:
     """Show the message with MESSAGE_ID (as producers and consumers see it)."""
-    with AdminClient(endpoint) as client:
+    with AdminClient(endpoint, credentials=credentials) as client:
         message = client.lookup_message(topic, message_id)
     if as_json:
         echo_json(message_json(message))
@@ -162,10 +174,17 @@ def lookup(topic: str, message_id: str, endpoint: str, as_json: bool) -> None:
 @click.option("--max", "max_messages", type=click.IntRange(1, 1000), default=32, show_default=True)
 @client_command
 def query_key(
-    topic: str, key: str, begin: int, end: int, max_messages: int, endpoint: str, as_json: bool
+    topic: str,
+    key: str,
+    begin: int,
+    end: int,
+    max_messages: int,
+    endpoint: str,
+    credentials: Credentials | None,
+    as_json: bool,
 ) -> None:
     """Show messages of TOPIC with message key KEY, newest first."""
-    with AdminClient(endpoint) as client:
+    with AdminClient(endpoint, credentials=credentials) as client:
         found = client.query_messages_by_key(
             topic, key, begin_ms=begin, end_ms=end, max_messages=max_messages
         )
@@ -181,9 +200,16 @@ def query_key(
 @click.option("--time", "at", type=Timestamp(), required=True, help="ms since epoch or ISO time.")
 @click.option("--queue", "queue_id", type=click.IntRange(0), help="One queue (default: all).")
 @client_command
-def offset_by_time(topic: str, at: int, queue_id: int | None, endpoint: str, as_json: bool) -> None:
+def offset_by_time(
+    topic: str,
+    at: int,
+    queue_id: int | None,
+    endpoint: str,
+    credentials: Credentials | None,
+    as_json: bool,
+) -> None:
     """The first offset of each queue stored at or after --time (where to start reading)."""
-    with AdminClient(endpoint) as client:
+    with AdminClient(endpoint, credentials=credentials) as client:
         queue_ids = (
             [queue_id]
             if queue_id is not None

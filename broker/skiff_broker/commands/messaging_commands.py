@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from ..client.credentials import Credentials
 from ..client.errors import SkiffError
 from ..client.messaging import MessagingClient, OutgoingMessage, ReceivedMessage
 from .options import client_command
@@ -97,6 +98,7 @@ def send(
     message_group: str | None,
     delay_seconds: float | None,
     endpoint: str,
+    credentials: Credentials | None,
     as_json: bool,
 ) -> None:
     """Send messages to TOPIC: --body, --body-file, or one message per line of stdin.
@@ -126,7 +128,10 @@ def send(
     total = count if body is not None or body_file is not None else None
     sent: list[str] = []
     last_offset = 0
-    with MessagingClient(endpoint) as client, _progress(total, "sending") as bar:
+    with (
+        MessagingClient(endpoint, credentials=credentials) as client,
+        _progress(total, "sending") as bar,
+    ):
         if message_group:
             # One queue holds the group; ordered requests keep its order there.
             receipts = itertools.chain.from_iterable(
@@ -178,6 +183,7 @@ def consume(
     count: int | None,
     wait: float,
     endpoint: str,
+    credentials: Credentials | None,
     as_json: bool,
 ) -> None:
     """Receive messages of TOPIC for GROUP, print them and acknowledge them.
@@ -188,7 +194,10 @@ def consume(
     messages again next time, never lose them.
     """
     received = 0
-    with MessagingClient(endpoint) as client, _progress(count, "consuming") as bar:
+    with (
+        MessagingClient(endpoint, credentials=credentials) as client,
+        _progress(count, "consuming") as bar,
+    ):
         idle_until = time.monotonic() + wait
         while count is None or received < count:
             remaining = max(0.0, idle_until - time.monotonic())

@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from ..client.channels import ClientTls, using
+from ..client.credentials import ACCESS_KEY_ENV, SECRET_KEY_ENV, Credentials
 from ..client.errors import SkiffError
 
 DEFAULT_ENDPOINT = "127.0.0.1:8081"
@@ -29,8 +30,11 @@ def _check_endpoint(ctx: click.Context, param: click.Parameter, value: str) -> s
 
 
 def client_command(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Add --endpoint, the TLS options and --json; turn a client error into exit code 1
-    with its message."""
+    """Add --endpoint, the TLS options, the keys and --json; turn a client error into exit
+    code 1 with its message.
+
+    The command gets ``credentials`` (None without keys) instead of the two keys.
+    """
 
     @click.option(
         "--endpoint",
@@ -62,9 +66,34 @@ def client_command(command: Callable[..., Any]) -> Callable[..., Any]:
         help="TLS without verifying the broker's certificate (env SKIFF_TLS_INSECURE; "
         "implies --tls).",
     )
+    @click.option(
+        "--access-key",
+        envvar=ACCESS_KEY_ENV,
+        default="",
+        help="Sign requests as this user, for brokers with authentication on "
+        f"(env {ACCESS_KEY_ENV}).",
+    )
+    @click.option(
+        "--secret-key",
+        envvar=SECRET_KEY_ENV,
+        default="",
+        help=f"The user's secret key (env {SECRET_KEY_ENV}, which keeps it out of `ps`).",
+    )
     @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
     @functools.wraps(command)
-    def run(*args: Any, tls: bool, tls_ca: str, tls_insecure: bool, **kwargs: Any) -> Any:
+    def run(
+        *args: Any,
+        tls: bool,
+        tls_ca: str,
+        tls_insecure: bool,
+        access_key: str,
+        secret_key: str,
+        **kwargs: Any,
+    ) -> Any:
+        try:
+            kwargs["credentials"] = Credentials.of(access_key, secret_key)
+        except ValueError as exc:
+            raise click.UsageError(f"{exc} (--access-key and --secret-key)") from None
         settings = ClientTls(
             enabled=tls or bool(tls_ca) or tls_insecure, ca_file=tls_ca, verify=not tls_insecure
         )

@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from ..client.admin import AdminClient, MessageType, Permission, Topic
+from ..client.credentials import Credentials
 from .options import client_command
 from .output import echo_json, table
 
@@ -62,11 +63,12 @@ def create(
     perm: str,
     message_type: str,
     endpoint: str,
+    credentials: Credentials | None,
     as_json: bool,
 ) -> None:
     """Create topic NAME."""
     read = read_queues or write_queues or 8
-    with AdminClient(endpoint) as admin:
+    with AdminClient(endpoint, credentials=credentials) as admin:
         created = admin.create_topic(
             name,
             read_queues=read,
@@ -94,6 +96,7 @@ def update(
     perm: str | None,
     message_type: str | None,
     endpoint: str,
+    credentials: Credentials | None,
     as_json: bool,
 ) -> None:
     """Change topic NAME; options not given keep their value.
@@ -106,7 +109,7 @@ def update(
         raise click.UsageError(
             "nothing to change: give --read-queues, --write-queues, --perm or --type"
         )
-    with AdminClient(endpoint) as admin:
+    with AdminClient(endpoint, credentials=credentials) as admin:
         updated = admin.update_topic(
             name,
             read_queues=read_queues,
@@ -123,9 +126,9 @@ def update(
 @topic.command()
 @click.argument("name")
 @client_command
-def delete(name: str, endpoint: str, as_json: bool) -> None:
+def delete(name: str, endpoint: str, credentials: Credentials | None, as_json: bool) -> None:
     """Delete topic NAME with its queues and consumer offsets."""
-    with AdminClient(endpoint) as admin:
+    with AdminClient(endpoint, credentials=credentials) as admin:
         admin.delete_topic(name)
     if as_json:
         echo_json({"name": name, "deleted": True})
@@ -135,9 +138,9 @@ def delete(name: str, endpoint: str, as_json: bool) -> None:
 
 @topic.command("list")
 @client_command
-def list_topics(endpoint: str, as_json: bool) -> None:
+def list_topics(endpoint: str, credentials: Credentials | None, as_json: bool) -> None:
     """List every topic."""
-    with AdminClient(endpoint) as admin:
+    with AdminClient(endpoint, credentials=credentials) as admin:
         topics = admin.list_topics()
     if as_json:
         echo_json([topic_json(t) for t in topics])
@@ -150,9 +153,9 @@ def list_topics(endpoint: str, as_json: bool) -> None:
 @topic.command()
 @click.argument("name")
 @client_command
-def get(name: str, endpoint: str, as_json: bool) -> None:
+def get(name: str, endpoint: str, credentials: Credentials | None, as_json: bool) -> None:
     """Show topic NAME."""
-    with AdminClient(endpoint) as admin:
+    with AdminClient(endpoint, credentials=credentials) as admin:
         found = admin.get_topic(name)
     if as_json:
         echo_json(topic_json(found))

@@ -6,11 +6,15 @@ import asyncio
 import logging
 import signal
 import socket
+from collections.abc import Sequence
 
 import grpc
 
 from ..admin.service import AdminService
 from ..admin.service import add_to_server as add_admin_service
+from ..auth.gate import AuthGate
+from ..auth.model import parse_user_spec
+from ..client.credentials import Credentials, signing_interceptors
 from ..cluster.kube_api import KubeApi, KubeError
 from ..cluster.lease_elector import LeaseElector
 from ..cluster.routes import ClusterRoutes
@@ -79,7 +83,23 @@ class BrokerServer:
                 ),
                 elector=self.elector,
                 api=self.kube,
+                peer_interceptors=self._peer_signing(),
             )
+
+    def _peer_signing(self) -> Sequence[grpc.aio.ClientInterceptor]:
+        """Calls to other groups sign as the bootstrap super user, which every broker has."""
+        auth = self.config.auth
+        if not auth.enabled:
+            return ()
+        if not auth.init_user:
+            log.warning(
+                "authentication is on without --auth-init-user: other groups refuse this "
+                "broker's topic look-ups, so routes list only its own queues; give every "
+                "broker of the cluster the same --auth-init-user"
+            )
+            return ()
+        user = parse_user_spec(auth.init_user)
+        return signing_interceptors(Credentials(user.access_key, user.secret_key))
 
     @property
     def address(self) -> str:
@@ -117,7 +137,14 @@ class BrokerServer:
         inbound = max(
             _INBOUND_LIMIT_MIN, _INBOUND_LIMIT_FACTOR * self.config.store.max_message_size
         )
+        # Every service on every port is behind the same gate when authentication is on.
+        interceptors = (
+            [AuthGate(self.broker.users, max_skew_s=self.config.auth.max_clock_skew_s)]
+            if self.config.auth.enabled
+            else []
+        )
         server = grpc.aio.server(
+            interceptors=interceptors,
             options=[
                 ("grpc.max_receive_message_length", inbound),
                 ("grpc.max_send_message_length", -1),
@@ -135,7 +162,10 @@ class BrokerServer:
         external = None
         if self.config.cluster.external_listen:
             # Same services; its routes carry the groups' external addresses.
-            external = grpc.aio.server(options=[("grpc.max_receive_message_length", inbound)])
+            external = grpc.aio.server(
+                interceptors=interceptors,
+                options=[("grpc.max_receive_message_length", inbound)],
+            )
             add_to_server(
                 MessagingService(
                     self.broker,

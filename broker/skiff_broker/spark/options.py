@@ -24,6 +24,9 @@ They mirror the Kafka source's where Spark users know one:
 ``failOnDataLoss``             ``true`` (default): fail when offsets to read were already
                                deleted by retention; ``false``: log a warning, skip them
 ``pullBatchSize``              messages per PullMessage request (default 256, at most 1024)
+``accessKey``, ``secretKey``   sign requests as this user, for brokers with authentication
+                               on (reads need Sub on the topics; writes Pub on the topics
+                               and Get on them and on ``Cluster``)
 =============================  ===========================================================
 """
 
@@ -33,6 +36,7 @@ import dataclasses
 import json
 from collections.abc import Mapping
 
+from ..client.credentials import Credentials
 from .queue_keys import is_plain_queue_id, split_queue_key
 
 EARLIEST = -2
@@ -70,11 +74,22 @@ class SourceOptions:
     max_offsets_per_trigger: int | None
     fail_on_data_loss: bool
     pull_batch_size: int
+    credentials: Credentials | None = None
 
 
 def _lower_keys(options: Mapping[str, str]) -> dict[str, str]:
     # Spark hands data sources case-insensitive options; be so for plain dicts too.
     return {key.lower(): value for key, value in options.items()}
+
+
+def parse_credentials(options: Mapping[str, str]) -> Credentials | None:
+    lowered = _lower_keys(options)
+    try:
+        return Credentials.of(lowered.get("accesskey", ""), lowered.get("secretkey", ""))
+    except ValueError:
+        raise OptionError(
+            'set both .option("accessKey", ...) and .option("secretKey", ...), or neither'
+        ) from None
 
 
 def parse_endpoints(options: Mapping[str, str]) -> tuple[str, ...]:
@@ -207,4 +222,5 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         max_offsets_per_trigger=_positive_int(lowered, "maxOffsetsPerTrigger"),
         fail_on_data_loss=_boolean(lowered, "failOnDataLoss", True),
         pull_batch_size=batch_size,
+        credentials=parse_credentials(options),
     )

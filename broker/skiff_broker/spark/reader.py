@@ -22,6 +22,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from ..client.credentials import Credentials
 from ..client.errors import BrokerUnavailable
 from ..client.pull_consumer import DataLost, PulledMessage
 from . import offsets as off
@@ -46,6 +47,7 @@ class SliceToRead:
     slice: off.QueueSlice
     fail_on_data_loss: bool
     pull_batch_size: int
+    credentials: Credentials | None = None
 
 
 class QueuePartition(InputPartition):
@@ -56,7 +58,13 @@ class QueuePartition(InputPartition):
 def _partitions(options: SourceOptions, slices: Sequence[off.QueueSlice]) -> list[QueuePartition]:
     return [
         QueuePartition(
-            SliceToRead(options.endpoints, s, options.fail_on_data_loss, options.pull_batch_size)
+            SliceToRead(
+                options.endpoints,
+                s,
+                options.fail_on_data_loss,
+                options.pull_batch_size,
+                options.credentials,
+            )
         )
         for s in slices
     ]
@@ -75,7 +83,7 @@ def read_slice(task: SliceToRead) -> Iterator[pa.RecordBatch]:
     def on_lost(lost: DataLost) -> None:
         log.warning("%s; skipping them (failOnDataLoss is false)", lost.message)
 
-    routes = Routes(task.endpoints)
+    routes = Routes(task.endpoints, task.credentials)
     deadline = time.monotonic() + CATCH_UP_S
     start = queue.start
     try:
@@ -129,7 +137,7 @@ class SkiffBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         options = self._options
-        with Routes(options.endpoints) as routes:
+        with Routes(options.endpoints, options.credentials) as routes:
             # One route answer for both ends: a group appearing meanwhile waits for the next read.
             groups = off.groups_of(routes, options.topics)
             start = off.resolve(routes, groups, options.starting)
@@ -173,7 +181,7 @@ class SkiffStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def _routes(self) -> Routes:
         if self._open_routes is None:
-            self._open_routes = Routes(self._options.endpoints)
+            self._open_routes = Routes(self._options.endpoints, self._options.credentials)
         return self._open_routes
 
     def _latest(self) -> off.Offsets:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..client.credentials import Credentials
 from ..client.errors import BrokerUnavailable
 from ..client.pull_consumer import GroupQueues, PullConsumer
 
@@ -25,14 +26,17 @@ class GroupUnreachable(BrokerUnavailable):
 
 
 class Routes:
-    def __init__(self, bootstrap: Sequence[str]) -> None:
+    def __init__(self, bootstrap: Sequence[str], credentials: Credentials | None = None) -> None:
         self._bootstrap = tuple(bootstrap)
+        self._credentials = credentials
         self._consumers: dict[str, PullConsumer] = {}
 
     def consumer(self, endpoint: str) -> PullConsumer:
         consumer = self._consumers.get(endpoint)
         if consumer is None:
-            consumer = self._consumers[endpoint] = PullConsumer(endpoint)
+            consumer = self._consumers[endpoint] = PullConsumer(
+                endpoint, credentials=self._credentials
+            )
         return consumer
 
     def groups(self, topic: str) -> list[GroupQueues]:

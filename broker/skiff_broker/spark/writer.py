@@ -48,9 +48,10 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import ArrayType, BinaryType, MapType, StringType, StructType
 
 from ..client.admin import AdminClient
+from ..client.credentials import Credentials
 from ..client.errors import BrokerUnavailable
 from ..client.messaging import MessagingClient, OutgoingMessage
-from .options import OptionError, parse_endpoints
+from .options import OptionError, parse_credentials, parse_endpoints
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,7 @@ class WriteTarget:
     endpoints: tuple[str, ...]
     default_topic: str | None
     columns: frozenset[str]
+    credentials: Credentials | None = None
 
 
 def write_target(options: dict[str, str], schema: StructType) -> WriteTarget:
@@ -110,7 +112,12 @@ def write_target(options: dict[str, str], schema: StructType) -> WriteTarget:
         raise OptionError(
             'no topic to write to: add a "topic" column or set .option("topic", "orders")'
         )
-    return WriteTarget(parse_endpoints(options), topic, frozenset(fields) & set(expected))
+    return WriteTarget(
+        parse_endpoints(options),
+        topic,
+        frozenset(fields) & set(expected),
+        parse_credentials(options),
+    )
 
 
 def chunk_key(write_id: str, batch_id: int, partition: int, chunk: int) -> str:
@@ -148,7 +155,9 @@ class _ChunkSender:
         self._write_id = write_id
         self._batch_id = batch_id
         self._partition = partition
-        self._bootstrap = MessagingClient(self._reachable_endpoint())
+        self._bootstrap = MessagingClient(
+            self._reachable_endpoint(), credentials=target.credentials
+        )
         # Per topic, the groups that take its messages (every group of a cluster).
         self._topic_groups: dict[str, list[str]] = {}
         self._endpoints: dict[str, str] = {}
@@ -165,7 +174,9 @@ class _ChunkSender:
         failures = []
         for endpoint in self._target.endpoints:
             try:
-                with AdminClient(endpoint, timeout=5) as admin:
+                with AdminClient(
+                    endpoint, timeout=5, credentials=self._target.credentials
+                ) as admin:
                     admin.broker_info()
                 return endpoint
             except BrokerUnavailable as exc:
@@ -183,8 +194,9 @@ class _ChunkSender:
             for group, endpoint in found.items():
                 if group not in self._messaging:
                     self._endpoints[group] = endpoint
-                    self._messaging[group] = MessagingClient(endpoint)
-                    self._admin[group] = AdminClient(endpoint)
+                    credentials = self._target.credentials
+                    self._messaging[group] = MessagingClient(endpoint, credentials=credentials)
+                    self._admin[group] = AdminClient(endpoint, credentials=credentials)
             groups = self._topic_groups[topic] = sorted(found)
         return groups
 

@@ -21,6 +21,24 @@ class MessageType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FIFO: _ClassVar[MessageType]
     DELAY: _ClassVar[MessageType]
     TRANSACTION: _ClassVar[MessageType]
+
+class UserType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    USER_TYPE_UNSPECIFIED: _ClassVar[UserType]
+    NORMAL_USER: _ClassVar[UserType]
+    SUPER_USER: _ClassVar[UserType]
+
+class UserStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    USER_STATUS_UNSPECIFIED: _ClassVar[UserStatus]
+    ENABLED: _ClassVar[UserStatus]
+    DISABLED: _ClassVar[UserStatus]
+
+class Decision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DECISION_UNSPECIFIED: _ClassVar[Decision]
+    ALLOW: _ClassVar[Decision]
+    DENY: _ClassVar[Decision]
 PERMISSION_UNSPECIFIED: Permission
 READ: Permission
 WRITE: Permission
@@ -30,6 +48,15 @@ NORMAL: MessageType
 FIFO: MessageType
 DELAY: MessageType
 TRANSACTION: MessageType
+USER_TYPE_UNSPECIFIED: UserType
+NORMAL_USER: UserType
+SUPER_USER: UserType
+USER_STATUS_UNSPECIFIED: UserStatus
+ENABLED: UserStatus
+DISABLED: UserStatus
+DECISION_UNSPECIFIED: Decision
+ALLOW: Decision
+DENY: Decision
 
 class Topic(_message.Message):
     __slots__ = ("name", "read_queue_nums", "write_queue_nums", "permission", "message_type")
@@ -307,3 +334,119 @@ class GetOffsetByTimeResponse(_message.Message):
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     offset: int
     def __init__(self, offset: _Optional[int] = ...) -> None: ...
+
+class User(_message.Message):
+    __slots__ = ("access_key", "secret_key", "type", "status")
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    SECRET_KEY_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    secret_key: str
+    type: UserType
+    status: UserStatus
+    def __init__(self, access_key: _Optional[str] = ..., secret_key: _Optional[str] = ..., type: _Optional[_Union[UserType, str]] = ..., status: _Optional[_Union[UserStatus, str]] = ...) -> None: ...
+
+class ApplyUserRequest(_message.Message):
+    __slots__ = ("user",)
+    USER_FIELD_NUMBER: _ClassVar[int]
+    user: User
+    def __init__(self, user: _Optional[_Union[User, _Mapping]] = ...) -> None: ...
+
+class ApplyUserResponse(_message.Message):
+    __slots__ = ("user", "changed")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    user: User
+    changed: bool
+    def __init__(self, user: _Optional[_Union[User, _Mapping]] = ..., changed: _Optional[bool] = ...) -> None: ...
+
+class DeleteUserRequest(_message.Message):
+    __slots__ = ("access_key",)
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    def __init__(self, access_key: _Optional[str] = ...) -> None: ...
+
+class DeleteUserResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: bool
+    def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
+
+class GetUserRequest(_message.Message):
+    __slots__ = ("access_key",)
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    def __init__(self, access_key: _Optional[str] = ...) -> None: ...
+
+class ListUsersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListUsersResponse(_message.Message):
+    __slots__ = ("users",)
+    USERS_FIELD_NUMBER: _ClassVar[int]
+    users: _containers.RepeatedCompositeFieldContainer[User]
+    def __init__(self, users: _Optional[_Iterable[_Union[User, _Mapping]]] = ...) -> None: ...
+
+class PolicyEntry(_message.Message):
+    __slots__ = ("resources", "actions", "decision", "source_ips")
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_IPS_FIELD_NUMBER: _ClassVar[int]
+    resources: _containers.RepeatedScalarFieldContainer[str]
+    actions: _containers.RepeatedScalarFieldContainer[str]
+    decision: Decision
+    source_ips: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, resources: _Optional[_Iterable[str]] = ..., actions: _Optional[_Iterable[str]] = ..., decision: _Optional[_Union[Decision, str]] = ..., source_ips: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Acl(_message.Message):
+    __slots__ = ("access_key", "entries")
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    entries: _containers.RepeatedCompositeFieldContainer[PolicyEntry]
+    def __init__(self, access_key: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[PolicyEntry, _Mapping]]] = ...) -> None: ...
+
+class ApplyAclRequest(_message.Message):
+    __slots__ = ("acl",)
+    ACL_FIELD_NUMBER: _ClassVar[int]
+    acl: Acl
+    def __init__(self, acl: _Optional[_Union[Acl, _Mapping]] = ...) -> None: ...
+
+class ApplyAclResponse(_message.Message):
+    __slots__ = ("acl", "changed")
+    ACL_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    acl: Acl
+    changed: bool
+    def __init__(self, acl: _Optional[_Union[Acl, _Mapping]] = ..., changed: _Optional[bool] = ...) -> None: ...
+
+class DeleteAclRequest(_message.Message):
+    __slots__ = ("access_key",)
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    def __init__(self, access_key: _Optional[str] = ...) -> None: ...
+
+class DeleteAclResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: bool
+    def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
+
+class GetAclRequest(_message.Message):
+    __slots__ = ("access_key",)
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    def __init__(self, access_key: _Optional[str] = ...) -> None: ...
+
+class ListAclsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListAclsResponse(_message.Message):
+    __slots__ = ("acls",)
+    ACLS_FIELD_NUMBER: _ClassVar[int]
+    acls: _containers.RepeatedCompositeFieldContainer[Acl]
+    def __init__(self, acls: _Optional[_Iterable[_Union[Acl, _Mapping]]] = ...) -> None: ...

@@ -94,6 +94,46 @@ class AdminServiceStub:
                 request_serializer=skiff_dot_admin_dot_v1_dot_admin__pb2.PromoteRequest.SerializeToString,
                 response_deserializer=skiff_dot_admin_dot_v1_dot_admin__pb2.PromoteResponse.FromString,
                 _registered_method=True)
+        self.ApplyUser = channel.unary_unary(
+                '/skiff.admin.v1.AdminService/ApplyUser',
+                request_serializer=skiff_dot_admin_dot_v1_dot_admin__pb2.ApplyUserRequest.SerializeToString,
+                response_deserializer=skiff_dot_admin_dot_v1_dot_admin__pb2.ApplyUserResponse.FromString,
+                _registered_method=True)
+        self.DeleteUser = channel.unary_unary(
+                '/skiff.admin.v1.AdminService/DeleteUser',
+                request_serializer=skiff_dot_admin_dot_v1_dot_admin__pb2.DeleteUserRequest.SerializeToString,
+                response_deserializer=skiff_dot_admin_dot_v1_dot_admin__pb2.DeleteUserResponse.FromString,
+                _registered_method=True)
+        self.GetUser = channel.unary_unary(
+                '/skiff.admin.v1.AdminService/GetUser',
+                request_serializer=skiff_dot_admin_dot_v1_dot_admin__pb2.GetUserRequest.SerializeToString,
+                response_deserializer=skiff_dot_admin_dot_v1_dot_admin__pb2.User.FromString,
+                _registered_method=True)
+        self.ListUsers = channel.unary_unary(
+                '/skiff.admin.v1.AdminService/ListUsers',
+                request_serializer=skiff_dot_admin_dot_v1_dot_admin__pb2.ListUsersRequest.SerializeToString,
+                response_deserializer=skiff_dot_admin_dot_v1_dot_admin__pb2.ListUsersResponse.FromString,
+                _registered_method=True)
+        self.ApplyAcl = channel.unary_unary(
+                '/skiff.admin.v1.AdminService/ApplyAcl',
+                request_serializer=skiff_dot_admin_dot_v1_dot_admin__pb2.ApplyAclRequest.SerializeToString,
+                response_deserializer=skiff_dot_admin_dot_v1_dot_admin__pb2.ApplyAclResponse.FromString,
+                _registered_method=True)
+        self.DeleteAcl = channel.unary_unary(
+                '/skiff.admin.v1.AdminService/DeleteAcl',
+                request_serializer=skiff_dot_admin_dot_v1_dot_admin__pb2.DeleteAclRequest.SerializeToString,
+                response_deserializer=skiff_dot_admin_dot_v1_dot_admin__pb2.DeleteAclResponse.FromString,
+                _registered_method=True)
+        self.GetAcl = channel.unary_unary(
+                '/skiff.admin.v1.AdminService/GetAcl',
+                request_serializer=skiff_dot_admin_dot_v1_dot_admin__pb2.GetAclRequest.SerializeToString,
+                response_deserializer=skiff_dot_admin_dot_v1_dot_admin__pb2.Acl.FromString,
+                _registered_method=True)
+        self.ListAcls = channel.unary_unary(
+                '/skiff.admin.v1.AdminService/ListAcls',
+                request_serializer=skiff_dot_admin_dot_v1_dot_admin__pb2.ListAclsRequest.SerializeToString,
+                response_deserializer=skiff_dot_admin_dot_v1_dot_admin__pb2.ListAclsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -171,6 +211,54 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ApplyUser(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteUser(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetUser(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListUsers(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ApplyAcl(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAcl(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetAcl(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -233,6 +321,46 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.Promote,
                     request_deserializer=skiff_dot_admin_dot_v1_dot_admin__pb2.PromoteRequest.FromString,
                     response_serializer=skiff_dot_admin_dot_v1_dot_admin__pb2.PromoteResponse.SerializeToString,
+            ),
+            'ApplyUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.ApplyUser,
+                    request_deserializer=skiff_dot_admin_dot_v1_dot_admin__pb2.ApplyUserRequest.FromString,
+                    response_serializer=skiff_dot_admin_dot_v1_dot_admin__pb2.ApplyUserResponse.SerializeToString,
+            ),
+            'DeleteUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteUser,
+                    request_deserializer=skiff_dot_admin_dot_v1_dot_admin__pb2.DeleteUserRequest.FromString,
+                    response_serializer=skiff_dot_admin_dot_v1_dot_admin__pb2.DeleteUserResponse.SerializeToString,
+            ),
+            'GetUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetUser,
+                    request_deserializer=skiff_dot_admin_dot_v1_dot_admin__pb2.GetUserRequest.FromString,
+                    response_serializer=skiff_dot_admin_dot_v1_dot_admin__pb2.User.SerializeToString,
+            ),
+            'ListUsers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListUsers,
+                    request_deserializer=skiff_dot_admin_dot_v1_dot_admin__pb2.ListUsersRequest.FromString,
+                    response_serializer=skiff_dot_admin_dot_v1_dot_admin__pb2.ListUsersResponse.SerializeToString,
+            ),
+            'ApplyAcl': grpc.unary_unary_rpc_method_handler(
+                    servicer.ApplyAcl,
+                    request_deserializer=skiff_dot_admin_dot_v1_dot_admin__pb2.ApplyAclRequest.FromString,
+                    response_serializer=skiff_dot_admin_dot_v1_dot_admin__pb2.ApplyAclResponse.SerializeToString,
+            ),
+            'DeleteAcl': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAcl,
+                    request_deserializer=skiff_dot_admin_dot_v1_dot_admin__pb2.DeleteAclRequest.FromString,
+                    response_serializer=skiff_dot_admin_dot_v1_dot_admin__pb2.DeleteAclResponse.SerializeToString,
+            ),
+            'GetAcl': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetAcl,
+                    request_deserializer=skiff_dot_admin_dot_v1_dot_admin__pb2.GetAclRequest.FromString,
+                    response_serializer=skiff_dot_admin_dot_v1_dot_admin__pb2.Acl.SerializeToString,
+            ),
+            'ListAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAcls,
+                    request_deserializer=skiff_dot_admin_dot_v1_dot_admin__pb2.ListAclsRequest.FromString,
+                    response_serializer=skiff_dot_admin_dot_v1_dot_admin__pb2.ListAclsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -559,6 +687,222 @@ class AdminService:
             '/skiff.admin.v1.AdminService/Promote',
             skiff_dot_admin_dot_v1_dot_admin__pb2.PromoteRequest.SerializeToString,
             skiff_dot_admin_dot_v1_dot_admin__pb2.PromoteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ApplyUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/skiff.admin.v1.AdminService/ApplyUser',
+            skiff_dot_admin_dot_v1_dot_admin__pb2.ApplyUserRequest.SerializeToString,
+            skiff_dot_admin_dot_v1_dot_admin__pb2.ApplyUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/skiff.admin.v1.AdminService/DeleteUser',
+            skiff_dot_admin_dot_v1_dot_admin__pb2.DeleteUserRequest.SerializeToString,
+            skiff_dot_admin_dot_v1_dot_admin__pb2.DeleteUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/skiff.admin.v1.AdminService/GetUser',
+            skiff_dot_admin_dot_v1_dot_admin__pb2.GetUserRequest.SerializeToString,
+            skiff_dot_admin_dot_v1_dot_admin__pb2.User.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListUsers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/skiff.admin.v1.AdminService/ListUsers',
+            skiff_dot_admin_dot_v1_dot_admin__pb2.ListUsersRequest.SerializeToString,
+            skiff_dot_admin_dot_v1_dot_admin__pb2.ListUsersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ApplyAcl(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/skiff.admin.v1.AdminService/ApplyAcl',
+            skiff_dot_admin_dot_v1_dot_admin__pb2.ApplyAclRequest.SerializeToString,
+            skiff_dot_admin_dot_v1_dot_admin__pb2.ApplyAclResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAcl(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/skiff.admin.v1.AdminService/DeleteAcl',
+            skiff_dot_admin_dot_v1_dot_admin__pb2.DeleteAclRequest.SerializeToString,
+            skiff_dot_admin_dot_v1_dot_admin__pb2.DeleteAclResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetAcl(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/skiff.admin.v1.AdminService/GetAcl',
+            skiff_dot_admin_dot_v1_dot_admin__pb2.GetAclRequest.SerializeToString,
+            skiff_dot_admin_dot_v1_dot_admin__pb2.Acl.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/skiff.admin.v1.AdminService/ListAcls',
+            skiff_dot_admin_dot_v1_dot_admin__pb2.ListAclsRequest.SerializeToString,
+            skiff_dot_admin_dot_v1_dot_admin__pb2.ListAclsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,190 @@
+"""Where requests enter: every RPC of every service is authenticated, then authorized.
+
+A gRPC server interceptor, so no service can be registered around it. A refused
+call never reaches its service. How a refusal is answered:
+
+* apache.rocketmq.v2: gRPC OK with the response's ``Status`` set to
+  UNAUTHORIZED (40100, not signed right) or FORBIDDEN (40300, not allowed), which
+  the official clients report as such; a refused Telemetry stream ends with
+  gRPC UNAUTHENTICATED / PERMISSION_DENIED (it has no status field to use).
+* skiff.admin.v1 and skiff.records.v1: gRPC UNAUTHENTICATED / PERMISSION_DENIED.
+
+Every message says what to do. Requests whose bytes do not parse pass through
+after authentication: their service refuses them without touching any data.
+"""
+
+from __future__ import annotations
+
+import datetime
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
+
+from ..error_text import bounded
+from ..server.undecodable import Undecodable
+from .decision import decide
+from .rights import needs_of
+from .signature import SignatureError, verify
+from .user_store import UserStore
+
+_MESSAGING = spb.DESCRIPTOR.services_by_name["MessagingService"]
+_MESSAGING_PREFIX = f"/{_MESSAGING.full_name}/"
+
+
+class _Refused(Exception):
+    def __init__(self, authenticated: bool, message: str) -> None:
+        super().__init__(message)
+        self.authenticated = authenticated
+        self.message = bounded(message)
+
+
+def caller_ip(peer: str) -> str:
+    """The address part of a gRPC peer string (``ipv4:1.2.3.4:5``, ``ipv6:[::1]:5``)."""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv4":
+        return rest.rpartition(":")[0]
+    if kind == "ipv6":
+        host = rest.rpartition(":")[0]
+        return host.strip("[]")
+    return ""
+
+
+class AuthGate(grpc.aio.ServerInterceptor):
+    def __init__(
+        self,
+        users: UserStore,
+        *,
+        max_skew_s: float,
+        clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
+    ) -> None:
+        self._users = users
+        self._max_skew_s = max_skew_s
+        self._clock = clock
+        self._guarded: dict[str, grpc.RpcMethodHandler] = {}
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        method = handler_call_details.method
+        if handler is None:
+            return handler
+        guarded = self._guarded.get(method)
+        if guarded is None:
+            guarded = self._guarded[method] = self._guard(handler, method)
+        return guarded
+
+    # -- the check ------------------------------------------------------------
+
+    def _check(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> None:
+        headers = {}
+        for item in context.invocation_metadata() or ():
+            value = item.value
+            headers[item.key] = value if isinstance(value, str) else value.decode("latin-1")
+        try:
+            access_key = verify(headers, self._users.secret_of, self._clock(), self._max_skew_s)
+        except SignatureError as exc:
+            raise _Refused(False, str(exc)) from None
+        if request is None or isinstance(request, Undecodable):
+            return
+        user = self._users.user(access_key)
+        if user is None:  # deleted since the signature was checked
+            raise _Refused(False, f"access key {access_key!r} is unknown")
+        refusal = decide(
+            user, self._users.acl(access_key), needs_of(method, request), caller_ip(context.peer())
+        )
+        if refusal is not None:
+            raise _Refused(True, refusal.reason)
+
+    # -- wrapping handlers ----------------------------------------------------
+
+    def _guard(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+        answer = _answerer(method)
+        kwargs = {
+            "request_deserializer": handler.request_deserializer,
+            "response_serializer": handler.response_serializer,
+        }
+        if handler.unary_unary is not None:
+            inner = handler.unary_unary
+
+            async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                try:
+                    self._check(method, request, context)
+                except _Refused as refused:
+                    return await answer(refused, context)
+                result = inner(request, context)
+                return await result if inspect.isawaitable(result) else result
+
+            return grpc.unary_unary_rpc_method_handler(unary_unary, **kwargs)
+        if handler.unary_stream is not None:
+            inner_stream = handler.unary_stream
+
+            async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                try:
+                    self._check(method, request, context)
+                except _Refused as refused:
+                    yield await answer(refused, context)
+                    return
+                async for response in inner_stream(request, context):
+                    yield response
+
+            return grpc.unary_stream_rpc_method_handler(unary_stream, **kwargs)
+        streaming = handler.stream_stream or handler.stream_unary
+        is_stream_stream = handler.stream_stream is not None
+
+        async def check_stream(context: grpc.aio.ServicerContext) -> None:
+            try:
+                self._check(method, None, context)
+            except _Refused as refused:
+                await _abort(refused, context)
+
+        if is_stream_stream:
+
+            async def stream_stream(requests: Any, context: grpc.aio.ServicerContext) -> Any:
+                await check_stream(context)
+                async for response in streaming(requests, context):
+                    yield response
+
+            return grpc.stream_stream_rpc_method_handler(stream_stream, **kwargs)
+
+        async def stream_unary(requests: Any, context: grpc.aio.ServicerContext) -> Any:
+            await check_stream(context)
+            result = streaming(requests, context)
+            return await result if inspect.isawaitable(result) else result
+
+        return grpc.stream_unary_rpc_method_handler(stream_unary, **kwargs)
+
+
+async def _abort(refused: _Refused, context: grpc.aio.ServicerContext) -> None:
+    code = (
+        grpc.StatusCode.PERMISSION_DENIED
+        if refused.authenticated
+        else (grpc.StatusCode.UNAUTHENTICATED)
+    )
+    await context.abort(code, refused.message)
+
+
+def _answerer(method: str) -> Callable[[_Refused, grpc.aio.ServicerContext], Awaitable[Any]]:
+    """How a refused call of ``method`` is answered (see the module docstring)."""
+    if method.startswith(_MESSAGING_PREFIX):
+        name = method[len(_MESSAGING_PREFIX) :]
+        rpc = _MESSAGING.methods_by_name.get(name)
+        if rpc is not None and not rpc.client_streaming:
+            response_type = getattr(spb, rpc.output_type.name)
+
+            async def in_status(refused: _Refused, context: grpc.aio.ServicerContext) -> Any:
+                code = pb.Code.FORBIDDEN if refused.authenticated else pb.Code.UNAUTHORIZED
+                return response_type(status=pb.Status(code=code, message=refused.message))
+
+            return in_status
+
+    async def aborting(refused: _Refused, context: grpc.aio.ServicerContext) -> Any:
+        await _abort(refused, context)
+
+    return aborting

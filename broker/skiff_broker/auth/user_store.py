@@ -1,0 +1,114 @@
+"""The broker's users and their ACLs, kept in ``config/auth.json``.
+
+Invariants: every change is written (atomically, with a ``.bak``, by StateFile)
+before it is answered; applying a user or an ACL that is already as given
+changes nothing and writes nothing, so an operator can apply its desired state
+again and again; deleting a user deletes its ACL; deleting what does not exist
+answers False. Secrets are kept as given (the signature check needs them), so
+the data directory is as sensitive as the secrets themselves.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from ..metadata.state_file import StateFile
+from .model import PolicyEntry, User
+
+
+class UnknownUser(KeyError):
+    """An ACL was given for a user that does not exist."""
+
+
+class UserStore:
+    def __init__(self, path: str) -> None:
+        self._file = StateFile(path, lost="every user and ACL")
+        self._lock = threading.Lock()
+        self._users: dict[str, User] = {}
+        self._acls: dict[str, tuple[PolicyEntry, ...]] = {}
+
+    def load(self, *, discard_damaged: bool = False) -> None:
+        loaded = self._file.read(_parse, discard_damaged=discard_damaged)
+        with self._lock:
+            self._users, self._acls = loaded if loaded is not None else ({}, {})
+
+    def _save(self) -> None:
+        self._file.write(
+            {
+                "users": {key: user.to_document() for key, user in self._users.items()},
+                "acls": {
+                    key: [entry.to_document() for entry in entries]
+                    for key, entries in self._acls.items()
+                },
+            }
+        )
+
+    # -- users ----------------------------------------------------------------
+
+    def user(self, access_key: str) -> User | None:
+        return self._users.get(access_key)
+
+    def users(self) -> list[User]:
+        return sorted(self._users.values(), key=lambda user: user.access_key)
+
+    def secret_of(self, access_key: str) -> str | None:
+        user = self._users.get(access_key)
+        return user.secret_key if user is not None else None
+
+    def apply_user(self, user: User) -> bool:
+        """Create or replace the user; whether anything changed."""
+        with self._lock:
+            if self._users.get(user.access_key) == user:
+                return False
+            self._users[user.access_key] = user
+            self._save()
+            return True
+
+    def delete_user(self, access_key: str) -> bool:
+        with self._lock:
+            if access_key not in self._users:
+                return False
+            del self._users[access_key]
+            self._acls.pop(access_key, None)
+            self._save()
+            return True
+
+    # -- ACLs -----------------------------------------------------------------
+
+    def acl(self, access_key: str) -> tuple[PolicyEntry, ...]:
+        return self._acls.get(access_key, ())
+
+    def acls(self) -> dict[str, tuple[PolicyEntry, ...]]:
+        return dict(sorted(self._acls.items()))
+
+    def apply_acl(self, access_key: str, entries: tuple[PolicyEntry, ...]) -> bool:
+        """Make ``entries`` the user's whole ACL; whether anything changed."""
+        with self._lock:
+            if access_key not in self._users:
+                raise UnknownUser(access_key)
+            if self._acls.get(access_key, ()) == entries:
+                return False
+            if entries:
+                self._acls[access_key] = entries
+            else:
+                self._acls.pop(access_key, None)
+            self._save()
+            return True
+
+    def delete_acl(self, access_key: str) -> bool:
+        with self._lock:
+            if access_key not in self._acls:
+                return False
+            del self._acls[access_key]
+            self._save()
+            return True
+
+
+def _parse(document: dict[str, Any]) -> tuple[dict[str, User], dict[str, tuple[PolicyEntry, ...]]]:
+    users = {key: User.from_document(value) for key, value in document["users"].items()}
+    acls = {
+        key: tuple(PolicyEntry.from_document(entry) for entry in entries)
+        for key, entries in document.get("acls", {}).items()
+    }
+    return users, acls

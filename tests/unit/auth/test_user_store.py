@@ -1,0 +1,57 @@
+"""Users and ACLs on disk: applied idempotently, kept across a reopen, deleted together."""
+
+from __future__ import annotations
+
+import pytest
+
+from skiff_broker.auth.model import PolicyEntry, User, UserType
+from skiff_broker.auth.user_store import UnknownUser, UserStore
+
+ENTRY = PolicyEntry.from_document({"resources": ["Topic:orders"], "actions": ["Pub"]})
+
+
+def opened(tmp_path) -> UserStore:
+    store = UserStore(str(tmp_path / "auth.json"))
+    store.load()
+    return store
+
+
+def test_applying_the_same_state_again_changes_and_writes_nothing(tmp_path):
+    store = opened(tmp_path)
+    assert store.apply_user(User("alice", "alice-secret"))
+    assert store.apply_acl("alice", (ENTRY,))
+    written = (tmp_path / "auth.json").stat().st_mtime_ns, (tmp_path / "auth.json").read_bytes()
+    assert not store.apply_user(User("alice", "alice-secret"))
+    assert not store.apply_acl("alice", (ENTRY,))
+    after = (tmp_path / "auth.json").stat().st_mtime_ns, (tmp_path / "auth.json").read_bytes()
+    assert after == written
+    assert store.apply_user(User("alice", "new-secret", UserType.SUPER))
+
+
+def test_users_and_acls_are_there_after_a_reopen(tmp_path):
+    store = opened(tmp_path)
+    store.apply_user(User("alice", "alice-secret"))
+    store.apply_acl("alice", (ENTRY,))
+    again = opened(tmp_path)
+    assert again.user("alice") == User("alice", "alice-secret")
+    assert again.acl("alice") == (ENTRY,)
+    assert again.secret_of("nobody") is None
+
+
+def test_deleting_a_user_deletes_its_acl_and_an_acl_needs_its_user(tmp_path):
+    store = opened(tmp_path)
+    store.apply_user(User("alice", "alice-secret"))
+    store.apply_acl("alice", (ENTRY,))
+    assert store.delete_user("alice") and not store.delete_user("alice")
+    assert opened(tmp_path).acls() == {}
+    with pytest.raises(UnknownUser):
+        store.apply_acl("alice", (ENTRY,))
+
+
+def test_a_damaged_file_falls_back_to_its_backup(tmp_path):
+    store = opened(tmp_path)
+    store.apply_user(User("alice", "alice-secret"))
+    store.apply_user(User("bob", "bob-secret"))
+    (tmp_path / "auth.json").write_text("{not json")
+    # The .bak holds the version before the last write: alice only.
+    assert [user.access_key for user in opened(tmp_path).users()] == ["alice"]
