@@ -46,11 +46,16 @@ SMALL_FILES_ENV = {
 }
 
 
+# Every test broker serves or follows replication, which needs the group's secret.
+HA_SECRET = "secret-shared-by-the-test-brokers"
+
+
 def broker_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The test's environment, with this interpreter's import path for the child."""
     return {
         **os.environ,
         **SMALL_FILES_ENV,
+        "SKIFF_HA_SECRET": HA_SECRET,
         "PYTHONPATH": os.pathsep.join(sys.path),
         **(extra or {}),
     }
