@@ -25,7 +25,7 @@ WELCOME         M -> R     JSON: offset to continue from, master's epochs
 REFUSED         M -> R     JSON: reason (the replica logs it and retries later)
 DATA            M -> R     master's max offset (8), log offset (8), log bytes
 HEARTBEAT       M -> R     master's max offset (8)
-ACK             R -> M     replica's max offset (8); doubles as its heartbeat
+ACK             R -> M     replica's log end, at most what it was sent (8); a heartbeat
 METADATA        M -> R     JSON: topic config and consumer offsets
 ==============  =========  ==================================================
 """
