@@ -191,9 +191,7 @@ class SkiffBroker(Broker):
                 f"127.0.0.1:{port}",
                 "--flush-type",
                 flush,
-                # No replicas here; a fixed replication port could clash with another broker.
-                "--ha-listen",
-                "127.0.0.1:0",
+                # No --ha-listen: a broker without replicas opens no replication port.
             ],
             env=env,
         )

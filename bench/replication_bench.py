@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import json
 import os
@@ -58,6 +59,9 @@ CATCH_UP_DEADLINE_S = 120.0
 # -- broker groups ----------------------------------------------------------------
 
 
+BENCH_HA_SECRET = base64.b64encode(os.urandom(32)).decode()
+
+
 class Node:
     """One broker process; its log in ``root``, its data in a fresh directory."""
 
@@ -68,7 +72,12 @@ class Node:
         table.load()
         table.put(TopicConfig(TOPIC, QUEUES, QUEUES))
         self.log_path = os.path.join(root, f"{name}.log")
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "broker"), *sys.path])}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "broker"), *sys.path]),
+            # The group's shared replication secret (any 16+ bytes; one per run here).
+            "SKIFF_HA_SECRET": BENCH_HA_SECRET,
+        }
         with open(self.log_path, "wb") as log_file:
             self.proc = subprocess.Popen(
                 [

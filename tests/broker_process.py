@@ -46,11 +46,16 @@ SMALL_FILES_ENV = {
 }
 
 
+# Every test broker serves or follows replication, which needs the group's secret.
+HA_SECRET = "secret-shared-by-the-test-brokers"
+
+
 def broker_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The test's environment, with this interpreter's import path for the child."""
     return {
         **os.environ,
         **SMALL_FILES_ENV,
+        "SKIFF_HA_SECRET": HA_SECRET,
         "PYTHONPATH": os.pathsep.join(sys.path),
         **(extra or {}),
     }
@@ -137,10 +142,12 @@ def start_broker(
     *extra_args: str,
     env: Mapping[str, str] | None = None,
     launcher: Sequence[str] = SKIFF,
+    ha_listen: str | None = "127.0.0.1:0",
 ) -> BrokerProcess:
     """Start a broker; the caller must stop() or kill() it (prefer ``running_broker``).
 
     ``launcher`` is the command that takes the ``skiff`` arguments (``broker ...``).
+    ``ha_listen`` None: no --ha-listen, so a MASTER serves no replication.
     """
     data_dir = data_dir_of(tmp_path)
     log_path = tmp_path / f"broker-{next(_log_numbers)}.log"
@@ -156,8 +163,7 @@ def start_broker(
                 "--commit-log-file-size",
                 COMMIT_LOG_FILE_SIZE,
                 # A master serves replication; several brokers run at once in tests.
-                "--ha-listen",
-                "127.0.0.1:0",
+                *(("--ha-listen", ha_listen) if ha_listen is not None else ()),
                 *extra_args,
             ],
             env=broker_env(env),

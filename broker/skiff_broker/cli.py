@@ -66,9 +66,10 @@ def main(log_level: str) -> None:
 @click.option(
     "--listen",
     envvar="SKIFF_LISTEN",
-    default="0.0.0.0:8081",
+    default="127.0.0.1:8081",
     show_default=True,
-    help="gRPC address (HOST:PORT; port 0 picks a free one).",
+    help="gRPC address (HOST:PORT; port 0 picks a free one). Clients on other hosts "
+    "need an address they can reach, e.g. 0.0.0.0:8081.",
 )
 @click.option(
     "--advertise",
@@ -269,9 +270,18 @@ def main(log_level: str) -> None:
 @click.option(
     "--ha-listen",
     envvar="SKIFF_HA_LISTEN",
-    default="0.0.0.0:10912",
-    show_default=True,
-    help="Where a master serves replication (HOST:PORT; port 0 picks a free one).",
+    default="",
+    help="Where a master serves replication (HOST:PORT; port 0 picks a free one). A MASTER "
+    "serves none without it; other roles default to 0.0.0.0:10912.",
+)
+@click.option(
+    "--ha-secret-file",
+    envvar="SKIFF_HA_SECRET_FILE",
+    default="",
+    type=click.Path(dir_okay=False),
+    help="File holding the group's replication secret (the same on every broker of the "
+    "group; make one with: head -c 32 /dev/urandom | base64 > ha.secret). Without it "
+    "the secret is read from SKIFF_HA_SECRET. Needed whenever replication is on.",
 )
 @click.option(
     "--replication-mode",
@@ -408,6 +418,7 @@ def broker(
     external_listen: str,
     master_address: str,
     ha_listen: str,
+    ha_secret_file: str,
     replication_mode: str,
     sync_replicas: int,
     ha_max_gap: int,
@@ -470,6 +481,7 @@ def broker(
             role=Role(role.upper()),
             master_address=master_address,
             ha_listen=ha_listen,
+            secret=_ha_secret(ha_secret_file),
             mode=ReplicationMode(replication_mode.upper()),
             sync_replicas=sync_replicas,
             max_gap=ha_max_gap,
@@ -506,8 +518,8 @@ def broker(
     try:
         # Before the data directory is opened: a busy port then changes nothing on disk.
         _check_can_listen(listen, "--listen")
-        if config.replication.role is Role.MASTER:
-            _check_can_listen(ha_listen, "--ha-listen")
+        if config.replication.role is Role.MASTER and config.replication.ha_listen:
+            _check_can_listen(config.replication.ha_listen, "--ha-listen")
         server = BrokerServer(config)
         asyncio.run(server.serve_until_signalled())
     except (StoreError, OSError, EpochFileError, StateFileError, RoleFileError) as exc:
@@ -520,6 +532,21 @@ def broker(
             f"{_one_line(str(exc))} (run with --log-level DEBUG for the traceback, and "
             "report it)"
         ) from exc
+
+
+def _ha_secret(path: str) -> bytes:
+    """The replication secret: the file's contents, else SKIFF_HA_SECRET (surrounding
+    whitespace dropped, so a trailing newline does not matter)."""
+    if not path:
+        return os.environ.get("SKIFF_HA_SECRET", "").strip().encode()
+    try:
+        with open(path, "rb") as secret_file:
+            return secret_file.read().strip()
+    except OSError as exc:
+        raise click.UsageError(
+            f"cannot read --ha-secret-file {path}: {exc.strerror}; check the path and that "
+            "this user may read it"
+        ) from None
 
 
 def _check_can_listen(address: str, option: str) -> None:

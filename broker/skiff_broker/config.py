@@ -15,8 +15,9 @@ from .tls.settings import TlsConfig
 class BrokerConfig:
     store: StoreConfig
     broker_name: str = "broker-a"
-    # gRPC listen address; 8081 is the RocketMQ 5 proxy's gRPC port.
-    listen: str = "0.0.0.0:8081"
+    # gRPC listen address; 8081 is the RocketMQ 5 proxy's gRPC port. Loopback unless
+    # chosen: a broker reachable from other hosts is a decision, not a default.
+    listen: str = "127.0.0.1:8081"
     # host:port given to clients in routes; by default the address the client used.
     advertised_endpoint: str = ""
     auto_create_topics: bool = False

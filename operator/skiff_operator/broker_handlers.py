@@ -39,7 +39,14 @@ from .naming import (
     lease_name,
 )
 from .operator_state import OperatorState
-from .rendering import BrokerIdentity, broker_labels, owner_reference, render_broker, render_cluster
+from .rendering import (
+    BrokerIdentity,
+    broker_labels,
+    owner_reference,
+    render_broker,
+    render_cluster,
+    render_ha_secret,
+)
 from .rolling_restart import next_restart
 
 CHILD_KINDS = ("PodDisruptionBudget", "StatefulSet", "Service", "ConfigMap")
@@ -85,6 +92,9 @@ async def _reconcile_broker(
         _set_ready(patch, conditions, False, "ApplyFailed", clash, generation)
         raise kopf.TemporaryError(clash, delay=state.retry_delay)
     try:
+        # Before the pods that read it; made once, never overwritten (pods hold it).
+        if await api.create_once(render_ha_secret(identity)):
+            logger.info("created the replication secret of Broker %s", name)
         for manifest in cluster.all():
             await api.apply(manifest)
         for group in groups:

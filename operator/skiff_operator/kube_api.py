@@ -21,6 +21,7 @@ FIELD_MANAGER = "skiff-operator"
 # kind -> (API path prefix, plural) of every kind the operator touches.
 _RESOURCES = {
     "ConfigMap": ("/api/v1", "configmaps"),
+    "Secret": ("/api/v1", "secrets"),
     "Service": ("/api/v1", "services"),
     "StatefulSet": ("/apis/apps/v1", "statefulsets"),
     "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets"),
@@ -136,6 +137,23 @@ class KubeApi:
             params={"fieldManager": FIELD_MANAGER, "force": "true"},
             content_type="application/apply-patch+yaml",
         )
+
+    async def create_once(self, manifest: Mapping[str, Any]) -> bool:
+        """Create the object unless one of its name exists (then leave it as it is).
+
+        True if it was created. Needs only the create right, not get: an object
+        whose contents must not be read back (a Secret) is made this way.
+        """
+        metadata = manifest["metadata"]
+        try:
+            await self._request(
+                "POST", self.path(manifest["kind"], metadata["namespace"]), body=manifest
+            )
+        except KubeApiError as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
 
     async def merge_patch(
         self, kind: str, namespace: str, name: str, patch: Mapping[str, Any]

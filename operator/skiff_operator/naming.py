@@ -22,6 +22,15 @@ LABEL_CLUSTER = "skiff.io/cluster"
 MANAGED_BY = "skiff-operator"
 
 
+# Key of the replication secret in the Broker's Secret (ha_secret_name).
+HA_SECRET_KEY = "secret"
+
+
+def ha_secret_name(broker: str) -> str:
+    """The Secret holding the replication secret every pod of the Broker shares."""
+    return f"{broker}-replication"
+
+
 def group_suffix(index: int) -> str:
     """0 -> "a", 25 -> "z", 26 -> "aa": RocketMQ names its broker groups broker-a, broker-b."""
     letters = string.ascii_lowercase

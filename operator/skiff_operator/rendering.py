@@ -2,7 +2,10 @@
 
 Per Broker: the brokers' ServiceAccount with a namespaced Role and RoleBinding (the
 group Leases, their own pod's role label, the external endpoints ConfigMap: nothing
-more), and a bootstrap Service over every pod. Per broker group: a StatefulSet, a
+more), a bootstrap Service over every pod, and a Secret with the replication secret
+every pod reads into SKIFF_HA_SECRET. The Secret is the one child not re-applied:
+its random contents are made once (``render_ha_secret``), and kept while the Broker
+lives, since the running pods hold them. Per broker group: a StatefulSet, a
 headless Service for stable per-pod DNS names, a client Service in front of whichever
 pod labels itself ``skiff.io/role=master``, a ConfigMap with the broker settings as
 ``SKIFF_*`` variables (the pods read it with ``envFrom``), a PodDisruptionBudget and,
@@ -15,9 +18,11 @@ master last (see ``rolling_restart``). Nothing here talks to the API server.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import hashlib
 import json
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -28,6 +33,7 @@ from .naming import (
     DATA_DIR,
     EXTERNAL_PORT,
     HA_PORT,
+    HA_SECRET_KEY,
     LABEL_BROKER,
     LABEL_GROUP,
     LABEL_ROLE,
@@ -38,6 +44,7 @@ from .naming import (
     external_service_name,
     group_name,
     group_suffix,
+    ha_secret_name,
     headless_service_name,
     settings_config_map_name,
 )
@@ -146,6 +153,22 @@ def broker_labels(broker_name: str) -> dict[str, str]:
         "app.kubernetes.io/instance": broker_name,
         "app.kubernetes.io/managed-by": MANAGED_BY,
         LABEL_BROKER: broker_name,
+    }
+
+
+def render_ha_secret(broker: BrokerIdentity) -> dict[str, Any]:
+    """A new replication secret for the Broker: 32 random bytes, base64 (new on every call)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": ha_secret_name(broker.name),
+            "namespace": broker.namespace,
+            "labels": broker_labels(broker.name),
+            "ownerReferences": [owner_reference(broker)],
+        },
+        "type": "Opaque",
+        "stringData": {HA_SECRET_KEY: base64.b64encode(os.urandom(32)).decode()},
     }
 
 
@@ -403,6 +426,13 @@ def _pod_spec(
             {"name": "SKIFF_POD_NAME", "value": "$(POD_NAME)"},
             {"name": "SKIFF_ADVERTISE", "value": f"$(POD_IP):{CLIENT_PORT}"},
             {"name": "SKIFF_HA_ADVERTISE", "value": f"$(POD_IP):{HA_PORT}"},
+            # Replication peers prove they hold it; the Secret is the Broker's own.
+            {
+                "name": "SKIFF_HA_SECRET",
+                "valueFrom": {
+                    "secretKeyRef": {"name": ha_secret_name(broker.name), "key": HA_SECRET_KEY}
+                },
+            },
         ],
         "ports": [
             {"name": "grpc", "containerPort": CLIENT_PORT, "protocol": "TCP"},

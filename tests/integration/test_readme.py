@@ -167,6 +167,9 @@ class Walkthrough:
         self.tmp_path = tmp_path
         self.ports = {port: str(free_port()) for port in README_PORTS}
         first, failover = _blocks(_section("Replication"), "sh")
+        # The README's own command makes the group's secret, here in the test's folder.
+        (make_secret,) = (line for line in first.splitlines() if "/dev/urandom" in line)
+        subprocess.run(make_secret.split("#")[0], shell=True, cwd=tmp_path, check=True)
         self.starts = [self._args(line) for line in first.splitlines() if "skiff broker" in line]
         self.info = next(self._args(line) for line in first.splitlines() if "admin info" in line)
         self.promote, self.rejoin = (
@@ -189,8 +192,11 @@ class Walkthrough:
         at = rest.index("--data-dir")
         home = self.tmp_path / Path(rest[at + 1]).name
         del rest[at : at + 2]
+        secret = rest.index("--ha-secret-file") + 1
+        rest[secret] = str(self.tmp_path / rest[secret])
         home.mkdir(exist_ok=True)
-        broker = start_broker(home, *rest)
+        # The secret comes from the README's file alone, not the launcher's variable.
+        broker = start_broker(home, *rest, env={"SKIFF_HA_SECRET": ""})
         self.running.append(broker)
         return broker
 

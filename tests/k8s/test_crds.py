@@ -92,6 +92,10 @@ def test_short_names_and_printer_columns(crds: ControlPlane) -> None:
             "settings cannot set SKIFF_DATA_DIR, SKIFF_LISTEN",
         ),
         (
+            broker("bad-secret-setting", settings={"SKIFF_HA_SECRET_FILE": "/tmp/x"}),
+            "SKIFF_HA_SECRET, SKIFF_HA_SECRET_FILE",
+        ),
+        (
             broker("bad-setting-name", settings={"max_message_size": "8m"}),
             "settings keys must be SKIFF_* variable names",
         ),

@@ -19,6 +19,7 @@ The tests of this module run in order and build on each other (one Broker, its T
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import datetime
 import json
@@ -225,6 +226,7 @@ def test_the_operator_identity_has_only_what_it_needs(cluster: Cluster) -> None:
     assert can("delete", "pods") == "yes"
     assert can("list", "nodes") == "yes"
     assert can("get", "secrets") == "no"
+    assert can("create", "secrets") == "yes"
     assert can("create", "pods") == "no"
     assert can("delete", "leases.coordination.k8s.io") == "no"
     assert can("escalate", "roles.rbac.authorization.k8s.io") == "no"
@@ -265,6 +267,7 @@ def test_a_broker_gets_its_children_owned_by_it(cluster: Cluster) -> None:
         ("rolebinding", f"{BROKER}-broker"),
         ("service", BROKER),
         ("configmap", f"{BROKER}-endpoints"),
+        ("secret", f"{BROKER}-replication"),
     ]
     for kind, name in children:
         child = wait_for(lambda kind=kind, name=name: cluster.get(kind, name), f"{kind} {name}")
@@ -454,7 +457,14 @@ def test_a_spec_change_rolls_out(cluster: Cluster) -> None:
         assert stateful_set is not None
         return stateful_set["spec"]["template"]["metadata"]["annotations"]["skiff.io/settings-hash"]
 
+    def replication_secret() -> str:
+        secret = cluster.get("secret", f"{BROKER}-replication")
+        assert secret is not None, "every Broker has its replication secret"
+        return secret["data"]["secret"]
+
     before = settings_hash()
+    kept = replication_secret()
+    assert len(base64.b64decode(base64.b64decode(kept))) == 32
     cluster.merge_patch("broker", BROKER, {"spec": {"flushType": "SYNC_FLUSH"}})
     wait_for(
         lambda: (
@@ -481,6 +491,8 @@ def test_a_spec_change_rolls_out(cluster: Cluster) -> None:
     )
     report_pods(cluster, ready=2, updated=2)
     cluster.wait_ready("broker", BROKER, "True", "Ready")
+    # Reconciled again, yet the secret the running pods hold is the same.
+    assert replication_secret() == kept
 
 
 def broker_pod(name: str, revision: str) -> dict:
@@ -595,8 +607,14 @@ def start_broker_from_stored_pod_spec(cluster: Cluster) -> BrokerProcess:
         "status.podIP": "127.0.0.1",
     }
     for entry in container["env"]:
-        if "valueFrom" in entry:
-            env[entry["name"]] = downward[entry["valueFrom"]["fieldRef"]["fieldPath"]]
+        source = entry.get("valueFrom", {})
+        if "secretKeyRef" in source:
+            secret = cluster.get("secret", source["secretKeyRef"]["name"])
+            assert secret is not None
+            value = secret["data"][source["secretKeyRef"]["key"]]
+            env[entry["name"]] = base64.b64decode(value).decode()
+        elif "fieldRef" in source:
+            env[entry["name"]] = downward[source["fieldRef"]["fieldPath"]]
         else:
             env[entry["name"]] = substitute(entry["value"], env)
     # The pod's volume becomes a temp directory; its network a loopback port.

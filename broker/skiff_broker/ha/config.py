@@ -1,10 +1,18 @@
-"""Typed settings of replication; defaults follow RocketMQ's broker and store config."""
+"""Typed settings of replication; defaults follow RocketMQ's broker and store config.
+
+Replication is on for a broker whose role is not MASTER (a replica, AUTO, LEASE), or a
+MASTER given --ha-listen; a plain MASTER opens no replication port. Replication that is
+on needs the group's shared secret (:mod:`.peer_auth`): without one the broker does
+not start.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import enum
 import re
+
+from .peer_auth import MAKE_SECRET_HINT, MIN_SECRET_BYTES
 
 MiB = 1024**2
 
@@ -23,6 +31,10 @@ class ReplicationMode(enum.StrEnum):
     # ... and only once enough in-sync replicas hold the bytes.
     SYNC = "SYNC"
 
+
+# Where a broker serves replication when replication is on and --ha-listen is not given
+# (RocketMQ's haListenPort). Peers on other hosts must reach it; the secret keeps others out.
+DEFAULT_HA_LISTEN = "0.0.0.0:10912"
 
 _ORDINAL = re.compile(r"-(\d+)$")
 
@@ -52,8 +64,10 @@ class ReplicationConfig:
     role: Role = Role.MASTER
     # A replica's master: the host:port of the master's replication listener.
     master_address: str = ""
-    # Where a master serves replication (RocketMQ's haListenPort is 10912).
-    ha_listen: str = "0.0.0.0:10912"
+    # Where a master serves replication; "" on a MASTER: no replication at all.
+    ha_listen: str = ""
+    # The group's shared secret; every peer proves it holds it before any log byte flows.
+    secret: bytes = b""
     mode: ReplicationMode = ReplicationMode.ASYNC
     # SYNC: replicas that must hold a write before it is acknowledged.
     sync_replicas: int = 1
@@ -71,14 +85,37 @@ class ReplicationConfig:
     # Topic config and consumer offsets are sent to replicas this often when changed.
     metadata_interval: float = 1.0
 
+    @property
+    def enabled(self) -> bool:
+        """Whether this broker takes part in replication (serves or follows a log)."""
+        return self.role is not Role.MASTER or bool(self.ha_listen)
+
     def resolve_role(self, pod_name: str) -> None:
-        """Turn AUTO into MASTER or REPLICA from the pod name."""
+        """Turn AUTO into MASTER or REPLICA from the pod name; pick the replication address.
+
+        A broker in a group (any role but a plain MASTER) may serve replication one day
+        (as master, or once promoted), so it gets the default address if none was given.
+        """
+        if self.enabled and not self.ha_listen:
+            self.ha_listen = DEFAULT_HA_LISTEN
         if self.role is Role.AUTO:
             self.role = role_from_pod_name(pod_name)
 
     def validate(self) -> None:
         """Raise ValueError with a sentence that says what to change."""
-        parse_host_port(self.ha_listen, "--ha-listen")
+        if self.ha_listen:
+            parse_host_port(self.ha_listen, "--ha-listen")
+        if self.enabled and len(self.secret) < MIN_SECRET_BYTES:
+            why = "is too short" if self.secret else "is not set"
+            raise ValueError(
+                f"replication needs the group's shared secret (at least {MIN_SECRET_BYTES} "
+                f"bytes), and it {why}: {MAKE_SECRET_HINT}"
+            )
+        if self.mode is ReplicationMode.SYNC and not self.enabled:
+            raise ValueError(
+                "SYNC replication waits for replicas, and this master serves none: set "
+                "--ha-listen HOST:PORT for them to connect to, or choose --replication-mode ASYNC"
+            )
         if self.role is Role.REPLICA and not self.master_address:
             raise ValueError(
                 "a replica needs its master's replication address: "

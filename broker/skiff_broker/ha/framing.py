@@ -11,19 +11,23 @@ on both ends of every SYNC round trip. ``bench/replication_bench.py
 a 64 KiB run 52 µs against 255 µs (1 MiB: 0.8 ms against 1.0 ms).
 
 Every frame: ``type`` (1 byte) and payload length (4 bytes, big-endian), then
-the payload.
+the payload. The three AUTH frames come first, and nothing else is read or
+sent before they are done (:mod:`.peer_auth`).
 
-============  =========  ==================================================
-frame         direction  payload
-============  =========  ==================================================
-HELLO         R -> M     JSON: replica name, max offset, epochs, segment size
-WELCOME       M -> R     JSON: offset to continue from, master's epochs
-REFUSED       M -> R     JSON: reason (the replica logs it and retries later)
-DATA          M -> R     master's max offset (8), log offset (8), log bytes
-HEARTBEAT     M -> R     master's max offset (8)
-ACK           R -> M     replica's max offset (8); doubles as its heartbeat
-METADATA      M -> R     JSON: topic config and consumer offsets
-============  =========  ==================================================
+==============  =========  ==================================================
+frame           direction  payload
+==============  =========  ==================================================
+AUTH_HELLO      R -> M     the replica's nonce (32)
+AUTH_CHALLENGE  M -> R     the master's nonce (32), its proof (32)
+AUTH_PROOF      R -> M     the replica's proof (32)
+HELLO           R -> M     JSON: replica name, max offset, epochs, segment size
+WELCOME         M -> R     JSON: offset to continue from, master's epochs
+REFUSED         M -> R     JSON: reason (the replica logs it and retries later)
+DATA            M -> R     master's max offset (8), log offset (8), log bytes
+HEARTBEAT       M -> R     master's max offset (8)
+ACK             R -> M     replica's log end, at most what it was sent (8); a heartbeat
+METADATA        M -> R     JSON: topic config and consumer offsets
+==============  =========  ==================================================
 """
 
 from __future__ import annotations
@@ -51,6 +55,9 @@ class FrameType(enum.IntEnum):
     HEARTBEAT = 5
     ACK = 6
     METADATA = 7
+    AUTH_HELLO = 8
+    AUTH_CHALLENGE = 9
+    AUTH_PROOF = 10
 
 
 class FramingError(Exception):

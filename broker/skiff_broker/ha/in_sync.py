@@ -13,6 +13,11 @@ all of them: every replica named there holds every write that was acknowledged.
 A replica joins the set only once it holds everything acknowledged so far; one
 that falls behind holds writes back until a set without it is published. A
 fenced master (it could not renew its Lease) releases no writer at all.
+
+A replica is known by its name. A new connection under the name of a replica
+that is connected and was heard from within the heartbeat timeout is refused:
+it cannot take over that replica's entry (and so its acknowledgements). One
+whose old connection closed, or went silent that long, takes its place.
 """
 
 from __future__ import annotations
@@ -45,9 +50,21 @@ class ReplicaStatus:
     connected: bool
 
 
+class NameInUse(Exception):
+    """Another live connection holds this replica name; the message says what to do."""
+
+
 class InSyncTracker:
-    def __init__(self, *, required: int, max_gap: int, master_offset: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        *,
+        required: int,
+        max_gap: int,
+        master_offset: Callable[[], int],
+        heartbeat_timeout: float = 20.0,
+    ) -> None:
         self.required = required
+        self.heartbeat_timeout = heartbeat_timeout
         self.max_gap = max_gap
         self._master_offset = master_offset
         # By replica name: a replica that reconnects takes its old entry's place.
@@ -58,6 +75,18 @@ class InSyncTracker:
         self.fenced = False
 
     def connected(self, name: str, address: str, offset: int) -> ReplicaState:
+        """The entry of a new connection; NameInUse if a live one holds ``name``."""
+        current = self._replicas.get(name)
+        if (
+            current is not None
+            and current.connected
+            and time.monotonic() - current.last_heard <= self.heartbeat_timeout
+        ):
+            raise NameInUse(
+                f"replica {name} is already connected from {current.address}; give each "
+                "broker of the group its own name (a replica is named by its pod or its "
+                "--listen address)"
+            )
         state = ReplicaState(name, address, offset)
         self._replicas[name] = state
         self._advance()

@@ -1,13 +1,19 @@
 """The master's side of replication: serve each replica the commit log from where it stands.
 
-One asyncio task per replica connection, on the broker's event loop. After the
-handshake (the replica's offset and epochs against the master's, which decide
+One asyncio task per replica connection, on the broker's event loop. First the
+peer proves it holds the group's secret (:mod:`.peer_auth`); one that does not is
+logged (rate-limited, with its address) and dropped before it learns anything. After
+the handshake (the replica's offset and epochs against the master's, which decide
 where its copy continues) the session sends the log in runs of at most
 ``transfer_batch_bytes``, one segment at a time, straight from the mapped
 segment; when the replica has everything it waits for the next append, and
 sends a heartbeat when idle. The replica's ACKs move its acknowledged offset,
 which SYNC writers wait on (:mod:`.in_sync`). Topic config and consumer
 offsets follow as METADATA frames whenever they change.
+
+An ACK counts only up to what this connection has sent: a peer that claims more
+is dropped and its claim counts for nothing, so no write is acknowledged as
+replicated on the word of a replica that does not hold it.
 """
 
 from __future__ import annotations
@@ -26,8 +32,9 @@ from . import framing
 from .config import ReplicationConfig, ReplicationMode, parse_host_port
 from .epoch_file import EpochEntry, EpochFile, consistent_point
 from .framing import FrameType, FramingError
-from .in_sync import InSyncTracker, ReplicaState
+from .in_sync import InSyncTracker, NameInUse, ReplicaState
 from .liveness import Liveness
+from .peer_auth import AuthenticationFailed, RateLimitedLog, prove_to_replica
 
 log = logging.getLogger(__name__)
 
@@ -36,11 +43,17 @@ class ReplicationRefused(Exception):
     """A replica's log cannot continue from this master's; the reason says what to do."""
 
 
+class OverAcknowledged(Exception):
+    """A replica acknowledged log bytes it was never sent."""
+
+
 class _Session:
     """One replica connection."""
 
     def __init__(self) -> None:
         self.wake = asyncio.Event()
+        # The end of the log bytes sent on this connection: no ACK may pass it.
+        self.sent_end = 0
 
 
 class ReplicationMaster:
@@ -53,7 +66,9 @@ class ReplicationMaster:
             required=config.sync_replicas,
             max_gap=config.max_gap,
             master_offset=lambda: self._store.commit_log.max_offset,
+            heartbeat_timeout=config.heartbeat_timeout,
         )
+        self._auth_failures = RateLimitedLog()
         self.timeout = config.sync_timeout
         self.address = ""
         self._server: asyncio.Server | None = None
@@ -150,6 +165,19 @@ class ReplicationMaster:
         state: ReplicaState | None = None
         session = _Session()
         try:
+            try:
+                await asyncio.wait_for(
+                    prove_to_replica(
+                        reader, writer, self.config.secret, self._broker.config.broker_name
+                    ),
+                    self.config.heartbeat_timeout,
+                )
+            except (AuthenticationFailed, ConnectionError, asyncio.IncompleteReadError) as exc:
+                self._log_auth_failure(address, str(exc) or type(exc).__name__)
+                return
+            except TimeoutError:
+                self._log_auth_failure(address, "it did not complete authentication in time")
+                return
             hello = await asyncio.wait_for(
                 framing.read_frame(reader), self.config.heartbeat_timeout
             )
@@ -157,7 +185,8 @@ class ReplicationMaster:
                 raise FramingError(f"expected HELLO, got {hello.type.name}")
             try:
                 name, start = self._handshake(hello.json(), address)
-            except ReplicationRefused as exc:
+                state = self.tracker.connected(name, address, start)
+            except (ReplicationRefused, NameInUse) as exc:
                 log.error("refused replica at %s: %s", address, exc)
                 writer.write(framing.encode_json(FrameType.REFUSED, {"reason": str(exc)}))
                 await writer.drain()
@@ -173,11 +202,11 @@ class ReplicationMaster:
                     },
                 )
             )
-            state = self.tracker.connected(name, address, start)
+            session.sent_end = start
             log.info("replica %s (%s) connected; sending the log from %d", name, address, start)
             self._sessions.add(session)
             liveness = Liveness(self.config.heartbeat_timeout)
-            acks = asyncio.create_task(self._read_acks(reader, state, liveness))
+            acks = asyncio.create_task(self._read_acks(reader, state, session, liveness))
             watchdog = asyncio.create_task(liveness.watch(writer.transport, f"replica {name}"))
             try:
                 await self._send_log(writer, session, start, acks)
@@ -192,6 +221,13 @@ class ReplicationMaster:
             log.error("replica at %s sent an invalid frame: %s; dropping it", address, exc)
         except ReplicationRefused as exc:
             log.error("replica at %s: %s; dropping it", address, exc)
+        except OverAcknowledged as exc:
+            log.error(
+                "replica %s at %s %s; dropping it (its acknowledgements count for nothing)",
+                state.name if state else "?",
+                address,
+                exc,
+            )
         except asyncio.CancelledError:
             pass
         except Exception:
@@ -204,6 +240,14 @@ class ReplicationMaster:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
             self._tasks.discard(task)
+
+    def _log_auth_failure(self, address: str, why: str) -> None:
+        line = self._auth_failures.line(
+            f"refused a replication connection from {address}: it did not authenticate "
+            f"({why}); every broker of the group needs the same --ha-secret-file"
+        )
+        if line is not None:
+            log.error("%s", line)
 
     def _handshake(self, hello: dict, address: str) -> tuple[str, int]:
         """The replica's name and the offset its copy continues from."""
@@ -239,14 +283,24 @@ class ReplicationMaster:
         return name, point
 
     async def _read_acks(
-        self, reader: asyncio.StreamReader, state: ReplicaState, liveness: Liveness
+        self,
+        reader: asyncio.StreamReader,
+        state: ReplicaState,
+        session: _Session,
+        liveness: Liveness,
     ) -> None:
         while True:
             frame = await framing.read_frame(reader)
             liveness.heard()
             if frame.type is not FrameType.ACK:
                 raise FramingError(f"expected ACK, got {frame.type.name}")
-            self.tracker.acked(state, frame.offset())
+            offset = frame.offset()
+            if offset > session.sent_end:
+                raise OverAcknowledged(
+                    f"acknowledged offset {offset}, but was sent the log only up to "
+                    f"{session.sent_end}"
+                )
+            self.tracker.acked(state, offset)
 
     async def _send_log(
         self,
@@ -279,6 +333,7 @@ class ReplicationMaster:
                 # One write, so one send() for a small run.
                 writer.write(framing.data_header(end, position, len(data)) + data)
                 position += len(data)
+                session.sent_end = position
                 last_sent = now
                 await writer.drain()
                 continue

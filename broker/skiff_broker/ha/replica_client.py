@@ -1,11 +1,15 @@
 """A replica's side of replication: follow the master's commit log byte for byte.
 
-The client connects to the master's replication address and says how far its
+The client connects to the master's replication address, and both prove they
+hold the group's secret (:mod:`.peer_auth`): a master that cannot prove it is
+told nothing and has nothing written. Then the client says how far its
 log goes and which master terms it holds. The master answers where the copy
 continues; a replica that holds bytes the master never had (it followed an
 earlier master further than the new one got) first cuts its log back to that
 point, with the store's recovery truncation. Then it writes each DATA run into
-its own commit log at the same offset and acknowledges the new end. Its own
+its own commit log at the same offset and acknowledges the new end, never past
+the last byte the master sent on this connection (the padding of a BLANK record
+written ahead of its bytes is acknowledged as they arrive). Its own
 dispatcher builds consume queues and index, so consumers can read here.
 
 An ACK is also the replica's heartbeat: one goes out at least every heartbeat
@@ -37,6 +41,7 @@ from .config import ReplicationConfig, parse_host_port
 from .epoch_file import EpochEntry, EpochFile
 from .framing import FrameType, FramingError
 from .liveness import Liveness
+from .peer_auth import AuthenticationFailed, prove_to_master
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +74,8 @@ class ReplicaClient:
         self._partial_at = -1
         # Padding the master still sends for a BLANK record this replica already wrote.
         self._padded_until = -1
+        # The end of the log bytes the master sent on this connection: ACKs stop there.
+        self._received_end = 0
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -108,6 +115,15 @@ class ReplicaClient:
                 await self._session()
             except _Refused as exc:
                 log.error("master %s refused this replica: %s", self.config.master_address, exc)
+                delay = REFUSED_RETRY_S
+            except AuthenticationFailed as exc:
+                log.error(
+                    "master %s did not authenticate: %s; asking again in %g s (every broker "
+                    "of the group needs the same --ha-secret-file)",
+                    self.config.master_address,
+                    exc,
+                    REFUSED_RETRY_S,
+                )
                 delay = REFUSED_RETRY_S
             except BadReplicatedRecord as exc:
                 log.error(
@@ -150,6 +166,12 @@ class ReplicaClient:
         heartbeats: list[asyncio.Task] = []
         try:
             store = self._store
+            await asyncio.wait_for(
+                prove_to_master(
+                    reader, writer, self.config.secret, self._broker.config.broker_name
+                ),
+                self.config.heartbeat_timeout,
+            )
             writer.write(
                 framing.encode_json(
                     FrameType.HELLO,
@@ -169,8 +191,9 @@ class ReplicaClient:
                 raise _Refused(str(reply.json().get("reason", "no reason given")))
             if reply.type is not FrameType.WELCOME:
                 raise FramingError(f"expected WELCOME, got {reply.type.name}")
-            self._welcome(reply.json())
+            start = self._welcome(reply.json())
             self._partial, self._partial_at, self._padded_until = b"", -1, -1
+            self._received_end = start
             self.connected = True
             self._heard()
             log.info(
@@ -179,9 +202,7 @@ class ReplicaClient:
                 store.commit_log.queue.max_wrote_offset,
                 self.master_offset,
             )
-            writer.write(
-                framing.encode_offset(FrameType.ACK, store.commit_log.queue.max_wrote_offset)
-            )
+            writer.write(framing.encode_offset(FrameType.ACK, self._acknowledgeable()))
             liveness = Liveness(self.config.heartbeat_timeout)
             heartbeats = [
                 asyncio.create_task(self._send_heartbeats(writer)),
@@ -199,7 +220,8 @@ class ReplicaClient:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    def _welcome(self, welcome: dict) -> None:
+    def _welcome(self, welcome: dict) -> int:
+        """Cut the log back where the master continues; that offset."""
         try:
             start = int(welcome["start_offset"])
             self.master_offset = int(welcome["master_offset"])
@@ -249,6 +271,11 @@ class ReplicaClient:
         # Terms are recorded once the copied log reaches them.
         self._pending_epochs = master_epochs
         self._record_epochs(start)
+        return start
+
+    def _acknowledgeable(self) -> int:
+        """The log's end, but never past what the master sent on this connection."""
+        return min(self._store.commit_log.queue.max_wrote_offset, self._received_end)
 
     def _record_epochs(self, end: int) -> None:
         reached = [e for e in self._pending_epochs if e.start_offset <= end]
@@ -269,6 +296,7 @@ class ReplicaClient:
             if frame.type is FrameType.DATA:
                 master_offset, offset, data = frame.data()
                 self.master_offset = master_offset
+                self._received_end = max(self._received_end, offset + len(data))
                 try:
                     end = self._append_checked(offset, data)
                 except ValueError as exc:
@@ -276,7 +304,7 @@ class ReplicaClient:
                 if end >= pending_epoch_start:
                     self._record_epochs(end)
                     pending_epoch_start = self._next_epoch_start()
-                writer.write(framing.encode_offset(FrameType.ACK, end))
+                writer.write(framing.encode_offset(FrameType.ACK, min(end, self._received_end)))
                 if writer.transport.get_write_buffer_size() > 64 * 1024:
                     await writer.drain()
             elif frame.type is FrameType.HEARTBEAT:
@@ -352,9 +380,7 @@ class ReplicaClient:
     async def _send_heartbeats(self, writer: asyncio.StreamWriter) -> None:
         while True:
             await asyncio.sleep(self.config.heartbeat_interval)
-            writer.write(
-                framing.encode_offset(FrameType.ACK, self._store.commit_log.queue.max_wrote_offset)
-            )
+            writer.write(framing.encode_offset(FrameType.ACK, self._acknowledgeable()))
             await writer.drain()
 
     def _apply_metadata(self, document: dict) -> None:

@@ -1,6 +1,7 @@
 """A broker's place in its group: master (serving replicas) or replica (following one).
 
-Starts the right side at broker start, and turns a replica into the master on
+Starts the right side at broker start (a MASTER without --ha-listen serves no
+replication: it only keeps its term in the epoch file), and turns a replica into the master on
 promotion: it stops following, finishes building its queues from the copied
 log, begins a new master term in the epoch file, takes writes and serves
 replication itself. The term is in the epoch file before the first write is
@@ -22,7 +23,7 @@ import os
 from collections.abc import Callable
 
 from ..runtime import Broker
-from .config import ReplicationConfig, ReplicationMode, Role, parse_host_port
+from .config import DEFAULT_HA_LISTEN, ReplicationConfig, ReplicationMode, Role, parse_host_port
 from .epoch_file import EpochFile
 from .in_sync import ReplicaStatus
 from .master_service import ReplicationMaster
@@ -65,6 +66,8 @@ class Replication:
     def __init__(self, config: ReplicationConfig, broker: Broker, name: Callable[[], str]) -> None:
         if config.role is Role.AUTO:
             raise ValueError("resolve --role AUTO before starting replication")
+        if config.enabled and not config.ha_listen:
+            config.ha_listen = DEFAULT_HA_LISTEN
         self.config = config
         self._broker = broker
         self.role = config.role
@@ -124,21 +127,24 @@ class Replication:
 
     async def _serve_as_master(self, *, above_epoch: int = 0) -> None:
         store = self._broker.store
-        master = ReplicationMaster(self.config, self._broker, self.epochs)
-        # Listening first: a broker that cannot serve replication starts no term.
-        await master.start()
+        master = None
+        if self.config.enabled:
+            master = ReplicationMaster(self.config, self._broker, self.epochs)
+            # Listening first: a broker that cannot serve replication starts no term.
+            await master.start()
         # A log from before any term (or a new one) belongs to this first term whole.
         start = store.commit_log.max_offset if self.epochs.entries else store.commit_log.min_offset
         try:
             term = self.epochs.new_term(start, above=above_epoch)
         except OSError:
-            await master.stop()
+            if master is not None:
+                await master.stop()
             raise
         log.info(
-            "master term %d from offset %d (%s replication)",
+            "master term %d from offset %d (%s)",
             term.epoch,
             term.start_offset,
-            self.config.mode,
+            f"{self.config.mode} replication" if master is not None else "no replication",
         )
         self.master = master
         store.replication = master

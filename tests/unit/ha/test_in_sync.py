@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from skiff_broker.ha.in_sync import InSyncTracker
+import pytest
+
+from skiff_broker.ha.in_sync import InSyncTracker, NameInUse
 
 
 class Log:
@@ -99,3 +101,34 @@ def test_a_blocked_thread_is_released_by_an_ack() -> None:
     sync.acked(replica, 64)
     waiter.join()
     assert results == [True]
+
+
+def test_a_live_replicas_name_cannot_be_taken_over() -> None:
+    sync, _ = tracker()
+    sync.connected("r-1", "10.0.0.2:5000", 0)
+    with pytest.raises(NameInUse, match=r"already connected from 10\.0\.0\.2:5000"):
+        sync.connected("r-1", "10.0.0.66:6000", 0)
+    (status,) = sync.statuses()
+    assert (status.address, status.connected) == ("10.0.0.2:5000", True)
+
+
+def test_a_replica_reconnects_once_its_old_connection_closed() -> None:
+    sync, _ = tracker()
+    old = sync.connected("r-1", "10.0.0.2:5000", 0)
+    sync.disconnected(old)
+    sync.connected("r-1", "10.0.0.2:5001", 0)
+    (status,) = sync.statuses()
+    assert (status.address, status.connected) == ("10.0.0.2:5001", True)
+
+
+def test_a_replica_silent_past_the_heartbeat_timeout_can_be_replaced() -> None:
+    log = Log()
+    sync = InSyncTracker(
+        required=1, max_gap=1000, master_offset=lambda: log.end, heartbeat_timeout=20
+    )
+    old = sync.connected("r-1", "10.0.0.2:5000", 0)
+    # Its connection is not closed yet, but nothing was heard for longer than the timeout.
+    old.last_heard -= 21
+    sync.connected("r-1", "10.0.0.2:5001", 0)
+    (status,) = sync.statuses()
+    assert status.address == "10.0.0.2:5001"

@@ -55,6 +55,9 @@ def test_every_replica_the_lease_names_holds_every_released_write(
             # start, a returning one from what it acknowledged before.
             before = states.get(step[1])
             start = before.acked_offset if before else min(end[0], term_start)
+            if before is not None:
+                # A live name is not taken over: the old connection ended first.
+                tracker.disconnected(before)
             states[step[1]] = tracker.connected(step[1], "addr", start)
         elif kind == "ack" and step[1] in states and states[step[1]].connected:
             state = states[step[1]]

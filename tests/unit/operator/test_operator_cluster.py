@@ -151,6 +151,8 @@ def test_the_crd_refuses_settings_for_every_variable_the_operator_renders() -> N
     }
     assert cluster_wide <= group.config_map["data"].keys()
     assert per_pod | cluster_wide <= forbidden
+    # The replication secret is the Broker's own Secret; no setting may point elsewhere.
+    assert {"SKIFF_HA_SECRET", "SKIFF_HA_SECRET_FILE"} <= forbidden
 
 
 def test_cluster_rendering_is_pure() -> None:

@@ -14,6 +14,7 @@ from skiff_operator.rendering import (
     BrokerIdentity,
     RenderSettings,
     render_broker,
+    render_ha_secret,
 )
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -163,7 +164,7 @@ def test_pod_runs_the_broker_with_per_pod_values_from_the_downward_api() -> None
     fields = {
         e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"]
         for e in container["env"]
-        if "valueFrom" in e
+        if "fieldRef" in e.get("valueFrom", {})
     }
     assert fields == {
         "POD_NAME": "metadata.name",
@@ -181,6 +182,32 @@ def test_pod_runs_the_broker_with_per_pod_values_from_the_downward_api() -> None
     assert security["readOnlyRootFilesystem"] is True
     assert security["runAsNonRoot"] is True
     assert pod["securityContext"]["fsGroup"] == security["runAsUser"]
+
+
+def test_every_pod_reads_the_brokers_replication_secret_from_its_secret() -> None:
+    for group in render_broker(spec(groups=2), BROKER):
+        (container,) = group.stateful_set["spec"]["template"]["spec"]["containers"]
+        (entry,) = [e for e in container["env"] if e["name"] == "SKIFF_HA_SECRET"]
+        assert entry == {
+            "name": "SKIFF_HA_SECRET",
+            "valueFrom": {"secretKeyRef": {"name": "orders-replication", "key": "secret"}},
+        }
+        # Pods of a group replicate, so they serve on explicit addresses.
+        assert group.config_map["data"]["SKIFF_LISTEN"] == "0.0.0.0:8081"
+        assert group.config_map["data"]["SKIFF_HA_LISTEN"] == "0.0.0.0:10912"
+        assert "SKIFF_HA_SECRET" not in group.config_map["data"]
+
+
+def test_the_replication_secret_is_random_owned_by_the_broker_and_long_enough() -> None:
+    first, second = render_ha_secret(BROKER), render_ha_secret(BROKER)
+    assert first["kind"] == "Secret"
+    assert first["metadata"]["name"] == "orders-replication"
+    assert first["metadata"]["namespace"] == "shop"
+    (owner,) = first["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == ("Broker", BROKER.uid, True)
+    value = first["stringData"]["secret"]
+    assert len(value) == 44  # base64 of 32 random bytes
+    assert value != second["stringData"]["secret"]
 
 
 def test_client_service_selects_the_pod_the_lease_made_master() -> None:
