@@ -37,6 +37,7 @@ from .naming import (
     group_name,
     group_suffix,
     lease_name,
+    network_policy_name,
 )
 from .operator_state import OperatorState
 from .rendering import (
@@ -49,7 +50,7 @@ from .rendering import (
 )
 from .rolling_restart import next_restart
 
-CHILD_KINDS = ("PodDisruptionBudget", "StatefulSet", "Service", "ConfigMap")
+CHILD_KINDS = ("PodDisruptionBudget", "StatefulSet", "Service", "ConfigMap", "NetworkPolicy")
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,9 @@ async def _reconcile_broker(
         for group in groups:
             for manifest in group.all():
                 await api.apply(manifest)
+            if group.network_policy is None:
+                # Turned off: a policy applied earlier would keep fencing the pods.
+                await api.delete("NetworkPolicy", namespace, network_policy_name(name, group.index))
     except KubeApiError as exc:
         _set_ready(patch, conditions, False, "ApplyFailed", exc.message, generation)
         raise kopf.TemporaryError(
@@ -182,7 +186,7 @@ async def _refresh_status(
     generation = int(body.metadata.get("generation") or 0)
     identity = BrokerIdentity(name, namespace, str(body.metadata.uid))
     now = datetime.datetime.now(datetime.UTC)
-    external = await _publish_external_endpoints(state, identity, spec)
+    external, external_problem = await _publish_external_endpoints(state, identity, spec)
     group_status = []
     not_ready: list[str] = []
     no_master: list[str] = []
@@ -247,6 +251,9 @@ async def _refresh_status(
         )
     # Draining does not make the Broker unready: it is told, as progress.
     progress_note = "".join(f"; {line}" for line in draining)
+    if external_problem:
+        # Told whatever else the status says; it alone makes a running Broker unready.
+        progress_note += f"; {external_problem}"
     if not_ready:
         message = "; ".join(not_ready + rolling) + progress_note
         _set_ready(patch, conditions, False, "PodsNotReady", message, generation)
@@ -256,6 +263,11 @@ async def _refresh_status(
     elif rolling:
         message = "; ".join(rolling) + progress_note
         _set_ready(patch, conditions, False, "RollingOut", message, generation)
+    elif external_problem:
+        message = f"{spec.groups} group(s) of {wanted} pod(s) ready, each with a master"
+        _set_ready(
+            patch, conditions, False, "ExternalAddressUnknown", message + progress_note, generation
+        )
     else:
         message = f"{spec.groups} group(s) of {wanted} pod(s) ready, each with a master"
         _set_ready(patch, conditions, True, "Ready", message + progress_note, generation)
@@ -392,14 +404,29 @@ async def _restart_next_pod(
 
 async def _publish_external_endpoints(
     state: OperatorState, broker: BrokerIdentity, spec: BrokerSpec
-) -> dict[str, str]:
-    """Keep ``<Broker>-endpoints``: group name -> external ``host:port`` (known ones only)."""
+) -> tuple[dict[str, str], str]:
+    """Keep ``<Broker>-endpoints``: group name -> external ``host:port`` (known ones only).
+
+    Also returns why node ports have no host ("" if nothing is wrong): an operator
+    installed with namespaced RBAC may not read nodes.
+    """
     endpoints: dict[str, str] = {}
+    problem = ""
     access = spec.external_access
     if access.enabled:
         nodes: list[dict[str, Any]] = []
         if access.type == "NodePort" and not access.advertised_host:
-            nodes = await state.api.list("Node", "")
+            try:
+                nodes = await state.api.list("Node", "")
+            except KubeApiError as exc:
+                if exc.status != 403:
+                    raise
+                problem = (
+                    "external access: the operator may not read the nodes' addresses (it "
+                    "was installed with namespaced RBAC, rbac.clusterWide=false), so clients "
+                    "outside the cluster get no address; set spec.externalAccess."
+                    "advertisedHost to the host they reach the nodes at"
+                )
         for index in range(spec.groups):
             service = await state.api.get(
                 "Service", broker.namespace, external_service_name(broker.name, index)
@@ -410,7 +437,7 @@ async def _publish_external_endpoints(
     name = endpoints_config_map_name(broker.name)
     current = await state.api.get("ConfigMap", broker.namespace, name)
     if current is not None and (current.get("data") or {}) == endpoints:
-        return endpoints  # every refresh would otherwise write the same object again
+        return endpoints, problem  # every refresh would otherwise write the same object again
     await state.api.apply(
         {
             "apiVersion": "v1",
@@ -424,7 +451,7 @@ async def _publish_external_endpoints(
             "data": endpoints,
         }
     )
-    return endpoints
+    return endpoints, problem
 
 
 def _held_messages(endpoint: str, timeout: float) -> list[str]:

@@ -50,6 +50,13 @@ class ExternalAccessSpec:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class NetworkPolicySpec:
+    """Whether the operator fences the brokers' pods with NetworkPolicies."""
+
+    enabled: bool = True
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class BrokerSpec:
     image: str = ""
     image_pull_policy: str = "IfNotPresent"
@@ -71,6 +78,7 @@ class BrokerSpec:
     # Group suffixes ("c") whose topics take no more writes, so they can be consumed
     # empty and the group removed.
     drain_groups: tuple[str, ...] = ()
+    network_policy: NetworkPolicySpec = NetworkPolicySpec()
 
     @classmethod
     def from_manifest(cls, spec: Mapping[str, Any]) -> BrokerSpec:
@@ -79,6 +87,7 @@ class BrokerSpec:
         scheduling = spec.get("scheduling") or {}
         telemetry = spec.get("telemetry") or {}
         external = spec.get("externalAccess") or {}
+        network_policy = spec.get("networkPolicy") or {}
         defaults = cls()
         return cls(
             image=spec.get("image") or defaults.image,
@@ -122,4 +131,5 @@ class BrokerSpec:
                 },
             ),
             drain_groups=tuple(str(g) for g in spec.get("drainGroups") or ()),
+            network_policy=NetworkPolicySpec(enabled=bool(network_policy.get("enabled", True))),
         )

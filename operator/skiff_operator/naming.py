@@ -59,6 +59,11 @@ def external_service_name(broker: str, index: int) -> str:
     return f"{group_name(broker, index)}-external"
 
 
+def network_policy_name(broker: str, index: int) -> str:
+    """The group's NetworkPolicy (its own kind, so it may share the group's name)."""
+    return group_name(broker, index)
+
+
 def lease_name(broker: str, index: int) -> str:
     """The group's Lease, created by its brokers (the contract names it after the group)."""
     return group_name(broker, index)

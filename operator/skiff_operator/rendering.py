@@ -8,8 +8,12 @@ its random contents are made once (``render_ha_secret``), and kept while the Bro
 lives, since the running pods hold them. Per broker group: a StatefulSet, a
 headless Service for stable per-pod DNS names, a client Service in front of whichever
 pod labels itself ``skiff.io/role=master``, a ConfigMap with the broker settings as
-``SKIFF_*`` variables (the pods read it with ``envFrom``), a PodDisruptionBudget and,
-with external access on, a NodePort or LoadBalancer Service in front of the master.
+``SKIFF_*`` variables (the pods read it with ``envFrom``), a PodDisruptionBudget, with
+external access on a NodePort or LoadBalancer Service in front of the master, and
+(unless ``spec.networkPolicy.enabled`` is false) a NetworkPolicy fencing the group's pods:
+the client ports open to anyone, the replication port only to the group's own pods, no
+other port. It is per group because a policy cannot say "the same group as the pod it
+protects": one per Broker would let any group's pods reach every group's replication port.
 
 Which pod of a group is master is decided by the group's Lease, never by ordinal, so
 the StatefulSet uses ``OnDelete``: the operator restarts outdated pods itself, the
@@ -46,6 +50,7 @@ from .naming import (
     group_suffix,
     ha_secret_name,
     headless_service_name,
+    network_policy_name,
     settings_config_map_name,
 )
 
@@ -81,13 +86,16 @@ class GroupManifests:
     stateful_set: dict[str, Any]
     disruption_budget: dict[str, Any]
     external_service: dict[str, Any] | None = None
+    network_policy: dict[str, Any] | None = None
 
     def all(self) -> list[dict[str, Any]]:
-        """In the order they are applied: the ConfigMap before the pods that read it."""
+        """In the order they are applied: the ConfigMap before the pods that read it, the
+        NetworkPolicy before the pods it fences."""
+        fence = [self.network_policy] if self.network_policy is not None else []
         services = [self.headless_service, self.client_service]
         if self.external_service is not None:
             services.append(self.external_service)
-        return [self.config_map, *services, self.stateful_set, self.disruption_budget]
+        return [self.config_map, *fence, *services, self.stateful_set, self.disruption_budget]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -345,7 +353,49 @@ def render_group(
         "metadata": metadata(name),
         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": dict(selector)}},
     }
-    return GroupManifests(index, name, config_map, headless, client, stateful_set, budget, external)
+    network_policy = (
+        _network_policy(spec, broker, index, metadata) if spec.network_policy.enabled else None
+    )
+    return GroupManifests(
+        index, name, config_map, headless, client, stateful_set, budget, external, network_policy
+    )
+
+
+def _network_policy(
+    spec: BrokerSpec,
+    broker: BrokerIdentity,
+    index: int,
+    metadata: Callable[[str], dict[str, Any]],
+) -> dict[str, Any]:
+    """Ingress to the group's pods: client ports from anywhere, replication from the group.
+
+    Egress stays open: the brokers call DNS, the API server (their Lease) and other
+    groups' brokers on the client port.
+    """
+    client_ports = [{"protocol": "TCP", "port": CLIENT_PORT}]
+    if spec.external_access.enabled:
+        client_ports.append({"protocol": "TCP", "port": EXTERNAL_PORT})
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata(network_policy_name(broker.name, index)),
+        "spec": {
+            "podSelector": {"matchLabels": group_selector(broker.name, index)},
+            # Only Ingress is listed, so egress is not restricted by this policy.
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                # No "from": clients may be anywhere (other namespaces, outside the
+                # cluster through the external Service); the operator and the other
+                # groups' brokers call this port too.
+                {"ports": client_ports},
+                # Replicas connect to their master; only pods of this very group.
+                {
+                    "from": [{"podSelector": {"matchLabels": group_selector(broker.name, index)}}],
+                    "ports": [{"protocol": "TCP", "port": HA_PORT}],
+                },
+            ],
+        },
+    }
 
 
 def _external_service(

@@ -45,6 +45,7 @@ def test_helm_template_applies_with_server_side_dry_run(crds: ControlPlane) -> N
         "ClusterRoleBinding",
         "CustomResourceDefinition",
         "Deployment",
+        "NetworkPolicy",
         "ServiceAccount",
         "StorageClass",
         "Topic",
@@ -59,6 +60,80 @@ def test_helm_template_applies_with_server_side_dry_run(crds: ControlPlane) -> N
     assert broker["spec"]["externalAccess"] == {"type": "NodePort", "nodePortBase": 30911}
     # A dry run stores nothing.
     assert crds.get("deployment", "skiff-operator", "chart-dry-run") is None
+
+
+def rendered_kinds(control_plane: ControlPlane, *values: str) -> list[dict]:
+    rendered = control_plane.helm(
+        "template", "skiff", CHART, "--namespace", "skiff-system", *values
+    )  # fmt: skip
+    return [doc for doc in yaml.safe_load_all(rendered) if doc]
+
+
+def test_namespaced_rbac_is_a_role_per_watched_namespace_and_nothing_cluster_wide(
+    crds: ControlPlane,
+) -> None:
+    documents = rendered_kinds(
+        crds, "--set", "rbac.clusterWide=false", "--set", "operator.watchNamespaces={team-a,team-b}"
+    )
+    kinds = sorted(d["kind"] for d in documents)
+    assert kinds == [
+        "Deployment",
+        "NetworkPolicy",
+        "Role",
+        "Role",
+        "RoleBinding",
+        "RoleBinding",
+        "ServiceAccount",
+    ]
+    roles = {d["metadata"]["namespace"]: d for d in documents if d["kind"] == "Role"}
+    assert sorted(roles) == ["team-a", "team-b"]
+    (cluster_role,) = [d for d in rendered_kinds(crds) if d["kind"] == "ClusterRole"]
+    # The same rights, less the one cluster-scoped read (node addresses).
+    nodes = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}
+    assert nodes in cluster_role["rules"]
+    for role in roles.values():
+        assert role["rules"] == [r for r in cluster_role["rules"] if r != nodes]
+    for binding in (d for d in documents if d["kind"] == "RoleBinding"):
+        assert binding["roleRef"]["kind"] == "Role"
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "skiff-operator", "namespace": "skiff-system"}
+        ]
+    # The API server accepts them (kubectl needs the namespaces to exist for a dry run).
+    for namespace in roles:
+        crds.kubectl("create", "namespace", namespace)
+    output = crds.kubectl(
+        "apply", "--server-side", "--dry-run=server", "-f", "-",
+        input=yaml.safe_dump_all([d for d in documents if d["kind"].startswith("Role")]),
+    ).stdout  # fmt: skip
+    assert "role.rbac.authorization.k8s.io/skiff-operator serverside-applied" in output
+
+
+def test_namespaced_rbac_without_watched_namespaces_is_refused(
+    control_plane: ControlPlane,
+) -> None:
+    result = subprocess.run(
+        [control_plane.tool("helm"), "template", "x", CHART, "--set", "rbac.clusterWide=false"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode != 0
+    assert "rbac.clusterWide=false needs operator.watchNamespaces" in result.stderr
+
+
+def test_the_operator_pod_admits_only_its_health_port(control_plane: ControlPlane) -> None:
+    documents = rendered_kinds(control_plane)
+    (policy,) = [d for d in documents if d["kind"] == "NetworkPolicy"]
+    (deployment,) = [d for d in documents if d["kind"] == "Deployment"]
+    template = deployment["spec"]["template"]
+    assert policy["spec"]["podSelector"]["matchLabels"] == template["metadata"]["labels"]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    (container,) = template["spec"]["containers"]
+    served = {p["name"] for p in container["ports"]}
+    assert rule == {"ports": [{"protocol": "TCP", "port": "health"}]}
+    assert served == {"health"}
+    off = rendered_kinds(control_plane, "--set", "networkPolicy.enabled=false")
+    assert "NetworkPolicy" not in {d["kind"] for d in off}
 
 
 def test_kubectl_apply_of_the_examples(crds: ControlPlane) -> None:

@@ -4,6 +4,9 @@ The container's command and environment come from ``helm template``; the process
 here with the token of the chart's ServiceAccount. Two things differ from a pod and are
 replaced: the in-cluster credentials (a kubeconfig with the same token instead of the
 mounted token file) and the pod's network (the liveness port becomes a free loopback port).
+It runs twice: with the default cluster-wide RBAC and with ``rbac.clusterWide=false`` (a
+Role per watched namespace), each install in namespaces of its own so that the rights of
+one cannot help the other.
 """
 
 from __future__ import annotations
@@ -24,8 +27,6 @@ import pytest
 import yaml
 from tests.kube_control_plane import REPO_ROOT, ControlPlane, free_port, write_kubeconfig
 
-RELEASE_NAMESPACE = "chart-system"
-WATCHED = "chart-run"
 BROKER_IMAGE = "registry.test/skiff/broker"
 
 
@@ -54,26 +55,49 @@ def broker_watches(plane: ControlPlane) -> dict[str, int]:
     return counts
 
 
-def test_the_chart_deployment_runs_the_operator(crds: ControlPlane, tmp_path: Path) -> None:
-    for namespace in (RELEASE_NAMESPACE, WATCHED, "not-watched"):
+@pytest.mark.parametrize("cluster_wide", [True, False], ids=["cluster-wide", "namespaced"])
+def test_the_chart_deployment_runs_the_operator(
+    crds: ControlPlane, tmp_path: Path, cluster_wide: bool
+) -> None:
+    prefix = "chart" if cluster_wide else "scoped"
+    release_namespace, watched, not_watched = (
+        f"{prefix}-system",
+        f"{prefix}-run",
+        f"{prefix}-not-watched",
+    )
+    for namespace in (release_namespace, watched, not_watched):
         crds.kubectl("create", "namespace", namespace)
     rendered = crds.helm(
-        "template", "skiff", str(REPO_ROOT / "charts" / "skiff"),
-        "--namespace", RELEASE_NAMESPACE,
-        "--set", f"operator.watchNamespaces={{{WATCHED}}}",
+        "template", prefix, str(REPO_ROOT / "charts" / "skiff"),
+        "--namespace", release_namespace,
+        "--set", f"operator.watchNamespaces={{{watched}}}",
         "--set", f"operator.brokerImage.repository={BROKER_IMAGE}",
+        "--set", f"rbac.clusterWide={str(cluster_wide).lower()}",
     )  # fmt: skip
     documents = [d for d in yaml.safe_load_all(rendered) if d]
+    cluster_scoped = {d["kind"] for d in documents} & {"ClusterRole", "ClusterRoleBinding"}
+    assert bool(cluster_scoped) is cluster_wide
     crds.apply([d for d in documents if d["kind"] != "Deployment"])
     (deployment,) = [d for d in documents if d["kind"] == "Deployment"]
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     token = crds.kubectl(
-        "create", "token", pod["serviceAccountName"], "-n", RELEASE_NAMESPACE
+        "create", "token", pod["serviceAccountName"], "-n", release_namespace
     ).stdout.strip()  # fmt: skip
     kubeconfig = write_kubeconfig(
         tmp_path / "kubeconfig", crds.server, crds.ca_path, token, "chart-operator"
     )
+
+    def can(verb: str, resource: str, namespace: str) -> str:
+        result = crds.kubectl(
+            "auth", "can-i", verb, resource, "-n", namespace, kubeconfig=kubeconfig, check=False
+        )
+        return result.stdout.strip()
+
+    assert can("patch", "statefulsets.apps", watched) == "yes"
+    assert can("create", "networkpolicies.networking.k8s.io", watched) == "yes"
+    assert can("list", "nodes", watched) == ("yes" if cluster_wide else "no")
+    assert can("list", "brokers.skiff.io", not_watched) == ("yes" if cluster_wide else "no")
 
     env = {entry["name"]: entry["value"] for entry in container["env"]}
     probe = container["livenessProbe"]["httpGet"]
@@ -100,11 +124,12 @@ def test_the_chart_deployment_runs_the_operator(crds: ControlPlane, tmp_path: Pa
             "metadata": {"name": "charted"},
             "spec": {},
         }
-        crds.apply([{**broker, "metadata": {"name": "charted", "namespace": WATCHED}}])
-        crds.apply([{**broker, "metadata": {"name": "ignored", "namespace": "not-watched"}}])
+        crds.apply([{**broker, "metadata": {"name": "charted", "namespace": watched}}])
+        crds.apply([{**broker, "metadata": {"name": "ignored", "namespace": not_watched}}])
         stateful_set = wait_for(
-            lambda: crds.get("statefulset", "charted-a", WATCHED), "the operator to render"
+            lambda: crds.get("statefulset", "charted-a", watched), "the operator to render"
         )
+        assert crds.get("networkpolicy", "charted-a", watched) is not None
         image = stateful_set["spec"]["template"]["spec"]["containers"][0]["image"]
         chart = yaml.safe_load((REPO_ROOT / "charts" / "skiff" / "Chart.yaml").read_text())
         assert image == f"{BROKER_IMAGE}:{chart['appVersion']}"
@@ -118,7 +143,35 @@ def test_the_chart_deployment_runs_the_operator(crds: ControlPlane, tmp_path: Pa
         watches = broker_watches(crds)
         assert watches.get("namespace", 0) >= 1, watches
         assert watches.get("cluster", 0) == 0, watches
-        assert crds.get("statefulset", "ignored-a", "not-watched") is None
+        assert crds.get("statefulset", "ignored-a", not_watched) is None
+
+        # Node ports need a host for clients outside; without the right to read nodes
+        # the Broker's status tells the user to name it.
+        crds.apply(
+            [
+                {
+                    **broker,
+                    "metadata": {"name": "edge", "namespace": watched},
+                    "spec": {"externalAccess": {"type": "NodePort"}},
+                }
+            ]
+        )
+
+        def external_note() -> str:
+            conditions = ((crds.get("broker", "edge", watched) or {}).get("status") or {}).get(
+                "conditions"
+            ) or []
+            message = next((c["message"] for c in conditions if c["type"] == "Ready"), "")
+            return message if "advertisedHost" in message else ""
+
+        if cluster_wide:
+            wait_for(
+                lambda: crds.get("service", "edge-a-external", watched), "the external Service"
+            )
+        else:
+            note = wait_for(external_note, "the status to ask for advertisedHost")
+            assert "may not read the nodes' addresses" in note
+        assert process.poll() is None, "the operator exited"
     finally:
         process.send_signal(signal.SIGTERM)
         try:

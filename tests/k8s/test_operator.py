@@ -225,6 +225,9 @@ def test_the_operator_identity_has_only_what_it_needs(cluster: Cluster) -> None:
     assert can("create", "roles.rbac.authorization.k8s.io") == "yes"
     assert can("delete", "pods") == "yes"
     assert can("list", "nodes") == "yes"
+    assert can("create", "networkpolicies.networking.k8s.io") == "yes"
+    assert can("delete", "networkpolicies.networking.k8s.io") == "yes"
+    assert can("escalate", "networkpolicies.networking.k8s.io") == "no"
     assert can("get", "secrets") == "no"
     assert can("create", "secrets") == "yes"
     assert can("create", "pods") == "no"
@@ -262,6 +265,7 @@ def test_a_broker_gets_its_children_owned_by_it(cluster: Cluster) -> None:
         ("service", f"{BROKER}-a-pods"),
         ("configmap", f"{BROKER}-a-settings"),
         ("poddisruptionbudget", f"{BROKER}-a"),
+        ("networkpolicy", f"{BROKER}-a"),
         ("serviceaccount", f"{BROKER}-broker"),
         ("role", f"{BROKER}-broker"),
         ("rolebinding", f"{BROKER}-broker"),
@@ -1010,6 +1014,41 @@ def test_external_access_exposes_each_master_and_maps_its_address(cluster: Clust
     cluster.delete("broker", "edge")
 
 
+def test_each_group_is_fenced_by_a_network_policy_that_can_be_turned_off(
+    cluster: Cluster,
+) -> None:
+    fenced = broker_manifest(groups=2, externalAccess={"type": "LoadBalancer"})
+    fenced["metadata"]["name"] = "fenced"
+    cluster.apply(fenced)
+    for suffix in "ab":
+        policy = wait_for(
+            lambda suffix=suffix: cluster.get("networkpolicy", f"fenced-{suffix}"),
+            f"the NetworkPolicy of group {suffix}",
+        )
+        group = {"skiff.io/broker": "fenced", "skiff.io/group": suffix}
+        assert policy["spec"]["podSelector"] == {"matchLabels": group}
+        assert policy["spec"]["policyTypes"] == ["Ingress"]
+        clients, replication = policy["spec"]["ingress"]
+        # Client and external ports from anywhere; replication only from the group.
+        assert "from" not in clients
+        assert clients["ports"] == [
+            {"protocol": "TCP", "port": 8081},
+            {"protocol": "TCP", "port": 8082},
+        ]
+        assert replication == {
+            "from": [{"podSelector": {"matchLabels": group}}],
+            "ports": [{"protocol": "TCP", "port": 10912}],
+        }
+    cluster.merge_patch("broker", "fenced", {"spec": {"networkPolicy": {"enabled": False}}})
+    for suffix in "ab":
+        wait_for(
+            lambda suffix=suffix: cluster.get("networkpolicy", f"fenced-{suffix}") is None,
+            f"the NetworkPolicy of group {suffix} to go once turned off",
+        )
+    assert cluster.get("statefulset", "fenced-a") is not None
+    cluster.delete("broker", "fenced")
+
+
 def group_status_of(cluster: Cluster, broker: str, suffix: str) -> dict:
     groups = ((cluster.get("broker", broker) or {}).get("status") or {}).get("groups") or []
     return next((g for g in groups if g["name"] == suffix), {})
@@ -1025,6 +1064,7 @@ def test_deleting_a_broker_cascades_to_its_children(cluster: Cluster) -> None:
         ("service", "cascade-a-pods"),
         ("configmap", "cascade-a-settings"),
         ("poddisruptionbudget", "cascade-a"),
+        ("networkpolicy", "cascade-a"),
     ]
     for kind, name in children:
         wait_for(lambda kind=kind, name=name: cluster.get(kind, name), f"{kind} {name}")

@@ -26,3 +26,60 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/name: skiff-operator
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
+
+
+{{- /*
+The operator's rights on the namespaced kinds: exactly what it does with Brokers,
+Topics and their children. The same rules go into the ClusterRole (cluster-wide
+install) or into a Role per watched namespace.
+*/ -}}
+{{- define "skiff.operatorRules" -}}
+- apiGroups: [skiff.io]
+  resources: [brokers, topics]
+  verbs: [get, list, watch, patch]
+- apiGroups: [skiff.io]
+  resources: [brokers/status, topics/status]
+  verbs: [get, patch]
+# Children name their Broker as owner with blockOwnerDeletion.
+- apiGroups: [skiff.io]
+  resources: [brokers/finalizers]
+  verbs: [update]
+- apiGroups: [apps]
+  resources: [statefulsets]
+  verbs: [get, list, create, patch, delete]
+- apiGroups: [""]
+  resources: [services, serviceaccounts]
+  verbs: [get, list, create, patch, delete]
+# watch: Kubernetes lets a Role grant only rights its creator holds, and the brokers'
+# Role grants configmaps get/list/watch (the external endpoints map).
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, list, watch, create, patch, delete]
+# Each Broker's replication Secret is created once; the operator never reads a Secret.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [create]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [roles, rolebindings]
+  verbs: [get, list, create, patch, delete]
+# Status reads the Leases; the other verbs are the brokers' (see the comment above):
+# the operator never writes a Lease.
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [get, list, watch, create, update, patch]
+# Pods are restarted one at a time (replicas before the master) for a new template;
+# patch is the brokers' (their role label), granted onwards.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, patch, delete]
+- apiGroups: [policy]
+  resources: [poddisruptionbudgets]
+  verbs: [get, list, create, patch, delete]
+# Each broker group's NetworkPolicy (deleted when a Broker turns it off).
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, list, create, patch, delete]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- end -}}

@@ -41,10 +41,17 @@ def test_group_suffixes_follow_rocketmq_broker_names() -> None:
     ]
 
 
-def test_one_group_renders_five_children_owned_by_the_broker() -> None:
+def test_one_group_renders_six_children_owned_by_the_broker() -> None:
     (group,) = render_broker(spec(), BROKER)
     kinds = [m["kind"] for m in group.all()]
-    assert kinds == ["ConfigMap", "Service", "Service", "StatefulSet", "PodDisruptionBudget"]
+    assert kinds == [
+        "ConfigMap",
+        "NetworkPolicy",
+        "Service",
+        "Service",
+        "StatefulSet",
+        "PodDisruptionBudget",
+    ]
     for manifest in group.all():
         metadata = manifest["metadata"]
         assert metadata["namespace"] == "shop"
@@ -227,6 +234,41 @@ def test_client_service_selects_the_pod_the_lease_made_master() -> None:
         "skiff.io/broker": "orders",
         "skiff.io/group": "a",
     }
+
+
+def test_network_policy_opens_the_client_port_to_all_and_replication_to_the_group() -> None:
+    groups = render_broker(spec(groups=2), BROKER)
+    for group, suffix in zip(groups, "ab", strict=True):
+        policy = group.network_policy
+        assert policy is not None
+        assert policy["metadata"]["name"] == f"orders-{suffix}"
+        fenced = {"skiff.io/broker": "orders", "skiff.io/group": suffix}
+        assert policy["spec"]["podSelector"] == {"matchLabels": fenced}
+        # The StatefulSet's pods are the ones fenced.
+        pod_labels = group.stateful_set["spec"]["template"]["metadata"]["labels"]
+        assert fenced.items() <= pod_labels.items()
+        assert policy["spec"]["policyTypes"] == ["Ingress"]
+        clients, replication = policy["spec"]["ingress"]
+        assert clients == {"ports": [{"protocol": "TCP", "port": 8081}]}
+        assert replication == {
+            "from": [{"podSelector": {"matchLabels": fenced}}],
+            "ports": [{"protocol": "TCP", "port": 10912}],
+        }
+
+
+def test_network_policy_opens_the_external_port_with_external_access() -> None:
+    (group,) = render_broker(spec(externalAccess={"type": "LoadBalancer"}), BROKER)
+    assert group.network_policy is not None
+    clients = group.network_policy["spec"]["ingress"][0]
+    assert clients == {
+        "ports": [{"protocol": "TCP", "port": 8081}, {"protocol": "TCP", "port": 8082}]
+    }
+
+
+def test_network_policy_can_be_turned_off() -> None:
+    (group,) = render_broker(spec(networkPolicy={"enabled": False}), BROKER)
+    assert group.network_policy is None
+    assert "NetworkPolicy" not in [m["kind"] for m in group.all()]
 
 
 def test_scheduling_spreads_pods_of_a_group_and_keeps_user_rules() -> None:
