@@ -81,6 +81,8 @@ class BrokerProcess:
     endpoint: str = ""
     # Where a master serves replication (empty for a replica).
     ha_endpoint: str = ""
+    # The command line it was started with, to start it again the same way.
+    command: list[str] = dataclasses.field(default_factory=list)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -151,27 +153,28 @@ def start_broker(
     """
     data_dir = data_dir_of(tmp_path)
     log_path = tmp_path / f"broker-{next(_log_numbers)}.log"
+    command = [
+        *launcher,
+        "broker",
+        "--data-dir",
+        str(data_dir),
+        "--listen",
+        "127.0.0.1:0",
+        "--commit-log-file-size",
+        COMMIT_LOG_FILE_SIZE,
+        # A master serves replication; several brokers run at once in tests.
+        *(("--ha-listen", ha_listen) if ha_listen is not None else ()),
+        *extra_args,
+    ]
     with open(log_path, "wb") as log_file:
         proc = subprocess.Popen(
-            [
-                *launcher,
-                "broker",
-                "--data-dir",
-                str(data_dir),
-                "--listen",
-                "127.0.0.1:0",
-                "--commit-log-file-size",
-                COMMIT_LOG_FILE_SIZE,
-                # A master serves replication; several brokers run at once in tests.
-                *(("--ha-listen", ha_listen) if ha_listen is not None else ()),
-                *extra_args,
-            ],
+            command,
             env=broker_env(env),
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=log_file,
         )
-    broker = BrokerProcess(proc, data_dir, log_path)
+    broker = BrokerProcess(proc, data_dir, log_path, command=command)
     broker._wait_listening()
     return broker
 
