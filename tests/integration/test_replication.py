@@ -6,6 +6,9 @@ while producers are kept off it. SYNC replication acknowledges a send only once
 the replica holds it: after SIGKILL of the master under load, every acknowledged
 message is on the replica. A replica that kept bytes the new master never had
 cuts them, and promotion refuses a replica that is not in sync unless forced.
+An old master started again with its first command after its replica was
+promoted refuses to start with one line that says how to rejoin, and following
+it loses no acknowledged message; a master whose former replica is gone starts.
 """
 
 from __future__ import annotations
