@@ -81,6 +81,8 @@ class BrokerProcess:
     endpoint: str = ""
     # Where a master serves replication (empty for a replica).
     ha_endpoint: str = ""
+    # The command line it was started with, to start it again the same way.
+    command: list[str] = dataclasses.field(default_factory=list)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -137,6 +139,28 @@ class BrokerProcess:
         raise AssertionError(f"broker did not start listening; log:\n{self._tail()}")
 
 
+def broker_command(
+    tmp_path: Path,
+    *extra_args: str,
+    launcher: Sequence[str] = SKIFF,
+    ha_listen: str | None = "127.0.0.1:0",
+) -> list[str]:
+    """The command line :func:`start_broker` runs (options later in it win)."""
+    return [
+        *launcher,
+        "broker",
+        "--data-dir",
+        str(data_dir_of(tmp_path)),
+        "--listen",
+        "127.0.0.1:0",
+        "--commit-log-file-size",
+        COMMIT_LOG_FILE_SIZE,
+        # A master serves replication; several brokers run at once in tests.
+        *(("--ha-listen", ha_listen) if ha_listen is not None else ()),
+        *extra_args,
+    ]
+
+
 def start_broker(
     tmp_path: Path,
     *extra_args: str,
@@ -149,29 +173,17 @@ def start_broker(
     ``launcher`` is the command that takes the ``skiff`` arguments (``broker ...``).
     ``ha_listen`` None: no --ha-listen, so a MASTER serves no replication.
     """
-    data_dir = data_dir_of(tmp_path)
     log_path = tmp_path / f"broker-{next(_log_numbers)}.log"
+    command = broker_command(tmp_path, *extra_args, launcher=launcher, ha_listen=ha_listen)
     with open(log_path, "wb") as log_file:
         proc = subprocess.Popen(
-            [
-                *launcher,
-                "broker",
-                "--data-dir",
-                str(data_dir),
-                "--listen",
-                "127.0.0.1:0",
-                "--commit-log-file-size",
-                COMMIT_LOG_FILE_SIZE,
-                # A master serves replication; several brokers run at once in tests.
-                *(("--ha-listen", ha_listen) if ha_listen is not None else ()),
-                *extra_args,
-            ],
+            command,
             env=broker_env(env),
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=log_file,
         )
-    broker = BrokerProcess(proc, data_dir, log_path)
+    broker = BrokerProcess(proc, data_dir_of(tmp_path), log_path, command=command)
     broker._wait_listening()
     return broker
 

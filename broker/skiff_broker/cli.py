@@ -444,7 +444,9 @@ def broker(
     from .config import BrokerConfig
     from .ha.config import ReplicationConfig, ReplicationMode, Role
     from .ha.epoch_file import EpochFileError
+    from .ha.replica_book import ReplicaBookError
     from .ha.role_file import RoleFileError
+    from .ha.successor_check import SupersededMaster
     from .metadata.state_file import StateFileError
     from .server.app import BrokerServer
     from .store.errors import StoreError
@@ -522,7 +524,15 @@ def broker(
             _check_can_listen(config.replication.ha_listen, "--ha-listen")
         server = BrokerServer(config)
         asyncio.run(server.serve_until_signalled())
-    except (StoreError, OSError, EpochFileError, StateFileError, RoleFileError) as exc:
+    except (
+        StoreError,
+        OSError,
+        EpochFileError,
+        StateFileError,
+        RoleFileError,
+        ReplicaBookError,
+        SupersededMaster,
+    ) as exc:
         raise click.ClickException(_one_line(str(exc))) from exc
     except Exception as exc:
         # Anything else is a fault of the broker: one line here, the traceback at DEBUG.

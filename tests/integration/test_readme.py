@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from tests.broker_process import (
     BrokerProcess,
+    broker_command,
     broker_env,
     create_topics,
     data_dir_of,
@@ -175,18 +176,23 @@ class Walkthrough:
         self.promote, self.rejoin = (
             self._args(line) for line in failover.splitlines() if line.strip()
         )
+        # The one line the old master exits with when started again with its first command.
+        (refusal,) = _blocks(_section("Replication"), "text")
+        self.refusal = self._ports(refusal.strip())
         self.running: list[BrokerProcess] = []
 
-    def _args(self, line: str) -> list[str]:
-        line = line.split("#")[0]
+    def _ports(self, text: str) -> str:
         for port, mine in self.ports.items():
-            line = line.replace(f":{port}", f":{mine}")
-        args = shlex.split(line)
+            text = text.replace(f":{port}", f":{mine}")
+        return text
+
+    def _args(self, line: str) -> list[str]:
+        args = shlex.split(self._ports(line.split("#")[0]))
         assert args[0] == "skiff"
         return args[1:]
 
-    def broker(self, args: list[str]) -> BrokerProcess:
-        """``skiff broker ...`` with its data directory under the test's folder."""
+    def _in_test_folder(self, args: list[str]) -> tuple[Path, list[str]]:
+        """The broker's home under the test's folder, and its other arguments."""
         assert args[0] == "broker"
         rest = list(args[1:])
         at = rest.index("--data-dir")
@@ -195,10 +201,30 @@ class Walkthrough:
         secret = rest.index("--ha-secret-file") + 1
         rest[secret] = str(self.tmp_path / rest[secret])
         home.mkdir(exist_ok=True)
+        return home, rest
+
+    def broker(self, args: list[str]) -> BrokerProcess:
+        """``skiff broker ...`` with its data directory under the test's folder."""
+        home, rest = self._in_test_folder(args)
         # The secret comes from the README's file alone, not the launcher's variable.
         broker = start_broker(home, *rest, env={"SKIFF_HA_SECRET": ""})
         self.running.append(broker)
         return broker
+
+    def refused(self, args: list[str]) -> str:
+        """``skiff broker ...`` that must exit 1 without serving; its error line."""
+        home, rest = self._in_test_folder(args)
+        done = subprocess.run(
+            broker_command(home, *rest),
+            env=broker_env({"SKIFF_HA_SECRET": ""}),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 1, done.stderr
+        assert "listening on" not in done.stderr
+        (error,) = (line for line in done.stderr.splitlines() if line.startswith("Error:"))
+        return error
 
     def skiff(self, args: list[str]) -> str:
         done = subprocess.run(
@@ -260,7 +286,9 @@ def test_replication_walkthrough_loses_no_acknowledged_message(walkthrough: Walk
     assert "is now MASTER" in steps.skiff(steps.promote)
     second = steps.send("8082", 5, b"second")
 
-    # The old master rejoins as the README says and copies everything acknowledged.
+    # Started again with its first command, the old master refuses with the README's line.
+    assert steps.refused(steps.starts[0]) == steps.refusal
+    # It rejoins as the README says and copies everything acknowledged.
     steps.broker(steps.rejoin)
     _wait("a0 to copy a1's log", lambda: steps.stored("8081").keys() >= (first | second).keys())
     assert steps.stored("8082") == first | second
@@ -278,10 +306,13 @@ def test_restarting_both_with_their_first_commands_keeps_the_promotion(
     steps.skiff(steps.promote)
     second = steps.send("8082", 5, b"second")
 
-    # kill -9 a1 too, then both come back with the commands they were first started with.
+    # kill -9 a1 too, then both come back with the commands they were first started with:
+    # a1 stays the master (in a new term), a0 refuses to be a second one.
     a1.kill()
     a1 = steps.broker(steps.starts[1])
-    steps.broker(steps.starts[0])
+    refusal = steps.refused(steps.starts[0])
+    assert "was promoted to master of group broker-a at epoch 3" in refusal
+    assert refusal.endswith(steps.refusal.rpartition(" with ")[2])
     info = json.loads(
         steps.skiff(["admin", "info", "--endpoint", steps.endpoint("8082"), "--json"])
     )
@@ -289,3 +320,5 @@ def test_restarting_both_with_their_first_commands_keeps_the_promotion(
     assert any("stays master" in r.get("msg", "") for r in a1.log_lines())
     assert not any("diverged" in r.get("msg", "") for r in a1.log_lines())
     assert steps.stored("8082") == first | second
+    steps.broker(steps.rejoin)
+    _wait("a0 to copy a1's log", lambda: steps.stored("8081").keys() >= (first | second).keys())

@@ -6,6 +6,9 @@ while producers are kept off it. SYNC replication acknowledges a send only once
 the replica holds it: after SIGKILL of the master under load, every acknowledged
 message is on the replica. A replica that kept bytes the new master never had
 cuts them, and promotion refuses a replica that is not in sync unless forced.
+An old master started again with its first command after its replica was
+promoted refuses to start with one line that says how to rejoin, and following
+it loses no acknowledged message; a master whose former replica is gone starts.
 """
 
 from __future__ import annotations
@@ -589,3 +592,63 @@ def test_a_replica_follows_its_master_through_a_restart_into_a_new_term(group: G
     assert pull_all(replica) == before | after
     wait_for("the new term on the replica", lambda: info(replica).epoch == 2)
     assert (replica.data_dir / "epoch").read_text() == (master.data_dir / "epoch").read_text()
+
+
+def test_an_old_master_started_again_as_it_was_refuses_and_rejoins_losing_nothing(
+    group: Group,
+) -> None:
+    first = ("--replication-mode", "ASYNC")
+    old = group.master("master", *first)
+    follower = group.replica("replica", old)
+    before = send(old, [b"term-1-%d" % i for i in range(60)])
+    wait_caught_up(old, follower)
+    wait_for("the replica in sync", lambda: info(follower).replica_in_sync)
+    old.kill()
+    with AdminClient(follower.endpoint) as admin:
+        promoted = admin.promote()
+    assert (promoted.role, promoted.epoch) == ("MASTER", 2)
+    # Acknowledged by the promoted broker alone.
+    after = send(follower, [b"term-2-%d" % i for i in range(40)])
+    old_epochs = (old.data_dir / "epoch").read_bytes()
+
+    result = subprocess.run(
+        old.command, env=broker_env(), capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 1, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, result.stderr
+    line = errors[0]
+    assert f"broker {follower.endpoint} was promoted to master of group broker-a at epoch 2" in (
+        line
+    )
+    assert line.endswith(f"--role REPLICA --master-address {promoted.ha_address}"), line
+    # It began no term, so it never took a write.
+    assert (old.data_dir / "epoch").read_bytes() == old_epochs
+    assert "listening on" not in result.stderr
+
+    # Doing what the line says: the first command with the options it names.
+    rejoin = line.partition("start it with ")[2].split()
+    returned = group.master("master", *first, *rejoin)
+    end = wait_caught_up(follower, returned)
+    state = info(returned)
+    assert (state.role, state.epoch, state.master_address) == ("REPLICA", 2, promoted.ha_address)
+    assert log_bytes(returned, end) == log_bytes(follower, end)
+    assert pull_all(returned) == before | after
+    assert pull_all(follower) == before | after
+
+
+def test_a_master_whose_former_replica_is_gone_starts_and_names_it(group: Group) -> None:
+    master = group.master("master")
+    replica = group.replica("replica", master)
+    before = send(master, [b"kept-%d" % i for i in range(20)])
+    wait_caught_up(master, replica)
+    replica.stop()
+    master.stop()
+
+    master = group.master("master")
+    state = info(master)
+    assert (state.role, state.epoch, state.writable) == ("MASTER", 2, True)
+    unreachable = [r["msg"] for r in master.log_lines() if "not reachable" in r["msg"]]
+    assert unreachable and replica.endpoint in unreachable[0], unreachable
+    after = send(master, [b"later-%d" % i for i in range(20)])
+    assert pull_all(master) == before | after

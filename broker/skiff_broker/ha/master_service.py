@@ -11,6 +11,10 @@ sends a heartbeat when idle. The replica's ACKs move its acknowledged offset,
 which SYNC writers wait on (:mod:`.in_sync`). Topic config and consumer
 offsets follow as METADATA frames whenever they change.
 
+Outside a Lease, each replica's client endpoint from its HELLO goes into the
+replica book (:mod:`.replica_book`) once it is accepted, so that this broker,
+started again as master, can ask it whether it was promoted meanwhile.
+
 An ACK counts only up to what this connection has sent: a peer that claims more
 is dropped and its claim counts for nothing, so no write is acknowledged as
 replicated on the word of a replica that does not hold it.
@@ -35,6 +39,7 @@ from .framing import FrameType, FramingError
 from .in_sync import InSyncTracker, NameInUse, ReplicaState
 from .liveness import Liveness
 from .peer_auth import AuthenticationFailed, RateLimitedLog, prove_to_replica
+from .replica_book import ReplicaBook
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +62,15 @@ class _Session:
 
 
 class ReplicationMaster:
-    def __init__(self, config: ReplicationConfig, broker: Broker, epochs: EpochFile) -> None:
+    def __init__(
+        self,
+        config: ReplicationConfig,
+        broker: Broker,
+        epochs: EpochFile,
+        replica_book: ReplicaBook | None = None,
+    ) -> None:
         self.config = config
+        self._replica_book = replica_book
         self._broker = broker
         self._store = broker.store
         self._epochs = epochs
@@ -204,6 +216,7 @@ class ReplicationMaster:
             )
             session.sent_end = start
             log.info("replica %s (%s) connected; sending the log from %d", name, address, start)
+            await self._remember(name, hello.json())
             self._sessions.add(session)
             liveness = Liveness(self.config.heartbeat_timeout)
             acks = asyncio.create_task(self._read_acks(reader, state, session, liveness))
@@ -240,6 +253,24 @@ class ReplicationMaster:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
             self._tasks.discard(task)
+
+    async def _remember(self, name: str, hello: dict) -> None:
+        """Write down where the replica's clients reach it (a failure only loses the note)."""
+        endpoint = hello.get("endpoint")
+        if self._replica_book is None or not isinstance(endpoint, str) or not endpoint:
+            return
+        try:
+            if await asyncio.to_thread(self._replica_book.remember, name, endpoint):
+                log.info("replica %s answers admin calls at %s", name, endpoint)
+        except OSError as exc:
+            log.warning(
+                "cannot record replica %s at %s in %s (%s): started again as master, this "
+                "broker will not ask it whether it was promoted; check the data directory",
+                name,
+                endpoint,
+                self._replica_book.path,
+                exc,
+            )
 
     def _log_auth_failure(self, address: str, why: str) -> None:
         line = self._auth_failures.line(

@@ -2,15 +2,16 @@
 
 The client connects to the master's replication address, and both prove they
 hold the group's secret (:mod:`.peer_auth`): a master that cannot prove it is
-told nothing and has nothing written. Then the client says how far its
-log goes and which master terms it holds. The master answers where the copy
-continues; a replica that holds bytes the master never had (it followed an
-earlier master further than the new one got) first cuts its log back to that
-point, with the store's recovery truncation. Then it writes each DATA run into
-its own commit log at the same offset and acknowledges the new end, never past
-the last byte the master sent on this connection (the padding of a BLANK record
-written ahead of its bytes is acknowledged as they arrive). Its own
-dispatcher builds consume queues and index, so consumers can read here.
+told nothing and has nothing written. Then the client says how far its log goes,
+which master terms it holds and where its own clients reach it. The master
+answers where the copy continues; a replica that holds bytes the master never
+had (it followed an earlier master further than the new one got) first cuts its
+log back to that point, with the store's recovery truncation. Then it writes
+each DATA run into its own commit log at the same offset and acknowledges the
+new end, never past the last byte the master sent on this connection (the
+padding of a BLANK record written ahead of its bytes is acknowledged as they
+arrive). Its own dispatcher builds consume queues and index, so consumers can
+read here.
 
 An ACK is also the replica's heartbeat: one goes out at least every heartbeat
 interval. A master not heard from within the heartbeat timeout is taken for
@@ -56,9 +57,17 @@ _PADDING_CHUNK = 4 * 1024 * 1024
 
 class ReplicaClient:
     def __init__(
-        self, config: ReplicationConfig, broker: Broker, epochs: EpochFile, name: str
+        self,
+        config: ReplicationConfig,
+        broker: Broker,
+        epochs: EpochFile,
+        name: str,
+        *,
+        endpoint: str = "",
     ) -> None:
+        """``endpoint``: where this broker's clients reach it, told to the master."""
         self.config = config
+        self.endpoint = endpoint
         self._broker = broker
         self._store = broker.store
         self._epochs = epochs
@@ -177,6 +186,7 @@ class ReplicaClient:
                     FrameType.HELLO,
                     {
                         "replica": self.name,
+                        "endpoint": self.endpoint,
                         "max_offset": store.commit_log.queue.max_wrote_offset,
                         "epochs": [e.to_json() for e in self._epochs.entries],
                         "file_size": store.config.commit_log_file_size,

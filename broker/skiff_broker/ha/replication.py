@@ -8,10 +8,14 @@ replication itself. The term is in the epoch file before the first write is
 taken.
 
 A promotion by hand is recorded in the role file (:mod:`.role_file`) so that a
-restart keeps it. Under a Lease (role LEASE) the broker starts as a replica of
-nobody; the Lease's holder calls :meth:`Replication.become_master` with the
-Lease's epoch, and a master that lost the Lease follows (:meth:`Replication.follow`)
-the new holder, cutting only what it never acknowledged.
+restart keeps it. Outside a Lease a master writes down where its replicas answer
+(:mod:`.replica_book`), and a broker that starts as master asks them first: if one
+was promoted past it, it does not start (:mod:`.successor_check`).
+
+Under a Lease (role LEASE) the broker starts as a replica of nobody; the Lease's
+holder calls :meth:`Replication.become_master` with the Lease's epoch, and a
+master that lost the Lease follows (:meth:`Replication.follow`) the new holder,
+cutting only what it never acknowledged.
 """
 
 from __future__ import annotations
@@ -22,13 +26,17 @@ import logging
 import os
 from collections.abc import Callable
 
+from ..auth.model import parse_user_spec
+from ..client.credentials import Credentials
 from ..runtime import Broker
 from .config import DEFAULT_HA_LISTEN, ReplicationConfig, ReplicationMode, Role, parse_host_port
 from .epoch_file import EpochFile
 from .in_sync import ReplicaStatus
 from .master_service import ReplicationMaster
+from .replica_book import ReplicaBook
 from .replica_client import ReplicaClient
 from .role_file import read_promoted, write_promoted
+from .successor_check import check_not_superseded
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +71,14 @@ class ReplicationInfo:
 
 
 class Replication:
-    def __init__(self, config: ReplicationConfig, broker: Broker, name: Callable[[], str]) -> None:
+    def __init__(
+        self,
+        config: ReplicationConfig,
+        broker: Broker,
+        name: Callable[[], str],
+        endpoint: Callable[[], str] = lambda: "",
+    ) -> None:
+        """``name``: this broker as a replica; ``endpoint``: where its clients reach it."""
         if config.role is Role.AUTO:
             raise ValueError("resolve --role AUTO before starting replication")
         if config.enabled and not config.ha_listen:
@@ -78,9 +93,14 @@ class Replication:
         data_dir = broker.config.store.data_dir
         self.epochs = EpochFile(os.path.join(data_dir, "epoch"))
         self.role_path = os.path.join(data_dir, "role")
+        # Under a Lease the Lease lists the replicas; a book is kept only without one.
+        self.replica_book = (
+            None if self.under_lease else ReplicaBook(os.path.join(data_dir, "replicas"))
+        )
         self.master: ReplicationMaster | None = None
         self.client: ReplicaClient | None = None
         self._name = name
+        self._endpoint = endpoint
         self._changing = asyncio.Lock()
 
     @property
@@ -88,10 +108,13 @@ class Replication:
         return self.role is Role.REPLICA
 
     def load(self) -> None:
-        """Read the epoch and role files (before the store starts: damage stops the broker)."""
+        """Read the epoch, role and replicas files (before the store starts: damage stops
+        the broker); a master asks its former replicas whether one was promoted past it
+        (SupersededMaster if so)."""
         self.epochs.load()
-        if self.under_lease:
+        if self.replica_book is None:
             return
+        self.replica_book.load()
         promoted = read_promoted(self.role_path)
         if promoted is not None and self.role is Role.REPLICA:
             log.warning(
@@ -107,6 +130,14 @@ class Replication:
             self.config.master_address = ""
             if promoted.get("ha_listen"):
                 self.config.ha_listen = str(promoted["ha_listen"])
+        if self.role is Role.MASTER:
+            check_not_superseded(
+                self._broker.config.broker_name,
+                self.epochs.epoch,
+                self.replica_book.endpoints,
+                credentials=_peer_credentials(self._broker),
+                role_file=self.role_path if promoted is not None else "",
+            )
 
     async def start(self) -> None:
         if self.role is Role.MASTER:
@@ -114,7 +145,9 @@ class Replication:
         elif self.under_lease:
             log.info("waiting for the group's Lease to name a master")
         else:
-            self.client = ReplicaClient(self.config, self._broker, self.epochs, self._name())
+            self.client = ReplicaClient(
+                self.config, self._broker, self.epochs, self._name(), endpoint=self._endpoint()
+            )
             self.client.start()
             log.info("replica of %s", self.config.master_address)
 
@@ -129,7 +162,9 @@ class Replication:
         store = self._broker.store
         master = None
         if self.config.enabled:
-            master = ReplicationMaster(self.config, self._broker, self.epochs)
+            master = ReplicationMaster(
+                self.config, self._broker, self.epochs, replica_book=self.replica_book
+            )
             # Listening first: a broker that cannot serve replication starts no term.
             await master.start()
         # A log from before any term (or a new one) belongs to this first term whole.
@@ -266,7 +301,9 @@ class Replication:
             if self.client is not None:
                 await self.client.stop()
             self.config.master_address = master_address
-            self.client = ReplicaClient(self.config, self._broker, self.epochs, self._name())
+            self.client = ReplicaClient(
+                self.config, self._broker, self.epochs, self._name(), endpoint=self._endpoint()
+            )
             self.client.start()
             log.info("replica of %s", master_address)
 
@@ -285,6 +322,15 @@ class Replication:
             in_sync=client.in_sync() if client is not None else False,
             lag_bytes=client.lag_bytes if client is not None else 0,
         )
+
+
+def _peer_credentials(broker: Broker) -> Credentials | None:
+    """Calls to peers of the group sign as the bootstrap super user when auth is on."""
+    auth = broker.config.auth
+    if not auth.enabled or not auth.init_user:
+        return None
+    user = parse_user_spec(auth.init_user)
+    return Credentials(user.access_key, user.secret_key)
 
 
 async def _answers(address: str) -> bool:

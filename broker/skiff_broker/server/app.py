@@ -53,7 +53,9 @@ class BrokerServer:
         )
         self.broker = Broker(config, observer=self.telemetry.store_observer())
         self.under_lease = config.replication.role is Role.LEASE
-        self.replication = Replication(config.replication, self.broker, name=self._replica_name)
+        self.replication = Replication(
+            config.replication, self.broker, name=self._replica_name, endpoint=self.client_endpoint
+        )
         self.messaging: MessagingService | None = None
         self.port = 0
         self.external_port = 0
