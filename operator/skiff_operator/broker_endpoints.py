@@ -6,6 +6,11 @@ fixed ordinal).
 ``EndpointResolver`` is the one place that decides it, so that an operator running
 outside the cluster (or a test, where no pod DNS exists) can point it elsewhere with a
 template.
+
+Users live in each broker pod (they do not replicate), so the operator also reaches
+every pod: ``pod_endpoint`` uses the pod's DNS name under the group's headless Service
+by default; with a custom template it formats that template (which may use ``{pod}``),
+so an operator outside the cluster points both at one place.
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ from .naming import (
 )
 
 # Fields a template may use: {namespace} {broker} {group} {group_name}
-# {headless_service} {cluster_domain} {port} {client_service_dns_name}.
+# {headless_service} {cluster_domain} {port} {client_service_dns_name}, and {pod} for
+# the per-pod endpoint.
 DEFAULT_TEMPLATE = "{client_service_dns_name}:{port}"
+POD_TEMPLATE = "{pod}.{headless_service}.{namespace}.svc.{cluster_domain}:{port}"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -32,8 +39,17 @@ class EndpointResolver:
 
     def master_endpoint(self, namespace: str, broker: str, index: int) -> str:
         """``host:port`` of the admin service of group ``index``'s master."""
+        return self._format(self.template, namespace, broker, index, pod="")
+
+    def pod_endpoint(self, namespace: str, broker: str, index: int, pod: str) -> str:
+        """``host:port`` of the admin service of one pod of group ``index``."""
+        template = POD_TEMPLATE if self.template == DEFAULT_TEMPLATE else self.template
+        return self._format(template, namespace, broker, index, pod=pod)
+
+    def _format(self, template: str, namespace: str, broker: str, index: int, pod: str) -> str:
         try:
-            return self.template.format(
+            return template.format(
+                pod=pod,
                 namespace=namespace,
                 broker=broker,
                 group=group_suffix(index),
@@ -47,7 +63,7 @@ class EndpointResolver:
             )
         except (KeyError, IndexError, ValueError) as exc:
             raise ValueError(
-                f"the broker endpoint template {self.template!r} is invalid ({exc}); use the "
+                f"the broker endpoint template {template!r} is invalid ({exc}); use the "
                 "fields {namespace} {broker} {group} {group_name} {headless_service} "
-                "{cluster_domain} {port} {client_service_dns_name}"
+                "{cluster_domain} {port} {client_service_dns_name} (and {pod} per pod)"
             ) from None

@@ -13,6 +13,7 @@ from .config import OperatorConfig
 from .kube_api import KubeApi
 from .operator_state import OperatorState
 from .topic_handlers import delete_topic, reconcile_topic
+from .user_handlers import delete_user, reconcile_user
 
 # kopf keeps its bookkeeping in annotations under this prefix (the CRDs' status schema
 # has no room for it), and its finalizer under this name.
@@ -51,7 +52,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         )
         settings.persistence.finalizer = FINALIZER
         settings.posting.level = logging.WARNING
-        # Brokers and Topics are known; watching CRDs and namespaces needs no extra rights.
+        # Brokers, Topics and Users are known; watching CRDs and namespaces needs no extra rights.
         settings.scanning.disabled = True
         api = KubeApi(lambda: cluster_connection(settings))
         await api.__aenter__()
@@ -66,12 +67,18 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     for decorator in (kopf.on.create, kopf.on.update, kopf.on.resume):
         on_resource(decorator, "brokers", id="reconcile")(reconcile_broker)
         on_resource(decorator, "topics", id="reconcile")(reconcile_topic)
+        on_resource(decorator, "users", id="reconcile")(reconcile_user)
     on_resource(kopf.timer, "brokers", id="status", interval=config.status_interval_s)(
         refresh_broker_status
     )
     on_resource(kopf.timer, "topics", id="resync", interval=config.topic_resync_interval_s)(
         reconcile_topic
     )
+    # Also re-applies users to pods that restarted or joined, and retires rotated keys.
+    on_resource(kopf.timer, "users", id="resync", interval=config.topic_resync_interval_s)(
+        reconcile_user
+    )
     on_resource(kopf.on.delete, "topics", id="delete")(delete_topic)
+    on_resource(kopf.on.delete, "users", id="delete")(delete_user)
     # Children go by garbage collection; this only drops the operator's lock.
     on_resource(kopf.on.delete, "brokers", id="forget", optional=True)(forget_broker)

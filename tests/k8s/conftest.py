@@ -36,6 +36,6 @@ def crds(control_plane: ControlPlane) -> ControlPlane:
     control_plane.kubectl("apply", "-f", str(REPO_ROOT / "crds"))
     control_plane.kubectl(
         "wait", "--for", "condition=Established", "--timeout", "60s",
-        "crd/brokers.skiff.io", "crd/topics.skiff.io",
+        "crd/brokers.skiff.io", "crd/topics.skiff.io", "crd/users.skiff.io",
     )  # fmt: skip
     return control_plane

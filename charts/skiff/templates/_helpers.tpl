@@ -35,14 +35,14 @@ install) or into a Role per watched namespace.
 */ -}}
 {{- define "skiff.operatorRules" -}}
 - apiGroups: [skiff.io]
-  resources: [brokers, topics]
+  resources: [brokers, topics, users]
   verbs: [get, list, watch, patch]
 - apiGroups: [skiff.io]
-  resources: [brokers/status, topics/status]
+  resources: [brokers/status, topics/status, users/status]
   verbs: [get, patch]
-# Children name their Broker as owner with blockOwnerDeletion.
+# Children name their Broker (a User's Secret its User) as owner with blockOwnerDeletion.
 - apiGroups: [skiff.io]
-  resources: [brokers/finalizers]
+  resources: [brokers/finalizers, users/finalizers]
   verbs: [update]
 - apiGroups: [apps]
   resources: [statefulsets]
@@ -55,10 +55,15 @@ install) or into a Role per watched namespace.
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [get, list, watch, create, patch, delete]
-# Each Broker's replication Secret is created once; the operator never reads a Secret.
+# Each Broker's replication Secret is created once. A User's credentials Secret is
+# created once, read (the keys go to every broker pod, also pods that start later),
+# patched on rotation and deleted with the User. RBAC cannot narrow these to the
+# Secrets the operator owns (their names are not known in advance); the operator only
+# ever addresses <user>-credentials of a User it reconciles. No list or watch: it never
+# enumerates Secrets.
 - apiGroups: [""]
   resources: [secrets]
-  verbs: [create]
+  verbs: [get, create, patch, delete]
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
   verbs: [get, list, create, patch, delete]

@@ -335,7 +335,9 @@ def test_spec_defaults_match_the_crd_defaults() -> None:
     assert from_crd == BrokerSpec.from_manifest({})
 
 
-@pytest.mark.parametrize("name", ["skiff.io_brokers.yaml", "skiff.io_topics.yaml"])
+@pytest.mark.parametrize(
+    "name", ["skiff.io_brokers.yaml", "skiff.io_topics.yaml", "skiff.io_users.yaml"]
+)
 def test_chart_ships_the_same_crd_files(name: str) -> None:
     assert (ROOT / "charts" / "skiff" / "crds" / name).read_bytes() == (
         ROOT / "crds" / name
