@@ -141,9 +141,15 @@ def test_kubectl_apply_of_the_examples(crds: ControlPlane) -> None:
     examples = REPO_ROOT / "examples"
     output = crds.kubectl(
         "apply", "-n", "examples", "-f", str(examples / "broker.yaml"),
-        "-f", str(examples / "topic.yaml"),
+        "-f", str(examples / "topic.yaml"), "-f", str(examples / "user.yaml"),
     ).stdout  # fmt: skip
     assert "broker.skiff.io/skiff created" in output
+    assert "user.skiff.io/billing created" in output
+    user = crds.get("skuser", "billing", "examples")
+    assert user is not None
+    # Filled in by the API server from the CRD's defaults.
+    assert user["spec"]["acl"][0]["decision"] == "Allow"
+    assert user["spec"]["super"] is False
     assert "topic.skiff.io/orders created" in output
     assert "topic.skiff.io/payments created" in output
     stored = crds.get("topic", "payments", "examples")

@@ -51,7 +51,7 @@ from tests.kube_control_plane import (
     write_kubeconfig,
 )
 
-from skiff_broker.client.admin import AdminClient, Permission
+from skiff_broker.client.admin import AclEntry, AdminClient, Permission
 from skiff_broker.client.errors import NotFound
 
 NAMESPACE = "shop"
@@ -228,7 +228,9 @@ def test_the_operator_identity_has_only_what_it_needs(cluster: Cluster) -> None:
     assert can("create", "networkpolicies.networking.k8s.io") == "yes"
     assert can("delete", "networkpolicies.networking.k8s.io") == "yes"
     assert can("escalate", "networkpolicies.networking.k8s.io") == "no"
-    assert can("get", "secrets") == "no"
+    # A User's keys go to every broker pod, also pods that start later: read from its Secret.
+    assert can("get", "secrets") == "yes"
+    assert can("list", "secrets") == "no"
     assert can("create", "secrets") == "yes"
     assert can("create", "pods") == "no"
     assert can("delete", "leases.coordination.k8s.io") == "no"
@@ -766,6 +768,120 @@ def test_a_broker_refusal_shows_in_the_topic_status(cluster: Cluster) -> None:
     cluster.apply(topic_manifest("reserved", topicName="SCHEDULE_TOPIC_XXXX"))
     topic = cluster.wait_ready("topic", "reserved", "False", "Invalid")
     assert "belongs to the broker" in ready_condition(topic)["message"]
+
+
+def user_manifest(name: str, **spec: Any) -> dict:
+    return {
+        "apiVersion": "skiff.io/v1alpha1",
+        "kind": "User",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"brokerRef": {"name": BROKER}, **spec},
+    }
+
+
+def stored_keys(cluster: Cluster, user: str) -> dict[str, str]:
+    secret = cluster.get("secret", f"{user}-credentials") or {}
+    return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
+
+
+def users_on_broker(cluster: Cluster) -> set[str]:
+    # Every pod of the Broker resolves to this one broker here (see the module docstring).
+    with AdminClient(f"127.0.0.1:{cluster.broker_port}") as admin:
+        return {user.access_key for user in admin.list_users()}
+
+
+def test_a_user_gets_its_keys_and_acl_on_the_brokers(cluster: Cluster) -> None:
+    publish = {"resources": ["Topic:OrderEvents"], "actions": ["Pub"]}
+    cluster.apply(user_manifest("billing", acl=[publish]))
+    # The Broker does not enforce authentication: Ready, and the message says what that means.
+    user = cluster.wait_ready("user", "billing", "True", "AuthDisabled")
+    assert "has no effect until it does" in ready_condition(user)["message"]
+    keys = stored_keys(cluster, "billing")
+    assert user["status"]["accessKey"] == keys["accessKey"]
+    assert user["status"]["secretName"] == "billing-credentials"
+    assert len(keys["secretKey"]) >= 32
+    secret = cluster.get("secret", "billing-credentials")
+    assert secret is not None
+    (owner,) = secret["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"]) == ("User", "billing")
+    with AdminClient(f"127.0.0.1:{cluster.broker_port}") as admin:
+        stored = admin.get_user(keys["accessKey"])
+        assert (stored.super_user, stored.enabled) == (False, True)
+        assert admin.get_acl(keys["accessKey"]) == [AclEntry(("Topic:OrderEvents",), ("Pub",))]
+
+    subscribe = {"resources": ["Group:billing"], "actions": ["Sub"], "decision": "Deny"}
+    cluster.merge_patch("user", "billing", {"spec": {"acl": [subscribe], "disabled": True}})
+    cluster.wait_ready("user", "billing", "True", "AuthDisabled")
+    with AdminClient(f"127.0.0.1:{cluster.broker_port}") as admin:
+        assert not admin.get_user(keys["accessKey"]).enabled
+        assert admin.get_acl(keys["accessKey"]) == [AclEntry(("Group:billing",), ("Sub",), "Deny")]
+    # The keys are made once: reconciling again keeps them.
+    assert stored_keys(cluster, "billing") == keys
+
+
+def test_rotation_keeps_the_previous_keys_valid_until_retired(cluster: Cluster) -> None:
+    first = stored_keys(cluster, "billing")["accessKey"]
+
+    def annotate(token: str) -> None:
+        cluster.plane.kubectl(
+            "annotate", "user", "billing", "-n", NAMESPACE, f"skiff.io/rotate={token}",
+            "--overwrite",
+        )  # fmt: skip
+
+    annotate("one")
+    keys = wait_for(
+        lambda: (k := stored_keys(cluster, "billing")).get("previousAccessKey") == first and k,
+        "the first rotation",
+    )
+    second = keys["accessKey"]
+    assert second != first
+    # Both pairs are valid during the grace period (an hour by default).
+    wait_for(lambda: {first, second} <= users_on_broker(cluster), "both keys on the broker")
+    user = wait_for(
+        lambda: (
+            (u := cluster.get("user", "billing")) and u["status"].get("accessKey") == second and u
+        ),
+        "the status to name the new key",
+    )
+    assert user["status"]["previousAccessKey"] == first
+
+    # A rotation during the grace retires the previous pair first; with no grace the
+    # pair it replaces goes as well.
+    cluster.merge_patch("user", "billing", {"spec": {"rotationGraceSeconds": 0}})
+    annotate("two")
+    keys = wait_for(
+        lambda: (
+            (k := stored_keys(cluster, "billing")).get("accessKey") not in (first, second)
+            and "previousAccessKey" not in k
+            and k
+        ),
+        "the second rotation to finish",
+    )
+    wait_for(
+        lambda: (
+            users_on_broker(cluster) & {first, second, keys["accessKey"]} == {keys["accessKey"]}
+        ),
+        "only the newest key on the broker",
+    )
+    cluster.wait_ready("user", "billing", "True", "AuthDisabled")
+
+
+def test_deleting_a_user_removes_it_from_the_brokers_and_its_secret(cluster: Cluster) -> None:
+    access_key = stored_keys(cluster, "billing")["accessKey"]
+    assert access_key in users_on_broker(cluster)
+    cluster.delete("user", "billing")
+    assert access_key not in users_on_broker(cluster)
+    assert cluster.get("secret", "billing-credentials") is None
+
+
+def test_a_user_of_a_missing_broker_says_so_and_deletes_freely(cluster: Cluster) -> None:
+    orphan = user_manifest("stray")
+    orphan["spec"]["brokerRef"]["name"] = "nowhere"
+    cluster.apply(orphan)
+    user = cluster.wait_ready("user", "stray", "False", "BrokerNotFound")
+    assert "Broker 'nowhere' does not exist" in ready_condition(user)["message"]
+    cluster.delete("user", "stray")
+    assert cluster.get("user", "stray") is None
 
 
 def test_deleting_a_topic_deletes_it_on_the_brokers_unless_retained(cluster: Cluster) -> None:
