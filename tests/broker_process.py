@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from skiff_broker.metadata.topic_table import TopicConfig, TopicTable
@@ -204,3 +204,24 @@ def running_broker(
         raise
     if broker.proc.poll() is None:
         broker.stop()
+
+
+@contextlib.contextmanager
+def killed_afterwards() -> Iterator[list[BrokerProcess]]:
+    """A list for the brokers a test starts; every one is killed when the block ends."""
+    started: list[BrokerProcess] = []
+    try:
+        yield started
+    finally:
+        for broker in started:
+            broker.kill()
+
+
+def wait_for(what: str, condition: Callable[[], bool], deadline_s: float = 60.0) -> None:
+    """Poll ``condition`` until it holds; AssertionError naming ``what`` after the deadline."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import random
 import socket
 import subprocess
 import time
@@ -41,10 +42,38 @@ def binaries_dir() -> Path | None:
     return None
 
 
+# Ports handed out by free_port in this process: none is handed out twice.
+_HANDED_OUT: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A free loopback TCP port below the kernel's ephemeral range, for later use.
+
+    A port taken with bind(0) and released can be handed by the kernel to any socket
+    bound to port 0 before its user binds it (a broker's own loopback ports, a client's
+    connection): one from below the ephemeral range cannot.
+    """
+    top = _ephemeral_low()
+    for _ in range(1000):
+        port = random.randrange(max(1024, top - 10000), top)
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    raise RuntimeError(f"no free loopback port below {top}")
 
 
 def write_kubeconfig(path: Path, server: str, ca_path: Path, token: str, user: str) -> Path:

@@ -177,6 +177,38 @@ def test_a_group_without_sub_rights_is_forbidden(broker):
     assert "Sub on Group:someone-else" in str(refused.value)
 
 
+def telemetry_settings(broker: BrokerProcess, settings: pb.Settings) -> spb.TelemetryCommand:
+    """The broker's answer to one Settings on a Telemetry stream signed by alice."""
+    with grpc.insecure_channel(broker.endpoint) as channel:
+        stream = MessagingServiceStub(channel).Telemetry(
+            iter([spb.TelemetryCommand(settings=settings)]),
+            metadata=official_metadata(broker, *ALICE),
+            timeout=10,
+        )
+        return next(iter(stream))
+
+
+def test_telemetry_settings_claim_only_topics_and_groups_the_user_may_use(broker):
+    # A producer's settings name the topics it publishes to: the broker would send it
+    # those topics' orphaned transactions, so it must be allowed to publish there.
+    allowed = pb.Settings(publishing=pb.Publishing(topics=[pb.Resource(name="orders")]))
+    assert telemetry_settings(broker, allowed).HasField("settings")
+    claimed = pb.Settings(publishing=pb.Publishing(topics=[pb.Resource(name="audit")]))
+    with pytest.raises(grpc.RpcError) as refused:
+        telemetry_settings(broker, claimed)
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "Pub on Topic:audit" in refused.value.details()
+    other_group = pb.Settings(
+        subscription=pb.Subscription(
+            group=pb.Resource(name="someone-else"),
+            subscriptions=[pb.SubscriptionEntry(topic=pb.Resource(name="orders"))],
+        )
+    )
+    with pytest.raises(grpc.RpcError) as refused:
+        telemetry_settings(broker, other_group)
+    assert "Sub on Group:someone-else" in refused.value.details()
+
+
 def test_the_admin_service_refuses_unsigned_and_unprivileged_calls(broker):
     with grpc.insecure_channel(broker.endpoint) as channel:
         stub = admin_pb2_grpc.AdminServiceStub(channel)

@@ -7,11 +7,8 @@ segments end in BLANK records whose padding the replica writes itself.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from tests.broker_process import (
@@ -19,7 +16,9 @@ from tests.broker_process import (
     BrokerProcess,
     create_topics,
     data_dir_of,
+    killed_afterwards,
     start_broker,
+    wait_for,
 )
 
 from skiff_broker.client.admin import AdminClient
@@ -32,7 +31,6 @@ TOPIC = "copied"
 SEGMENT = "2m"
 SEGMENT_BYTES = 2 * 1024 * 1024
 MAX_MESSAGE = "256k"
-DEADLINE_S = 60.0
 HEARTBEATS = ("--ha-heartbeat-interval", "0.5", "--ha-heartbeat-timeout", "5")
 
 
@@ -67,25 +65,6 @@ def fill(data_dir: Path, total_bytes: int) -> list[tuple[int, int]]:
         written += zip(result.append.physical_offsets, result.append.sizes, strict=True)
     store.shutdown()
     return written
-
-
-@contextlib.contextmanager
-def brokers() -> Iterator[list[BrokerProcess]]:
-    started: list[BrokerProcess] = []
-    try:
-        yield started
-    finally:
-        for broker in started:
-            broker.kill()
-
-
-def wait_for(what: str, condition: Callable[[], bool]) -> None:
-    end = time.monotonic() + DEADLINE_S
-    while time.monotonic() < end:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def log_end(broker: BrokerProcess) -> int:
@@ -133,7 +112,7 @@ def test_a_backlog_is_copied_byte_for_byte_across_cut_runs_and_blank_records(
     tmp_path: Path,
 ) -> None:
     fill(data_dir_of(tmp_path / "master"), 3 * SEGMENT_BYTES)
-    with brokers() as started:
+    with killed_afterwards() as started:
         master, replica = start_pair(tmp_path, started)
         end = log_end(master)
         wait_for(f"the replica to reach {end}", lambda: log_end(replica) == end)
@@ -153,7 +132,7 @@ def test_a_record_that_fails_its_check_is_not_written_and_the_master_is_named(
         assert f.read(1) == b"\x02"
         f.seek(bad_offset + bad_size - 1)
         f.write(b"X")
-    with brokers() as started:
+    with killed_afterwards() as started:
         master, replica = start_pair(tmp_path, started)
         wait_for("the replica to refuse the record", lambda: "fails its check" in replica.log())
         errors = [line for line in replica.log_lines() if "fails its check" in line.get("msg", "")]

@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -45,6 +44,7 @@ from tests.broker_process import (
     data_dir_of,
     start_broker,
 )
+from tests.kube_control_plane import free_port
 
 from skiff_broker.client.admin import AdminClient, BrokerInfo
 from skiff_broker.client.errors import BrokerUnavailable, FailedPrecondition, MessagingError
@@ -567,12 +567,6 @@ def test_heartbeats_find_a_silent_peer_in_both_directions(group: Group) -> None:
     finally:
         os.kill(master.proc.pid, signal.SIGCONT)
     wait_for("the replica to follow again", lambda: info(replica).replica_connected)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_a_replica_follows_its_master_through_a_restart_into_a_new_term(group: Group) -> None:

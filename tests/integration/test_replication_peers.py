@@ -15,8 +15,7 @@ import json
 import socket
 import subprocess
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,7 +28,9 @@ from tests.broker_process import (
     broker_env,
     create_topics,
     data_dir_of,
+    killed_afterwards,
     start_broker,
+    wait_for,
 )
 
 from skiff_broker.client.admin import AdminClient, BrokerInfo
@@ -53,21 +54,8 @@ HEARTBEATS = ("--ha-heartbeat-interval", "0.5", "--ha-heartbeat-timeout", "5")
 
 @pytest.fixture
 def brokers() -> Iterator[list[BrokerProcess]]:
-    started: list[BrokerProcess] = []
-    try:
+    with killed_afterwards() as started:
         yield started
-    finally:
-        for broker in started:
-            broker.kill()
-
-
-def wait_for(what: str, condition: Callable[[], bool]) -> None:
-    end = time.monotonic() + DEADLINE_S
-    while time.monotonic() < end:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def info(broker: BrokerProcess) -> BrokerInfo:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import socket
 import ssl
 import stat
 import subprocess
@@ -26,6 +25,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from tests.broker_process import SKIFF, broker_env, running_broker
+from tests.kube_control_plane import free_port
 
 from skiff_broker.client.admin import AdminClient
 from skiff_broker.client.channels import ClientTls
@@ -191,14 +191,8 @@ def test_cli_over_tls(tmp_path):
         assert "--tls-ca" in unverified.stderr
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def test_external_listener_follows_the_tls_mode(tmp_path):
-    external = f"127.0.0.1:{_free_port()}"
+    external = f"127.0.0.1:{free_port()}"
     with running_broker(tmp_path, "--tls-mode", "enforcing", "--external-listen", external) as b:
         cert = str(_self_signed_cert(b.data_dir))
         with AdminClient(external, tls=ClientTls(True, cert)) as admin:

@@ -6,7 +6,9 @@ call never reaches its service. How a refusal is answered:
 * apache.rocketmq.v2: gRPC OK with the response's ``Status`` set to
   UNAUTHORIZED (40100, not signed right) or FORBIDDEN (40300, not allowed), which
   the official clients report as such; a refused Telemetry stream ends with
-  gRPC UNAUTHENTICATED / PERMISSION_DENIED (it has no status field to use).
+  gRPC UNAUTHENTICATED / PERMISSION_DENIED (it has no status field to use),
+  also when a Settings it carries later claims topics or a group the user may not
+  use.
 * skiff.admin.v1 and skiff.records.v1: gRPC UNAUTHENTICATED / PERMISSION_DENIED.
 
 Every message says what to do. Requests whose bytes do not parse pass through
@@ -26,13 +28,14 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 
 from ..error_text import bounded
 from ..server.undecodable import Undecodable
-from .decision import decide
-from .rights import needs_of
+from .decision import Need, decide
+from .rights import needs_of, telemetry_needs
 from .signature import SignatureError, verify
 from .user_store import UserStore
 
 _MESSAGING = spb.DESCRIPTOR.services_by_name["MessagingService"]
 _MESSAGING_PREFIX = f"/{_MESSAGING.full_name}/"
+_TELEMETRY = _MESSAGING_PREFIX + "Telemetry"
 
 
 class _Refused(Exception):
@@ -82,7 +85,8 @@ class AuthGate(grpc.aio.ServerInterceptor):
 
     # -- the check ------------------------------------------------------------
 
-    def _check(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> None:
+    def _check(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> str:
+        """The access key that signed the call; _Refused if it may not make it."""
         headers = {}
         for item in context.invocation_metadata() or ():
             value = item.value
@@ -92,13 +96,17 @@ class AuthGate(grpc.aio.ServerInterceptor):
         except SignatureError as exc:
             raise _Refused(False, str(exc)) from None
         if request is None or isinstance(request, Undecodable):
-            return
+            return access_key
+        self._authorize(access_key, needs_of(method, request), context)
+        return access_key
+
+    def _authorize(
+        self, access_key: str, needs: tuple[Need, ...], context: grpc.aio.ServicerContext
+    ) -> None:
         user = self._users.user(access_key)
         if user is None:  # deleted since the signature was checked
             raise _Refused(False, f"access key {access_key!r} is unknown")
-        refusal = decide(
-            user, self._users.acl(access_key), needs_of(method, request), caller_ip(context.peer())
-        )
+        refusal = decide(user, self._users.acl(access_key), needs, caller_ip(context.peer()))
         if refusal is not None:
             raise _Refused(True, refusal.reason)
 
@@ -138,16 +146,19 @@ class AuthGate(grpc.aio.ServerInterceptor):
         streaming = handler.stream_stream or handler.stream_unary
         is_stream_stream = handler.stream_stream is not None
 
-        async def check_stream(context: grpc.aio.ServicerContext) -> None:
+        async def check_stream(context: grpc.aio.ServicerContext) -> str:
             try:
-                self._check(method, None, context)
+                return self._check(method, None, context)
             except _Refused as refused:
                 await _abort(refused, context)
+                raise
 
         if is_stream_stream:
 
             async def stream_stream(requests: Any, context: grpc.aio.ServicerContext) -> Any:
-                await check_stream(context)
+                access_key = await check_stream(context)
+                if method == _TELEMETRY:
+                    requests = self._authorized_commands(access_key, requests, context)
                 async for response in streaming(requests, context):
                     yield response
 
@@ -159,6 +170,17 @@ class AuthGate(grpc.aio.ServerInterceptor):
             return await result if inspect.isawaitable(result) else result
 
         return grpc.stream_unary_rpc_method_handler(stream_unary, **kwargs)
+
+    async def _authorized_commands(
+        self, access_key: str, commands: Any, context: grpc.aio.ServicerContext
+    ) -> Any:
+        """The stream's commands, each Settings allowed first; a refusal ends the stream."""
+        async for command in commands:
+            try:
+                self._authorize(access_key, telemetry_needs(command), context)
+            except _Refused as refused:
+                await _abort(refused, context)
+            yield command
 
 
 async def _abort(refused: _Refused, context: grpc.aio.ServicerContext) -> None:

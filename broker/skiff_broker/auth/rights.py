@@ -4,7 +4,10 @@ Messaging RPCs need what RocketMQ 5 asks of them: sends and transaction ends
 Pub on the topic; receive, ack, invisible-time changes, dead-lettering, pull,
 offsets and assignments Sub on both topic and group; a route query Pub, Sub or
 Get on the topic; a consumer's heartbeat and termination Sub on its group.
-Telemetry and a producer's heartbeat need only a signed request.
+A producer's heartbeat needs only a signed request; a Telemetry stream needs a
+signed request to open, and each Settings it carries what it claims
+(``telemetry_needs``): Pub on a producer's topics, Sub on a consumer's group and
+topics (the broker sends a producer its topics' orphaned transactions).
 Skiff's own services: Append Pub and Fetch Sub on the topic; admin topic changes
 Create/Update/Delete on the topic, look-ups Get (List for the topic list, on
 ``Cluster``), consumer lag Get on topic and group; promotion and the user/ACL
@@ -90,6 +93,25 @@ _RULES: dict[str, Callable[[Any], tuple[Need, ...]]] = {
     _ADMIN + "QueryMessagesByKey": lambda r: (need(_TOPIC, r.topic, Action.GET),),
     _ADMIN + "GetOffsetByTime": lambda r: (need(_TOPIC, r.topic, Action.GET),),
 }
+
+
+def telemetry_needs(command: Any) -> tuple[Need, ...]:
+    """What one TelemetryCommand claims: its Settings' topics and group; else nothing."""
+    if not command.HasField("settings"):
+        return ()
+    settings = command.settings
+    kind = settings.WhichOneof("pub_sub")
+    if kind == "publishing":
+        topics = sorted({t.name for t in settings.publishing.topics})
+        return tuple(need(_TOPIC, topic, Action.PUB) for topic in topics)
+    if kind == "subscription":
+        subscription = settings.subscription
+        topics = sorted({e.topic.name for e in subscription.subscriptions})
+        return (
+            need(_GROUP, subscription.group.name, Action.SUB),
+            *(need(_TOPIC, topic, Action.SUB) for topic in topics),
+        )
+    return ()
 
 
 def needs_of(method: str, request: Any) -> tuple[Need, ...]:

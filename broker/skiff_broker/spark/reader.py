@@ -115,8 +115,10 @@ def read_slice(task: SliceToRead) -> Iterator[pa.RecordBatch]:
                 yield record_batch(messages, schema, queue.group)
             # Ended early: either offsets the broker skipped (records that failed their
             # CRC) end the range, or this broker does not hold the range's end yet.
+            if start >= queue.end:
+                return
             held = consumer.max_offset(queue.topic, queue.queue_id)
-            if start >= queue.end or held >= queue.end:
+            if held >= queue.end:
                 return
             if time.monotonic() > deadline:
                 raise BrokerUnavailable(
