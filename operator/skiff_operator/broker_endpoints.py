@@ -7,10 +7,11 @@ fixed ordinal).
 outside the cluster (or a test, where no pod DNS exists) can point it elsewhere with a
 template.
 
-Users live in each broker pod (they do not replicate), so the operator also reaches
-every pod: ``pod_endpoint`` uses the pod's DNS name under the group's headless Service
-by default; with a custom template it formats that template (which may use ``{pod}``),
-so an operator outside the cluster points both at one place.
+Users go to the pod holding the group's Lease by name (not through the client Service,
+whose role label may lag a failover): ``pod_endpoint`` uses the pod's DNS name under
+the group's headless Service by default; with a custom template it formats that
+template (which may use ``{pod}``), so an operator outside the cluster points both at
+one place.
 """
 
 from __future__ import annotations

@@ -17,9 +17,9 @@ from typing import Any
 
 import kopf
 
-from skiff_broker.client.admin import AdminClient
 from skiff_broker.client.errors import SkiffError
 
+from .admin_access import AdminAccess
 from .broker_spec import BrokerSpec
 from .cluster_status import GroupLease, external_endpoint, read_lease
 from .conditions import READY, ready_condition, with_condition
@@ -44,6 +44,7 @@ from .rendering import (
     BrokerIdentity,
     broker_labels,
     owner_reference,
+    render_admin_secret,
     render_broker,
     render_cluster,
     render_ha_secret,
@@ -96,6 +97,9 @@ async def _reconcile_broker(
         # Before the pods that read it; made once, never overwritten (pods hold it).
         if await api.create_once(render_ha_secret(identity)):
             logger.info("created the replication secret of Broker %s", name)
+        # Kept when auth is turned off: turning it on again keeps the pods' super user.
+        if broker_spec.auth.enabled and await api.create_once(render_admin_secret(identity)):
+            logger.info("created the admin Secret (super user) of Broker %s", name)
         for manifest in cluster.all():
             await api.apply(manifest)
         for group in groups:
@@ -117,7 +121,7 @@ async def _reconcile_broker(
         key=lambda suffix: (len(suffix), suffix),
     )
     if removed:
-        refusal = await _scale_in_refusal(state, namespace, name, removed, broker_spec)
+        refusal = await _scale_in_refusal(state, body, removed, broker_spec)
         if refusal:
             _set_ready(patch, conditions, False, "ScaleInRefused", refusal, generation)
             raise kopf.TemporaryError(refusal, delay=state.retry_delay)
@@ -148,8 +152,9 @@ async def _name_clash(api: KubeApi, service: Mapping[str, Any], broker: BrokerId
 
 
 async def forget_broker(name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
-    """Deletion cascades through owner references; only the operator's own lock goes."""
+    """Deletion cascades through owner references; only the operator's own state goes."""
     memo.state.forget("Broker", namespace, name)
+    memo.state.admin.forget(namespace, name)
 
 
 async def refresh_broker_status(
@@ -213,7 +218,7 @@ async def _refresh_status(
             "externalEndpoint": external.get(set_name, ""),
         }
         if suffix in spec.drain_groups:
-            progress = await _drain(state, namespace, name, index)
+            progress = await _drain(state, body, index)
             entry["draining"] = True
             entry["unconsumedMessages"] = progress.unconsumed if progress else -1
             draining.append(_drain_line(suffix, progress))
@@ -333,25 +338,28 @@ def _set_ready(
 
 
 async def _scale_in_refusal(
-    state: OperatorState, namespace: str, name: str, removed: list[str], spec: BrokerSpec
+    state: OperatorState, broker: Mapping[str, Any], removed: list[str], spec: BrokerSpec
 ) -> str:
     """Why the groups ``removed`` cannot go yet; empty if none holds a message it must keep.
 
     A group in ``spec.drainGroups`` may go once nothing on it is unconsumed; any other
     group only once it holds no message at all.
     """
+    namespace, name = broker["metadata"]["namespace"], broker["metadata"]["name"]
     problems = []
     for suffix in removed:
         index = group_index(suffix)
         endpoint = state.resolver.master_endpoint(namespace, name, index)
         try:
+            access = await state.admin.access(broker)
             if suffix in spec.drain_groups:
-                progress = await asyncio.to_thread(drain_group, endpoint, state.admin_timeout)
+                progress = await asyncio.to_thread(drain_group, endpoint, access)
                 problems.extend(f"group {suffix} (draining) holds {t}" for t in progress.topics)
             else:
-                held = await asyncio.to_thread(_held_messages, endpoint, state.admin_timeout)
+                held = await asyncio.to_thread(_held_messages, endpoint, access)
                 problems.extend(f"group {suffix} {line}" for line in held)
         except SkiffError as exc:
+            state.admin.note_failure(namespace, name, exc)
             problems.append(f"group {suffix} cannot be checked ({exc.message})")
     if not problems:
         return ""
@@ -363,13 +371,16 @@ async def _scale_in_refusal(
 
 
 async def _drain(
-    state: OperatorState, namespace: str, name: str, index: int
+    state: OperatorState, broker: Mapping[str, Any], index: int
 ) -> DrainProgress | None:
     """Writes off on a draining group and what is left to consume; None if unreachable."""
+    namespace, name = broker["metadata"]["namespace"], broker["metadata"]["name"]
     endpoint = state.resolver.master_endpoint(namespace, name, index)
     try:
-        return await asyncio.to_thread(drain_group, endpoint, state.admin_timeout)
+        access = await state.admin.access(broker)
+        return await asyncio.to_thread(drain_group, endpoint, access)
     except SkiffError as exc:
+        state.admin.note_failure(namespace, name, exc)
         log.warning("draining group %s of Broker %s: %s", group_suffix(index), name, exc.message)
         return None
 
@@ -454,10 +465,10 @@ async def _publish_external_endpoints(
     return endpoints, problem
 
 
-def _held_messages(endpoint: str, timeout: float) -> list[str]:
+def _held_messages(endpoint: str, access: AdminAccess) -> list[str]:
     """One line per topic that still holds messages on the broker at ``endpoint``."""
     held = []
-    with AdminClient(endpoint, timeout=timeout) as admin:
+    with access.client(endpoint) as admin:
         for topic in admin.list_topics():
             count = sum(q.max_offset - q.min_offset for q in admin.queue_offsets(topic.name))
             if count > 0:

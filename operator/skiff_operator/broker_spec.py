@@ -57,6 +57,13 @@ class NetworkPolicySpec:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class AuthSpec:
+    """Whether the brokers require signed requests from known users (SKIFF_AUTH)."""
+
+    enabled: bool = True
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class BrokerSpec:
     image: str = ""
     image_pull_policy: str = "IfNotPresent"
@@ -79,6 +86,7 @@ class BrokerSpec:
     # empty and the group removed.
     drain_groups: tuple[str, ...] = ()
     network_policy: NetworkPolicySpec = NetworkPolicySpec()
+    auth: AuthSpec = AuthSpec()
 
     @classmethod
     def from_manifest(cls, spec: Mapping[str, Any]) -> BrokerSpec:
@@ -88,6 +96,7 @@ class BrokerSpec:
         telemetry = spec.get("telemetry") or {}
         external = spec.get("externalAccess") or {}
         network_policy = spec.get("networkPolicy") or {}
+        auth = spec.get("auth") or {}
         defaults = cls()
         return cls(
             image=spec.get("image") or defaults.image,
@@ -132,4 +141,5 @@ class BrokerSpec:
             ),
             drain_groups=tuple(str(g) for g in spec.get("drainGroups") or ()),
             network_policy=NetworkPolicySpec(enabled=bool(network_policy.get("enabled", True))),
+            auth=AuthSpec(enabled=bool(auth.get("enabled", True))),
         )

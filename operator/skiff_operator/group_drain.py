@@ -17,6 +17,8 @@ import dataclasses
 from skiff_broker.client.admin import AdminClient, Permission, Topic
 from skiff_broker.client.errors import InvalidArgument, NotFound
 
+from .admin_access import AdminAccess
+
 # No official client accepts a space in a group name, so no group of this name exists:
 # asking for its lag gets the NOT_FOUND reply that names the groups that do.
 _PROBE_GROUP = "skiff operator drain probe"
@@ -35,9 +37,9 @@ class DrainProgress:
 DRAINING_PERMISSION = Permission.READ
 
 
-def drain_group(endpoint: str, timeout: float) -> DrainProgress:
+def drain_group(endpoint: str, access: AdminAccess) -> DrainProgress:
     """Turn writes off on every topic of the group's master; what remains to consume."""
-    with AdminClient(endpoint, timeout=timeout) as admin:
+    with access.client(endpoint) as admin:
         total = 0
         lines = []
         for topic in admin.list_topics():

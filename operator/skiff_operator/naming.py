@@ -31,6 +31,18 @@ def ha_secret_name(broker: str) -> str:
     return f"{broker}-replication"
 
 
+# Keys of the Broker's admin Secret (admin_secret_name): the super user's keys, and both
+# as ACCESS:SECRET, the form the pods read into SKIFF_AUTH_INIT_USER.
+ADMIN_ACCESS_KEY = "accessKey"
+ADMIN_SECRET_KEY = "secretKey"
+ADMIN_USER_KEY = "user"
+
+
+def admin_secret_name(broker: str) -> str:
+    """The Secret holding the super user every pod of the Broker starts with (auth on)."""
+    return f"{broker}-admin"
+
+
 def group_suffix(index: int) -> str:
     """0 -> "a", 25 -> "z", 26 -> "aa": RocketMQ names its broker groups broker-a, broker-b."""
     letters = string.ascii_lowercase

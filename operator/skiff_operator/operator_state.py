@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
+from .admin_access import AdminCredentials
 from .broker_endpoints import EndpointResolver
 from .config import OperatorConfig
 from .kube_api import KubeApi
@@ -15,6 +16,8 @@ class OperatorState:
     config: OperatorConfig
     api: KubeApi
     resolver: EndpointResolver
+    # How each Broker's admin service is called (signed as its super user when auth is on).
+    admin: AdminCredentials
     # One reconcile at a time per object: a timer and a change handler may fire together.
     _locks: dict[tuple[str, ...], asyncio.Lock] = dataclasses.field(default_factory=dict)
 

@@ -8,6 +8,7 @@ from typing import Any
 import kopf
 
 from . import GROUP, VERSION
+from .admin_access import AdminCredentials
 from .broker_handlers import forget_broker, reconcile_broker, refresh_broker_status
 from .config import OperatorConfig
 from .kube_api import KubeApi
@@ -56,7 +57,9 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         settings.scanning.disabled = True
         api = KubeApi(lambda: cluster_connection(settings))
         await api.__aenter__()
-        memo.state = OperatorState(config, api, config.endpoint_resolver())
+        memo.state = OperatorState(
+            config, api, config.endpoint_resolver(), AdminCredentials(api, config.admin_timeout_s)
+        )
 
     @kopf.on.cleanup(registry=registry)
     async def stop(memo: kopf.Memo, **_: Any) -> None:

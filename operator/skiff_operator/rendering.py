@@ -3,9 +3,12 @@
 Per Broker: the brokers' ServiceAccount with a namespaced Role and RoleBinding (the
 group Leases, their own pod's role label, the external endpoints ConfigMap: nothing
 more), a bootstrap Service over every pod, and a Secret with the replication secret
-every pod reads into SKIFF_HA_SECRET. The Secret is the one child not re-applied:
-its random contents are made once (``render_ha_secret``), and kept while the Broker
-lives, since the running pods hold them. Per broker group: a StatefulSet, a
+every pod reads into SKIFF_HA_SECRET; with ``spec.auth.enabled`` (the default) also a
+Secret with a random super user every pod reads into SKIFF_AUTH_INIT_USER, whose keys
+the operator signs its admin calls with. These Secrets are the children never
+re-applied: their random contents are made once (``render_ha_secret``,
+``render_admin_secret``) and kept while the Broker lives, since the running pods hold
+them. Per broker group: a StatefulSet, a
 headless Service for stable per-pod DNS names, a client Service in front of whichever
 pod labels itself ``skiff.io/role=master``, a ConfigMap with the broker settings as
 ``SKIFF_*`` variables (the pods read it with ``envFrom``), a PodDisruptionBudget, with
@@ -27,12 +30,16 @@ import dataclasses
 import hashlib
 import json
 import os
+import secrets
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from . import API_VERSION
 from .broker_spec import BrokerSpec
 from .naming import (
+    ADMIN_ACCESS_KEY,
+    ADMIN_SECRET_KEY,
+    ADMIN_USER_KEY,
     CLIENT_PORT,
     DATA_DIR,
     EXTERNAL_PORT,
@@ -43,6 +50,7 @@ from .naming import (
     LABEL_ROLE,
     MANAGED_BY,
     ROLE_MASTER,
+    admin_secret_name,
     bootstrap_service_name,
     broker_service_account_name,
     external_service_name,
@@ -180,6 +188,32 @@ def render_ha_secret(broker: BrokerIdentity) -> dict[str, Any]:
     }
 
 
+def render_admin_secret(broker: BrokerIdentity) -> dict[str, Any]:
+    """A new super user for the Broker, random on every call.
+
+    The pods create (or reset) it at every start from SKIFF_AUTH_INIT_USER; the operator
+    signs its admin calls with it; brokers sign their look-ups at other groups with it.
+    """
+    access_key = f"{broker.name}-admin-{secrets.token_hex(4)}"
+    secret_key = secrets.token_urlsafe(32)
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": admin_secret_name(broker.name),
+            "namespace": broker.namespace,
+            "labels": broker_labels(broker.name),
+            "ownerReferences": [owner_reference(broker)],
+        },
+        "type": "Opaque",
+        "stringData": {
+            ADMIN_ACCESS_KEY: access_key,
+            ADMIN_SECRET_KEY: secret_key,
+            ADMIN_USER_KEY: f"{access_key}:{secret_key}",
+        },
+    }
+
+
 def render_cluster(broker: BrokerIdentity) -> ClusterManifests:
     """The brokers' identity and rights, and the one Service every client can start from."""
 
@@ -251,6 +285,9 @@ def broker_settings(
     }
     if spec.external_access.enabled:
         settings["SKIFF_EXTERNAL_LISTEN"] = f"0.0.0.0:{EXTERNAL_PORT}"
+    if spec.auth.enabled:
+        # The super user comes from the admin Secret, in the pod spec (not in a ConfigMap).
+        settings["SKIFF_AUTH"] = "enabled"
     if spec.telemetry.otlp_endpoint:
         settings["OTEL_EXPORTER_OTLP_ENDPOINT"] = spec.telemetry.otlp_endpoint
         settings["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
@@ -512,6 +549,15 @@ def _pod_spec(
             "capabilities": {"drop": ["ALL"]},
         },
     }
+    if spec.auth.enabled:
+        container["env"].append(
+            {
+                "name": "SKIFF_AUTH_INIT_USER",
+                "valueFrom": {
+                    "secretKeyRef": {"name": admin_secret_name(broker.name), "key": ADMIN_USER_KEY}
+                },
+            }
+        )
     if spec.external_access.enabled:
         container["ports"].append(
             {"name": "external", "containerPort": EXTERNAL_PORT, "protocol": "TCP"}

@@ -10,7 +10,7 @@ from typing import Any
 
 import kopf
 
-from skiff_broker.client.admin import AdminClient, MessageType, Permission, Topic
+from skiff_broker.client.admin import MessageType, Permission, Topic
 from skiff_broker.client.errors import (
     AlreadyExists,
     BrokerUnavailable,
@@ -20,6 +20,7 @@ from skiff_broker.client.errors import (
     SkiffError,
 )
 
+from .admin_access import AdminAccess, AdminSecretMissing
 from .conditions import ready_condition, with_condition
 from .group_drain import DRAINING_PERMISSION
 from .naming import group_suffix
@@ -59,13 +60,13 @@ def on_group(desired: Topic, index: int, draining: set[str]) -> Topic:
     return desired
 
 
-def sync_topic_on_group(endpoint: str, desired: Topic, timeout: float) -> Topic:
+def sync_topic_on_group(endpoint: str, desired: Topic, access: AdminAccess) -> Topic:
     """Bring the topic on one broker to ``desired`` in the safe order; the state reached.
 
     Raises FailedPrecondition (with the broker's reason) where a step must wait, e.g.
     for consumers to drain the queues a shrink removes.
     """
-    with AdminClient(endpoint, timeout=timeout) as admin:
+    with access.client(endpoint) as admin:
         try:
             current: Topic | None = admin.get_topic(desired.name)
         except NotFound:
@@ -75,7 +76,7 @@ def sync_topic_on_group(endpoint: str, desired: Topic, timeout: float) -> Topic:
                 current = admin.apply_topic(step)
             except AlreadyExists:
                 # Created by someone else since the look-up: change it from what it is.
-                return sync_topic_on_group(endpoint, desired, timeout)
+                return sync_topic_on_group(endpoint, desired, access)
         return current or desired
 
 
@@ -123,12 +124,19 @@ async def _reconcile_topic(
         set_ready(False, "BrokerNotFound", message)
         raise kopf.TemporaryError(message, delay=state.retry_delay)
 
+    try:
+        access = await state.admin.access(broker)
+    except AdminSecretMissing as exc:
+        set_ready(False, "AdminSecretMissing", exc.message)
+        raise kopf.TemporaryError(exc.message, delay=state.retry_delay) from None
     broker_spec = broker.get("spec") or {}
     groups = int(broker_spec.get("groups", 1))
     draining = set(broker_spec.get("drainGroups") or ())
     outcomes = await asyncio.gather(
         *(
-            _sync_group(state, namespace, broker_name, index, on_group(desired, index, draining))
+            _sync_group(
+                state, namespace, broker_name, index, on_group(desired, index, draining), access
+            )
             for index in range(groups)
         )
     )
@@ -159,12 +167,17 @@ async def _reconcile_topic(
 
 
 async def _sync_group(
-    state: OperatorState, namespace: str, broker: str, index: int, desired: Topic
+    state: OperatorState,
+    namespace: str,
+    broker: str,
+    index: int,
+    desired: Topic,
+    access: AdminAccess,
 ) -> GroupOutcome:
     suffix = group_suffix(index)
     endpoint = state.resolver.master_endpoint(namespace, broker, index)
     try:
-        topic = await asyncio.to_thread(sync_topic_on_group, endpoint, desired, state.admin_timeout)
+        topic = await asyncio.to_thread(sync_topic_on_group, endpoint, desired, access)
     except BrokerUnavailable:
         # The client's own advice (check --endpoint) means nothing to a Topic's reader.
         unreachable = BrokerUnavailable(
@@ -173,15 +186,16 @@ async def _sync_group(
         )
         return GroupOutcome(suffix, None, unreachable)
     except SkiffError as exc:
-        reached = await asyncio.to_thread(_topic_on_group, endpoint, desired.name, state)
+        state.admin.note_failure(namespace, broker, exc)
+        reached = await asyncio.to_thread(_topic_on_group, endpoint, desired.name, access)
         return GroupOutcome(suffix, reached, exc)
     return GroupOutcome(suffix, topic)
 
 
-def _topic_on_group(endpoint: str, name: str, state: OperatorState) -> Topic | None:
+def _topic_on_group(endpoint: str, name: str, access: AdminAccess) -> Topic | None:
     """The topic as a broker holds it now; None if it has none or cannot say."""
     try:
-        with AdminClient(endpoint, timeout=state.admin_timeout) as admin:
+        with access.client(endpoint) as admin:
             return admin.get_topic(name)
     except SkiffError:
         return None
@@ -224,8 +238,10 @@ async def _delete_topic(
     for index in range(groups):
         endpoint = state.resolver.master_endpoint(namespace, broker_name, index)
         try:
-            await asyncio.to_thread(_delete_on_group, endpoint, topic_name, state.admin_timeout)
+            access = await state.admin.access(broker)
+            await asyncio.to_thread(_delete_on_group, endpoint, topic_name, access)
         except SkiffError as exc:
+            state.admin.note_failure(namespace, broker_name, exc)
             raise kopf.TemporaryError(
                 f"deleting topic {topic_name!r} on group {group_suffix(index)} failed: "
                 f"{exc.message}",
@@ -233,10 +249,10 @@ async def _delete_topic(
             ) from exc
 
 
-def _delete_on_group(endpoint: str, topic: str, timeout: float) -> None:
+def _delete_on_group(endpoint: str, topic: str, access: AdminAccess) -> None:
     # NotFound: nothing left to delete. InvalidArgument: the broker refuses the name
     # (one of its own topics), so the operator never created it either.
-    with AdminClient(endpoint, timeout=timeout) as admin:
+    with access.client(endpoint) as admin:
         try:
             admin.delete_topic(topic)
         except (NotFound, InvalidArgument) as exc:

@@ -1,7 +1,11 @@
-"""User resources: a user and its ACL on every pod of its Broker, keys in a Secret.
+"""User resources: a user and its ACL on the master of every group, keys in a Secret.
 
-Level-based: each reconcile reads the Secret and the Broker and makes every pod hold the
-Secret's key pair(s); the admin calls are idempotent, so repeating one changes nothing.
+Replicas take users and ACLs from their master in the replication stream (and refuse
+user writes as they refuse topic writes), so the operator writes to masters only: the
+pod holding the group's Lease. Level-based: each reconcile reads the Secret, the
+Broker and the Leases and makes every master hold the Secret's key pair(s); the admin
+calls are idempotent, so repeating one changes nothing. A group without a master is
+retried, and a new master is written to at the next resync.
 """
 
 from __future__ import annotations
@@ -13,10 +17,12 @@ from typing import Any
 
 import kopf
 
-from skiff_broker.client.admin import AdminClient
-from skiff_broker.client.errors import InvalidArgument, SkiffError
+from skiff_broker.client.errors import BrokerUnavailable, InvalidArgument, SkiffError
 
+from .admin_access import AdminAccess, AdminSecretMissing, auth_enabled
+from .cluster_status import read_lease
 from .conditions import ready_condition, with_condition
+from .naming import group_suffix, lease_name
 from .operator_state import OperatorState
 from .user_model import (
     ROTATE_ANNOTATION,
@@ -28,7 +34,6 @@ from .user_model import (
     format_time,
     keys_patch,
     new_key_pair,
-    pod_names,
     retiring,
     rotated,
     rotation_pending,
@@ -38,10 +43,23 @@ from .user_model import (
 log = logging.getLogger(__name__)
 
 
-class PodFailure(Exception):
-    def __init__(self, pod: str, endpoint: str, error: SkiffError) -> None:
-        super().__init__(f"pod {pod} ({endpoint}): {error.message}")
+class GroupFailure(Exception):
+    def __init__(self, group: str, where: str, error: SkiffError) -> None:
+        super().__init__(f"group {group}{where}: {error.message}")
+        self.group = group
         self.error = error
+
+
+async def group_masters(
+    state: OperatorState, namespace: str, broker: str, groups: int
+) -> list[tuple[int, str]]:
+    """(group index, the pod holding the group's Lease, "" while none does) per group."""
+    now = datetime.datetime.now(datetime.UTC)
+    masters = []
+    for index in range(groups):
+        lease = await state.api.get("Lease", namespace, lease_name(broker, index))
+        masters.append((index, read_lease(lease, now).master))
+    return masters
 
 
 async def reconcile_user(
@@ -108,24 +126,35 @@ async def _reconcile_user(
         format_time(keys.previous_expires_at) if keys.previous_expires_at else None
     )
 
+    try:
+        access = await state.admin.access(broker)
+    except AdminSecretMissing as exc:
+        set_ready(False, "AdminSecretMissing", exc.message)
+        raise kopf.TemporaryError(exc.message, delay=state.retry_delay) from None
     broker_spec = broker.get("spec") or {}
-    pods = pod_names(
-        desired.broker,
-        int(broker_spec.get("groups", 1)),
-        int(broker_spec.get("replicasPerGroup", 1)),
-    )
+    groups = int(broker_spec.get("groups", 1))
+    masters = await group_masters(state, namespace, desired.broker, groups)
     leaving = retiring(keys, token, now)
     kept = [pair for pair in keys.pairs() if pair != leaving]
     results = await asyncio.gather(
-        *(_sync_pod(state, namespace, desired, index, pod, kept, leaving) for index, pod in pods),
+        *(
+            _sync_master(state, namespace, desired, index, pod, kept, leaving, access)
+            for index, pod in masters
+        ),
         return_exceptions=True,
     )
-    failures = [r for r in results if isinstance(r, PodFailure)]
-    others = [r for r in results if isinstance(r, BaseException) and not isinstance(r, PodFailure)]
+    failures = [r for r in results if isinstance(r, GroupFailure)]
+    others = [
+        r for r in results if isinstance(r, BaseException) and not isinstance(r, GroupFailure)
+    ]
     if others:
         raise others[0]
+    patch.status["groups"] = sorted(
+        {group_suffix(index) for index, _ in masters} - {f.group for f in failures}
+    )
     if not failures and leaving is not None:
-        # Off every pod: only now may the Secret forget it.
+        # Off every master (and so, through replication, every replica): only now may
+        # the Secret forget it.
         keys = without_previous(keys)
         await state.api.merge_patch("Secret", namespace, secret_name, keys_patch(keys))
         patch.status["previousAccessKey"] = None
@@ -144,7 +173,9 @@ async def _reconcile_user(
         set_ready(
             False,
             "BrokerUnavailable",
-            f"{message}; the user is applied when the pod answers (see the Broker's status)",
+            f"user {keys.current.access_key} is on {groups - len(failures)}/{groups} "
+            f"group(s); {message}; the user is applied when the master answers (see the "
+            "Broker's status)",
         )
         raise kopf.TemporaryError(message, delay=state.retry_delay)
     grace = ""
@@ -153,19 +184,16 @@ async def _reconcile_user(
             f"; previous access key {keys.previous.access_key} stays valid until "
             f"{format_time(keys.previous_expires_at)}"
         )
-    auth = ((broker_spec.get("settings") or {}).get("SKIFF_AUTH") or "disabled").lower()
-    if auth != "enabled":
+    placed = f"user {keys.current.access_key} is on {groups}/{groups} group(s)"
+    if not auth_enabled(broker_spec):
         set_ready(
             True,
             "AuthDisabled",
-            f"user {keys.current.access_key} is on {len(pods)} broker pod(s), but Broker "
-            f"{desired.broker!r} does not enforce authentication, so its ACL has no effect "
-            f"until it does{grace}",
+            f"{placed}, but Broker {desired.broker!r} does not enforce authentication "
+            f"(spec.auth.enabled is false), so its ACL has no effect until it does{grace}",
         )
         return
-    set_ready(
-        True, "Reconciled", f"user {keys.current.access_key} is on {len(pods)} broker pod(s){grace}"
-    )
+    set_ready(True, "Reconciled", f"{placed}{grace}")
 
 
 async def _stored_keys(state: OperatorState, name: str, namespace: str, uid: str) -> Keys:
@@ -187,20 +215,35 @@ async def _stored_keys(state: OperatorState, name: str, namespace: str, uid: str
         ) from None
 
 
-async def _sync_pod(
+def _no_master(broker: str, index: int) -> GroupFailure:
+    return GroupFailure(
+        group_suffix(index),
+        "",
+        BrokerUnavailable(
+            f"no broker holds the Lease {lease_name(broker, index)}, so the group has no "
+            "master to take the user"
+        ),
+    )
+
+
+async def _sync_master(
     state: OperatorState,
     namespace: str,
     desired: UserSpec,
     index: int,
-    pod: str,
+    master: str,
     pairs: list[KeyPair],
     retiring: KeyPair | None,
+    access: AdminAccess,
 ) -> None:
-    endpoint = state.resolver.pod_endpoint(namespace, desired.broker, index, pod)
+    if not master:
+        raise _no_master(desired.broker, index)
+    endpoint = state.resolver.pod_endpoint(namespace, desired.broker, index, master)
     try:
-        await asyncio.to_thread(_apply_on, endpoint, desired, pairs, retiring, state.admin_timeout)
+        await asyncio.to_thread(_apply_on, endpoint, desired, pairs, retiring, access)
     except SkiffError as exc:
-        raise PodFailure(pod, endpoint, exc) from None
+        state.admin.note_failure(namespace, desired.broker, exc)
+        raise GroupFailure(group_suffix(index), f" (master {master} at {endpoint})", exc) from None
 
 
 def _apply_on(
@@ -208,9 +251,9 @@ def _apply_on(
     desired: UserSpec,
     pairs: list[KeyPair],
     retiring: KeyPair | None,
-    timeout: float,
+    access: AdminAccess,
 ) -> None:
-    with AdminClient(endpoint, timeout=timeout) as admin:
+    with access.client(endpoint) as admin:
         for pair in pairs:
             admin.apply_user(
                 pair.access_key,
@@ -232,7 +275,7 @@ async def delete_user(
     logger: logging.Logger,
     **_: Any,
 ) -> None:
-    """Finalizer: the user leaves every broker pod, then its Secret goes."""
+    """Finalizer: the user leaves every group's master, then its Secret goes."""
     state: OperatorState = memo.state
     async with state.lock_for("User", namespace, name):
         await _delete_user(state, spec, name, namespace, logger)
@@ -254,30 +297,29 @@ async def _delete_user(
             access_keys = [pair.access_key for pair in Keys.from_secret(secret).pairs()]
         except (KeyError, ValueError):
             access_keys = []
-        broker_spec = broker.get("spec") or {}
-        pods = pod_names(
-            broker_name,
-            int(broker_spec.get("groups", 1)),
-            int(broker_spec.get("replicasPerGroup", 1)),
-        )
-        for index, pod in pods:
-            endpoint = state.resolver.pod_endpoint(namespace, broker_name, index, pod)
-            try:
-                await asyncio.to_thread(_delete_on, endpoint, access_keys, state.admin_timeout)
-            except SkiffError as exc:
-                raise kopf.TemporaryError(
-                    f"removing user {name!r} from pod {pod} ({endpoint}) failed: "
-                    f"{exc.message}; it is retried",
-                    delay=state.retry_delay,
-                ) from exc
+        groups = int((broker.get("spec") or {}).get("groups", 1))
+        try:
+            access = await state.admin.access(broker)
+            for index, master in await group_masters(state, namespace, broker_name, groups):
+                if not master:
+                    raise _no_master(broker_name, index).error
+                endpoint = state.resolver.pod_endpoint(namespace, broker_name, index, master)
+                await asyncio.to_thread(_delete_on, endpoint, access_keys, access)
+        except SkiffError as exc:
+            state.admin.note_failure(namespace, broker_name, exc)
+            raise kopf.TemporaryError(
+                f"removing user {name!r} from Broker {broker_name!r} failed: {exc.message}; "
+                "it is retried",
+                delay=state.retry_delay,
+            ) from exc
     else:
         logger.info("Broker %s or the keys are gone; releasing user %s", broker_name, name)
     # The owner reference would do it too; deleting now leaves no usable keys behind.
     await state.api.delete("Secret", namespace, credentials_secret_name(name))
 
 
-def _delete_on(endpoint: str, access_keys: list[str], timeout: float) -> None:
-    with AdminClient(endpoint, timeout=timeout) as admin:
+def _delete_on(endpoint: str, access_keys: list[str], access: AdminAccess) -> None:
+    with access.client(endpoint) as admin:
         for access_key in access_keys:
-            # False (nothing deleted) where the pod never got it: fine.
+            # False (nothing deleted) where the master never got it: fine.
             admin.delete_user(access_key)

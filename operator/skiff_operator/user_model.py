@@ -7,7 +7,7 @@ switch at their own pace, then the previous user is removed from the brokers.
 Invariants: the Secret is the one record of which keys exist (``accessKey``/``secretKey``
 and, during a grace period, ``previousAccessKey``/``previousSecretKey`` with the expiry in
 an annotation); a rotation token is acted on once (the Secret remembers the last one);
-the previous pair only leaves the Secret after it has left every broker pod.
+the previous pair only leaves the Secret after it has left every group's master.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import base64
 import dataclasses
 import datetime
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from skiff_broker.client.admin import AclEntry
 
 from . import GROUP, VERSION
-from .naming import MANAGED_BY, group_name
+from .naming import MANAGED_BY
 
 ROTATE_ANNOTATION = "skiff.io/rotate"
 # On the Secret: the last rotation token acted on, and when the previous pair expires.
@@ -197,15 +197,6 @@ def credentials_secret(user: str, namespace: str, uid: str, keys: Keys) -> dict[
 def keys_patch(keys: Keys) -> dict[str, Any]:
     """A merge patch bringing an existing Secret to ``keys`` (None removes a field)."""
     return {"metadata": {"annotations": keys.annotations()}, "data": keys.data()}
-
-
-def pod_names(broker: str, groups: int, replicas: int) -> Sequence[tuple[int, str]]:
-    """(group index, pod name) of every broker pod of a Broker: users live per pod."""
-    return [
-        (index, f"{group_name(broker, index)}-{ordinal}")
-        for index in range(groups)
-        for ordinal in range(replicas)
-    ]
 
 
 def format_time(moment: datetime.datetime) -> str:

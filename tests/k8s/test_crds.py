@@ -44,6 +44,8 @@ def test_defaults_are_filled_in_by_the_api_server(crds: ControlPlane) -> None:
     assert spec["replicationMode"] == "ASYNC"
     assert spec["defaultReadQueues"] == 8
     assert spec["leaseDurationSeconds"] == 15
+    # Authentication is on unless turned off.
+    assert spec["auth"] == {"enabled": True}
     # External access and draining are off unless asked for.
     assert "externalAccess" not in spec and "drainGroups" not in spec
     assert spec["storage"] == {
@@ -105,8 +107,17 @@ def test_short_names_and_printer_columns(crds: ControlPlane) -> None:
         ),
         (
             broker("bad-role-setting", settings={"SKIFF_LEASE_DURATION": "5"}),
-            "SKIFF_LEASE_DURATION or SKIFF_EXTERNAL_LISTEN; the operator sets them per pod",
+            "SKIFF_EXTERNAL_LISTEN, SKIFF_AUTH or SKIFF_AUTH_INIT_USER; the operator sets them",
         ),
+        (
+            broker("bad-auth-setting", settings={"SKIFF_AUTH": "disabled"}),
+            "(use leaseDurationSeconds, externalAccess and auth)",
+        ),
+        (
+            broker("bad-auth-user-setting", settings={"SKIFF_AUTH_INIT_USER": "a:bcdefgh"}),
+            "SKIFF_AUTH or SKIFF_AUTH_INIT_USER",
+        ),
+        (broker("bad-auth", auth={"enabled": "maybe"}), "spec.auth.enabled: Invalid value"),
         (broker("bad-lease", leaseDurationSeconds=2), "spec.leaseDurationSeconds: Invalid value"),
         (
             broker("bad-external-type", externalAccess={"type": "Ingress"}),

@@ -51,8 +51,9 @@ from tests.kube_control_plane import (
     write_kubeconfig,
 )
 
+from skiff_broker.client import credentials as skiff_credentials
 from skiff_broker.client.admin import AclEntry, AdminClient, Permission
-from skiff_broker.client.errors import NotFound
+from skiff_broker.client.errors import NotFound, PermissionDenied, Unauthenticated
 
 NAMESPACE = "shop"
 OPERATOR_NAMESPACE = "skiff-system"
@@ -135,6 +136,21 @@ class Cluster:
         if self._operator is not None:
             self._operator.close()
             self._operator = None
+
+    def admin_keys(self, broker: str = BROKER) -> skiff_credentials.Credentials:
+        """The Broker's super user, from the admin Secret the operator made (auth is on)."""
+        secret = wait_for(lambda: self.get("secret", f"{broker}-admin"), f"{broker}-admin")
+        data = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+        return skiff_credentials.Credentials(data["accessKey"], data["secretKey"])
+
+    def admin(self) -> AdminClient:
+        """The local broker's admin service, signed as the Broker's super user."""
+        return AdminClient(f"127.0.0.1:{self.broker_port}", credentials=self.admin_keys())
+
+    def client_keys(self) -> Credentials:
+        """The super user's keys for the official client (producers and consumers)."""
+        keys = self.admin_keys()
+        return Credentials(keys.access_key, keys.secret_key)
 
     def operator_log_text(self) -> str:
         return self.operator_log.read_text(errors="replace")[-5000:]
@@ -274,6 +290,7 @@ def test_a_broker_gets_its_children_owned_by_it(cluster: Cluster) -> None:
         ("service", BROKER),
         ("configmap", f"{BROKER}-endpoints"),
         ("secret", f"{BROKER}-replication"),
+        ("secret", f"{BROKER}-admin"),
     ]
     for kind, name in children:
         child = wait_for(lambda kind=kind, name=name: cluster.get(kind, name), f"{kind} {name}")
@@ -299,6 +316,14 @@ def test_a_broker_gets_its_children_owned_by_it(cluster: Cluster) -> None:
     assert status["groups"][0]["master"] == ""
     pod = stateful_set["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == f"{BROKER}-broker"
+    # Authentication is on by default; the pods start with the admin Secret's super user.
+    settings = cluster.get("configmap", f"{BROKER}-a-settings")
+    assert settings is not None and settings["data"]["SKIFF_AUTH"] == "enabled"
+    (init_user,) = [e for e in pod["containers"][0]["env"] if e["name"] == "SKIFF_AUTH_INIT_USER"]
+    assert init_user["valueFrom"]["secretKeyRef"] == {"name": f"{BROKER}-admin", "key": "user"}
+    admin_secret = cluster.get("secret", f"{BROKER}-admin")
+    assert admin_secret is not None
+    assert set(admin_secret["data"]) == {"accessKey", "secretKey", "user"}
     assert stateful_set["spec"]["updateStrategy"] == {"type": "OnDelete"}
     assert status["groups"][0]["readyReplicas"] == 0
     assert "0/2 pods ready" in ready_condition(broker)["message"]
@@ -677,8 +702,8 @@ def topic_manifest(name: str, **spec: Any) -> dict:
     }
 
 
-def send(endpoint: str, topic: str, bodies: list[bytes]) -> None:
-    producer = Producer(ClientConfiguration(endpoint, Credentials()), (topic,))
+def send(endpoint: str, topic: str, bodies: list[bytes], keys: Credentials) -> None:
+    producer = Producer(ClientConfiguration(endpoint, keys), (topic,))
     producer.startup()
     try:
         for body in bodies:
@@ -690,9 +715,9 @@ def send(endpoint: str, topic: str, bodies: list[bytes]) -> None:
         producer.shutdown()
 
 
-def receive(endpoint: str, topic: str, group: str, count: int) -> list[bytes]:
+def receive(endpoint: str, topic: str, group: str, count: int, keys: Credentials) -> list[bytes]:
     consumer = SimpleConsumer(
-        ClientConfiguration(endpoint, Credentials()), group, {topic: FilterExpression()}, 2
+        ClientConfiguration(endpoint, keys), group, {topic: FilterExpression()}, 2
     )
     consumer.startup()
     received: list[bytes] = []
@@ -717,9 +742,13 @@ def test_a_topic_waits_for_an_unreachable_broker(cluster: Cluster) -> None:
 
 def test_the_stored_pod_spec_boots_a_broker_and_a_topic_works(cluster: Cluster) -> None:
     cluster.broker_process = broker = start_broker_from_stored_pod_spec(cluster)
-    # The waiting Topic is retried and lands once the broker answers.
+    # The waiting Topic is retried and lands once the broker answers: the operator signs
+    # its calls as the Broker's super user.
     cluster.wait_ready("topic", "early", "True", "Reconciled")
-    with AdminClient(broker.endpoint) as admin:
+    # Authentication is on: an unsigned call is refused, the admin Secret's user may call.
+    with AdminClient(broker.endpoint) as unsigned, pytest.raises(Unauthenticated):
+        unsigned.broker_info()
+    with cluster.admin() as admin:
         info = admin.broker_info()
     # The settings the operator rendered reached the broker.
     assert info.broker_name == f"{BROKER}-a"
@@ -729,13 +758,15 @@ def test_the_stored_pod_spec_boots_a_broker_and_a_topic_works(cluster: Cluster) 
     topic = cluster.wait_ready("topic", "events", "True", "Reconciled")
     assert topic["status"]["groups"] == ["a"]
     assert (topic["status"]["readQueues"], topic["status"]["writeQueues"]) == (4, 4)
-    with AdminClient(broker.endpoint) as admin:
+    with cluster.admin() as admin:
         stored = admin.get_topic("OrderEvents")
     assert (stored.read_queues, stored.write_queues) == (4, 4)
 
     bodies = [f"order {i}".encode() for i in range(5)]
-    send(broker.endpoint, "OrderEvents", bodies)
-    assert sorted(receive(broker.endpoint, "OrderEvents", "billing", len(bodies))) == sorted(bodies)
+    send(broker.endpoint, "OrderEvents", bodies, cluster.client_keys())
+    assert sorted(
+        receive(broker.endpoint, "OrderEvents", "billing", len(bodies), cluster.client_keys())
+    ) == sorted(bodies)
 
 
 def test_topic_changes_follow_the_safe_order(cluster: Cluster) -> None:
@@ -743,18 +774,20 @@ def test_topic_changes_follow_the_safe_order(cluster: Cluster) -> None:
     cluster.apply(topic_manifest("shrinking", readQueues=8, writeQueues=8))
     cluster.wait_ready("topic", "shrinking", "True", "Reconciled")
     bodies = [f"pending {i}".encode() for i in range(32)]
-    send(endpoint, "shrinking", bodies)
+    send(endpoint, "shrinking", bodies, cluster.client_keys())
 
     cluster.merge_patch("topic", "shrinking", {"spec": {"readQueues": 2, "writeQueues": 2}})
     topic = cluster.wait_ready("topic", "shrinking", "False", "Draining")
     # Writes shrank first; reads wait for the queues no longer written to drain.
     assert (topic["status"]["readQueues"], topic["status"]["writeQueues"]) == (8, 2)
     assert "holds" in ready_condition(topic)["message"]
-    with AdminClient(endpoint) as admin:
+    with cluster.admin() as admin:
         stored = admin.get_topic("shrinking")
     assert (stored.read_queues, stored.write_queues) == (8, 2)
 
-    assert len(receive(endpoint, "shrinking", "drainers", len(bodies))) == len(bodies)
+    assert len(
+        receive(endpoint, "shrinking", "drainers", len(bodies), cluster.client_keys())
+    ) == len(bodies)
     topic = cluster.wait_ready("topic", "shrinking", "True", "Reconciled")
     assert (topic["status"]["readQueues"], topic["status"]["writeQueues"]) == (2, 2)
 
@@ -786,16 +819,17 @@ def stored_keys(cluster: Cluster, user: str) -> dict[str, str]:
 
 def users_on_broker(cluster: Cluster) -> set[str]:
     # Every pod of the Broker resolves to this one broker here (see the module docstring).
-    with AdminClient(f"127.0.0.1:{cluster.broker_port}") as admin:
+    with cluster.admin() as admin:
         return {user.access_key for user in admin.list_users()}
 
 
 def test_a_user_gets_its_keys_and_acl_on_the_brokers(cluster: Cluster) -> None:
     publish = {"resources": ["Topic:OrderEvents"], "actions": ["Pub"]}
     cluster.apply(user_manifest("billing", acl=[publish]))
-    # The Broker does not enforce authentication: Ready, and the message says what that means.
-    user = cluster.wait_ready("user", "billing", "True", "AuthDisabled")
-    assert "has no effect until it does" in ready_condition(user)["message"]
+    user = cluster.wait_ready("user", "billing", "True", "Reconciled")
+    # On the master of the Broker's one group (the pod holding its Lease).
+    assert user["status"]["groups"] == ["a"]
+    assert "is on 1/1 group(s)" in ready_condition(user)["message"]
     keys = stored_keys(cluster, "billing")
     assert user["status"]["accessKey"] == keys["accessKey"]
     assert user["status"]["secretName"] == "billing-credentials"
@@ -804,15 +838,22 @@ def test_a_user_gets_its_keys_and_acl_on_the_brokers(cluster: Cluster) -> None:
     assert secret is not None
     (owner,) = secret["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["name"]) == ("User", "billing")
-    with AdminClient(f"127.0.0.1:{cluster.broker_port}") as admin:
+    with cluster.admin() as admin:
         stored = admin.get_user(keys["accessKey"])
         assert (stored.super_user, stored.enabled) == (False, True)
         assert admin.get_acl(keys["accessKey"]) == [AclEntry(("Topic:OrderEvents",), ("Pub",))]
+    # The user's keys work as its ACL says: publishing to the topic, nothing more.
+    send(f"127.0.0.1:{cluster.broker_port}", "OrderEvents", [b"from billing"],
+         Credentials(keys["accessKey"], keys["secretKey"]))  # fmt: skip
+    as_user = skiff_credentials.Credentials(keys["accessKey"], keys["secretKey"])
+    endpoint = f"127.0.0.1:{cluster.broker_port}"
+    with AdminClient(endpoint, credentials=as_user) as admin, pytest.raises(PermissionDenied):
+        admin.list_topics()
 
     subscribe = {"resources": ["Group:billing"], "actions": ["Sub"], "decision": "Deny"}
     cluster.merge_patch("user", "billing", {"spec": {"acl": [subscribe], "disabled": True}})
-    cluster.wait_ready("user", "billing", "True", "AuthDisabled")
-    with AdminClient(f"127.0.0.1:{cluster.broker_port}") as admin:
+    cluster.wait_ready("user", "billing", "True", "Reconciled")
+    with cluster.admin() as admin:
         assert not admin.get_user(keys["accessKey"]).enabled
         assert admin.get_acl(keys["accessKey"]) == [AclEntry(("Group:billing",), ("Sub",), "Deny")]
     # The keys are made once: reconciling again keeps them.
@@ -863,7 +904,27 @@ def test_rotation_keeps_the_previous_keys_valid_until_retired(cluster: Cluster) 
         ),
         "only the newest key on the broker",
     )
-    cluster.wait_ready("user", "billing", "True", "AuthDisabled")
+    cluster.wait_ready("user", "billing", "True", "Reconciled")
+
+
+def test_a_user_waits_for_a_group_without_a_master(cluster: Cluster) -> None:
+    """Users go to masters only (replicas copy them from theirs): no master, no write."""
+    stale = datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)
+    write_lease(cluster, "a", f"{BROKER}-a-0", 4, [f"{BROKER}-a-0"], "10.0.0.6:8081",
+                renewed=stale, duration_s=15)  # fmt: skip
+    cluster.merge_patch("user", "billing", {"spec": {"disabled": False}})
+    user = cluster.wait_ready("user", "billing", "False", "BrokerUnavailable")
+    message = ready_condition(user)["message"]
+    assert f"no broker holds the Lease {BROKER}-a" in message
+    assert "is on 0/1 group(s)" in message
+    with cluster.admin() as admin:
+        assert not admin.get_user(stored_keys(cluster, "billing")["accessKey"]).enabled
+
+    write_lease(cluster, "a", f"{BROKER}-a-0", 5, [f"{BROKER}-a-0", f"{BROKER}-a-1"],
+                "10.0.0.6:8081")  # fmt: skip
+    cluster.wait_ready("user", "billing", "True", "Reconciled")
+    with cluster.admin() as admin:
+        assert admin.get_user(stored_keys(cluster, "billing")["accessKey"]).enabled
 
 
 def test_deleting_a_user_removes_it_from_the_brokers_and_its_secret(cluster: Cluster) -> None:
@@ -885,14 +946,13 @@ def test_a_user_of_a_missing_broker_says_so_and_deletes_freely(cluster: Cluster)
 
 
 def test_deleting_a_topic_deletes_it_on_the_brokers_unless_retained(cluster: Cluster) -> None:
-    endpoint = f"127.0.0.1:{cluster.broker_port}"
     cluster.apply(topic_manifest("kept", deletionPolicy="Retain"))
     cluster.apply(topic_manifest("dropped"))
     cluster.wait_ready("topic", "kept", "True", "Reconciled")
     cluster.wait_ready("topic", "dropped", "True", "Reconciled")
     cluster.delete("topic", "kept", "dropped")
     assert cluster.get("topic", "dropped") is None
-    with AdminClient(endpoint) as admin:
+    with cluster.admin() as admin:
         assert admin.get_topic("kept").name == "kept"
         with pytest.raises(NotFound):
             admin.get_topic("dropped")
@@ -921,6 +981,22 @@ def test_a_child_the_api_server_refuses_shows_in_the_broker_status(cluster: Clus
     cluster.wait_ready("broker", "faulty", "False", "PodsNotReady")
     assert cluster.get("statefulset", "faulty-a") is not None
     cluster.delete("broker", "faulty")
+
+
+def test_a_broker_with_auth_off_renders_no_auth_settings(cluster: Cluster) -> None:
+    open_broker = broker_manifest(auth={"enabled": False})
+    open_broker["metadata"]["name"] = "open"
+    cluster.apply(open_broker)
+    stateful_set = wait_for(lambda: cluster.get("statefulset", "open-a"), "the StatefulSet")
+    settings = cluster.get("configmap", "open-a-settings")
+    assert settings is not None
+    assert not any(key.startswith("SKIFF_AUTH") for key in settings["data"])
+    (container,) = stateful_set["spec"]["template"]["spec"]["containers"]
+    assert not any(e["name"].startswith("SKIFF_AUTH") for e in container["env"])
+    # Secrets are created before the pods' objects: no admin Secret was made.
+    assert cluster.get("secret", "open-replication") is not None
+    assert cluster.get("secret", "open-admin") is None
+    cluster.delete("broker", "open")
 
 
 def test_a_broker_named_like_another_brokers_group_is_refused(cluster: Cluster) -> None:
@@ -955,12 +1031,11 @@ def test_an_operator_restart_resumes(cluster: Cluster) -> None:
     )
     topic = cluster.wait_ready("topic", "events", "True", "Reconciled")
     assert topic["status"]["readQueues"] == 6
-    with AdminClient(f"127.0.0.1:{cluster.broker_port}") as admin:
+    with cluster.admin() as admin:
         assert admin.get_topic("OrderEvents").read_queues == 6
 
 
 def test_scaling_out_adds_a_group_and_scaling_in_waits_for_its_messages(cluster: Cluster) -> None:
-    endpoint = f"127.0.0.1:{cluster.broker_port}"
     cluster.merge_patch("broker", BROKER, {"spec": {"groups": 2}})
     wait_for(lambda: cluster.get("statefulset", f"{BROKER}-b"), "the second group's StatefulSet")
     wait_for(lambda: cluster.get("configmap", f"{BROKER}-b-settings"), "its ConfigMap")
@@ -982,7 +1057,7 @@ def test_scaling_out_adds_a_group_and_scaling_in_waits_for_its_messages(cluster:
 
     # Once the topics are gone from the broker, the group goes.
     cluster.delete("topics", "--all")
-    with AdminClient(endpoint) as admin:
+    with cluster.admin() as admin:
         admin.delete_topic("kept")
     wait_for(lambda: cluster.get("statefulset", f"{BROKER}-b") is None, "group b to go")
     for kind, name in (
@@ -1004,10 +1079,10 @@ def test_a_drained_group_can_be_removed_once_its_messages_are_consumed(
     endpoint = f"127.0.0.1:{cluster.broker_port}"
     cluster.merge_patch("broker", BROKER, {"spec": {"groups": 2}})
     wait_for(lambda: cluster.get("statefulset", f"{BROKER}-b"), "group b's StatefulSet")
-    with AdminClient(endpoint) as admin:
+    with cluster.admin() as admin:
         admin.create_topic("Leaving", read_queues=2)
     bodies = [f"leaving {i}".encode() for i in range(6)]
-    send(endpoint, "Leaving", bodies)
+    send(endpoint, "Leaving", bodies, cluster.client_keys())
 
     cluster.merge_patch("broker", BROKER, {"spec": {"drainGroups": ["b"]}})
     drained = wait_for(
@@ -1016,7 +1091,7 @@ def test_a_drained_group_can_be_removed_once_its_messages_are_consumed(
     )
     assert drained["draining"] is True
     # Writes are off on the draining group; reads go on.
-    with AdminClient(endpoint) as admin:
+    with cluster.admin() as admin:
         assert admin.get_topic("Leaving").perm == Permission.READ
 
     cluster.merge_patch("broker", BROKER, {"spec": {"groups": 1}})
@@ -1027,9 +1102,11 @@ def test_a_drained_group_can_be_removed_once_its_messages_are_consumed(
     assert cluster.get("statefulset", f"{BROKER}-b") is not None
 
     # Consumed, not deleted: the messages stay on disk, yet nothing is lost by removing b.
-    assert sorted(receive(endpoint, "Leaving", "leavers", len(bodies))) == sorted(bodies)
+    assert sorted(
+        receive(endpoint, "Leaving", "leavers", len(bodies), cluster.client_keys())
+    ) == sorted(bodies)
     wait_for(lambda: cluster.get("statefulset", f"{BROKER}-b") is None, "group b to go")
-    with AdminClient(endpoint) as admin:
+    with cluster.admin() as admin:
         held = admin.queue_offsets("Leaving")
     assert sum(q.max_offset - q.min_offset for q in held) == len(bodies)
     # The status reminds that the entry outlived its group.

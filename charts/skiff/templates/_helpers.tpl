@@ -55,12 +55,14 @@ install) or into a Role per watched namespace.
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [get, list, watch, create, patch, delete]
-# Each Broker's replication Secret is created once. A User's credentials Secret is
-# created once, read (the keys go to every broker pod, also pods that start later),
-# patched on rotation and deleted with the User. RBAC cannot narrow these to the
-# Secrets the operator owns (their names are not known in advance); the operator only
-# ever addresses <user>-credentials of a User it reconciles. No list or watch: it never
-# enumerates Secrets.
+# Each Broker's replication Secret is created once; so is its admin Secret (auth on),
+# which is read to sign the operator's admin calls as the Broker's super user. A User's
+# credentials Secret is created once, read (the keys go to every group's master, also
+# masters elected later), patched on rotation and deleted with the User. RBAC cannot
+# narrow these to the Secrets the operator owns (their names are not known in advance);
+# the operator only ever addresses <broker>-replication, <broker>-admin and
+# <user>-credentials of objects it reconciles. No list or watch: it never enumerates
+# Secrets.
 - apiGroups: [""]
   resources: [secrets]
   verbs: [get, create, patch, delete]

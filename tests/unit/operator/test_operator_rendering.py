@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 import pytest
 import yaml
 
+from skiff_broker.auth.model import parse_user_spec
+from skiff_operator.admin_access import auth_enabled, credentials_from_secret
 from skiff_operator.broker_spec import BrokerSpec
 from skiff_operator.naming import group_suffix
 from skiff_operator.rendering import (
     SETTINGS_HASH_ANNOTATION,
     BrokerIdentity,
     RenderSettings,
+    render_admin_secret,
     render_broker,
     render_ha_secret,
 )
@@ -215,6 +219,55 @@ def test_the_replication_secret_is_random_owned_by_the_broker_and_long_enough() 
     value = first["stringData"]["secret"]
     assert len(value) == 44  # base64 of 32 random bytes
     assert value != second["stringData"]["secret"]
+
+
+def test_auth_is_on_by_default_with_the_super_user_from_the_admin_secret() -> None:
+    assert auth_enabled({}) and BrokerSpec.from_manifest({}).auth.enabled
+    for group in render_broker(spec(groups=2), BROKER):
+        assert group.config_map["data"]["SKIFF_AUTH"] == "enabled"
+        # The super user is in no ConfigMap: the pods read it from the Secret.
+        assert "SKIFF_AUTH_INIT_USER" not in group.config_map["data"]
+        (container,) = group.stateful_set["spec"]["template"]["spec"]["containers"]
+        (entry,) = [e for e in container["env"] if e["name"] == "SKIFF_AUTH_INIT_USER"]
+        assert entry == {
+            "name": "SKIFF_AUTH_INIT_USER",
+            "valueFrom": {"secretKeyRef": {"name": "orders-admin", "key": "user"}},
+        }
+
+
+def test_a_broker_with_auth_off_renders_no_auth_settings() -> None:
+    off = spec(auth={"enabled": False})
+    assert not auth_enabled({"auth": {"enabled": False}})
+    for group in render_broker(off, BROKER):
+        assert not any(key.startswith("SKIFF_AUTH") for key in group.config_map["data"])
+        (container,) = group.stateful_set["spec"]["template"]["spec"]["containers"]
+        assert not any(e["name"].startswith("SKIFF_AUTH") for e in container["env"])
+    # Turning auth on or off restarts the pods.
+    assert _template_hash(off) != _template_hash(spec())
+
+
+def _template_hash(broker_spec: BrokerSpec) -> str:
+    template = render_broker(broker_spec, BROKER)[0].stateful_set["spec"]["template"]
+    return template["metadata"]["annotations"][SETTINGS_HASH_ANNOTATION]
+
+
+def test_the_admin_secret_is_a_random_super_user_the_broker_and_operator_agree_on() -> None:
+    first, second = render_admin_secret(BROKER), render_admin_secret(BROKER)
+    assert first["metadata"]["name"] == "orders-admin"
+    assert first["metadata"]["namespace"] == "shop"
+    (owner,) = first["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == ("Broker", BROKER.uid, True)
+    data = first["stringData"]
+    assert data["accessKey"].startswith("orders-admin-")
+    assert len(data["secretKey"]) >= 32
+    assert data != second["stringData"]
+    # What the broker makes of SKIFF_AUTH_INIT_USER (it refuses a malformed pair) is the
+    # pair the operator signs with.
+    user = parse_user_spec(data["user"])
+    stored = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
+    credentials = credentials_from_secret({"data": stored})
+    assert (user.access_key, user.secret_key) == (credentials.access_key, credentials.secret_key)
+    assert user.is_super
 
 
 def test_client_service_selects_the_pod_the_lease_made_master() -> None:
