@@ -10,6 +10,7 @@ and nothing but those claims left after ``helm uninstall``.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -47,6 +48,8 @@ class Namespace:
 
     def __init__(self, name: str) -> None:
         self.name = name
+        # What the official clients sign with (the Broker enforces authentication).
+        self.client_keys = Credentials()
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
         return run("kubectl", "-n", self.name, *args, input=input, check=check)
@@ -102,8 +105,8 @@ class Namespace:
             process.wait()
 
 
-def send(endpoint: str, topic: str, bodies: list[bytes]) -> None:
-    producer = Producer(ClientConfiguration(endpoint, Credentials()), (topic,))
+def send(endpoint: str, topic: str, bodies: list[bytes], keys: Credentials) -> None:
+    producer = Producer(ClientConfiguration(endpoint, keys), (topic,))
     producer.startup()
     try:
         for body in bodies:
@@ -115,9 +118,9 @@ def send(endpoint: str, topic: str, bodies: list[bytes]) -> None:
         producer.shutdown()
 
 
-def receive(endpoint: str, topic: str, group: str, count: int) -> list[bytes]:
+def receive(endpoint: str, topic: str, group: str, count: int, keys: Credentials) -> list[bytes]:
     consumer = SimpleConsumer(
-        ClientConfiguration(endpoint, Credentials()), group, {topic: FilterExpression()}, 5
+        ClientConfiguration(endpoint, keys), group, {topic: FilterExpression()}, 5
     )
     consumer.startup()
     received: list[bytes] = []
@@ -138,11 +141,11 @@ class ProducerDuringRollout:
     Sends fail while the group has no master; only the acknowledged ones must survive.
     """
 
-    def __init__(self, endpoint: str, topic: str) -> None:
+    def __init__(self, endpoint: str, topic: str, keys: Credentials) -> None:
         self.acknowledged: set[bytes] = set()
         self.failed = 0
         self._stop = threading.Event()
-        self._producer = Producer(ClientConfiguration(endpoint, Credentials()), (topic,))
+        self._producer = Producer(ClientConfiguration(endpoint, keys), (topic,))
         self._topic = topic
         self._thread = threading.Thread(target=self._run, name="rollout-producer")
 
@@ -172,10 +175,12 @@ class ProducerDuringRollout:
         self._producer.shutdown()
 
 
-def receive_all(endpoint: str, topic: str, group: str, wanted: set[bytes]) -> set[bytes]:
+def receive_all(
+    endpoint: str, topic: str, group: str, wanted: set[bytes], keys: Credentials
+) -> set[bytes]:
     """What ``group`` receives (and acks) until it has seen all of ``wanted``, or times out."""
     consumer = SimpleConsumer(
-        ClientConfiguration(endpoint, Credentials()), group, {topic: FilterExpression()}, 5
+        ClientConfiguration(endpoint, keys), group, {topic: FilterExpression()}, 5
     )
     consumer.startup()
     received: set[bytes] = set()
@@ -194,8 +199,8 @@ def round_trip(ns: Namespace, service: str, topic: str, label: str, count: int =
     """The group behind ``service`` takes new messages and hands them back."""
     bodies = {f"{label} {i}".encode() for i in range(count)}
     with ns.port_forward(f"svc/{service}", 8081) as endpoint:
-        send(endpoint, topic, sorted(bodies))
-        missing = bodies - receive_all(endpoint, topic, f"e2e-{label}", bodies)
+        send(endpoint, topic, sorted(bodies), ns.client_keys)
+        missing = bodies - receive_all(endpoint, topic, f"e2e-{label}", bodies, ns.client_keys)
     assert not missing, f"{len(missing)} of {count} acknowledged messages not received"
 
 
@@ -224,7 +229,7 @@ def ns(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[Namespace]:
             print_what_failed(namespace)
         if namespace.kubectl("get", "namespace", namespace.name, check=False):
             run("helm", "uninstall", "skiff", "-n", namespace.name, "--wait", check=False)
-            for kind in ("topics", "brokers"):
+            for kind in ("users.skiff.io", "topics", "brokers"):
                 names = namespace.kubectl("get", kind, "-o", "name", check=False).split()
                 for name in names:
                     namespace.kubectl("patch", name, "--type", "merge", "-p",
@@ -257,6 +262,18 @@ def broker_manifest(cluster: Cluster, **spec: object) -> dict:
     broker["spec"]["settings"]["SKIFF_COMMIT_LOG_FILE_SIZE"] = "64m"
     broker["spec"].update(spec)
     return broker
+
+
+def add_client_user(ns: Namespace) -> None:
+    """The User of examples/user.yaml, also allowed to consume as the e2e* groups; the
+    official clients sign with its keys (Brokers enforce authentication by default)."""
+    user = yaml.safe_load((ROOT / "examples" / "user.yaml").read_text())
+    user["spec"]["acl"].append({"resources": ["Group:e2e*"], "actions": ["Sub"]})
+    ns.kubectl("apply", "-f", "-", input=yaml.safe_dump(user))
+    ns.wait_ready("user", user["metadata"]["name"])
+    data = ns.get("secret", f"{user['metadata']['name']}-credentials")["data"]
+    keys = {key: base64.b64decode(value).decode() for key, value in data.items()}
+    ns.client_keys = Credentials(keys["accessKey"], keys["secretKey"])
 
 
 # Prints the uid and the errno of writing to the root filesystem (30: EROFS, read-only).
@@ -335,6 +352,7 @@ def test_install_use_break_change_uninstall(cluster: Cluster, ns: Namespace) -> 
     ns.wait_ready("broker", "skiff")
     ns.wait_ready("topic", "orders")
     ns.wait_ready("topic", "payments")
+    add_client_user(ns)
 
     # Both images run as their non-root user on a read-only root filesystem.
     for target in ("skiff-a-0", "deploy/skiff-operator"):
@@ -343,7 +361,7 @@ def test_install_use_break_change_uninstall(cluster: Cluster, ns: Namespace) -> 
 
     bodies = [f"order {i}".encode() for i in range(200)]
     with ns.port_forward("svc/skiff-a", 8081) as endpoint:
-        send(endpoint, "orders", bodies)
+        send(endpoint, "orders", bodies, ns.client_keys)
 
     # Lose the master: its replica takes the group's Lease in a new term, and everything
     # acknowledged is still there.
@@ -364,7 +382,9 @@ def test_install_use_break_change_uninstall(cluster: Cluster, ns: Namespace) -> 
     )
     ns.wait_ready("broker", "skiff")
     with ns.port_forward("svc/skiff-a", 8081) as endpoint:
-        assert sorted(receive(endpoint, "orders", "e2e", len(bodies))) == sorted(bodies)
+        assert sorted(receive(endpoint, "orders", "e2e", len(bodies), ns.client_keys)) == sorted(
+            bodies
+        )
 
     # A spec change rolls out replicas first, then the master, with a producer writing all
     # along; every write acknowledged during the rollout is there afterwards.
@@ -374,7 +394,7 @@ def test_install_use_break_change_uninstall(cluster: Cluster, ns: Namespace) -> 
     revision = ns.get("statefulset", "skiff-a")["status"].get("updateRevision")
     with (
         ns.port_forward("svc/skiff-a", 8081) as endpoint,
-        ProducerDuringRollout(endpoint, "orders") as producer,
+        ProducerDuringRollout(endpoint, "orders", ns.client_keys) as producer,
     ):
         ns.kubectl("patch", "broker", "skiff", "--type", "merge", "-p",
                    json.dumps({"spec": {"flushType": "SYNC_FLUSH"}}))  # fmt: skip
@@ -392,7 +412,9 @@ def test_install_use_break_change_uninstall(cluster: Cluster, ns: Namespace) -> 
     ), "the master restarted before its replica"
     assert producer.acknowledged, f"no write acknowledged during the rollout ({producer.failed})"
     with ns.port_forward("svc/skiff-a", 8081) as endpoint:
-        received = receive_all(endpoint, "orders", "e2e-rollout", producer.acknowledged)
+        received = receive_all(
+            endpoint, "orders", "e2e-rollout", producer.acknowledged, ns.client_keys
+        )
     lost = producer.acknowledged - received
     assert not lost, f"{len(lost)} of {len(producer.acknowledged)} acknowledged writes lost"
     round_trip(ns, "skiff-a", "orders", "after-rollout")
@@ -400,7 +422,7 @@ def test_install_use_break_change_uninstall(cluster: Cluster, ns: Namespace) -> 
     # The Broker goes; its data claims stay (deleteClaimsWithBroker is false).
     kept = claims(ns)
     assert kept == {"data-skiff-a-0", "data-skiff-a-1"}
-    ns.kubectl("delete", "topics", "--all", "--timeout=120s")
+    ns.kubectl("delete", "topics,users.skiff.io", "--all", "--timeout=120s")
     ns.kubectl("delete", "broker", "skiff", "--timeout=300s")
     ns.wait_until("the broker pods to go", lambda: not ns.kubectl("get", "pods", "-o", "name")
                   .count("skiff-a"))  # fmt: skip
@@ -435,13 +457,14 @@ def test_two_sync_groups_survive_kills_and_grow(cluster: Cluster, ns: Namespace)
     ns.wait_ready("broker", "skiff")
     topic = ns.wait_ready("topic", "orders")
     assert sorted(topic["status"]["groups"]) == ["a", "b"]
+    add_client_user(ns)
 
     # Each group's Service is a way in; the cluster's routes spread the sends over both groups.
     sent: dict[str, list[bytes]] = {}
     for group in ("a", "b"):
         sent[group] = [f"{group} order {i}".encode() for i in range(100)]
         with ns.port_forward(f"svc/skiff-{group}", 8081) as endpoint:
-            send(endpoint, "orders", sent[group])
+            send(endpoint, "orders", sent[group], ns.client_keys)
 
     # SIGKILL group a's master process inside its running pod: the container restarts in the
     # same pod, on the same volume, and the group goes on under a new term of its Lease.
@@ -457,7 +480,7 @@ def test_two_sync_groups_survive_kills_and_grow(cluster: Cluster, ns: Namespace)
     # One access point: the bootstrap Service routes a consumer to the queues of both groups.
     every = {body for bodies in sent.values() for body in bodies}
     with ns.port_forward("svc/skiff", 8081) as endpoint:
-        got = receive_all(endpoint, "orders", "e2e", every)
+        got = receive_all(endpoint, "orders", "e2e", every, ns.client_keys)
     lost = every - got
     assert not lost, f"{len(lost)} of {len(every)} acknowledged messages lost"
 
@@ -473,7 +496,7 @@ def test_two_sync_groups_survive_kills_and_grow(cluster: Cluster, ns: Namespace)
 
     kept = claims(ns)
     assert len(kept) == 6
-    ns.kubectl("delete", "topics", "--all", "--timeout=120s")
+    ns.kubectl("delete", "topics,users.skiff.io", "--all", "--timeout=120s")
     ns.kubectl("delete", "broker", "skiff", "--timeout=300s")
     uninstall_keeps_only_claims(cluster, ns, "skiff", kept)
 
@@ -511,9 +534,10 @@ def test_pods_export_spans_that_traces_analyze_reads(
         ns.kubectl("apply", "-f", str(ROOT / "examples" / "topic.yaml"))
         ns.wait_ready("broker", "skiff")
         ns.wait_ready("topic", "orders")
+        add_client_user(ns)
         bodies = [f"traced {i}".encode() for i in range(30)]
         with ns.port_forward("svc/skiff-a", 8081) as endpoint:
-            send(endpoint, "orders", bodies)
+            send(endpoint, "orders", bodies, ns.client_keys)
 
         def appends() -> list:
             return [
