@@ -44,6 +44,8 @@ def test_defaults_are_filled_in_by_the_api_server(crds: ControlPlane) -> None:
     assert spec["replicationMode"] == "ASYNC"
     assert spec["defaultReadQueues"] == 8
     assert spec["leaseDurationSeconds"] == 15
+    # TLS as the brokers default to it, with a certificate from the operator's own CA.
+    assert spec["tls"] == {"mode": "permissive"}
     # External access and draining are off unless asked for.
     assert "externalAccess" not in spec and "drainGroups" not in spec
     assert spec["storage"] == {
@@ -96,6 +98,25 @@ def test_short_names_and_printer_columns(crds: ControlPlane) -> None:
             "SKIFF_HA_SECRET, SKIFF_HA_SECRET_FILE",
         ),
         (
+            broker("bad-tls-setting", settings={"SKIFF_TLS_CERT": "/tmp/x.crt"}),
+            "or SKIFF_TLS_*; the operator sets them per pod (use leaseDurationSeconds",
+        ),
+        (
+            broker(
+                "bad-tls-sources",
+                tls={"secretName": "mine", "issuerRef": {"name": "internal"}},
+            ),
+            "tls.secretName and tls.issuerRef are two sources of the certificate",
+        ),
+        (
+            broker("bad-tls-issuer-kind", tls={"issuerRef": {"name": "x", "kind": "Vault"}}),
+            'supported values: "Issuer", "ClusterIssuer"',
+        ),
+        (
+            broker("bad-tls-mode", tls={"mode": "strict"}),
+            'supported values: "permissive", "enforcing", "disabled"',
+        ),
+        (
             broker("bad-setting-name", settings={"max_message_size": "8m"}),
             "settings keys must be SKIFF_* variable names",
         ),
@@ -105,7 +126,7 @@ def test_short_names_and_printer_columns(crds: ControlPlane) -> None:
         ),
         (
             broker("bad-role-setting", settings={"SKIFF_LEASE_DURATION": "5"}),
-            "SKIFF_LEASE_DURATION or SKIFF_EXTERNAL_LISTEN; the operator sets them per pod",
+            "SKIFF_EXTERNAL_LISTEN or SKIFF_TLS_*; the operator sets them per pod",
         ),
         (broker("bad-lease", leaseDurationSeconds=2), "spec.leaseDurationSeconds: Invalid value"),
         (

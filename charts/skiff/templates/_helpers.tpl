@@ -55,10 +55,17 @@ install) or into a Role per watched namespace.
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [get, list, watch, create, patch, delete]
-# Each Broker's replication Secret is created once; the operator never reads a Secret.
+# Each Broker's replication Secret is created once and never read. get and patch are for
+# the brokers' TLS certificate: the operator's CA and the certificate it issues and renews
+# (<broker>-ca, <broker>-tls), and the expiry of a user's or cert-manager's Secret. No list
+# or watch: the operator reads only Secrets it knows by name.
 - apiGroups: [""]
   resources: [secrets]
-  verbs: [create]
+  verbs: [get, create, patch]
+# spec.tls.issuerRef: the Certificate cert-manager issues the brokers' Secret from.
+- apiGroups: [cert-manager.io]
+  resources: [certificates]
+  verbs: [get, create, patch]
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
   verbs: [get, list, create, patch, delete]
