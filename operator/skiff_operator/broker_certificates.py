@@ -89,7 +89,7 @@ async def ensure_certificate(
         return await _user_secret(api, broker, secret_name)
     if source == CertificateSource.CERT_MANAGER:
         try:
-            await api.apply(render_certificate(spec, broker, contents))
+            certificate = await api.apply(render_certificate(spec, broker, contents))
         except KubeApiError as exc:
             if exc.status != 404:
                 raise
@@ -109,12 +109,21 @@ async def ensure_certificate(
                 secret_name,
                 problem=(
                     f"waiting for cert-manager to issue {secret_name} (the pods cannot start "
-                    f"without it; kubectl describe certificate {secret_name} -n "
-                    f"{broker.namespace} tells why it is not issued yet)"
+                    f"without it{_cert_manager_says(certificate)}; kubectl describe "
+                    f"certificate {secret_name} -n {broker.namespace} tells more)"
                 ),
             )
         return TlsState(source, secret_name, _expiry(data[TLS_CERT_KEY]))
     return await _managed(api, broker, secret_name, contents, now)
+
+
+def _cert_manager_says(certificate: Mapping[str, Any]) -> str:
+    """cert-manager's own word on a Certificate it has not issued, if it gave one."""
+    conditions = (certificate.get("status") or {}).get("conditions") or []
+    ready = next((c for c in conditions if c.get("type") == "Ready"), {})
+    if ready.get("status") == "False" and ready.get("message"):
+        return f"; cert-manager says: {ready['message']}"
+    return ""
 
 
 def _expiry(cert_pem: bytes) -> datetime.datetime | None:

@@ -1339,6 +1339,22 @@ def test_with_an_issuer_the_operator_asks_cert_manager_for_the_certificate(
     ]
     assert volume["secret"]["secretName"] == f"{name}-tls"
 
+    # cert-manager's word on why it has not issued yet reaches the Broker's status.
+    cluster.plane.kubectl(
+        "patch", "certificates.cert-manager.io", f"{name}-tls", "-n", NAMESPACE,
+        "--type", "merge", "-p", json.dumps({"status": {"conditions": [{
+            "type": "Ready", "status": "False", "reason": "Pending",
+            "message": "Issuing certificate as Secret does not exist",
+        }]}}),
+    )  # fmt: skip
+    wait_for(
+        lambda: (
+            "cert-manager says: Issuing certificate as Secret does not exist"
+            in ready_condition(cluster.get("broker", name)).get("message", "")
+        ),
+        "cert-manager's condition in the Broker's status",
+    )
+
     # What cert-manager would write once its issuer signed the request.
     now = datetime.datetime.now(datetime.UTC)
     issuer_ca = new_ca("internal", NAMESPACE, now)
