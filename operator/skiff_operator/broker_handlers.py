@@ -20,6 +20,7 @@ import kopf
 from skiff_broker.client.errors import SkiffError
 
 from .admin_access import AdminAccess
+from .broker_certificates import TlsState, ensure_certificate
 from .broker_spec import BrokerSpec
 from .cluster_status import GroupLease, external_endpoint, read_lease
 from .conditions import READY, ready_condition, with_condition
@@ -86,7 +87,6 @@ async def _reconcile_broker(
     conditions = list(body.get("status", {}).get("conditions") or [])
     broker_spec = BrokerSpec.from_manifest(spec)
     identity = BrokerIdentity(name, namespace, str(body.metadata.uid))
-    groups = render_broker(broker_spec, identity, state.config.render_settings())
 
     cluster = render_cluster(identity)
     clash = await _name_clash(api, cluster.bootstrap_service, identity)
@@ -100,6 +100,11 @@ async def _reconcile_broker(
         # Kept when auth is turned off: turning it on again keeps the pods' super user.
         if broker_spec.auth.enabled and await api.create_once(render_admin_secret(identity)):
             logger.info("created the admin Secret (super user) of Broker %s", name)
+        # Before the pods that mount it; whether a user's Secret has a CA shapes the pods.
+        tls = await _ensure_certificate(state, identity, broker_spec)
+        groups = render_broker(
+            broker_spec, identity, state.config.render_settings(), tls.user_secret_has_ca
+        )
         for manifest in cluster.all():
             await api.apply(manifest)
         for group in groups:
@@ -129,7 +134,14 @@ async def _reconcile_broker(
             await _delete_group(api, namespace, name, suffix)
             logger.info("removed broker group %s-%s", name, suffix)
 
-    await _refresh_status(state, body, name, namespace, broker_spec, patch, conditions)
+    await _refresh_status(state, body, name, namespace, broker_spec, patch, conditions, tls)
+
+
+async def _ensure_certificate(
+    state: OperatorState, identity: BrokerIdentity, spec: BrokerSpec
+) -> TlsState:
+    now = datetime.datetime.now(datetime.UTC)
+    return await ensure_certificate(state.api, identity, spec, state.config.cluster_domain, now)
 
 
 async def _name_clash(api: KubeApi, service: Mapping[str, Any], broker: BrokerIdentity) -> str:
@@ -166,17 +178,19 @@ async def refresh_broker_status(
     memo: kopf.Memo,
     **_: Any,
 ) -> None:
-    """Periodically: ready pods per group and the Ready condition."""
+    """Periodically: the certificate renewed when due, ready pods per group, Ready."""
     conditions = list(body.get("status", {}).get("conditions") or [])
     ready = next((c for c in conditions if c.get("type") == READY), None)
-    # A refusal or failure stays until the reconcile that set it succeeds.
-    if ready is not None and ready.get("reason") in ("ScaleInRefused", "ApplyFailed"):
-        return
     state: OperatorState = memo.state
+    broker_spec = BrokerSpec.from_manifest(spec)
+    identity = BrokerIdentity(name, namespace, str(body.metadata.uid))
     async with state.lock_for("Broker", namespace, name):
-        await _refresh_status(
-            state, body, name, namespace, BrokerSpec.from_manifest(spec), patch, conditions
-        )
+        tls = await _ensure_certificate(state, identity, broker_spec)
+        # A refusal or failure stays until the reconcile that set it succeeds.
+        if ready is not None and ready.get("reason") in ("ScaleInRefused", "ApplyFailed"):
+            patch.status["tls"] = tls.status()
+            return
+        await _refresh_status(state, body, name, namespace, broker_spec, patch, conditions, tls)
 
 
 async def _refresh_status(
@@ -187,6 +201,7 @@ async def _refresh_status(
     spec: BrokerSpec,
     patch: kopf.Patch,
     conditions: list[dict[str, Any]],
+    tls: TlsState,
 ) -> None:
     generation = int(body.metadata.get("generation") or 0)
     identity = BrokerIdentity(name, namespace, str(body.metadata.uid))
@@ -247,6 +262,7 @@ async def _refresh_status(
         f"{bootstrap_service_dns_name(name, namespace, state.config.cluster_domain)}:{CLIENT_PORT}"
     )
     patch.status["observedGeneration"] = generation
+    patch.status["tls"] = tls.status()
     present = {group_suffix(index) for index in range(spec.groups)}
     for suffix in sorted(set(spec.drain_groups) - present):
         # Left over once a drained group went: it would drain a group added again later.
@@ -259,7 +275,11 @@ async def _refresh_status(
     if external_problem:
         # Told whatever else the status says; it alone makes a running Broker unready.
         progress_note += f"; {external_problem}"
-    if not_ready:
+    if tls.problem:
+        # Said first: pods cannot start (or keep their certificate) until it is solved.
+        message = "; ".join([tls.problem, *not_ready, *no_master, *rolling]) + progress_note
+        _set_ready(patch, conditions, False, "CertificateNotReady", message, generation)
+    elif not_ready:
         message = "; ".join(not_ready + rolling) + progress_note
         _set_ready(patch, conditions, False, "PodsNotReady", message, generation)
     elif no_master:

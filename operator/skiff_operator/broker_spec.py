@@ -64,6 +64,43 @@ class AuthSpec:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class IssuerRef:
+    """A cert-manager issuer: the operator asks it for the brokers' certificate."""
+
+    name: str
+    kind: str = "Issuer"  # or "ClusterIssuer"
+    group: str = "cert-manager.io"
+
+
+class CertificateSource:
+    """Where the brokers' certificate comes from (``TlsSpec.source``)."""
+
+    NONE = "none"  # mode disabled: the brokers serve no TLS
+    SECRET = "secret"  # the user's kubernetes.io/tls Secret
+    CERT_MANAGER = "cert-manager"  # a Certificate the operator asks cert-manager for
+    MANAGED = "managed"  # the operator's own CA, in the Broker's Secrets
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TlsSpec:
+    """TLS on the brokers' client ports; at most one of secret_name and issuer_ref."""
+
+    mode: str = "permissive"  # SKIFF_TLS_MODE: permissive, enforcing or disabled
+    secret_name: str = ""
+    issuer_ref: IssuerRef | None = None
+
+    @property
+    def source(self) -> str:
+        if self.mode == "disabled":
+            return CertificateSource.NONE
+        if self.secret_name:
+            return CertificateSource.SECRET
+        if self.issuer_ref is not None:
+            return CertificateSource.CERT_MANAGER
+        return CertificateSource.MANAGED
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class BrokerSpec:
     image: str = ""
     image_pull_policy: str = "IfNotPresent"
@@ -87,6 +124,7 @@ class BrokerSpec:
     drain_groups: tuple[str, ...] = ()
     network_policy: NetworkPolicySpec = NetworkPolicySpec()
     auth: AuthSpec = AuthSpec()
+    tls: TlsSpec = TlsSpec()
 
     @classmethod
     def from_manifest(cls, spec: Mapping[str, Any]) -> BrokerSpec:
@@ -97,6 +135,8 @@ class BrokerSpec:
         external = spec.get("externalAccess") or {}
         network_policy = spec.get("networkPolicy") or {}
         auth = spec.get("auth") or {}
+        tls = spec.get("tls") or {}
+        issuer = tls.get("issuerRef") or {}
         defaults = cls()
         return cls(
             image=spec.get("image") or defaults.image,
@@ -142,4 +182,15 @@ class BrokerSpec:
             drain_groups=tuple(str(g) for g in spec.get("drainGroups") or ()),
             network_policy=NetworkPolicySpec(enabled=bool(network_policy.get("enabled", True))),
             auth=AuthSpec(enabled=bool(auth.get("enabled", True))),
+            tls=TlsSpec(
+                mode=tls.get("mode") or defaults.tls.mode,
+                secret_name=tls.get("secretName") or "",
+                issuer_ref=IssuerRef(
+                    name=str(issuer["name"]),
+                    kind=issuer.get("kind") or "Issuer",
+                    group=issuer.get("group") or "cert-manager.io",
+                )
+                if issuer.get("name")
+                else None,
+            ),
         )

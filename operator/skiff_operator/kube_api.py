@@ -35,6 +35,8 @@ _RESOURCES = {
     "Node": ("/api/v1", "nodes"),
     "Broker": ("/apis/skiff.io/v1alpha1", "brokers"),
     "Topic": ("/apis/skiff.io/v1alpha1", "topics"),
+    # cert-manager's, for spec.tls.issuerRef; absent from clusters without cert-manager.
+    "Certificate": ("/apis/cert-manager.io/v1", "certificates"),
 }
 
 

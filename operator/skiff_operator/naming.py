@@ -43,6 +43,20 @@ def admin_secret_name(broker: str) -> str:
     return f"{broker}-admin"
 
 
+# Where the pods mount the Secret with their certificate (tls.crt, tls.key, ca.crt).
+TLS_MOUNT_PATH = "/etc/skiff/tls"
+
+
+def tls_secret_name(broker: str) -> str:
+    """The Secret with the brokers' certificate, made by the operator or by cert-manager."""
+    return f"{broker}-tls"
+
+
+def ca_secret_name(broker: str) -> str:
+    """The operator's own CA for the Broker (ca.crt, ca.key), when it manages the certificate."""
+    return f"{broker}-ca"
+
+
 def group_suffix(index: int) -> str:
     """0 -> "a", 25 -> "z", 26 -> "aa": RocketMQ names its broker groups broker-a, broker-b."""
     letters = string.ascii_lowercase

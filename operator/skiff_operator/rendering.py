@@ -18,6 +18,13 @@ the client ports open to anyone, the replication port only to the group's own po
 other port. It is per group because a policy cannot say "the same group as the pod it
 protects": one per Broker would let any group's pods reach every group's replication port.
 
+TLS (``spec.tls``): the pods mount one Secret with the certificate read-only at
+``/etc/skiff/tls`` and point SKIFF_TLS_CERT/KEY/CA at its files. Only the Secret's name
+is in the pod template, never its contents: Kubernetes updates a mounted Secret in place
+and the brokers re-read the files, so a renewed certificate needs no restart. The
+Secret is the user's, cert-manager's (from the ``Certificate`` rendered here) or the
+operator's own (``render_tls_secret``, signed by the CA in ``render_ca_secret``).
+
 Which pod of a group is master is decided by the group's Lease, never by ordinal, so
 the StatefulSet uses ``OnDelete``: the operator restarts outdated pods itself, the
 master last (see ``rolling_restart``). Nothing here talks to the API server.
@@ -35,7 +42,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from . import API_VERSION
-from .broker_spec import BrokerSpec
+from .broker_spec import BrokerSpec, CertificateSource
+from .certificates import CertificateContents, KeyPair
 from .naming import (
     ADMIN_ACCESS_KEY,
     ADMIN_SECRET_KEY,
@@ -50,9 +58,11 @@ from .naming import (
     LABEL_ROLE,
     MANAGED_BY,
     ROLE_MASTER,
+    TLS_MOUNT_PATH,
     admin_secret_name,
     bootstrap_service_name,
     broker_service_account_name,
+    ca_secret_name,
     external_service_name,
     group_name,
     group_suffix,
@@ -60,11 +70,21 @@ from .naming import (
     headless_service_name,
     network_policy_name,
     settings_config_map_name,
+    tls_secret_name,
 )
 
 SETTINGS_HASH_ANNOTATION = "skiff.io/settings-hash"
 # Non-root user of the broker image (images/Dockerfile, target broker).
 BROKER_UID = 10001
+# The certificate files: owner root, group the pod's fsGroup (the broker's), read-only,
+# so the broker reads them and no other user of the node does.
+TLS_FILE_MODE = 0o440
+# Keys of a kubernetes.io/tls Secret (and cert-manager's ca.crt).
+TLS_CERT_KEY = "tls.crt"
+TLS_KEY_KEY = "tls.key"
+TLS_CA_KEY = "ca.crt"
+# Keys of the operator's CA Secret.
+CA_KEY_KEY = "ca.key"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -282,6 +302,7 @@ def broker_settings(
         "SKIFF_LEASE_DURATION": str(spec.lease_duration_seconds),
         "SKIFF_HA_LISTEN": f"0.0.0.0:{HA_PORT}",
         "SKIFF_REPLICATION_MODE": spec.replication_mode,
+        "SKIFF_TLS_MODE": spec.tls.mode,
     }
     if spec.external_access.enabled:
         settings["SKIFF_EXTERNAL_LISTEN"] = f"0.0.0.0:{EXTERNAL_PORT}"
@@ -304,7 +325,11 @@ def settings_hash(settings: Mapping[str, str], pod_spec: Mapping[str, Any]) -> s
 
 
 def render_group(
-    spec: BrokerSpec, broker: BrokerIdentity, index: int, render: RenderSettings
+    spec: BrokerSpec,
+    broker: BrokerIdentity,
+    index: int,
+    render: RenderSettings,
+    user_secret_has_ca: bool = False,
 ) -> GroupManifests:
     name = group_name(broker.name, index)
     labels = group_labels(broker.name, index)
@@ -355,7 +380,7 @@ def render_group(
     external = (
         _external_service(spec, broker, index, metadata) if (spec.external_access.enabled) else None
     )
-    pod_spec = _pod_spec(spec, broker, index, render)
+    pod_spec = _pod_spec(spec, broker, index, render, user_secret_has_ca)
     template_labels = dict(labels)
     stateful_set = {
         "apiVersion": "apps/v1",
@@ -469,11 +494,101 @@ def _external_service(
 
 
 def render_broker(
-    spec: BrokerSpec, broker: BrokerIdentity, render: RenderSettings | None = None
+    spec: BrokerSpec,
+    broker: BrokerIdentity,
+    render: RenderSettings | None = None,
+    user_secret_has_ca: bool = False,
 ) -> list[GroupManifests]:
-    """Every child object of the Broker, group by group."""
+    """Every child object of the Broker, group by group.
+
+    ``user_secret_has_ca``: the user's Secret (``spec.tls.secretName``) holds a ca.crt.
+    """
     render = render or RenderSettings()
-    return [render_group(spec, broker, index, render) for index in range(spec.groups)]
+    return [
+        render_group(spec, broker, index, render, user_secret_has_ca)
+        for index in range(spec.groups)
+    ]
+
+
+def mounted_tls_secret(spec: BrokerSpec, broker_name: str) -> str:
+    """The Secret the pods mount at /etc/skiff/tls; "" when they serve no TLS."""
+    source = spec.tls.source
+    if source == CertificateSource.NONE:
+        return ""
+    if source == CertificateSource.SECRET:
+        return spec.tls.secret_name
+    return tls_secret_name(broker_name)
+
+
+def render_certificate(
+    spec: BrokerSpec, broker: BrokerIdentity, contents: CertificateContents
+) -> dict[str, Any]:
+    """The cert-manager Certificate (cert-manager.io/v1) for ``spec.tls.issuerRef``.
+
+    cert-manager writes ``<broker>-tls`` and renews it a third of its life before it ends.
+    """
+    issuer = spec.tls.issuer_ref
+    assert issuer is not None, "only for spec.tls.issuerRef"
+    certificate_spec: dict[str, Any] = {
+        "secretName": tls_secret_name(broker.name),
+        "commonName": broker.name,
+        "dnsNames": list(contents.dns_names),
+        "usages": ["digital signature", *contents.usages],
+        "duration": f"{int(contents.lifetime.total_seconds() // 3600)}h",
+        "renewBefore": f"{int(contents.lifetime.total_seconds() // 3600 // 3)}h",
+        "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
+        "issuerRef": {"name": issuer.name, "kind": issuer.kind, "group": issuer.group},
+        # The Secret cert-manager writes carries the Broker's labels, so it is found as its.
+        "secretTemplate": {"labels": broker_labels(broker.name)},
+    }
+    if contents.ip_addresses:
+        certificate_spec["ipAddresses"] = list(contents.ip_addresses)
+    return {
+        "apiVersion": "cert-manager.io/v1",
+        "kind": "Certificate",
+        "metadata": {
+            "name": tls_secret_name(broker.name),
+            "namespace": broker.namespace,
+            "labels": broker_labels(broker.name),
+            "ownerReferences": [owner_reference(broker)],
+        },
+        "spec": certificate_spec,
+    }
+
+
+def _secret(broker: BrokerIdentity, name: str, kind: str, data: Mapping[str, bytes]) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": name,
+            "namespace": broker.namespace,
+            "labels": broker_labels(broker.name),
+            "ownerReferences": [owner_reference(broker)],
+        },
+        "type": kind,
+        "data": {key: base64.b64encode(value).decode() for key, value in data.items()},
+    }
+
+
+def render_ca_secret(broker: BrokerIdentity, ca: KeyPair) -> dict[str, Any]:
+    """The operator's CA for the Broker; made once and kept (the brokers trust it)."""
+    return _secret(
+        broker,
+        ca_secret_name(broker.name),
+        "Opaque",
+        {TLS_CA_KEY: ca.cert_pem, CA_KEY_KEY: ca.key_pem},
+    )
+
+
+def render_tls_secret(broker: BrokerIdentity, leaf: KeyPair, ca_cert_pem: bytes) -> dict[str, Any]:
+    """The brokers' certificate, its key and the CA that signed it, as the pods mount them."""
+    return _secret(
+        broker,
+        tls_secret_name(broker.name),
+        "kubernetes.io/tls",
+        {TLS_CERT_KEY: leaf.cert_pem, TLS_KEY_KEY: leaf.key_pem, TLS_CA_KEY: ca_cert_pem},
+    )
 
 
 def _data_claim(spec: BrokerSpec, labels: Mapping[str, str]) -> dict[str, Any]:
@@ -492,7 +607,11 @@ def _data_claim(spec: BrokerSpec, labels: Mapping[str, str]) -> dict[str, Any]:
 
 
 def _pod_spec(
-    spec: BrokerSpec, broker: BrokerIdentity, index: int, render: RenderSettings
+    spec: BrokerSpec,
+    broker: BrokerIdentity,
+    index: int,
+    render: RenderSettings,
+    user_secret_has_ca: bool = False,
 ) -> dict[str, Any]:
     selector = group_selector(broker.name, index)
     container: dict[str, Any] = {
@@ -564,6 +683,20 @@ def _pod_spec(
         )
     if spec.resources:
         container["resources"] = dict(spec.resources)
+    tls_secret = mounted_tls_secret(spec, broker.name)
+    if tls_secret:
+        container["volumeMounts"].append(
+            {"name": "tls", "mountPath": TLS_MOUNT_PATH, "readOnly": True}
+        )
+        container["env"] += [
+            {"name": "SKIFF_TLS_CERT", "value": f"{TLS_MOUNT_PATH}/{TLS_CERT_KEY}"},
+            {"name": "SKIFF_TLS_KEY", "value": f"{TLS_MOUNT_PATH}/{TLS_KEY_KEY}"},
+        ]
+        # The operator's and cert-manager's Secrets always carry the CA; a user's may not.
+        if spec.tls.source != CertificateSource.SECRET or user_secret_has_ca:
+            container["env"].append(
+                {"name": "SKIFF_TLS_CA", "value": f"{TLS_MOUNT_PATH}/{TLS_CA_KEY}"}
+            )
     pod: dict[str, Any] = {
         # The broker holds its group's Lease and labels its pod through this account.
         "serviceAccountName": broker_service_account_name(broker.name),
@@ -581,6 +714,10 @@ def _pod_spec(
         "volumes": [{"name": "tmp", "emptyDir": {}}],
         "enableServiceLinks": False,
     }
+    if tls_secret:
+        pod["volumes"].append(
+            {"name": "tls", "secret": {"secretName": tls_secret, "defaultMode": TLS_FILE_MODE}}
+        )
     scheduling = spec.scheduling
     if scheduling.node_selector:
         pod["nodeSelector"] = dict(scheduling.node_selector)

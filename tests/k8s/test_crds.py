@@ -46,6 +46,8 @@ def test_defaults_are_filled_in_by_the_api_server(crds: ControlPlane) -> None:
     assert spec["leaseDurationSeconds"] == 15
     # Authentication is on unless turned off.
     assert spec["auth"] == {"enabled": True}
+    # TLS as the brokers default to it, with a certificate from the operator's own CA.
+    assert spec["tls"] == {"mode": "permissive"}
     # External access and draining are off unless asked for.
     assert "externalAccess" not in spec and "drainGroups" not in spec
     assert spec["storage"] == {
@@ -98,6 +100,25 @@ def test_short_names_and_printer_columns(crds: ControlPlane) -> None:
             "SKIFF_HA_SECRET, SKIFF_HA_SECRET_FILE",
         ),
         (
+            broker("bad-tls-setting", settings={"SKIFF_TLS_CERT": "/tmp/x.crt"}),
+            "or SKIFF_TLS_*; the operator sets them per pod (use leaseDurationSeconds",
+        ),
+        (
+            broker(
+                "bad-tls-sources",
+                tls={"secretName": "mine", "issuerRef": {"name": "internal"}},
+            ),
+            "tls.secretName and tls.issuerRef are two sources of the certificate",
+        ),
+        (
+            broker("bad-tls-issuer-kind", tls={"issuerRef": {"name": "x", "kind": "Vault"}}),
+            'supported values: "Issuer", "ClusterIssuer"',
+        ),
+        (
+            broker("bad-tls-mode", tls={"mode": "strict"}),
+            'supported values: "permissive", "enforcing", "disabled"',
+        ),
+        (
             broker("bad-setting-name", settings={"max_message_size": "8m"}),
             "settings keys must be SKIFF_* variable names",
         ),
@@ -107,7 +128,7 @@ def test_short_names_and_printer_columns(crds: ControlPlane) -> None:
         ),
         (
             broker("bad-role-setting", settings={"SKIFF_LEASE_DURATION": "5"}),
-            "SKIFF_EXTERNAL_LISTEN, SKIFF_AUTH or SKIFF_AUTH_INIT_USER; the operator sets them",
+            "SKIFF_AUTH, SKIFF_AUTH_INIT_USER or SKIFF_TLS_*; the operator sets them per pod",
         ),
         (
             broker("bad-auth-setting", settings={"SKIFF_AUTH": "disabled"}),

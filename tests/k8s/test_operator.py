@@ -26,6 +26,8 @@ import json
 import os
 import re
 import signal
+import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -34,6 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.x509.verification import PolicyBuilder, Store
 from rocketmq import (
     ClientConfiguration,
     Credentials,
@@ -54,6 +59,8 @@ from tests.kube_control_plane import (
 from skiff_broker.client import credentials as skiff_credentials
 from skiff_broker.client.admin import AclEntry, AdminClient, Permission
 from skiff_broker.client.errors import NotFound, PermissionDenied, Unauthenticated
+from skiff_operator.broker_spec import BrokerSpec
+from skiff_operator.certificates import KeyPair, certificate_contents, issue_leaf, new_ca
 
 NAMESPACE = "shop"
 OPERATOR_NAMESPACE = "skiff-system"
@@ -244,9 +251,12 @@ def test_the_operator_identity_has_only_what_it_needs(cluster: Cluster) -> None:
     assert can("create", "networkpolicies.networking.k8s.io") == "yes"
     assert can("delete", "networkpolicies.networking.k8s.io") == "yes"
     assert can("escalate", "networkpolicies.networking.k8s.io") == "no"
-    # A User's keys go to every broker pod, also pods that start later: read from its Secret.
+    # Secrets: made once (replication, admin), read by name (a User's keys go to every
+    # group's master, also masters elected later) and renewed by name (TLS); never listed.
     assert can("get", "secrets") == "yes"
+    assert can("patch", "secrets") == "yes"
     assert can("list", "secrets") == "no"
+    assert can("watch", "secrets") == "no"
     assert can("create", "secrets") == "yes"
     assert can("create", "pods") == "no"
     assert can("delete", "leases.coordination.k8s.io") == "no"
@@ -291,6 +301,9 @@ def test_a_broker_gets_its_children_owned_by_it(cluster: Cluster) -> None:
         ("configmap", f"{BROKER}-endpoints"),
         ("secret", f"{BROKER}-replication"),
         ("secret", f"{BROKER}-admin"),
+        # TLS from the operator's own CA, the default.
+        ("secret", f"{BROKER}-ca"),
+        ("secret", f"{BROKER}-tls"),
     ]
     for kind, name in children:
         child = wait_for(lambda kind=kind, name=name: cluster.get(kind, name), f"{kind} {name}")
@@ -652,12 +665,28 @@ def start_broker_from_stored_pod_spec(cluster: Cluster) -> BrokerProcess:
     data_dir = cluster.work_dir / "pod-data"
     (mount,) = [m for m in container["volumeMounts"] if m["name"] == "data"]
     env = {k: v.replace(mount["mountPath"], str(data_dir)) for k, v in env.items()}
+    # The certificate Secret, as kubelet would mount it: one file per key.
+    for volume in pod["volumes"]:
+        if "secret" not in volume:
+            continue
+        (secret_mount,) = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
+        secret = cluster.get("secret", volume["secret"]["secretName"])
+        assert secret is not None, f"the pod mounts Secret {volume['secret']['secretName']}"
+        mounted = cluster.work_dir / f"pod-{volume['name']}"
+        mounted.mkdir(exist_ok=True)
+        for key, value in secret["data"].items():
+            (mounted / key).write_bytes(base64.b64decode(value))
+        env = {k: v.replace(secret_mount["mountPath"], str(mounted)) for k, v in env.items()}
     container_port = next(p["containerPort"] for p in container["ports"] if p["name"] == "grpc")
     assert env["SKIFF_LISTEN"] == f"0.0.0.0:{container_port}"
     env["SKIFF_LISTEN"] = f"127.0.0.1:{cluster.broker_port}"
     env["SKIFF_ADVERTISE"] = env["SKIFF_ADVERTISE"].replace(
         f":{container_port}", f":{cluster.broker_port}"
     )
+    # The pod's fixed replication port may be taken on a shared test machine.
+    ha_port = free_port()
+    env["SKIFF_HA_LISTEN"] = f"127.0.0.1:{ha_port}"
+    env["SKIFF_HA_ADVERTISE"] = f"127.0.0.1:{ha_port}"
     # The pod's broker elects its master through the group's Lease; the election is the
     # broker's and is tested with broker processes holding real Leases. Here the broker
     # stands for the elected master the operator talks to.
@@ -767,6 +796,19 @@ def test_the_stored_pod_spec_boots_a_broker_and_a_topic_works(cluster: Cluster) 
     assert sorted(
         receive(broker.endpoint, "OrderEvents", "billing", len(bodies), cluster.client_keys())
     ) == sorted(bodies)
+
+    # The broker serves the certificate the operator issued: a client trusting only the
+    # Broker's CA completes a handshake for the group's Service name.
+    ca_pem = secret_bytes(cluster, f"{BROKER}-ca", "ca.crt")
+    context = ssl.create_default_context(cadata=ca_pem.decode())
+    with (
+        socket.create_connection(("127.0.0.1", cluster.broker_port), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname=f"{BROKER}-a.{NAMESPACE}.svc") as tls,
+    ):
+        served = tls.getpeercert(binary_form=True)
+    assert served == x509.load_pem_x509_certificate(
+        secret_bytes(cluster, f"{BROKER}-tls", "tls.crt")
+    ).public_bytes(serialization.Encoding.DER)
 
 
 def test_topic_changes_follow_the_safe_order(cluster: Cluster) -> None:
@@ -1240,6 +1282,293 @@ def test_each_group_is_fenced_by_a_network_policy_that_can_be_turned_off(
         )
     assert cluster.get("statefulset", "fenced-a") is not None
     cluster.delete("broker", "fenced")
+
+
+def secret_bytes(cluster: Cluster, name: str, key: str) -> bytes:
+    secret = cluster.get("secret", name)
+    assert secret is not None, f"Secret {name}"
+    return base64.b64decode(secret["data"][key])
+
+
+def tls_status(cluster: Cluster, broker: str) -> dict:
+    return ((cluster.get("broker", broker) or {}).get("status") or {}).get("tls") or {}
+
+
+def tls_secret_manifest(name: str, data: dict[str, bytes]) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "type": "kubernetes.io/tls",
+        "data": {key: base64.b64encode(value).decode() for key, value in data.items()},
+    }
+
+
+def verifies_for(leaf_pem: bytes, ca_pem: bytes, host: str) -> bool:
+    """A TLS client trusting only ``ca_pem`` accepts ``leaf_pem`` for ``host``."""
+    verifier = (
+        PolicyBuilder()
+        .store(Store([x509.load_pem_x509_certificate(ca_pem)]))
+        .build_server_verifier(x509.DNSName(host))
+    )
+    verifier.verify(x509.load_pem_x509_certificate(leaf_pem), [])
+    return True
+
+
+def test_the_operators_ca_issues_a_certificate_the_pods_mount_and_renews_it(
+    cluster: Cluster,
+) -> None:
+    name = "secure"
+    manifest = broker_manifest(groups=2)
+    manifest["metadata"]["name"] = name
+    cluster.apply(manifest)
+    stateful_set = wait_for(lambda: cluster.get("statefulset", f"{name}-b"), "the StatefulSet")
+    uid = cluster.get("broker", name)["metadata"]["uid"]
+    for secret_name in (f"{name}-ca", f"{name}-tls"):
+        secret = cluster.get("secret", secret_name)
+        assert secret is not None, f"Secret {secret_name}"
+        (owner,) = secret["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["uid"]) == ("Broker", uid)
+    assert cluster.get("secret", f"{name}-tls")["type"] == "kubernetes.io/tls"
+    ca_pem = secret_bytes(cluster, f"{name}-ca", "ca.crt")
+    leaf_pem = secret_bytes(cluster, f"{name}-tls", "tls.crt")
+    assert secret_bytes(cluster, f"{name}-tls", "ca.crt") == ca_pem
+    for host in (
+        f"{name}.{NAMESPACE}.svc",
+        f"{name}.{NAMESPACE}.svc.cluster.local",
+        f"{name}-b.{NAMESPACE}",
+        f"{name}-b-1.{name}-b-pods.{NAMESPACE}.svc.cluster.local",
+    ):
+        assert verifies_for(leaf_pem, ca_pem, host)
+
+    pod = stateful_set["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "tls"]
+    assert volume["secret"]["secretName"] == f"{name}-tls"
+    (container,) = pod["containers"]
+    assert {"name": "tls", "mountPath": "/etc/skiff/tls", "readOnly": True} in (
+        container["volumeMounts"]
+    )
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["SKIFF_TLS_CERT"] == "/etc/skiff/tls/tls.crt"
+    assert env["SKIFF_TLS_KEY"] == "/etc/skiff/tls/tls.key"
+    assert env["SKIFF_TLS_CA"] == "/etc/skiff/tls/ca.crt"
+    leaf = x509.load_pem_x509_certificate(leaf_pem)
+    status = wait_for(
+        lambda: tls_status(cluster, name).get("notAfter") and tls_status(cluster, name),
+        "status.tls",
+    )
+    assert status["source"] == "managed" and status["secretName"] == f"{name}-tls"
+    assert status["notAfter"] == leaf.not_valid_after_utc.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert status["message"] == ""
+    template_hash = stateful_set["spec"]["template"]["metadata"]["annotations"]
+
+    # A certificate near its end (issued 80 of its 90 days ago by the same CA) is replaced
+    # by the status pass; the CA stays, and the pods are not restarted for it.
+    ca = KeyPair(ca_pem, secret_bytes(cluster, f"{name}-ca", "ca.key"))
+    wanted = certificate_contents(
+        BrokerSpec.from_manifest(manifest["spec"]), name, NAMESPACE, "cluster.local"
+    )
+    now = datetime.datetime.now(datetime.UTC)
+    old = issue_leaf(ca, name, wanted, now - datetime.timedelta(days=80))
+    cluster.apply(
+        tls_secret_manifest(
+            f"{name}-tls", {"tls.crt": old.cert_pem, "tls.key": old.key_pem, "ca.crt": ca_pem}
+        )
+    )
+    renewed_pem = wait_for(
+        lambda: (
+            (pem := secret_bytes(cluster, f"{name}-tls", "tls.crt")) not in (old.cert_pem,) and pem
+        ),
+        "the operator to re-issue the expiring certificate",
+    )
+    renewed = x509.load_pem_x509_certificate(renewed_pem)
+    assert renewed.not_valid_after_utc - now > datetime.timedelta(days=89)
+    assert verifies_for(renewed_pem, ca_pem, f"{name}-a.{NAMESPACE}.svc")
+    assert secret_bytes(cluster, f"{name}-ca", "ca.crt") == ca_pem
+    current = cluster.get("statefulset", f"{name}-b")
+    assert current["spec"]["template"]["metadata"]["annotations"] == template_hash
+
+    # A third group is reached by new names: the certificate is issued again to cover them.
+    cluster.merge_patch("broker", name, {"spec": {"groups": 3}})
+    wait_for(
+        lambda: (
+            f"{name}-c.{NAMESPACE}.svc" in _names(secret_bytes(cluster, f"{name}-tls", "tls.crt"))
+        ),
+        "a certificate naming the new group",
+    )
+    assert secret_bytes(cluster, f"{name}-ca", "ca.crt") == ca_pem
+    cluster.delete("broker", name)
+
+
+def _names(cert_pem: bytes) -> set[str]:
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    return set(san.get_values_for_type(x509.DNSName))
+
+
+def test_a_users_secret_is_mounted_and_nothing_is_issued(cluster: Cluster) -> None:
+    name = "byo"
+    manifest = broker_manifest(tls={"mode": "enforcing", "secretName": "byo-cert"})
+    manifest["metadata"]["name"] = name
+    cluster.apply(manifest)
+    # Told plainly while the Secret is missing: the pods cannot start without it.
+    broker = cluster.wait_ready("broker", name, "False", "CertificateNotReady")
+    assert (
+        "Secret byo-cert (spec.tls.secretName) does not exist"
+        in (ready_condition(broker)["message"])
+    )
+    stateful_set = cluster.get("statefulset", f"{name}-a")
+    pod = stateful_set["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "tls"]
+    assert volume["secret"]["secretName"] == "byo-cert"
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["SKIFF_TLS_CERT"] == "/etc/skiff/tls/tls.crt"
+    # This Secret has no ca.crt, so the brokers are pointed at none.
+    assert "SKIFF_TLS_CA" not in env
+    config = cluster.get("configmap", f"{name}-a-settings")
+    assert config["data"]["SKIFF_TLS_MODE"] == "enforcing"
+
+    now = datetime.datetime.now(datetime.UTC)
+    users_ca = new_ca("users", NAMESPACE, now)
+    wanted = certificate_contents(
+        BrokerSpec.from_manifest(manifest["spec"]), name, NAMESPACE, "cluster.local"
+    )
+    leaf = issue_leaf(users_ca, name, wanted, now)
+    cluster.apply(
+        tls_secret_manifest("byo-cert", {"tls.crt": leaf.cert_pem, "tls.key": leaf.key_pem})
+    )
+    status = wait_for(
+        lambda: tls_status(cluster, name).get("notAfter") and tls_status(cluster, name),
+        "the user's certificate in the status",
+    )
+    assert status["source"] == "secret" and status["message"] == ""
+    broker = cluster.wait_ready("broker", name, "False", "PodsNotReady")
+    # The operator made no certificate of its own, and left the user's as it was.
+    assert cluster.get("secret", f"{name}-ca") is None
+    assert cluster.get("secret", f"{name}-tls") is None
+    assert secret_bytes(cluster, "byo-cert", "tls.crt") == leaf.cert_pem
+    cluster.delete("broker", name)
+
+
+# Only the schema of cert-manager's Certificate kind (cert-manager.io/v1), reduced to what
+# the API server needs to store one: cert-manager's controller cannot run against this
+# API server (no pods run here), so nothing issues the certificate; the test writes the
+# Secret as cert-manager would. A minimal stand-in for cert-manager's own CRD.
+MINIMAL_CERTIFICATE_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "certificates.cert-manager.io"},
+    "spec": {
+        "group": "cert-manager.io",
+        "names": {"kind": "Certificate", "plural": "certificates", "singular": "certificate"},
+        "scope": "Namespaced",
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "x-kubernetes-preserve-unknown-fields": True,
+                    }
+                },
+            }
+        ],
+    },
+}
+
+
+def test_with_an_issuer_the_operator_asks_cert_manager_for_the_certificate(
+    cluster: Cluster,
+) -> None:
+    name = "issued"
+    manifest = broker_manifest(tls={"issuerRef": {"name": "internal", "kind": "ClusterIssuer"}})
+    manifest["metadata"]["name"] = name
+    # Without cert-manager the status says what is missing.
+    cluster.apply(manifest)
+    broker = cluster.wait_ready("broker", name, "False", "CertificateNotReady")
+    assert "install cert-manager" in ready_condition(broker)["message"]
+
+    cluster.plane.apply([MINIMAL_CERTIFICATE_CRD])
+    cluster.plane.kubectl(
+        "wait", "--for", "condition=Established", "--timeout", "60s",
+        "crd/certificates.cert-manager.io",
+    )  # fmt: skip
+    certificate = wait_for(
+        lambda: cluster.get("certificates.cert-manager.io", f"{name}-tls"), "the Certificate"
+    )
+    # The chart's RBAC grants what the operator does to Certificates (known once installed).
+    for verb, answer in (("create", "yes"), ("patch", "yes"), ("delete", "no")):
+        result = cluster.plane.kubectl(
+            "auth", "can-i", verb, "certificates.cert-manager.io", "-n", NAMESPACE,
+            kubeconfig=cluster.operator_kubeconfig, check=False,
+        )  # fmt: skip
+        assert result.stdout.strip() == answer, (verb, result.stdout, result.stderr)
+    uid = cluster.get("broker", name)["metadata"]["uid"]
+    (owner,) = certificate["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["uid"]) == ("Broker", uid)
+    body = certificate["spec"]
+    assert body["secretName"] == f"{name}-tls"
+    assert body["issuerRef"] == {
+        "name": "internal",
+        "kind": "ClusterIssuer",
+        "group": "cert-manager.io",
+    }
+    assert {
+        name,
+        f"{name}.{NAMESPACE}.svc.cluster.local",
+        f"{name}-a.{NAMESPACE}.svc",
+        f"*.{name}-a-pods.{NAMESPACE}.svc.cluster.local",
+    } <= set(body["dnsNames"])
+    assert {"server auth", "client auth"} <= set(body["usages"])
+    broker = cluster.wait_ready("broker", name, "False", "CertificateNotReady")
+    assert f"waiting for cert-manager to issue {name}-tls" in ready_condition(broker)["message"]
+    stateful_set = cluster.get("statefulset", f"{name}-a")
+    (volume,) = [
+        v for v in stateful_set["spec"]["template"]["spec"]["volumes"] if v["name"] == "tls"
+    ]
+    assert volume["secret"]["secretName"] == f"{name}-tls"
+
+    # cert-manager's word on why it has not issued yet reaches the Broker's status.
+    cluster.plane.kubectl(
+        "patch", "certificates.cert-manager.io", f"{name}-tls", "-n", NAMESPACE,
+        "--type", "merge", "-p", json.dumps({"status": {"conditions": [{
+            "type": "Ready", "status": "False", "reason": "Pending",
+            "message": "Issuing certificate as Secret does not exist",
+        }]}}),
+    )  # fmt: skip
+    wait_for(
+        lambda: (
+            "cert-manager says: Issuing certificate as Secret does not exist"
+            in ready_condition(cluster.get("broker", name)).get("message", "")
+        ),
+        "cert-manager's condition in the Broker's status",
+    )
+
+    # What cert-manager would write once its issuer signed the request.
+    now = datetime.datetime.now(datetime.UTC)
+    issuer_ca = new_ca("internal", NAMESPACE, now)
+    wanted = certificate_contents(
+        BrokerSpec.from_manifest(manifest["spec"]), name, NAMESPACE, "cluster.local"
+    )
+    leaf = issue_leaf(issuer_ca, name, wanted, now)
+    cluster.apply(
+        tls_secret_manifest(
+            f"{name}-tls",
+            {"tls.crt": leaf.cert_pem, "tls.key": leaf.key_pem, "ca.crt": issuer_ca.cert_pem},
+        )
+    )
+    cluster.wait_ready("broker", name, "False", "PodsNotReady")
+    status = tls_status(cluster, name)
+    assert status["source"] == "cert-manager" and status["message"] == ""
+    assert status["notAfter"] == x509.load_pem_x509_certificate(
+        leaf.cert_pem
+    ).not_valid_after_utc.strftime("%Y-%m-%dT%H:%M:%SZ")
+    # The operator left cert-manager's Secret alone and made no CA.
+    assert secret_bytes(cluster, f"{name}-tls", "tls.crt") == leaf.cert_pem
+    assert cluster.get("secret", f"{name}-ca") is None
+    cluster.delete("broker", name)
 
 
 def group_status_of(cluster: Cluster, broker: str, suffix: str) -> dict:

@@ -62,10 +62,15 @@ install) or into a Role per watched namespace.
 # narrow these to the Secrets the operator owns (their names are not known in advance);
 # the operator only ever addresses <broker>-replication, <broker>-admin and
 # <user>-credentials of objects it reconciles. No list or watch: it never enumerates
-# Secrets.
+# Secrets. patch is also for the brokers' TLS certificate: the operator's CA and the
+# certificate it issues and renews (<broker>-ca, <broker>-tls).
 - apiGroups: [""]
   resources: [secrets]
   verbs: [get, create, patch, delete]
+# spec.tls.issuerRef: the Certificate cert-manager issues the brokers' Secret from.
+- apiGroups: [cert-manager.io]
+  resources: [certificates]
+  verbs: [get, create, patch]
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
   verbs: [get, list, create, patch, delete]
