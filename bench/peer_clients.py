@@ -941,6 +941,53 @@ class KafkaDriver(Driver):
             consumer.close()
 
 
+# -- the official Java client (a JVM of its own per workload) ------------------------------
+
+
+class JavaClientDriver:
+    """The official Java client 5.x with its defaults (TLS on), as tests/official_clients runs
+    it. Each workload is one JVM that handles a fixed number of messages and reports how long
+    that took (its start-up excluded) and, for sends, each send's latency."""
+
+    client = "official Java client 5.2.0 (TLS)"
+    topic = "java"
+    IN_FLIGHT = 256  # sendAsync calls unacknowledged at once
+    THREADS = 16  # threads of blocking send
+
+    def __init__(self, endpoint: str, log_dir: Path) -> None:
+        sys.path.insert(0, str(ROOT))
+        from tests.official_clients import java_client
+
+        self.endpoint = endpoint
+        self.log_dir = log_dir
+        self.program = java_client()
+
+    def _run(self, mode: str, limit_s: float, **options: object) -> Sample:
+        from tests.official_clients import run_client
+
+        command = self.program.command(
+            mode, self.log_dir, endpoint=self.endpoint, topic=self.topic, **options
+        )
+        summary = run_client(command, self.log_dir, timeout_s=limit_s + 120).summary
+        return Sample(
+            summary["messages"],
+            summary["seconds"],
+            latencies=summary["latencies_s"],
+            errors=summary["errors"],
+            last_error=summary["last_error"][:200],
+        )
+
+    def send_async(self, size: int, count: int, limit_s: float) -> Sample:
+        return self._run("send-async", limit_s, count=count, size=size, in_flight=self.IN_FLIGHT)
+
+    def send_blocking(self, size: int, count: int, limit_s: float) -> Sample:
+        return self._run("send-blocking", limit_s, count=count, size=size, threads=self.THREADS)
+
+    def drain(self, count: int, limit_s: float) -> Sample:
+        group = f"bench-java-{os.getpid()}"
+        return self._run("drain", limit_s, count=count, group=group, deadline_s=int(limit_s))
+
+
 class BatchingProducerDriver(BatchingDriver):
     """The batching producer alone: RocketMQ 5.3's proxy does not implement PullMessage."""
 

@@ -2,20 +2,29 @@
 
 Everything lands under ``${XDG_CACHE_HOME:-~/.cache}/skiff/peers/`` (never in the
 repository) and a second call finds it there: Java brokers as a classpath of jars
-that ``mvn dependency:copy-dependencies`` assembles from Maven Central for a pom
-written here, the NATS server built with ``go install`` from its Go module, Redis
+that Maven assembles from Maven Central (tests/official_clients/maven.py, shared with
+the tests), the NATS server built with ``go install`` from its Go module, Redis
 from Debian's packages, the Python clients from PyPI into the running interpreter.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for tests.official_clients
+
+from tests.official_clients import maven
+from tests.official_clients.maven import (
+    InstallError,
+    MavenArtifact,
+    run_install_step,
+    skiff_cache,
+)
 
 ROCKETMQ_VERSION = "5.3.3"
 KAFKA_VERSION = "4.1.1"
@@ -35,25 +44,15 @@ PYTHON_CLIENTS = {
 }
 
 
-class InstallError(SystemExit):
-    """An install step failed; the message says which and what to do."""
-
-
 def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
-    return Path(base) / "skiff" / "peers"
+    return skiff_cache() / "peers"
 
 
 def _run(command: list[str], what: str, cwd: Path | None = None, env: dict | None = None) -> None:
-    print(f"installing {what}: {' '.join(command)}", file=sys.stderr, flush=True)
-    done = subprocess.run(
-        command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    if done.returncode != 0:
-        raise InstallError(
-            f"installing {what} failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n"
-            "Check that the package registry is reachable, or skip this system with --systems."
-        )
+    try:
+        run_install_step(command, what, cwd=cwd, env=env)
+    except InstallError as exc:
+        raise InstallError(f"{exc}\nOr skip this system with --systems.") from None
 
 
 def ensure_python_clients() -> None:
@@ -64,56 +63,9 @@ def ensure_python_clients() -> None:
         _run([sys.executable, "-m", "pip", "install", "--quiet", *missing], "Python clients")
 
 
-@dataclasses.dataclass(frozen=True)
-class MavenArtifact:
-    group: str
-    artifact: str
-    version: str
-
-
-def _pom(name: str, artifacts: list[MavenArtifact]) -> str:
-    dependencies = "".join(
-        f"<dependency><groupId>{a.group}</groupId><artifactId>{a.artifact}</artifactId>"
-        f"<version>{a.version}</version></dependency>\n"
-        for a in artifacts
-    )
-    return (
-        '<project xmlns="http://maven.apache.org/POM/4.0.0">\n'
-        "<modelVersion>4.0.0</modelVersion>\n"
-        f"<groupId>skiff.bench</groupId><artifactId>{name}</artifactId><version>1</version>\n"
-        "<packaging>pom</packaging>\n"
-        f"<dependencies>\n{dependencies}</dependencies>\n</project>\n"
-    )
-
-
 def ensure_maven_classpath(name: str, version: str, artifacts: list[MavenArtifact]) -> Path:
     """A folder of jars: the artifacts and their runtime dependencies."""
-    home = cache_root() / f"{name}-{version}"
-    lib = home / "lib"
-    complete = home / ".complete"
-    pom = _pom(name, artifacts)
-    if complete.exists() and complete.read_text() == pom:
-        return lib
-    if shutil.which("mvn") is None:
-        raise InstallError(f"{name} needs Maven: apt-get install maven (and a JDK 17)")
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "pom.xml").write_text(pom)
-    shutil.rmtree(lib, ignore_errors=True)
-    _run(
-        [
-            "mvn",
-            "-q",
-            "-B",
-            f"-Dmaven.repo.local={cache_root() / 'm2'}",
-            "dependency:copy-dependencies",
-            "-DincludeScope=runtime",
-            f"-DoutputDirectory={lib}",
-        ],
-        f"{name} {version} from Maven Central",
-        cwd=home,
-    )
-    complete.write_text(pom)
-    return lib
+    return maven.ensure_maven_classpath(cache_root() / f"{name}-{version}", artifacts)
 
 
 def ensure_rocketmq() -> Path:

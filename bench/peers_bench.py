@@ -37,6 +37,8 @@ PRODUCERS = (1, 64)
 KiB = 1024
 MiB = 1024**2
 GiB = 1024**3
+# The systems the official Java client drives (it speaks RocketMQ 5's gRPC protocol).
+JAVA_SYSTEMS = ("skiff", "rocketmq")
 NAMES = {
     "skiff": "Skiff",
     "rocketmq": "RocketMQ",
@@ -85,6 +87,8 @@ class Row:
     errors: int
     note: str = ""
     x_skiff: float | None = None
+    # Broker CPU microseconds per message, where the measurement spans exactly those messages.
+    cpu_us_per_msg: float | None = None
 
 
 def percentile(ordered: list[float], p: float) -> float | None:
@@ -140,10 +144,14 @@ def machine(data_dir: str) -> dict[str, Any]:
 
 
 class Runner:
-    def __init__(self, plan: Plan, root: str, e2e_max_rate: float) -> None:
+    def __init__(
+        self, plan: Plan, root: str, e2e_max_rate: float, java_messages: int, java_only: bool
+    ) -> None:
         self.plan = plan
         self.root = root
         self.e2e_max_rate = e2e_max_rate
+        self.java_messages = java_messages
+        self.java_only = java_only
         self.rows: list[Row] = []
         self.resources: list[dict[str, Any]] = []
         self.failures: list[str] = []
@@ -214,7 +222,11 @@ class Runner:
             return
         started = time.perf_counter()
         drivers = [cls(broker.endpoint) for cls in peer_clients.DRIVERS[system]]
+        if self.java_only:
+            drivers = []
         try:
+            if self.java_messages and system in JAVA_SYSTEMS:
+                self._java(broker)
             chosen = plan.async_sizes if durability == ASYNC else plan.sync_sizes
             sizes = {s: SIZES[s] for s in chosen}
             peaks: dict[str, float] = {}
@@ -243,7 +255,7 @@ class Runner:
                             )
                             if size_name == "1KiB":
                                 peaks[driver.client] = max(peaks.get(driver.client, 0), row.rate)
-            if durability == ASYNC:
+            if durability == ASYNC and drivers:
                 self._backlogs(broker, drivers)
                 for driver in drivers:
                     rate = min(self.e2e_max_rate, peaks.get(driver.client, 0) / 2)
@@ -282,6 +294,44 @@ class Runner:
                 }
             )
             broker.stop()
+
+    def _java(self, broker: peer_brokers.Broker) -> None:
+        """sendAsync, then blocking sends in threads, then a SimpleConsumer drains both."""
+        count = self.java_messages
+        limit_s = self.plan.drain_limit_s + count / 1000  # generous: ends when the work does
+        driver = peer_clients.JavaClientDriver(broker.endpoint, broker.data_dir / "java-logs")
+        workloads = (
+            ("produce", driver.IN_FLIGHT, "async", lambda: driver.send_async(KiB, count, limit_s)),
+            (
+                "produce",
+                driver.THREADS,
+                "blocking",
+                lambda: driver.send_blocking(KiB, count, limit_s),
+            ),
+            ("drain", None, "Simple", lambda: driver.drain(2 * count, limit_s)),
+        )
+        for workload, producers, mode, run in workloads:
+            broker.idle(self.plan.idle_limit_s)
+            stats = broker.stats()
+            cpu = stats.cpu_seconds()
+            sample = run()
+            cpu = stats.cpu_seconds() - cpu
+            # The JVM's start-up is outside the sample's seconds but inside the CPU figure;
+            # the broker does little for it (one route query, one telemetry stream).
+            row = self._row(
+                broker,
+                driver,  # type: ignore[arg-type]
+                workload,
+                "1KiB",
+                producers,
+                mode,
+                sample,
+                cpu,
+                sample.seconds,
+                latency=workload == "produce",
+            )
+            if sample.messages:
+                row.cpu_us_per_msg = cpu / sample.messages * 1e6
 
     def _backlogs(self, broker: peer_brokers.Broker, drivers: list[peer_clients.Driver]) -> None:
         plan = self.plan
@@ -460,7 +510,7 @@ def table(rows: list[Row], resources: list[dict[str, Any]], goals: list[dict[str
     header = (
         f"{'system':<14} {'dur':<5} {'client':<32} {'work':<7} {'size':>4} {'prod':>4} "
         f"{'mode':<9} {'msg/s':>10} {'MB/s':>7} {'x Skiff':>7} {'p50 ms':>7} {'p99 ms':>7} "
-        f"{'p99.9 ms':>8} {'brk cpu':>7} {'err':>4}  note"
+        f"{'p99.9 ms':>8} {'brk cpu':>7} {'µs/msg':>7} {'err':>4}  note"
     )
     lines.append(header)
     lines.append("-" * len(header))
@@ -484,11 +534,14 @@ def table(rows: list[Row], resources: list[dict[str, Any]], goals: list[dict[str
             f"{row.size:>4} {row.producers or '-':>4} {row.mode:<9} {row.rate:>10,.0f} "
             f"{mb:>7.1f} {fmt(row.x_skiff, '.2f'):>7} {fmt(row.p50_ms, '.2f'):>7} "
             f"{fmt(row.p99_ms, '.2f'):>7} {fmt(row.p999_ms, '.2f'):>8} {row.broker_cpu:>7.2f} "
-            f"{row.errors:>4}  {row.note}"
+            f"{fmt(row.cpu_us_per_msg, '.0f'):>7} {row.errors:>4}  {row.note}"
         )
     lines.append("")
     lines.append(
         "x Skiff: msg/s ÷ Skiff's best msg/s for the same workload (e2e: p99 ÷ Skiff's best p99)"
+    )
+    lines.append(
+        "brk cpu: broker CPU s per wall s; µs/msg: broker CPU µs per message (Java client rows)"
     )
     lines.append("")
     lines.append(
@@ -562,6 +615,17 @@ def main(argv: list[str] | None = None) -> int:
         default=5_000,
         help="cap on the end-to-end offered rate (msg/s): one Python process sends and receives",
     )
+    parser.add_argument(
+        "--java-messages",
+        type=int,
+        default=20_000,
+        help="messages per workload of the official Java client on Skiff and RocketMQ (0: none)",
+    )
+    parser.add_argument(
+        "--java-only",
+        action="store_true",
+        help="only the official Java client's workloads (a quick check of that driver)",
+    )
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
@@ -585,7 +649,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = load_average()
     started = time.perf_counter()
     root = tempfile.mkdtemp(prefix="skiff-peers-", dir=args.data_dir)
-    runner = Runner(plan, root, args.e2e_max_rate)
+    runner = Runner(plan, root, args.e2e_max_rate, args.java_messages, args.java_only)
     try:
         for system in systems:
             for durability in durabilities:

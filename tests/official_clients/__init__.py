@@ -1,0 +1,191 @@
+"""The official RocketMQ Java and Go clients as programs the tests and benchmarks run.
+
+``java/OfficialClient.java`` (rocketmq-client-java from Maven Central) and ``go/main.go``
+(github.com/apache/rocketmq-clients/golang/v5 from the Go module proxy, pinned with
+``go/go.sum``) are built on first use into ``${XDG_CACHE_HOME:-~/.cache}/skiff/official-clients``,
+under a folder named by the client version and a hash of the source: a second run, or a
+second process, finds the build there. Each program prints one JSON object on stdout.
+
+``ClientsUnavailable`` says what is missing (a JDK, Maven, Go, a registry); callers decide
+whether that skips or fails. The client programs write their own log files into the
+``log_dir`` given to them, never into the home directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from tests.official_clients.maven import (
+    InstallError,
+    MavenArtifact,
+    ensure_maven_classpath,
+    run_install_step,
+    skiff_cache,
+)
+
+JAVA_CLIENT_VERSION = "5.2.0"
+GO_CLIENT_VERSION = "v5.1.2"  # also in go/go.mod, which go/go.sum verifies
+SOURCES = Path(__file__).resolve().parent
+# Generous: a cold JVM or Go binary, the client's start-up and one long poll per receive.
+RUN_TIMEOUT_S = 180.0
+
+
+class ClientsUnavailable(Exception):
+    """A client program cannot be built here; the message says what to install."""
+
+
+def _build_home(kind: str, version: str, *sources: Path) -> Path:
+    digest = hashlib.sha256()
+    for source in sources:
+        digest.update(source.read_bytes())
+    return skiff_cache() / "official-clients" / f"{kind}-{version}-{digest.hexdigest()[:12]}"
+
+
+def _go_binary() -> str:
+    """``go`` from PATH, else the toolchain scripts/go-toolchain keeps in the cache."""
+    found = shutil.which("go")
+    if found:
+        return found
+    cached = sorted((skiff_cache() / "go").glob("go*/bin/go"))
+    if cached:
+        return str(cached[-1])
+    raise ClientsUnavailable(
+        "the official Go client needs Go >= 1.22: run scripts/go-toolchain (scripts/test does)"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class JavaClient:
+    """The compiled Java program: ``command(mode, ...)`` is its command line."""
+
+    classpath: str
+
+    def command(self, mode: str, log_dir: Path, **options: object) -> list[str]:
+        java = shutil.which("java")
+        if java is None:
+            raise ClientsUnavailable("the official Java client needs a JDK 17 on PATH")
+        return [
+            java,
+            f"-Drocketmq.log.root={log_dir}",
+            "-cp",
+            self.classpath,
+            "OfficialClient",
+            mode,
+            *_flags(options),
+        ]
+
+
+def java_client() -> JavaClient:
+    """Build (once) and return the Java program."""
+    source = SOURCES / "java" / "OfficialClient.java"
+    for tool in ("java", "javac", "mvn"):
+        if shutil.which(tool) is None:
+            raise ClientsUnavailable(
+                f"the official Java client needs {tool}: "
+                "apt-get install openjdk-17-jdk-headless maven"
+            )
+    try:
+        lib = ensure_maven_classpath(
+            skiff_cache() / "official-clients" / f"java-{JAVA_CLIENT_VERSION}",
+            [MavenArtifact("org.apache.rocketmq", "rocketmq-client-java", JAVA_CLIENT_VERSION)],
+        )
+        home = _build_home("java", JAVA_CLIENT_VERSION, source)
+        classes = home / "classes"
+        if not (classes / "OfficialClient.class").exists():
+            partial = home / "classes.partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir(parents=True)
+            run_install_step(
+                ["javac", "-cp", f"{lib}/*", "-d", str(partial), str(source)],
+                "the Java client program",
+            )
+            partial.rename(classes)
+    except InstallError as exc:
+        raise ClientsUnavailable(str(exc)) from None
+    return JavaClient(f"{classes}{os.pathsep}{lib}/*")
+
+
+@dataclasses.dataclass(frozen=True)
+class GoClient:
+    binary: Path
+
+    def command(self, **options: object) -> list[str]:
+        return [str(self.binary), *_flags(options)]
+
+
+def go_client() -> GoClient:
+    """Build (once) and return the Go program."""
+    folder = SOURCES / "go"
+    home = _build_home(
+        "go", GO_CLIENT_VERSION, folder / "main.go", folder / "go.mod", folder / "go.sum"
+    )
+    binary = home / "official-client-go"
+    if binary.exists():
+        return GoClient(binary)
+    go = _go_binary()
+    home.mkdir(parents=True, exist_ok=True)
+    env = {
+        **os.environ,
+        "PATH": f"{Path(go).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "GOTOOLCHAIN": "local",
+        # Read-only go.sum: the module proxy's archives must match the pinned hashes.
+        "GOFLAGS": "-mod=readonly -buildvcs=false -modcacherw",
+        "CGO_ENABLED": "0",
+    }
+    try:
+        run_install_step(
+            [go, "build", "-o", str(binary.with_suffix(".partial")), "."],
+            f"the Go client program (golang/v5 {GO_CLIENT_VERSION})",
+            cwd=folder,
+            env=env,
+        )
+    except InstallError as exc:
+        raise ClientsUnavailable(str(exc)) from None
+    binary.with_suffix(".partial").rename(binary)
+    return GoClient(binary)
+
+
+def _flags(options: dict[str, object]) -> list[str]:
+    flags = []
+    for name, value in options.items():
+        if value is not None:
+            flags += [f"--{name.replace('_', '-')}", str(value)]
+    return flags
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What a client program printed, and how it ended."""
+
+    returncode: int
+    summary: dict
+    stderr: str
+
+    @property
+    def errors(self) -> list[str]:
+        return self.summary.get("errors", [])
+
+
+def run_client(command: list[str], log_dir: Path, timeout_s: float = RUN_TIMEOUT_S) -> Outcome:
+    """Run a client program and parse the JSON it printed last."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    env = {
+        **os.environ,
+        # The Go client's log folder (it reads these dotted names from the environment).
+        "rocketmq.client.logRoot": str(log_dir),
+        "user.home": str(log_dir),
+    }
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        raise AssertionError(
+            f"{command[0]} printed no summary (exit {done.returncode}); stderr:\n"
+            f"{done.stderr[-3000:]}\nstdout:\n{done.stdout[-2000:]}"
+        )
+    return Outcome(done.returncode, json.loads(lines[-1]), done.stderr)

@@ -1,0 +1,303 @@
+// The official RocketMQ Java client 5.x against one endpoint, printing a JSON summary on stdout.
+//
+// java OfficialClient MODE --endpoint HOST:PORT --topic T [--group G] [--count N]
+//     [--access-key K --secret-key S] [--tls on|off] [--size BYTES] [--in-flight N]
+//     [--threads N] [--deadline-s S]
+//
+// Modes:
+//   roundtrip      send COUNT messages one by one, then receive them with a SimpleConsumer
+//                  (ack each) until all came back or the deadline passed:
+//                  {"sent": [ids], "received": [ids], "errors": [text]}
+//   send-async     COUNT sendAsync calls, IN_FLIGHT unacknowledged at most
+//   send-blocking  COUNT blocking sends spread over THREADS threads
+//   drain          receive and ack COUNT messages with THREADS threads
+//                  the last three print {"messages", "seconds", "latencies_s", "errors",
+//                  "last_error"}; latencies are per send, empty for drain.
+// The client configuration keeps the client's defaults (TLS on, the server certificate not
+// verified) unless --tls off or credentials are given. Exit status 0 when no error occurred.
+
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.HashMap;
+import java.util.LinkedHashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.Semaphore;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.rocketmq.client.apis.ClientConfiguration;
+import org.apache.rocketmq.client.apis.ClientConfigurationBuilder;
+import org.apache.rocketmq.client.apis.ClientServiceProvider;
+import org.apache.rocketmq.client.apis.StaticSessionCredentialsProvider;
+import org.apache.rocketmq.client.apis.consumer.FilterExpression;
+import org.apache.rocketmq.client.apis.consumer.SimpleConsumer;
+import org.apache.rocketmq.client.apis.message.Message;
+import org.apache.rocketmq.client.apis.message.MessageView;
+import org.apache.rocketmq.client.apis.producer.Producer;
+
+public final class OfficialClient {
+    private static final ClientServiceProvider PROVIDER = ClientServiceProvider.loadService();
+    // The broker refuses long polls shorter than this; the receive deadline goes beyond it.
+    private static final Duration AWAIT = Duration.ofSeconds(5);
+    private static final Duration INVISIBLE = Duration.ofSeconds(30);
+
+    private final Map<String, String> options;
+    private final List<String> errors = Collections.synchronizedList(new ArrayList<>());
+
+    private OfficialClient(Map<String, String> options) {
+        this.options = options;
+    }
+
+    public static void main(String[] args) throws Exception {
+        Map<String, String> options = new HashMap<>();
+        for (int i = 1; i + 1 < args.length; i += 2) {
+            options.put(args[i].replaceFirst("^--", ""), args[i + 1]);
+        }
+        OfficialClient client = new OfficialClient(options);
+        String json;
+        switch (args[0]) {
+            case "roundtrip":
+                json = client.roundtrip();
+                break;
+            case "send-async":
+                json = client.sendAsync();
+                break;
+            case "send-blocking":
+                json = client.sendBlocking();
+                break;
+            case "drain":
+                json = client.drain();
+                break;
+            default:
+                throw new IllegalArgumentException("unknown mode " + args[0]);
+        }
+        System.out.println(json);
+        System.out.flush();
+        // The client's own threads (telemetry, schedulers) must not keep the JVM alive.
+        Runtime.getRuntime().halt(client.errors.isEmpty() ? 0 : 1);
+    }
+
+    private String option(String name, String fallback) {
+        return options.getOrDefault(name, fallback);
+    }
+
+    private int number(String name, int fallback) {
+        return Integer.parseInt(option(name, Integer.toString(fallback)));
+    }
+
+    private ClientConfiguration configuration() {
+        ClientConfigurationBuilder builder =
+                ClientConfiguration.newBuilder().setEndpoints(option("endpoint", ""));
+        if (options.containsKey("access-key")) {
+            builder.setCredentialProvider(
+                    new StaticSessionCredentialsProvider(
+                            options.get("access-key"), option("secret-key", "")));
+        }
+        if (options.containsKey("tls")) {
+            builder.enableSsl(!"off".equals(options.get("tls")));
+        }
+        return builder.build();
+    }
+
+    private Producer producer() throws Exception {
+        return PROVIDER.newProducerBuilder()
+                .setClientConfiguration(configuration())
+                .setTopics(option("topic", ""))
+                .build();
+    }
+
+    private SimpleConsumer consumer() throws Exception {
+        return PROVIDER.newSimpleConsumerBuilder()
+                .setClientConfiguration(configuration())
+                .setConsumerGroup(option("group", ""))
+                .setAwaitDuration(AWAIT)
+                .setSubscriptionExpressions(
+                        Collections.singletonMap(option("topic", ""), FilterExpression.SUB_ALL))
+                .build();
+    }
+
+    private Message message(byte[] body) {
+        return PROVIDER.newMessageBuilder().setTopic(option("topic", "")).setBody(body).build();
+    }
+
+    // A client that fails to start wraps the broker's answer in its causes: report them all.
+    private void error(String stage, Throwable failure) {
+        StringBuilder text = new StringBuilder(stage).append(": ").append(failure);
+        for (Throwable cause = failure.getCause(); cause != null; cause = cause.getCause()) {
+            text.append("; caused by ").append(cause);
+        }
+        errors.add(text.toString());
+    }
+
+    private String roundtrip() {
+        int count = number("count", 10);
+        long deadline = System.nanoTime() + number("deadline-s", 60) * 1_000_000_000L;
+        List<String> sent = new ArrayList<>();
+        Set<String> received = new LinkedHashSet<>();
+        try (Producer producer = producer()) {
+            for (int i = 0; i < count; i++) {
+                byte[] body = ("message-" + i).getBytes(StandardCharsets.UTF_8);
+                sent.add(producer.send(message(body)).getMessageId().toString());
+            }
+        } catch (Throwable failure) {
+            error("send", failure);
+        }
+        if (!sent.isEmpty()) {
+            try (SimpleConsumer consumer = consumer()) {
+                while (received.size() < sent.size() && System.nanoTime() < deadline) {
+                    for (MessageView view : consumer.receive(16, INVISIBLE)) {
+                        consumer.ack(view);
+                        received.add(view.getMessageId().toString());
+                    }
+                }
+            } catch (Throwable failure) {
+                error("receive", failure);
+            }
+        }
+        return "{\"sent\": " + strings(sent) + ", \"received\": " + strings(received)
+                + ", \"errors\": " + strings(errors) + "}";
+    }
+
+    private String sendAsync() throws Exception {
+        int count = number("count", 1000);
+        Semaphore window = new Semaphore(number("in-flight", 256));
+        byte[] body = new byte[number("size", 1024)];
+        double[] latencies = new double[count];
+        AtomicInteger done = new AtomicInteger();
+        AtomicInteger failed = new AtomicInteger();
+        CountDownLatch finished = new CountDownLatch(count);
+        long start;
+        try (Producer producer = producer()) {
+            start = System.nanoTime();
+            for (int i = 0; i < count; i++) {
+                window.acquire();
+                int index = i;
+                long sentAt = System.nanoTime();
+                producer.sendAsync(message(body)).whenComplete((receipt, failure) -> {
+                    latencies[index] = (System.nanoTime() - sentAt) / 1e9;
+                    if (failure != null) {
+                        failed.incrementAndGet();
+                        error("sendAsync", failure);
+                    } else {
+                        done.incrementAndGet();
+                    }
+                    window.release();
+                    finished.countDown();
+                });
+            }
+            finished.await();
+        }
+        return rates(done.get(), start, latencies, failed.get());
+    }
+
+    private String sendBlocking() throws Exception {
+        int count = number("count", 1000);
+        int threads = number("threads", 16);
+        byte[] body = new byte[number("size", 1024)];
+        double[] latencies = new double[count];
+        AtomicInteger next = new AtomicInteger();
+        AtomicInteger done = new AtomicInteger();
+        AtomicInteger failed = new AtomicInteger();
+        long start;
+        try (Producer producer = producer()) {
+            List<Thread> workers = new ArrayList<>();
+            start = System.nanoTime();
+            for (int t = 0; t < threads; t++) {
+                Thread worker = new Thread(() -> {
+                    for (int i = next.getAndIncrement(); i < count; i = next.getAndIncrement()) {
+                        long sentAt = System.nanoTime();
+                        try {
+                            producer.send(message(body));
+                            done.incrementAndGet();
+                        } catch (Throwable failure) {
+                            failed.incrementAndGet();
+                            error("send", failure);
+                        }
+                        latencies[i] = (System.nanoTime() - sentAt) / 1e9;
+                    }
+                });
+                worker.start();
+                workers.add(worker);
+            }
+            for (Thread worker : workers) {
+                worker.join();
+            }
+        }
+        return rates(done.get(), start, latencies, failed.get());
+    }
+
+    private String drain() throws Exception {
+        int count = number("count", 1000);
+        int threads = number("threads", 8);
+        long deadline = System.nanoTime() + number("deadline-s", 60) * 1_000_000_000L;
+        AtomicInteger got = new AtomicInteger();
+        AtomicInteger failed = new AtomicInteger();
+        long start;
+        try (SimpleConsumer consumer = consumer()) {
+            List<Thread> workers = new ArrayList<>();
+            start = System.nanoTime();
+            for (int t = 0; t < threads; t++) {
+                Thread worker = new Thread(() -> {
+                    while (got.get() < count && System.nanoTime() < deadline) {
+                        try {
+                            for (MessageView view : consumer.receive(32, INVISIBLE)) {
+                                consumer.ack(view);
+                                got.incrementAndGet();
+                            }
+                        } catch (Throwable failure) {
+                            failed.incrementAndGet();
+                            error("receive", failure);
+                        }
+                    }
+                });
+                worker.start();
+                workers.add(worker);
+            }
+            for (Thread worker : workers) {
+                worker.join();
+            }
+        }
+        return rates(Math.min(got.get(), count), start, new double[0], failed.get());
+    }
+
+    private String rates(int messages, long start, double[] latencies, int failed) {
+        double seconds = (System.nanoTime() - start) / 1e9;
+        StringBuilder list = new StringBuilder("[");
+        for (int i = 0; i < latencies.length; i++) {
+            list.append(i == 0 ? "" : ",").append(latencies[i]);
+        }
+        list.append("]");
+        String last = errors.isEmpty() ? "" : errors.get(errors.size() - 1);
+        // Errors are counted, not failed on: the benchmark reports them in its table.
+        errors.clear();
+        return "{\"messages\": " + messages + ", \"seconds\": " + seconds + ", \"latencies_s\": "
+                + list + ", \"errors\": " + failed + ", \"last_error\": " + quoted(last) + "}";
+    }
+
+    private static String strings(Iterable<String> values) {
+        StringBuilder out = new StringBuilder("[");
+        synchronized (values) {
+            for (String value : values) {
+                out.append(out.length() == 1 ? "" : ", ").append(quoted(value));
+            }
+        }
+        return out.append("]").toString();
+    }
+
+    private static String quoted(String value) {
+        StringBuilder out = new StringBuilder("\"");
+        for (char c : value.toCharArray()) {
+            if (c == '"' || c == '\\') {
+                out.append('\\').append(c);
+            } else if (c < 0x20) {
+                out.append(String.format("\\u%04x", (int) c));
+            } else {
+                out.append(c);
+            }
+        }
+        return out.append('"').toString();
+    }
+}
