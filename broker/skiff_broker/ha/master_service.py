@@ -8,8 +8,8 @@ where its copy continues) the session sends the log in runs of at most
 ``transfer_batch_bytes``, one segment at a time, straight from the mapped
 segment; when the replica has everything it waits for the next append, and
 sends a heartbeat when idle. The replica's ACKs move its acknowledged offset,
-which SYNC writers wait on (:mod:`.in_sync`). Topic config and consumer
-offsets follow as METADATA frames whenever they change.
+which SYNC writers wait on (:mod:`.in_sync`). Topic config, consumer offsets,
+users and ACLs follow as METADATA frames whenever they change.
 
 Outside a Lease, each replica's client endpoint from its HELLO goes into the
 replica book (:mod:`.replica_book`) once it is accepted, so that this broker,
@@ -387,6 +387,8 @@ class ReplicationMaster:
             {
                 "topics": self._broker.topics.snapshot(),
                 "offsets": self._broker.offsets.snapshot(),
+                # Secrets included: encrypted only over TLS (--tls-ca), see replication.py.
+                "auth": self._broker.users.snapshot(),
             },
             separators=(",", ":"),
             sort_keys=True,

@@ -11,7 +11,8 @@ each DATA run into its own commit log at the same offset and acknowledges the
 new end, never past the last byte the master sent on this connection (the
 padding of a BLANK record written ahead of its bytes is acknowledged as they
 arrive). Its own dispatcher builds consume queues and index, so consumers can
-read here.
+read here. Topics, consumer offsets, users and ACLs come in METADATA frames and
+replace this broker's own (a master too old to send users leaves them as they are).
 
 An ACK is also the replica's heartbeat: one goes out at least every heartbeat
 interval. A master not heard from within the heartbeat timeout is taken for
@@ -401,6 +402,13 @@ class ReplicaClient:
         try:
             self._broker.topics.replace_all(topics)
             self._broker.offsets.replace_all(offsets)
+            # A master from before users were replicated sends none: keep this broker's.
+            users = document.get("auth")
+            if users is not None:
+                if not isinstance(users, dict):
+                    raise TypeError("auth is not an object")
+                if self._broker.users.replace_all(users, keep=self._broker.bootstrap_user):
+                    log.info("took the users and ACLs of master %s", self.config.master_address)
         except (KeyError, TypeError, ValueError) as exc:
             raise FramingError(f"bad METADATA: {exc}") from None
 

@@ -26,7 +26,6 @@ import logging
 import os
 from collections.abc import Callable
 
-from ..auth.model import parse_user_spec
 from ..client.credentials import Credentials
 from ..runtime import Broker
 from .config import DEFAULT_HA_LISTEN, ReplicationConfig, ReplicationMode, Role, parse_host_port
@@ -326,10 +325,9 @@ class Replication:
 
 def _peer_credentials(broker: Broker) -> Credentials | None:
     """Calls to peers of the group sign as the bootstrap super user when auth is on."""
-    auth = broker.config.auth
-    if not auth.enabled or not auth.init_user:
+    user = broker.bootstrap_user
+    if not broker.config.auth.enabled or user is None:
         return None
-    user = parse_user_spec(auth.init_user)
     return Credentials(user.access_key, user.secret_key)
 
 
