@@ -2,7 +2,9 @@
 
 A user applied on a master signs requests on its replica a moment later and
 after the replica is promoted; the replica refuses user changes and says where
-to apply them, and keeps its own bootstrap user.
+to apply them, and keeps its own bootstrap user. With a shared CA (``--tls-ca``) the
+stream runs over mutual TLS; a replica whose certificate comes from another CA is
+refused, and the master logs it with the replica's address.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from tests.broker_process import BrokerProcess, killed_afterwards, start_broker, wait_for
+from tests.certificate_authority import CertificateAuthority
 
 from skiff_broker.client.admin import AclEntry, AdminClient
 from skiff_broker.client.credentials import Credentials
@@ -57,6 +60,7 @@ def test_users_reach_the_replica_and_stay_after_promotion(
         env=auth_env(KEEPER),
     )
     started.append(replica)
+    assert any("replication is not encrypted" in r["msg"] for r in master.log_lines())
     with AdminClient(master.endpoint, credentials=ROOT) as admin:
         admin.apply_user(ALICE.access_key, ALICE.secret_key, super_user=True)
         admin.apply_acl(ALICE.access_key, ALICE_ACL)
@@ -87,3 +91,51 @@ def test_users_reach_the_replica_and_stay_after_promotion(
         assert signs_in(replica, user), f"{user.access_key} is gone after the promotion"
     with AdminClient(replica.endpoint, credentials=ALICE) as admin:
         assert admin.apply_user("bob", "bob-secret")
+
+
+def start_in(tmp_path: Path, name: str, *args: str) -> BrokerProcess:
+    (tmp_path / name).mkdir()
+    return start_broker(tmp_path / name, *HEARTBEATS, *args)
+
+
+def test_replication_runs_over_mutual_tls_and_refuses_a_replica_of_another_ca(
+    tmp_path: Path, started: list[BrokerProcess]
+) -> None:
+    ca = CertificateAuthority(tmp_path / "ca")
+    master = start_in(tmp_path, "master", "--role", "MASTER", *ca.broker_args("master"))
+    started.append(master)
+    follow = ("--role", "REPLICA", "--master-address", master.ha_endpoint)
+    replica = start_in(tmp_path, "replica", *follow, *ca.broker_args("replica"))
+    started.append(replica)
+    with AdminClient(master.endpoint) as admin:
+        admin.create_topic("over-tls")
+    with AdminClient(replica.endpoint) as admin:
+        wait_for(
+            "the topic on the replica", lambda: "over-tls" in {t.name for t in admin.list_topics()}
+        )
+    assert any("over mutual TLS" in r["msg"] for r in master.log_lines())
+    assert not any("not encrypted" in r["msg"] for r in master.log_lines())
+
+    # Trusts the group's CA, but holds a certificate another CA signed.
+    foreign = CertificateAuthority(tmp_path / "foreign", name="foreign-ca")
+    stranger = start_in(
+        tmp_path, "stranger", *follow, *foreign.broker_args("stranger", ca=ca.ca_file)
+    )
+    started.append(stranger)
+
+    def refusals() -> list[str]:
+        return [
+            r["msg"]
+            for r in master.log_lines()
+            if r["msg"].startswith("refused a replication connection") and "TLS" in r["msg"]
+        ]
+
+    wait_for("the master to refuse the stranger", lambda: bool(refusals()))
+    assert "127.0.0.1:" in refusals()[0]
+    with AdminClient(stranger.endpoint) as admin:
+        state = admin.broker_info()
+        assert not state.replica_connected
+        assert "over-tls" not in {t.name for t in admin.list_topics()}
+    with AdminClient(master.endpoint) as admin:
+        connected = [r.name for r in admin.broker_info().replicas if r.connected]
+    assert len(connected) == 1 and "stranger" not in connected[0]

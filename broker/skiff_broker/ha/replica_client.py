@@ -1,6 +1,7 @@
 """A replica's side of replication: follow the master's commit log byte for byte.
 
-The client connects to the master's replication address, and both prove they
+The client connects to the master's replication address (over mutual TLS with
+--tls-ca and a certificate, :mod:`..tls.peers`), and both prove they
 hold the group's secret (:mod:`.peer_auth`): a master that cannot prove it is
 told nothing and has nothing written. Then the client says how far its log goes,
 which master terms it holds and where its own clients reach it. The master
@@ -33,9 +34,11 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 import time
 
 from ..runtime import Broker
+from ..tls.peers import PEER_NAME, replication_client_context
 from ..wire.record_check import check_run, is_blank
 from ..wire.record_layout import SIZE_MAGIC
 from . import framing
@@ -135,6 +138,17 @@ class ReplicaClient:
                     REFUSED_RETRY_S,
                 )
                 delay = REFUSED_RETRY_S
+            except ssl.SSLError as exc:
+                log.error(
+                    "TLS with master %s failed: %s; asking again in %g s (every broker of "
+                    "the group needs a certificate signed by the same --tls-ca, carrying the "
+                    "DNS name %s)",
+                    self.config.master_address,
+                    exc,
+                    REFUSED_RETRY_S,
+                    PEER_NAME,
+                )
+                delay = REFUSED_RETRY_S
             except BadReplicatedRecord as exc:
                 log.error(
                     "master %s sent a record that fails its check, so nothing of that run was "
@@ -175,6 +189,14 @@ class ReplicaClient:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         heartbeats: list[asyncio.Task] = []
         try:
+            # Made per connection, so renewed certificate files serve the next one.
+            context = replication_client_context(self._broker.config.tls)
+            if context is not None:
+                await writer.start_tls(
+                    context,
+                    server_hostname=PEER_NAME,
+                    ssl_handshake_timeout=self.config.heartbeat_timeout,
+                )
             store = self._store
             await asyncio.wait_for(
                 prove_to_master(
