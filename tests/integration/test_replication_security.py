@@ -132,6 +132,10 @@ def test_replication_runs_over_mutual_tls_and_refuses_a_replica_of_another_ca(
 
     wait_for("the master to refuse the stranger", lambda: bool(refusals()))
     assert "127.0.0.1:" in refusals()[0]
+    wait_for(
+        "the stranger to name its certificate as the likely cause",
+        lambda: any("--tls-cert signed by" in r["msg"] for r in stranger.log_lines()),
+    )
     with AdminClient(stranger.endpoint) as admin:
         state = admin.broker_info()
         assert not state.replica_connected

@@ -38,7 +38,7 @@ import ssl
 import time
 
 from ..runtime import Broker
-from ..tls.peers import PEER_NAME, replication_client_context
+from ..tls.peers import PEER_NAME, mutual_tls, replication_client_context
 from ..wire.record_check import check_run, is_blank
 from ..wire.record_layout import SIZE_MAGIC
 from . import framing
@@ -132,10 +132,14 @@ class ReplicaClient:
             except AuthenticationFailed as exc:
                 log.error(
                     "master %s did not authenticate: %s; asking again in %g s (every broker "
-                    "of the group needs the same --ha-secret-file)",
+                    "of the group needs the same --ha-secret-file%s)",
                     self.config.master_address,
                     exc,
                     REFUSED_RETRY_S,
+                    # Under TLS 1.3 a master refusing this certificate closes only then.
+                    ", and over mutual TLS a --tls-cert signed by the master's --tls-ca"
+                    if mutual_tls(self._broker.config.tls)
+                    else "",
                 )
                 delay = REFUSED_RETRY_S
             except ssl.SSLError as exc:
