@@ -62,7 +62,10 @@ class UserStore:
         a document that does not parse raises KeyError, TypeError or ValueError and
         changes nothing.
         """
-        users, acls = _parse(document)
+        try:
+            users, acls = _parse(document)
+        except AttributeError:
+            raise ValueError("users and ACLs are not shaped as auth.json holds them") from None
         if keep is not None and keep.access_key not in users:
             users[keep.access_key] = keep
         with self._lock:
