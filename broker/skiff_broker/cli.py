@@ -355,6 +355,15 @@ def main(log_level: str) -> None:
     help="PEM private key of --tls-cert, re-read when it changes.",
 )
 @click.option(
+    "--tls-ca",
+    envvar="SKIFF_TLS_CA",
+    default="",
+    help="PEM CA bundle this cluster's brokers trust for each other: calls to other brokers "
+    "use TLS verified against it, and replication runs over mutual TLS (with --tls-cert, "
+    "which must carry the DNS name skiff-broker). Needed with --tls-mode enforcing when "
+    "the broker has peers.",
+)
+@click.option(
     "--discard-damaged-state",
     envvar="SKIFF_DISCARD_DAMAGED_STATE",
     is_flag=True,
@@ -428,6 +437,7 @@ def broker(
     tls_mode: str,
     tls_cert: str,
     tls_key: str,
+    tls_ca: str,
     discard_damaged_state: bool,
     auth_mode: str,
     auth_init_user: str,
@@ -505,6 +515,7 @@ def broker(
             mode=TlsMode(tls_mode.lower()),
             cert_file=os.path.abspath(tls_cert) if tls_cert else "",
             key_file=os.path.abspath(tls_key) if tls_key else "",
+            ca_file=os.path.abspath(tls_ca) if tls_ca else "",
         ),
         auth=AuthConfig(
             enabled=auth_mode.lower() == "enabled",

@@ -8,6 +8,7 @@ from .auth.config import AuthConfig
 from .cluster.config import ClusterConfig
 from .ha.config import ReplicationConfig, Role
 from .store.config import StoreConfig
+from .tls.peers import check_peers_can_connect
 from .tls.settings import TlsConfig
 
 
@@ -65,6 +66,12 @@ class BrokerConfig:
         if self.transaction_timeout_ms < 0 or self.transaction_check_max < 0:
             raise ValueError("the transaction timeout and check maximum cannot be negative")
         self.tls.validate()
+        check_peers_can_connect(
+            self.tls,
+            has_peers=bool(self.cluster.peers)
+            or self.replication.role is Role.LEASE
+            or self.replication.enabled,
+        )
         self.replication.validate()
         self.auth.validate()
         self.cluster.validate(under_lease=self.replication.role is Role.LEASE)

@@ -13,7 +13,7 @@ import logging
 import os
 import threading
 
-from .auth.model import parse_user_spec
+from .auth.model import User, parse_user_spec
 from .auth.user_store import UserStore
 from .config import BrokerConfig
 from .delivery import properties as prop
@@ -106,9 +106,15 @@ class Broker:
         self.delays.load(discard_damaged=discard)
         self.transactions.load(discard_damaged=discard)
         self.users.load(discard_damaged=discard)
-        init_user = self.config.auth.init_user
-        if init_user and self.users.apply_user(parse_user_spec(init_user)):
+        bootstrap = self.bootstrap_user
+        if bootstrap is not None and self.users.apply_user(bootstrap):
             log.info("applied the bootstrap super user from --auth-init-user")
+
+    @property
+    def bootstrap_user(self) -> User | None:
+        """The super user of --auth-init-user, which this broker always has."""
+        init_user = self.config.auth.init_user
+        return parse_user_spec(init_user) if init_user else None
 
     @property
     def is_replica(self) -> bool:

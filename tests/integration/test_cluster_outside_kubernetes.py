@@ -3,7 +3,9 @@
 A forced promotion is refused while the master still answers (it would make two
 masters). A broker told to follow a master of an older epoch than its own
 refuses, cuts nothing and says what to do. With ``--cluster-peers`` any broker
-answers a route with the topic's queues on every group.
+answers a route with the topic's queues on every group, also when every client port
+enforces TLS and brokers verify each other against the cluster's CA (``--tls-ca``);
+a broker whose certificate comes from another CA is left out.
 """
 
 from __future__ import annotations
@@ -13,10 +15,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
+from rocketmq.grpc_protocol import service_pb2_grpc
 from tests.broker_process import BrokerProcess, create_topics, data_dir_of, start_broker
+from tests.certificate_authority import CertificateAuthority
 from tests.k8s.cluster_members import pull_all, route, wait_for
 
 from skiff_broker.client.admin import AdminClient
+from skiff_broker.client.channels import ClientTls, channel
 from skiff_broker.client.errors import FailedPrecondition
 from skiff_broker.client.messaging import MessagingClient, OutgoingMessage
 from skiff_broker.client.producer import BatchingProducer
@@ -176,3 +183,29 @@ def test_cluster_peers_put_every_groups_queues_in_routes(brokers: Brokers) -> No
         "the stopped group to leave the route",
         lambda: {q.broker.name for q in route(a.endpoint)} == {"orders-a"},
     )
+
+
+def groups_routed_over_tls(endpoint: str, ca: CertificateAuthority) -> set[str]:
+    """The groups whose queues a route asked over verified TLS names."""
+    with channel(endpoint, tls=ClientTls(enabled=True, ca_file=str(ca.ca_file))) as tls:
+        request = spb.QueryRouteRequest(topic=pb.Resource(name=TOPIC))
+        response = service_pb2_grpc.MessagingServiceStub(tls).QueryRoute(request, timeout=30)
+    assert response.status.code == pb.Code.OK, response.status
+    return {queue.broker.name for queue in response.message_queues}
+
+
+def test_brokers_enforcing_tls_route_to_each_other_verified_by_the_cluster_ca(
+    brokers: Brokers, tmp_path: Path
+) -> None:
+    ca = CertificateAuthority(tmp_path / "ca")
+    enforcing = ("--tls-mode", "enforcing")
+    b = brokers.start("orders-b", *enforcing, *ca.broker_args("b"), queues=6)
+    a = brokers.start("orders-a", *enforcing, *ca.broker_args("a"), "--cluster-peers", b.endpoint)
+    assert groups_routed_over_tls(a.endpoint, ca) == {"orders-a", "orders-b"}
+
+    # A broker of another CA cannot verify b (nor b it): its routes name its own group only.
+    foreign = CertificateAuthority(tmp_path / "foreign", name="foreign-ca")
+    c = brokers.start(
+        "orders-c", *enforcing, *foreign.broker_args("c"), "--cluster-peers", b.endpoint
+    )
+    assert groups_routed_over_tls(c.endpoint, foreign) == {"orders-c"}

@@ -24,7 +24,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from tests.broker_process import SKIFF, broker_env, running_broker
+from tests.broker_process import SKIFF, broker_command, broker_env, running_broker
 from tests.kube_control_plane import free_port
 
 from skiff_broker.client.admin import AdminClient
@@ -33,6 +33,8 @@ from skiff_broker.client.errors import SkiffError
 
 ROUNDTRIP = Path(__file__).resolve().parent.parent / "official_client_roundtrip.py"
 DEADLINE_S = 60.0
+# Enforcing without --tls-ca is for a broker without peers: no replication port either.
+ENFORCING_ALONE = ("--tls-mode", "enforcing", "--ha-listen", "")
 
 
 def _self_signed_cert(data_dir: Path) -> Path:
@@ -92,7 +94,7 @@ def test_self_signed_certificate_is_private_and_kept_across_restarts(tmp_path):
 
 
 def test_enforcing_refuses_plaintext_and_logs_how_to_allow_it(tmp_path):
-    with running_broker(tmp_path, "--tls-mode", "enforcing", "--auto-create-topics") as broker:
+    with running_broker(tmp_path, *ENFORCING_ALONE, "--auto-create-topics") as broker:
         cert = _self_signed_cert(broker.data_dir)
         for _ in range(3):
             with pytest.raises(SkiffError), AdminClient(broker.endpoint, timeout=5) as admin:
@@ -160,7 +162,7 @@ def test_certificate_files_are_reloaded_by_the_next_handshake(tmp_path):
     certs = tmp_path / "certs"
     certs.mkdir()
     cert, key, first = _write_pair(certs, "first")
-    args = ("--tls-mode", "enforcing", "--tls-cert", str(cert), "--tls-key", str(key))
+    args = (*ENFORCING_ALONE, "--tls-cert", str(cert), "--tls-key", str(key))
     with running_broker(tmp_path, *args) as broker:
         assert _presented(broker.endpoint) == first.strip()
         _, _, second = _write_pair(certs, "second")
@@ -176,7 +178,7 @@ def test_certificate_files_are_reloaded_by_the_next_handshake(tmp_path):
 
 
 def test_cli_over_tls(tmp_path):
-    with running_broker(tmp_path, "--tls-mode", "enforcing") as broker:
+    with running_broker(tmp_path, *ENFORCING_ALONE) as broker:
         cert = str(_self_signed_cert(broker.data_dir))
         ep = ("--endpoint", broker.endpoint)
         created = _skiff("topic", "create", "orders", *ep, "--tls-ca", cert)
@@ -193,7 +195,7 @@ def test_cli_over_tls(tmp_path):
 
 def test_external_listener_follows_the_tls_mode(tmp_path):
     external = f"127.0.0.1:{free_port()}"
-    with running_broker(tmp_path, "--tls-mode", "enforcing", "--external-listen", external) as b:
+    with running_broker(tmp_path, *ENFORCING_ALONE, "--external-listen", external) as b:
         cert = str(_self_signed_cert(b.data_dir))
         with AdminClient(external, tls=ClientTls(True, cert)) as admin:
             admin.list_topics()
@@ -201,3 +203,16 @@ def test_external_listener_follows_the_tls_mode(tmp_path):
             admin.list_topics()
         lines = _refusal_lines(b)
     assert len(lines) == 1 and "--external-listen" in lines[0], lines
+
+
+def test_enforcing_with_peers_but_no_ca_does_not_start_and_says_what_to_give(tmp_path):
+    # The test brokers' --ha-listen makes this one a replication master: it has peers.
+    done = subprocess.run(
+        broker_command(tmp_path, "--tls-mode", "enforcing"),
+        env=broker_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "peers need --tls-ca" in done.stderr

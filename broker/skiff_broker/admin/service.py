@@ -243,14 +243,16 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         return apb.ListTopicsResponse(topics=[topic_to_proto(t) for t in self._topics.list()])
 
     # -- users and ACLs -----------------------------------------------------
-    # Not replicated: a replica takes them too, so each broker can be given them.
+    # Replicated like topics: a replica takes them from its master and refuses changes.
 
     @_handler
     def ApplyUser(self, request: apb.ApplyUserRequest) -> apb.ApplyUserResponse:
+        self._refuse_users_on_replica()
         return self._users.apply_user(request.user)
 
     @_handler
     def DeleteUser(self, request: apb.DeleteUserRequest) -> apb.DeleteUserResponse:
+        self._refuse_users_on_replica()
         return self._users.delete_user(request.access_key)
 
     @_handler
@@ -263,10 +265,12 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
 
     @_handler
     def ApplyAcl(self, request: apb.ApplyAclRequest) -> apb.ApplyAclResponse:
+        self._refuse_users_on_replica()
         return self._users.apply_acl(request.acl)
 
     @_handler
     def DeleteAcl(self, request: apb.DeleteAclRequest) -> apb.DeleteAclResponse:
+        self._refuse_users_on_replica()
         return self._users.delete_acl(request.access_key)
 
     @_handler
@@ -344,6 +348,15 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             raise FailedPrecondition(
                 "this broker is a replica: it takes its topics from its master; "
                 "change topics on the master"
+            )
+
+    def _refuse_users_on_replica(self) -> None:
+        if self._broker.is_replica:
+            master = self._replication.info().master_address if self._replication else ""
+            followed = f" (followed at replication address {master})" if master else ""
+            raise FailedPrecondition(
+                f"this broker is a replica: it takes its users and ACLs from its master"
+                f"{followed}; apply them on the master"
             )
 
     def _see_recent_writes(self) -> None:

@@ -4,8 +4,10 @@ Invariants: every change is written (atomically, with a ``.bak``, by StateFile)
 before it is answered; applying a user or an ACL that is already as given
 changes nothing and writes nothing, so an operator can apply its desired state
 again and again; deleting a user deletes its ACL; deleting what does not exist
-answers False. Secrets are kept as given (the signature check needs them), so
-the data directory is as sensitive as the secrets themselves.
+answers False. A replica takes its master's users and ACLs whole (``replace_all``),
+written only when they differ, keeping its own bootstrap user if the master lacks
+it so that it can always be signed into. Secrets are kept as given (the signature
+check needs them), so the data directory is as sensitive as the secrets themselves.
 """
 
 from __future__ import annotations
@@ -34,15 +36,44 @@ class UserStore:
             self._users, self._acls = loaded if loaded is not None else ({}, {})
 
     def _save(self) -> None:
-        self._file.write(
-            {
-                "users": {key: user.to_document() for key, user in self._users.items()},
-                "acls": {
-                    key: [entry.to_document() for entry in entries]
-                    for key, entries in self._acls.items()
-                },
-            }
-        )
+        self._file.write(self._document())
+
+    def _document(self) -> dict[str, Any]:
+        return {
+            "users": {key: user.to_document() for key, user in sorted(self._users.items())},
+            "acls": {
+                key: [entry.to_document() for entry in entries]
+                for key, entries in sorted(self._acls.items())
+            },
+        }
+
+    # -- replication ----------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """Every user (with its secret) and ACL as auth.json holds them: what a master sends."""
+        with self._lock:
+            return self._document()
+
+    def replace_all(self, document: dict[str, Any], *, keep: User | None = None) -> bool:
+        """Take a master's users and ACLs in place of this store's; whether anything changed.
+
+        ``keep``: a user kept if the master has none by its access key (the bootstrap
+        user). Written (crash-safely) only when the result differs from what is held;
+        a document that does not parse raises KeyError, TypeError or ValueError and
+        changes nothing.
+        """
+        try:
+            users, acls = _parse(document)
+        except AttributeError:
+            raise ValueError("users and ACLs are not shaped as auth.json holds them") from None
+        if keep is not None and keep.access_key not in users:
+            users[keep.access_key] = keep
+        with self._lock:
+            if users == self._users and acls == self._acls:
+                return False
+            self._users, self._acls = users, acls
+            self._save()
+            return True
 
     # -- users ----------------------------------------------------------------
 

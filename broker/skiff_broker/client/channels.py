@@ -3,7 +3,8 @@
 ``ClientTls`` says how to connect: plaintext (the default, which a permissive broker
 accepts), TLS verified against a CA file (or the system's roots), or TLS trusting whatever
 certificate the broker presents (``verify=False``: encrypted, but not authenticated; the
-certificate is fetched with a blocking handshake when the channel is made).
+certificate is fetched with a blocking handshake when the channel is made). A verified
+channel may check the certificate for a fixed ``server_name`` instead of the dialled host.
 
 ``credentials`` (a user's keys) sign every call of the channel, as RocketMQ 5's clients
 do; brokers with authentication off ignore the signature.
@@ -36,6 +37,9 @@ class ClientTls:
     ca_file: str = ""
     # False: trust the certificate the broker presents without checking it.
     verify: bool = True
+    # The name the broker's certificate must carry, instead of the host it is dialled at
+    # (brokers calling each other: see tls/peers.py).
+    server_name: str = ""
 
     @classmethod
     def from_env(cls) -> ClientTls:
@@ -70,7 +74,8 @@ def _credentials(endpoint: str, tls: ClientTls) -> tuple[grpc.ChannelCredentials
                 raise OSError(
                     f"cannot read the TLS CA file {tls.ca_file}: {exc.strerror}"
                 ) from None
-        return grpc.ssl_channel_credentials(root_certificates=roots), []
+        options = [("grpc.ssl_target_name_override", tls.server_name)] if tls.server_name else []
+        return grpc.ssl_channel_credentials(root_certificates=roots), options
     # gRPC always verifies: trust the broker's own certificate, under a name it carries.
     host, _, port = endpoint.rpartition(":")
     try:

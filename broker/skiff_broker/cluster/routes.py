@@ -23,6 +23,7 @@ import grpc
 
 from ..admin.v1 import admin_pb2 as apb
 from ..admin.v1 import admin_pb2_grpc
+from ..client.channels import PLAINTEXT, ClientTls, aio_channel
 from ..metadata.topic_table import MessageType, Permission, TopicConfig
 from .config import ClusterConfig
 from .kube_api import KubeApi, KubeError
@@ -66,9 +67,12 @@ class ClusterRoutes:
         elector: LeaseElector | None = None,
         api: KubeApi | None = None,
         peer_interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
+        peer_tls: ClientTls = PLAINTEXT,
     ) -> None:
-        """``peer_interceptors`` wrap calls to other groups (signing, where auth is on)."""
+        """``peer_interceptors`` wrap calls to other groups (signing, where auth is on);
+        ``peer_tls`` says how to connect to them (tls/peers.py)."""
         self.config = config
+        self._peer_tls = peer_tls
         self._peer_interceptors = list(peer_interceptors)
         self.group = group
         self._is_master = is_master
@@ -87,8 +91,8 @@ class ClusterRoutes:
     def _stub(self, endpoint: str) -> admin_pb2_grpc.AdminServiceStub:
         channel = self._channels.get(endpoint)
         if channel is None:
-            channel = self._channels[endpoint] = grpc.aio.insecure_channel(
-                endpoint, interceptors=self._peer_interceptors or None
+            channel = self._channels[endpoint] = aio_channel(
+                endpoint, tls=self._peer_tls, interceptors=self._peer_interceptors or None
             )
         return admin_pb2_grpc.AdminServiceStub(channel)
 

@@ -8,8 +8,12 @@ where its copy continues) the session sends the log in runs of at most
 ``transfer_batch_bytes``, one segment at a time, straight from the mapped
 segment; when the replica has everything it waits for the next append, and
 sends a heartbeat when idle. The replica's ACKs move its acknowledged offset,
-which SYNC writers wait on (:mod:`.in_sync`). Topic config and consumer
-offsets follow as METADATA frames whenever they change.
+which SYNC writers wait on (:mod:`.in_sync`). Topic config, consumer offsets,
+users and ACLs follow as METADATA frames whenever they change.
+
+With --tls-ca and a certificate the connection is mutual TLS before anything else
+(:mod:`..tls.peers`): a replica whose certificate does not chain to the CA is
+logged with its address and dropped before the secret's proof.
 
 Outside a Lease, each replica's client endpoint from its HELLO goes into the
 replica book (:mod:`.replica_book`) once it is accepted, so that this broker,
@@ -27,11 +31,13 @@ import contextlib
 import json
 import logging
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
 
 from ..runtime import Broker
+from ..tls.peers import mutual_tls, replication_server_context
 from . import framing
 from .config import ReplicationConfig, ReplicationMode, parse_host_port
 from .epoch_file import EpochEntry, EpochFile, consistent_point
@@ -177,6 +183,8 @@ class ReplicationMaster:
         state: ReplicaState | None = None
         session = _Session()
         try:
+            if not await self._secure(writer, address):
+                return
             try:
                 await asyncio.wait_for(
                     prove_to_replica(
@@ -215,7 +223,13 @@ class ReplicationMaster:
                 )
             )
             session.sent_end = start
-            log.info("replica %s (%s) connected; sending the log from %d", name, address, start)
+            log.info(
+                "replica %s (%s) connected%s; sending the log from %d",
+                name,
+                address,
+                " over mutual TLS" if mutual_tls(self._broker.config.tls) else "",
+                start,
+            )
             await self._remember(name, hello.json())
             self._sessions.add(session)
             liveness = Liveness(self.config.heartbeat_timeout)
@@ -253,6 +267,25 @@ class ReplicationMaster:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
             self._tasks.discard(task)
+
+    async def _secure(self, writer: asyncio.StreamWriter, address: str) -> bool:
+        """Mutual TLS first where configured; False (and logged) if the peer fails it."""
+        tls = self._broker.config.tls
+        if not mutual_tls(tls):
+            return True
+        try:
+            # Made per connection, so renewed certificate files serve the next replica.
+            context = replication_server_context(tls)
+            await writer.start_tls(context, ssl_handshake_timeout=self.config.heartbeat_timeout)
+        except (ssl.SSLError, ConnectionError, TimeoutError) as exc:
+            line = self._auth_failures.line(
+                f"refused a replication connection from {address}: TLS failed ({exc}); every "
+                "broker of the group needs a certificate signed by --tls-ca"
+            )
+            if line is not None:
+                log.error("%s", line)
+            return False
+        return True
 
     async def _remember(self, name: str, hello: dict) -> None:
         """Write down where the replica's clients reach it (a failure only loses the note)."""
@@ -387,6 +420,8 @@ class ReplicationMaster:
             {
                 "topics": self._broker.topics.snapshot(),
                 "offsets": self._broker.offsets.snapshot(),
+                # Secrets included: encrypted only over TLS (--tls-ca), see replication.py.
+                "auth": self._broker.users.snapshot(),
             },
             separators=(",", ":"),
             sort_keys=True,

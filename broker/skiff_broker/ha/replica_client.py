@@ -1,6 +1,7 @@
 """A replica's side of replication: follow the master's commit log byte for byte.
 
-The client connects to the master's replication address, and both prove they
+The client connects to the master's replication address (over mutual TLS with
+--tls-ca and a certificate, :mod:`..tls.peers`), and both prove they
 hold the group's secret (:mod:`.peer_auth`): a master that cannot prove it is
 told nothing and has nothing written. Then the client says how far its log goes,
 which master terms it holds and where its own clients reach it. The master
@@ -11,7 +12,8 @@ each DATA run into its own commit log at the same offset and acknowledges the
 new end, never past the last byte the master sent on this connection (the
 padding of a BLANK record written ahead of its bytes is acknowledged as they
 arrive). Its own dispatcher builds consume queues and index, so consumers can
-read here.
+read here. Topics, consumer offsets, users and ACLs come in METADATA frames and
+replace this broker's own (a master too old to send users leaves them as they are).
 
 An ACK is also the replica's heartbeat: one goes out at least every heartbeat
 interval. A master not heard from within the heartbeat timeout is taken for
@@ -32,9 +34,11 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 import time
 
 from ..runtime import Broker
+from ..tls.peers import PEER_NAME, mutual_tls, replication_client_context
 from ..wire.record_check import check_run, is_blank
 from ..wire.record_layout import SIZE_MAGIC
 from . import framing
@@ -128,10 +132,25 @@ class ReplicaClient:
             except AuthenticationFailed as exc:
                 log.error(
                     "master %s did not authenticate: %s; asking again in %g s (every broker "
-                    "of the group needs the same --ha-secret-file)",
+                    "of the group needs the same --ha-secret-file%s)",
                     self.config.master_address,
                     exc,
                     REFUSED_RETRY_S,
+                    # Under TLS 1.3 a master refusing this certificate closes only then.
+                    ", and over mutual TLS a --tls-cert signed by the master's --tls-ca"
+                    if mutual_tls(self._broker.config.tls)
+                    else "",
+                )
+                delay = REFUSED_RETRY_S
+            except ssl.SSLError as exc:
+                log.error(
+                    "TLS with master %s failed: %s; asking again in %g s (every broker of "
+                    "the group needs a certificate signed by the same --tls-ca, carrying the "
+                    "DNS name %s)",
+                    self.config.master_address,
+                    exc,
+                    REFUSED_RETRY_S,
+                    PEER_NAME,
                 )
                 delay = REFUSED_RETRY_S
             except BadReplicatedRecord as exc:
@@ -174,6 +193,14 @@ class ReplicaClient:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         heartbeats: list[asyncio.Task] = []
         try:
+            # Made per connection, so renewed certificate files serve the next one.
+            context = replication_client_context(self._broker.config.tls)
+            if context is not None:
+                await writer.start_tls(
+                    context,
+                    server_hostname=PEER_NAME,
+                    ssl_handshake_timeout=self.config.heartbeat_timeout,
+                )
             store = self._store
             await asyncio.wait_for(
                 prove_to_master(
@@ -401,6 +428,13 @@ class ReplicaClient:
         try:
             self._broker.topics.replace_all(topics)
             self._broker.offsets.replace_all(offsets)
+            # A master from before users were replicated sends none: keep this broker's.
+            users = document.get("auth")
+            if users is not None:
+                if not isinstance(users, dict):
+                    raise TypeError("auth is not an object")
+                if self._broker.users.replace_all(users, keep=self._broker.bootstrap_user):
+                    log.info("took the users and ACLs of master %s", self.config.master_address)
         except (KeyError, TypeError, ValueError) as exc:
             raise FramingError(f"bad METADATA: {exc}") from None
 

@@ -26,9 +26,9 @@ import logging
 import os
 from collections.abc import Callable
 
-from ..auth.model import parse_user_spec
 from ..client.credentials import Credentials
 from ..runtime import Broker
+from ..tls.peers import mutual_tls, peer_client_tls
 from .config import DEFAULT_HA_LISTEN, ReplicationConfig, ReplicationMode, Role, parse_host_port
 from .epoch_file import EpochFile
 from .in_sync import ReplicaStatus
@@ -136,10 +136,17 @@ class Replication:
                 self.epochs.epoch,
                 self.replica_book.endpoints,
                 credentials=_peer_credentials(self._broker),
+                tls=peer_client_tls(self._broker.config.tls),
                 role_file=self.role_path if promoted is not None else "",
             )
 
     async def start(self) -> None:
+        if self.config.enabled and not mutual_tls(self._broker.config.tls):
+            log.warning(
+                "replication is not encrypted (it runs over mutual TLS only with --tls-ca and "
+                "--tls-cert): log bytes and the users' secrets cross the network in clear, "
+                "authenticated by the group's secret alone"
+            )
         if self.role is Role.MASTER:
             await self._serve_as_master()
         elif self.under_lease:
@@ -326,10 +333,9 @@ class Replication:
 
 def _peer_credentials(broker: Broker) -> Credentials | None:
     """Calls to peers of the group sign as the bootstrap super user when auth is on."""
-    auth = broker.config.auth
-    if not auth.enabled or not auth.init_user:
+    user = broker.bootstrap_user
+    if not broker.config.auth.enabled or user is None:
         return None
-    user = parse_user_spec(auth.init_user)
     return Credentials(user.access_key, user.secret_key)
 
 

@@ -10,7 +10,8 @@ group (``--broker-name``) in a newer epoch than this broker's own is proof that
 the group moved on: a MASTER there is the broker that was promoted; a REPLICA
 there follows it. Then the start is refused (:class:`SupersededMaster`) with
 one line naming that broker, its epoch and the command-line options that
-rejoin the group as its replica. A peer that does not answer blocks nothing
+rejoin the group as its replica. Peers are asked over TLS as :mod:`..tls.peers`
+says. A peer that does not answer blocks nothing
 (the start logs which were not reachable); with no remembered peer no call is
 made at all.
 """
@@ -23,7 +24,7 @@ import logging
 from collections.abc import Mapping
 
 from ..client.admin import AdminClient
-from ..client.channels import PLAINTEXT
+from ..client.channels import PLAINTEXT, ClientTls
 from ..client.credentials import Credentials
 from ..client.errors import SkiffError
 
@@ -52,6 +53,7 @@ def ask_peers(
     endpoints: Mapping[str, str],
     *,
     credentials: Credentials | None = None,
+    tls: ClientTls = PLAINTEXT,
     timeout: float = PEER_ASK_TIMEOUT_S,
 ) -> tuple[list[PeerAnswer], dict[str, str]]:
     """The answers of the peers at ``endpoints`` (by name), and why the others gave none."""
@@ -61,9 +63,7 @@ def ask_peers(
         return answers, silent
 
     def ask(endpoint: str) -> PeerAnswer:
-        with AdminClient(
-            endpoint, timeout=timeout, tls=PLAINTEXT, credentials=credentials
-        ) as admin:
+        with AdminClient(endpoint, timeout=timeout, tls=tls, credentials=credentials) as admin:
             info = admin.broker_info()
         return PeerAnswer(
             endpoint,
@@ -136,12 +136,13 @@ def check_not_superseded(
     endpoints: Mapping[str, str],
     *,
     credentials: Credentials | None = None,
+    tls: ClientTls = PLAINTEXT,
     role_file: str = "",
 ) -> None:
     """Raise SupersededMaster if a former replica reports a newer term of ``group``."""
     if not endpoints:
         return
-    answers, silent = ask_peers(endpoints, credentials=credentials)
+    answers, silent = ask_peers(endpoints, credentials=credentials, tls=tls)
     found = successor(group, own_epoch, answers)
     if found is not None:
         raise SupersededMaster(refusal(group, own_epoch, found, role_file))

@@ -28,6 +28,7 @@ from ..runtime import Broker
 from ..telemetry import telemetry_from_env
 from ..tls.certificates import ReloadingCertificate, names_to_cover, self_signed
 from ..tls.front_door import FrontDoor
+from ..tls.peers import check_carries_peer_name, peer_client_tls
 from ..tls.settings import TlsMode
 from .messaging_service import MessagingService, add_to_server
 from .sending import transaction_check_sender
@@ -86,6 +87,7 @@ class BrokerServer:
                 elector=self.elector,
                 api=self.kube,
                 peer_interceptors=self._peer_signing(),
+                peer_tls=peer_client_tls(config.tls),
             )
 
     def _peer_signing(self) -> Sequence[grpc.aio.ClientInterceptor]:
@@ -187,6 +189,10 @@ class BrokerServer:
             )
             add_record_service(RecordService(self.broker, hub), external)
         try:
+            try:
+                check_carries_peer_name(self.config.tls)
+            except ValueError as exc:
+                raise OSError(str(exc)) from None
             if self.config.tls.mode is not TlsMode.DISABLED:
                 self.certificate = self._load_certificate()
             self.port = self._open_client_port(server, self.config.listen, "--listen")

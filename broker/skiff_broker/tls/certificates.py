@@ -47,7 +47,7 @@ def _general_name(name: str):  # type: ignore[no-untyped-def]
         return x509.DNSName(name)
 
 
-def _covered_names(cert_pem: bytes) -> set[str]:
+def covered_names(cert_pem: bytes) -> set[str]:
     from cryptography import x509
 
     cert = x509.load_pem_x509_certificate(cert_pem)
@@ -67,7 +67,7 @@ def self_signed(data_dir: str, names: list[str]) -> tuple[str, str]:
     key_path = os.path.join(directory, SELF_SIGNED_KEY)
     try:
         with open(cert_path, "rb") as f:
-            if set(names) <= _covered_names(f.read()) and os.path.exists(key_path):
+            if set(names) <= covered_names(f.read()) and os.path.exists(key_path):
                 return cert_path, key_path
     except (OSError, ValueError):
         pass

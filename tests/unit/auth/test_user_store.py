@@ -55,3 +55,39 @@ def test_a_damaged_file_falls_back_to_its_backup(tmp_path):
     (tmp_path / "auth.json").write_text("{not json")
     # The .bak holds the version before the last write: alice only.
     assert [user.access_key for user in opened(tmp_path).users()] == ["alice"]
+
+
+def test_a_replica_takes_its_masters_users_whole_and_keeps_its_bootstrap_user(tmp_path):
+    master = UserStore(str(tmp_path / "master.json"))
+    master.load()
+    master.apply_user(User("alice", "alice-secret"))
+    master.apply_acl("alice", (ENTRY,))
+    replica = opened(tmp_path)
+    root = User("root", "root-secret", UserType.SUPER)
+    replica.apply_user(root)
+    replica.apply_user(User("only-here", "gone-soon"))
+
+    assert replica.replace_all(master.snapshot(), keep=root)
+    assert [u.access_key for u in replica.users()] == ["alice", "root"]
+    assert replica.acl("alice") == (ENTRY,)
+    written = (tmp_path / "auth.json").read_bytes()
+    assert not replica.replace_all(master.snapshot(), keep=root)
+    assert (tmp_path / "auth.json").read_bytes() == written
+    # Kept across a reopen: what was taken was written before it was used.
+    assert opened(tmp_path).user("alice") == User("alice", "alice-secret")
+
+
+def test_the_masters_bootstrap_user_wins_over_the_replicas_and_bad_documents_change_nothing(
+    tmp_path,
+):
+    master = UserStore(str(tmp_path / "master.json"))
+    master.load()
+    master.apply_user(User("root", "masters-secret", UserType.SUPER))
+    replica = opened(tmp_path)
+    root = User("root", "root-secret", UserType.SUPER)
+    replica.apply_user(root)
+    assert replica.replace_all(master.snapshot(), keep=root)
+    assert replica.secret_of("root") == "masters-secret"
+    with pytest.raises((KeyError, TypeError, ValueError)):
+        replica.replace_all({"users": {"x": {"username": "x", "password": "short"}}}, keep=root)
+    assert replica.secret_of("root") == "masters-secret"

@@ -1,0 +1,145 @@
+"""Users, ACLs and the replication stream between real broker processes.
+
+A user applied on a master signs requests on its replica a moment later and
+after the replica is promoted; the replica refuses user changes and says where
+to apply them, and keeps its own bootstrap user. With a shared CA (``--tls-ca``) the
+stream runs over mutual TLS; a replica whose certificate comes from another CA is
+refused, and the master logs it with the replica's address.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.broker_process import BrokerProcess, killed_afterwards, start_broker, wait_for
+from tests.certificate_authority import CertificateAuthority
+
+from skiff_broker.client.admin import AclEntry, AdminClient
+from skiff_broker.client.credentials import Credentials
+from skiff_broker.client.errors import FailedPrecondition, SkiffError
+
+HEARTBEATS = ("--ha-heartbeat-interval", "0.5", "--ha-heartbeat-timeout", "5")
+ROOT = Credentials("root", "root-secret")
+KEEPER = Credentials("keeper", "keeper-secret")  # only the replica's bootstrap user
+ALICE = Credentials("alice", "alice-secret")
+ALICE_ACL = [AclEntry(("Topic:orders",), ("Pub", "Sub"))]
+
+
+@pytest.fixture
+def started() -> Iterator[list[BrokerProcess]]:
+    with killed_afterwards() as brokers:
+        yield brokers
+
+
+def auth_env(user: Credentials) -> dict[str, str]:
+    return {"SKIFF_AUTH": "enabled", "SKIFF_AUTH_INIT_USER": f"{user.access_key}:{user.secret_key}"}
+
+
+def signs_in(broker: BrokerProcess, user: Credentials) -> bool:
+    """Whether a request signed by ``user`` is served (admin calls need a super user)."""
+    try:
+        with AdminClient(broker.endpoint, credentials=user, timeout=10) as admin:
+            admin.broker_info()
+    except SkiffError:
+        return False
+    return True
+
+
+def test_users_reach_the_replica_and_stay_after_promotion(
+    tmp_path: Path, started: list[BrokerProcess]
+) -> None:
+    (tmp_path / "master").mkdir()
+    (tmp_path / "replica").mkdir()
+    master = start_broker(tmp_path / "master", "--role", "MASTER", *HEARTBEATS, env=auth_env(ROOT))
+    started.append(master)
+    replica = start_broker(
+        tmp_path / "replica",
+        *("--role", "REPLICA", "--master-address", master.ha_endpoint, *HEARTBEATS),
+        env=auth_env(KEEPER),
+    )
+    started.append(replica)
+    assert any("replication is not encrypted" in r["msg"] for r in master.log_lines())
+    with AdminClient(master.endpoint, credentials=ROOT) as admin:
+        admin.apply_user(ALICE.access_key, ALICE.secret_key, super_user=True)
+        admin.apply_acl(ALICE.access_key, ALICE_ACL)
+
+    wait_for("alice to sign in on the replica", lambda: signs_in(replica, ALICE))
+    assert signs_in(replica, KEEPER), "the replica lost its own bootstrap user"
+    with AdminClient(replica.endpoint, credentials=ALICE) as admin:
+        assert admin.get_acl(ALICE.access_key) == ALICE_ACL
+        with pytest.raises(FailedPrecondition, match="apply them on the master") as refused:
+            admin.apply_user("mallory", "mallory-secret")
+        assert master.ha_endpoint in str(refused.value)
+        with pytest.raises(FailedPrecondition, match="apply them on the master"):
+            admin.delete_user(ALICE.access_key)
+        assert {u.access_key for u in admin.list_users()} == {"alice", "keeper", "root"}
+
+    # A change on the master replaces the replica's copy.
+    with AdminClient(master.endpoint, credentials=ROOT) as admin:
+        admin.delete_user(ALICE.access_key)
+    wait_for("alice to be gone from the replica", lambda: not signs_in(replica, ALICE))
+    with AdminClient(master.endpoint, credentials=ROOT) as admin:
+        admin.apply_user(ALICE.access_key, ALICE.secret_key, super_user=True)
+    wait_for("alice back on the replica", lambda: signs_in(replica, ALICE))
+
+    master.kill()
+    with AdminClient(replica.endpoint, credentials=KEEPER) as admin:
+        admin.promote()
+    for user in (ROOT, ALICE, KEEPER):
+        assert signs_in(replica, user), f"{user.access_key} is gone after the promotion"
+    with AdminClient(replica.endpoint, credentials=ALICE) as admin:
+        assert admin.apply_user("bob", "bob-secret")
+
+
+def start_in(tmp_path: Path, name: str, *args: str) -> BrokerProcess:
+    (tmp_path / name).mkdir()
+    return start_broker(tmp_path / name, *HEARTBEATS, *args)
+
+
+def test_replication_runs_over_mutual_tls_and_refuses_a_replica_of_another_ca(
+    tmp_path: Path, started: list[BrokerProcess]
+) -> None:
+    ca = CertificateAuthority(tmp_path / "ca")
+    master = start_in(tmp_path, "master", "--role", "MASTER", *ca.broker_args("master"))
+    started.append(master)
+    follow = ("--role", "REPLICA", "--master-address", master.ha_endpoint)
+    replica = start_in(tmp_path, "replica", *follow, *ca.broker_args("replica"))
+    started.append(replica)
+    with AdminClient(master.endpoint) as admin:
+        admin.create_topic("over-tls")
+    with AdminClient(replica.endpoint) as admin:
+        wait_for(
+            "the topic on the replica", lambda: "over-tls" in {t.name for t in admin.list_topics()}
+        )
+    assert any("over mutual TLS" in r["msg"] for r in master.log_lines())
+    assert not any("not encrypted" in r["msg"] for r in master.log_lines())
+
+    # Trusts the group's CA, but holds a certificate another CA signed.
+    foreign = CertificateAuthority(tmp_path / "foreign", name="foreign-ca")
+    stranger = start_in(
+        tmp_path, "stranger", *follow, *foreign.broker_args("stranger", ca=ca.ca_file)
+    )
+    started.append(stranger)
+
+    def refusals() -> list[str]:
+        return [
+            r["msg"]
+            for r in master.log_lines()
+            if r["msg"].startswith("refused a replication connection") and "TLS" in r["msg"]
+        ]
+
+    wait_for("the master to refuse the stranger", lambda: bool(refusals()))
+    assert "127.0.0.1:" in refusals()[0]
+    wait_for(
+        "the stranger to name its certificate as the likely cause",
+        lambda: any("--tls-cert signed by" in r["msg"] for r in stranger.log_lines()),
+    )
+    with AdminClient(stranger.endpoint) as admin:
+        state = admin.broker_info()
+        assert not state.replica_connected
+        assert "over-tls" not in {t.name for t in admin.list_topics()}
+    with AdminClient(master.endpoint) as admin:
+        connected = [r.name for r in admin.broker_info().replicas if r.connected]
+    assert len(connected) == 1 and "stranger" not in connected[0]
