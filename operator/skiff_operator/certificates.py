@@ -5,7 +5,9 @@ Invariants:
   same answer, nothing is read from the clock or the network (``now`` is an argument).
 - The certificate names every host clients and peers use: the bootstrap Service, each
   group's client Service and each group's pods (through the headless Service), in their
-  short and fully qualified forms, and the external host of ``spec.externalAccess``.
+  short and fully qualified forms, the external host of ``spec.externalAccess``, and
+  ``PEER_NAME``, which brokers (dialled by changing pod addresses) are checked for by
+  their peers and by the operator.
 - A leaf is re-issued when it was not issued by the Broker's CA, names other hosts than
   wanted, lacks server or client auth, or has less than a third of its life left. The
   CA is long-lived and kept: the brokers of a cluster trust one another through it.
@@ -23,6 +25,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from skiff_broker.client.channels import PEER_NAME
 
 from .broker_spec import BrokerSpec
 from .naming import bootstrap_service_name, group_name, headless_service_name
@@ -71,7 +75,7 @@ def certificate_contents(
     spec: BrokerSpec, broker: str, namespace: str, cluster_domain: str
 ) -> CertificateContents:
     """The names and usages of the certificate every pod of the Broker presents."""
-    names = _service_names(bootstrap_service_name(broker), namespace, cluster_domain)
+    names = [PEER_NAME, *_service_names(bootstrap_service_name(broker), namespace, cluster_domain)]
     for index in range(spec.groups):
         names += _service_names(group_name(broker, index), namespace, cluster_domain)
         pods = headless_service_name(broker, index)

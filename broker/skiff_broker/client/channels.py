@@ -38,8 +38,10 @@ class ClientTls:
     # False: trust the certificate the broker presents without checking it.
     verify: bool = True
     # The name the broker's certificate must carry, instead of the host it is dialled at
-    # (brokers calling each other: see tls/peers.py).
+    # (brokers calling each other, the operator calling brokers: see PEER_NAME).
     server_name: str = ""
+    # The CA itself (PEM), for callers that hold it in memory rather than in a file.
+    ca_pem: bytes = b""
 
     @classmethod
     def from_env(cls) -> ClientTls:
@@ -50,6 +52,11 @@ class ClientTls:
 
 
 PLAINTEXT = ClientTls()
+
+# The DNS name every broker certificate signed by a cluster's CA carries (subjectAltName).
+# Brokers are dialled by IP, pod or Service name, which change with every rescheduling,
+# so the brokers calling each other and the operator calling them check this name.
+PEER_NAME = "skiff-broker"
 _current: contextvars.ContextVar[ClientTls] = contextvars.ContextVar("skiff_tls", default=PLAINTEXT)
 
 
@@ -65,8 +72,8 @@ def using(tls: ClientTls) -> Iterator[None]:
 
 def _credentials(endpoint: str, tls: ClientTls) -> tuple[grpc.ChannelCredentials, list]:
     if tls.verify:
-        roots = None
-        if tls.ca_file:
+        roots = tls.ca_pem or None
+        if roots is None and tls.ca_file:
             try:
                 with open(tls.ca_file, "rb") as f:
                     roots = f.read()

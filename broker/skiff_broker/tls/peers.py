@@ -26,12 +26,9 @@ from __future__ import annotations
 
 import ssl
 
-from ..client.channels import PLAINTEXT, ClientTls
+from ..client.channels import PEER_NAME, PLAINTEXT, ClientTls
 from .certificates import covered_names
 from .settings import TlsConfig, TlsMode
-
-# The DNS name each broker certificate signed by --tls-ca carries (subjectAltName).
-PEER_NAME = "skiff-broker"
 
 
 def peer_client_tls(tls: TlsConfig) -> ClientTls:

@@ -58,6 +58,8 @@ def test_the_certificate_names_every_host_clients_and_peers_dial() -> None:
         } <= names
     # Each pod by its stable name under its group's headless Service.
     assert "*.orders-a-pods.shop.svc.cluster.local" in names
+    # The name peers and the operator check, whatever address they dialled.
+    assert "skiff-broker" in names
     assert "*.orders-b-pods.shop.svc.cluster.local" in names
     assert not any("orders-c" in n for n in names)
 
