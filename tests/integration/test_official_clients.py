@@ -84,7 +84,9 @@ def auth_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc
 
 @pytest.fixture(scope="module")
 def enforcing_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with _broker(tmp_path_factory.mktemp("enforcing"), "--tls-mode", "enforcing") as broker:
+    # No replication port: a broker with peers needs --tls-ca in enforcing mode.
+    directory = tmp_path_factory.mktemp("enforcing")
+    with _broker(directory, "--tls-mode", "enforcing", "--ha-listen", "") as broker:
         yield broker
 
 
