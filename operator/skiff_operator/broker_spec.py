@@ -57,6 +57,13 @@ class NetworkPolicySpec:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class MetricsSpec:
+    """Whether the operator makes a Prometheus Operator PodMonitor over the brokers."""
+
+    pod_monitor: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class BrokerSpec:
     image: str = ""
     image_pull_policy: str = "IfNotPresent"
@@ -79,6 +86,7 @@ class BrokerSpec:
     # empty and the group removed.
     drain_groups: tuple[str, ...] = ()
     network_policy: NetworkPolicySpec = NetworkPolicySpec()
+    metrics: MetricsSpec = MetricsSpec()
 
     @classmethod
     def from_manifest(cls, spec: Mapping[str, Any]) -> BrokerSpec:
@@ -88,6 +96,7 @@ class BrokerSpec:
         telemetry = spec.get("telemetry") or {}
         external = spec.get("externalAccess") or {}
         network_policy = spec.get("networkPolicy") or {}
+        metrics = spec.get("metrics") or {}
         defaults = cls()
         return cls(
             image=spec.get("image") or defaults.image,
@@ -132,4 +141,5 @@ class BrokerSpec:
             ),
             drain_groups=tuple(str(g) for g in spec.get("drainGroups") or ()),
             network_policy=NetworkPolicySpec(enabled=bool(network_policy.get("enabled", True))),
+            metrics=MetricsSpec(pod_monitor=bool(metrics.get("podMonitor", False))),
         )

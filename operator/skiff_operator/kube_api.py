@@ -35,6 +35,8 @@ _RESOURCES = {
     "Node": ("/api/v1", "nodes"),
     "Broker": ("/apis/skiff.io/v1alpha1", "brokers"),
     "Topic": ("/apis/skiff.io/v1alpha1", "topics"),
+    # The Prometheus Operator's; a cluster without its CRDs answers 404 for the whole path.
+    "PodMonitor": ("/apis/monitoring.coreos.com/v1", "podmonitors"),
 }
 
 
