@@ -631,6 +631,9 @@ def start_broker_from_stored_pod_spec(cluster: Cluster) -> BrokerProcess:
     env["SKIFF_ADVERTISE"] = env["SKIFF_ADVERTISE"].replace(
         f":{container_port}", f":{cluster.broker_port}"
     )
+    # The pod's own metrics port, here on a shared machine: a free one.
+    assert env["SKIFF_METRICS_LISTEN"] == "0.0.0.0:5557"
+    env["SKIFF_METRICS_LISTEN"] = "127.0.0.1:0"
     # The pod's broker elects its master through the group's Lease; the election is the
     # broker's and is tested with broker processes holding real Leases. Here the broker
     # stands for the elected master the operator talks to.
