@@ -32,6 +32,16 @@ def test_serving_over_plaintext_and_tls_on_one_permissive_port(tmp_path) -> None
             assert check(secure) == SERVING
 
 
+def test_serving_over_tls_where_plaintext_is_refused(tmp_path) -> None:
+    with running_broker(tmp_path, "--tls-mode", "enforcing") as broker:
+        cert = (broker.data_dir / "tls" / "self-signed.crt").read_bytes()
+        credentials = grpc.ssl_channel_credentials(root_certificates=cert)
+        with grpc.secure_channel(broker.endpoint, credentials) as secure:
+            assert check(secure) == SERVING
+        with grpc.insecure_channel(broker.endpoint) as plaintext, pytest.raises(grpc.RpcError):
+            check(plaintext)
+
+
 def test_an_unknown_service_is_not_found(tmp_path) -> None:
     with running_broker(tmp_path) as broker, grpc.insecure_channel(broker.endpoint) as channel:
         with pytest.raises(grpc.RpcError) as refused:

@@ -207,6 +207,7 @@ class BrokerServer:
                 external,
             )
             add_record_service(RecordService(self.broker, hub), external)
+            self.health.add_to_server(external)
         try:
             if self.config.tls.mode is not TlsMode.DISABLED:
                 self.certificate = self._load_certificate()
