@@ -36,14 +36,17 @@ class PrometheusReader(PrometheusMetricReader):
         self._histograms = histograms
         self._resource = resource
         self._received = False
+        # Scrapes are served on threads of their own; one collection at a time.
+        self._collecting = threading.Lock()
 
     def collect(self, timeout_millis: float = 10_000) -> None:
         # The SDK hands nothing over while its instruments have no points; the broker's
         # histograms may have some all the same.
-        self._received = False
-        super().collect(timeout_millis=timeout_millis)
-        if not self._received:
-            self._receive_metrics(None, timeout_millis)
+        with self._collecting:
+            self._received = False
+            super().collect(timeout_millis=timeout_millis)
+            if not self._received:
+                self._receive_metrics(None, timeout_millis)
 
     def _receive_metrics(
         self, metrics_data: MetricsData | None, timeout_millis: float = 10_000, **kwargs: object
