@@ -49,7 +49,7 @@ class BrokerServer:
     def __init__(self, config: BrokerConfig) -> None:
         config.validate()
         self.config = config
-        # From the OTEL_* variables; off (and free) unless an exporter is configured.
+        # From the OTEL_* variables and --metrics-listen; off (and free) with neither.
         self.telemetry = telemetry_from_env(
             config.broker_name,
             replication_mode=str(config.replication.mode),
