@@ -11,7 +11,13 @@ the median of the per-pair ratios, with their spread (min..max and interquartile
   interceptor);
 - ``default``: ``OTEL_EXPORTER_OTLP_ENDPOINT`` only, so the broker's default sampler
   (parent-based, trace-id ratio ``DEFAULT_SAMPLE_RATIO``) and default export intervals;
-- ``100%`` (``--full``): the same with ``OTEL_TRACES_SAMPLER_ARG=1``: every request traced.
+- ``100%`` (``--full``): the same with ``OTEL_TRACES_SAMPLER_ARG=1``: every request traced;
+- ``metrics`` (``--metrics``): no OTEL_* exporter, the Prometheus endpoint only
+  (``--metrics-listen``, on by default in a broker): RocketMQ's counters per request and
+  the latency and message size histograms, read by nobody during the run.
+
+``off`` and ``default`` serve no /metrics (``--metrics-listen ""``), as every broker
+did before the endpoint existed, so their figures compare with earlier runs.
 
 Telemetry is exported over OTLP/HTTP to a receiver in a process of its own
 (``python -m tests.otlp_receiver``), so the exporting is part of what is measured.
@@ -72,7 +78,7 @@ from skiff_broker.store.message_store import MessageStore  # noqa: E402
 from skiff_broker.telemetry import telemetry_from_env  # noqa: E402
 from skiff_broker.telemetry.setup import DEFAULT_SAMPLE_RATIO  # noqa: E402
 
-MODES = ("off", "default", "100%")
+MODES = ("off", "default", "100%", "metrics")
 FLUSH_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
 TOPIC = "BenchTopic"
 QUEUES = 8
@@ -111,7 +117,8 @@ def receiver_process() -> Iterator[str]:
 def otel_env(mode: str, endpoint: str) -> dict[str, str]:
     """The OTEL_* variables of ``mode``; every other OTEL_* variable is blanked."""
     env = {name: "" for name in os.environ if name.startswith("OTEL_")}
-    if mode != "off":
+    env["SKIFF_METRICS_LISTEN"] = "127.0.0.1:0" if mode == "metrics" else ""
+    if mode not in ("off", "metrics"):
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
     if mode == "100%":
         env["OTEL_TRACES_SAMPLER_ARG"] = "1"
@@ -139,7 +146,9 @@ def store_run(
     work: Path, flush_type: str, mode: str, endpoint: str, seconds: float, appenders: int
 ) -> float:
     with environment(otel_env(mode, endpoint)):
-        telemetry = telemetry_from_env("bench")
+        telemetry = telemetry_from_env(
+            "bench", metrics_listen=os.environ.get("SKIFF_METRICS_LISTEN", "")
+        )
     data_dir = Path(tempfile.mkdtemp(dir=work))
     config = StoreConfig(
         data_dir=str(data_dir),
@@ -332,6 +341,9 @@ def main() -> None:
     parser.add_argument("--only", choices=("store", "server"), help="one level only")
     parser.add_argument("--flush", choices=FLUSH_TYPES, help="one flush type only")
     parser.add_argument("--full", action="store_true", help="also measure 100%% sampling")
+    parser.add_argument(
+        "--metrics", action="store_true", help="also measure the Prometheus endpoint alone"
+    )
     parser.add_argument("--data-dir", type=Path, default=Path.cwd(), help="where to work")
     parser.add_argument("--json", type=Path, help="also write every figure here")
     parser.add_argument(
@@ -346,7 +358,9 @@ def main() -> None:
 
     levels = [args.only] if args.only else ["store", "server"]
     flush_types = [args.flush] if args.flush else list(FLUSH_TYPES)
-    modes = MODES if args.full else MODES[:2]
+    modes = [m for m in MODES if m in ("off", "default") or (args.full and m == "100%")]
+    if args.metrics:
+        modes.append("metrics")
     runs: dict[tuple[str, str, str], list[float]] = {}
     # Server level only: the broker's CPU microseconds per message of each run.
     broker_cpu: dict[tuple[str, str, str], list[float]] = {}

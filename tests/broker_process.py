@@ -56,6 +56,8 @@ def broker_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
         **os.environ,
         **SMALL_FILES_ENV,
         "SKIFF_HA_SECRET": HA_SECRET,
+        # Several brokers run at once: each serves its metrics on a port of its own.
+        "SKIFF_METRICS_LISTEN": "127.0.0.1:0",
         "PYTHONPATH": os.pathsep.join(sys.path),
         **(extra or {}),
     }
@@ -81,6 +83,8 @@ class BrokerProcess:
     endpoint: str = ""
     # Where a master serves replication (empty for a replica).
     ha_endpoint: str = ""
+    # http://127.0.0.1:PORT/metrics, its Prometheus endpoint.
+    metrics_url: str = ""
     # The command line it was started with, to start it again the same way.
     command: list[str] = dataclasses.field(default_factory=list)
 
@@ -124,6 +128,8 @@ class BrokerProcess:
                 if message.startswith("serving replication on "):
                     port = message.rpartition(":")[2]
                     self.ha_endpoint = f"127.0.0.1:{port}"
+                if message.startswith("metrics on "):
+                    self.metrics_url = message.removeprefix("metrics on ")
                 if message.startswith("listening on "):
                     address = message.removeprefix("listening on ")
                     port = address.rpartition(":")[2]

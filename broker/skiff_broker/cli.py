@@ -72,6 +72,14 @@ def main(log_level: str) -> None:
     "need an address they can reach, e.g. 0.0.0.0:8081.",
 )
 @click.option(
+    "--metrics-listen",
+    envvar="SKIFF_METRICS_LISTEN",
+    default="127.0.0.1:5557",
+    show_default=True,
+    help="Where to serve Prometheus metrics at /metrics (HOST:PORT; port 0 picks a free "
+    "one; empty: no endpoint). 5557 is RocketMQ 5's metrics port.",
+)
+@click.option(
     "--advertise",
     envvar="SKIFF_ADVERTISE",
     default="",
@@ -399,6 +407,7 @@ def main(log_level: str) -> None:
 def broker(
     data_dir: str,
     listen: str,
+    metrics_listen: str,
     advertise: str,
     broker_name: str,
     flush_type: str,
@@ -482,6 +491,7 @@ def broker(
         store=store_config,
         broker_name=broker_name,
         listen=listen,
+        metrics_listen=metrics_listen.strip(),
         advertised_endpoint=advertise,
         auto_create_topics=auto_create_topics,
         max_delivery_attempts=max_delivery_attempts,
@@ -531,6 +541,8 @@ def broker(
     try:
         # Before the data directory is opened: a busy port then changes nothing on disk.
         _check_can_listen(listen, "--listen")
+        if config.metrics_listen:
+            _check_can_listen(config.metrics_listen, "--metrics-listen")
         if config.replication.role is Role.MASTER and config.replication.ha_listen:
             _check_can_listen(config.replication.ha_listen, "--ha-listen")
         server = BrokerServer(config)

@@ -19,6 +19,8 @@ class BrokerConfig:
     # gRPC listen address; 8081 is the RocketMQ 5 proxy's gRPC port. Loopback unless
     # chosen: a broker reachable from other hosts is a decision, not a default.
     listen: str = "127.0.0.1:8081"
+    # Prometheus /metrics (HOST:PORT; empty: none); 5557 is RocketMQ 5's metrics port.
+    metrics_listen: str = "127.0.0.1:5557"
     # host:port given to clients in routes; by default the address the client used.
     advertised_endpoint: str = ""
     auto_create_topics: bool = False
@@ -57,6 +59,13 @@ class BrokerConfig:
         host, _, port = self.listen.rpartition(":")
         if not host or not port.isdigit():
             raise ValueError(f"--listen must be HOST:PORT, got {self.listen!r}")
+        if self.metrics_listen:
+            host, _, port = self.metrics_listen.rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(
+                    f"--metrics-listen must be HOST:PORT, or empty to serve no metrics; "
+                    f"got {self.metrics_listen!r}"
+                )
         if self.max_delivery_attempts < 1:
             raise ValueError("max delivery attempts must be at least 1")
         if not 0 < self.min_invisible_time_ms <= self.max_invisible_time_ms:

@@ -17,6 +17,7 @@ from .auth.model import User, parse_user_spec
 from .auth.user_store import UserStore
 from .config import BrokerConfig
 from .delivery import properties as prop
+from .delivery.backlog import GroupBacklog, group_backlogs
 from .delivery.delay import DelayService
 from .delivery.pop import PopService
 from .delivery.transactions import TransactionService
@@ -132,6 +133,15 @@ class Broker:
         self.store.read_only_reason = reason
         self.delays.stop()
         self.transactions.stop()
+
+    def consumer_backlog(self) -> list[GroupBacklog]:
+        """Every consumer group's lag, in-flight and ready messages per topic."""
+        return group_backlogs(
+            self.offsets.positions(),
+            self.pop.progress(),
+            self.store.min_offset,
+            self.store.max_offset,
+        )
 
     def ensure_system_topic(self, name: str, queues: int = 1) -> TopicConfig:
         """A broker-owned topic (dead letters, schedules), created on first use."""

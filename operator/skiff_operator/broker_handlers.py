@@ -39,6 +39,7 @@ from .naming import (
     group_suffix,
     lease_name,
     network_policy_name,
+    pod_monitor_name,
 )
 from .operator_state import OperatorState
 from .rendering import (
@@ -49,6 +50,7 @@ from .rendering import (
     render_broker,
     render_cluster,
     render_ha_secret,
+    render_pod_monitor,
 )
 from .rolling_restart import next_restart
 
@@ -113,6 +115,7 @@ async def _reconcile_broker(
             if group.network_policy is None:
                 # Turned off: a policy applied earlier would keep fencing the pods.
                 await api.delete("NetworkPolicy", namespace, network_policy_name(name, group.index))
+        patch.status["podMonitor"] = await _apply_pod_monitor(api, broker_spec, identity)
     except KubeApiError as exc:
         _set_ready(patch, conditions, False, "ApplyFailed", exc.message, generation)
         raise kopf.TemporaryError(
@@ -142,6 +145,32 @@ async def _ensure_certificate(
 ) -> TlsState:
     now = datetime.datetime.now(datetime.UTC)
     return await ensure_certificate(state.api, identity, spec, state.config.cluster_domain, now)
+
+
+async def _apply_pod_monitor(api: KubeApi, spec: BrokerSpec, broker: BrokerIdentity) -> str:
+    """Make (or remove) the Broker's PodMonitor; what became of it, for status.podMonitor.
+
+    The kind exists only where the Prometheus Operator's CRDs are installed; without
+    them the Broker is served all the same and the status says why there is none.
+    """
+    if not spec.metrics.pod_monitor:
+        try:
+            await api.delete("PodMonitor", broker.namespace, pod_monitor_name(broker.name))
+        except KubeApiError as exc:
+            # 404 of an absent kind is taken by delete; anything else is worth a word.
+            return f"not wanted; removing an earlier one failed: {exc.message}"
+        return ""
+    try:
+        await api.apply(render_pod_monitor(broker))
+    except KubeApiError as exc:
+        if exc.status != 404:
+            raise
+        return (
+            "spec.metrics.podMonitor is true, but this cluster has no monitoring.coreos.com/v1 "
+            "PodMonitor kind: install the Prometheus Operator (or its CRDs), or scrape port "
+            "5557 (metrics) of the broker pods yourself"
+        )
+    return f"PodMonitor {pod_monitor_name(broker.name)} scrapes port metrics of every broker pod"
 
 
 async def _name_clash(api: KubeApi, service: Mapping[str, Any], broker: BrokerIdentity) -> str:

@@ -101,6 +101,13 @@ class TlsSpec:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class MetricsSpec:
+    """Whether the operator makes a Prometheus Operator PodMonitor over the brokers."""
+
+    pod_monitor: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class BrokerSpec:
     image: str = ""
     image_pull_policy: str = "IfNotPresent"
@@ -125,6 +132,7 @@ class BrokerSpec:
     network_policy: NetworkPolicySpec = NetworkPolicySpec()
     auth: AuthSpec = AuthSpec()
     tls: TlsSpec = TlsSpec()
+    metrics: MetricsSpec = MetricsSpec()
 
     @classmethod
     def from_manifest(cls, spec: Mapping[str, Any]) -> BrokerSpec:
@@ -137,6 +145,7 @@ class BrokerSpec:
         auth = spec.get("auth") or {}
         tls = spec.get("tls") or {}
         issuer = tls.get("issuerRef") or {}
+        metrics = spec.get("metrics") or {}
         defaults = cls()
         return cls(
             image=spec.get("image") or defaults.image,
@@ -193,4 +202,5 @@ class BrokerSpec:
                 if issuer.get("name")
                 else None,
             ),
+            metrics=MetricsSpec(pod_monitor=bool(metrics.get("podMonitor", False))),
         )

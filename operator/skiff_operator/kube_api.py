@@ -37,6 +37,8 @@ _RESOURCES = {
     "Topic": ("/apis/skiff.io/v1alpha1", "topics"),
     # cert-manager's, for spec.tls.issuerRef; absent from clusters without cert-manager.
     "Certificate": ("/apis/cert-manager.io/v1", "certificates"),
+    # The Prometheus Operator's; a cluster without its CRDs answers 404 for the whole path.
+    "PodMonitor": ("/apis/monitoring.coreos.com/v1", "podmonitors"),
 }
 
 

@@ -10,6 +10,8 @@ CLIENT_PORT = 8081
 HA_PORT = 10912
 # Second client port, for clients outside the cluster: routes name external addresses.
 EXTERNAL_PORT = 8082
+# Prometheus /metrics of every broker (RocketMQ 5's metrics port).
+METRICS_PORT = 5557
 DATA_DIR = "/var/lib/skiff"
 
 LABEL_BROKER = "skiff.io/broker"
@@ -103,6 +105,11 @@ def bootstrap_service_name(broker: str) -> str:
 def broker_service_account_name(broker: str) -> str:
     """The brokers' ServiceAccount, and the name of their Role and RoleBinding."""
     return f"{broker}-broker"
+
+
+def pod_monitor_name(broker: str) -> str:
+    """The PodMonitor over every broker pod (its own kind, so it may share the name)."""
+    return broker
 
 
 def endpoints_config_map_name(broker: str) -> str:

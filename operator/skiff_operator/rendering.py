@@ -57,6 +57,7 @@ from .naming import (
     LABEL_GROUP,
     LABEL_ROLE,
     MANAGED_BY,
+    METRICS_PORT,
     ROLE_MASTER,
     TLS_MOUNT_PATH,
     admin_secret_name,
@@ -69,6 +70,7 @@ from .naming import (
     ha_secret_name,
     headless_service_name,
     network_policy_name,
+    pod_monitor_name,
     settings_config_map_name,
     tls_secret_name,
 )
@@ -301,6 +303,7 @@ def broker_settings(
         "SKIFF_ROLE": "LEASE",
         "SKIFF_LEASE_DURATION": str(spec.lease_duration_seconds),
         "SKIFF_HA_LISTEN": f"0.0.0.0:{HA_PORT}",
+        "SKIFF_METRICS_LISTEN": f"0.0.0.0:{METRICS_PORT}",
         "SKIFF_REPLICATION_MODE": spec.replication_mode,
         "SKIFF_TLS_MODE": spec.tls.mode,
     }
@@ -434,7 +437,11 @@ def _network_policy(
     Egress stays open: the brokers call DNS, the API server (their Lease) and other
     groups' brokers on the client port.
     """
-    client_ports = [{"protocol": "TCP", "port": CLIENT_PORT}]
+    # Prometheus scrapes /metrics from wherever it runs, like any client.
+    client_ports = [
+        {"protocol": "TCP", "port": CLIENT_PORT},
+        {"protocol": "TCP", "port": METRICS_PORT},
+    ]
     if spec.external_access.enabled:
         client_ports.append({"protocol": "TCP", "port": EXTERNAL_PORT})
     return {
@@ -606,6 +613,45 @@ def _data_claim(spec: BrokerSpec, labels: Mapping[str, str]) -> dict[str, Any]:
     }
 
 
+def _probes(spec: BrokerSpec) -> dict[str, Any]:
+    """The broker's gRPC health service (grpc.health.v1) answers every probe: SERVING once
+    its store is recovered, NOT_SERVING from the moment it begins to stop.
+
+    Recovery after a crash scans the commit log for as long as it takes: the startup
+    probe allows half an hour, and liveness only starts counting after it. The kubelet's
+    gRPC probes speak plaintext, which the client port takes unless TLS is
+    ``enforcing`` (``spec.tls.mode``); there the probes only check that the port accepts
+    connections.
+    """
+    if spec.tls.mode == "enforcing":
+        check: dict[str, Any] = {"tcpSocket": {"port": "grpc"}}
+    else:
+        check = {"grpc": {"port": CLIENT_PORT}}
+    return {
+        "startupProbe": {**check, "periodSeconds": 5, "failureThreshold": 360},
+        "readinessProbe": {**check, "periodSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {**check, "periodSeconds": 10, "failureThreshold": 6},
+    }
+
+
+def render_pod_monitor(broker: BrokerIdentity) -> dict[str, Any]:
+    """A Prometheus Operator PodMonitor scraping /metrics of every broker pod."""
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": {
+            "name": pod_monitor_name(broker.name),
+            "namespace": broker.namespace,
+            "labels": broker_labels(broker.name),
+            "ownerReferences": [owner_reference(broker)],
+        },
+        "spec": {
+            "selector": {"matchLabels": {LABEL_BROKER: broker.name}},
+            "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics"}],
+        },
+    }
+
+
 def _pod_spec(
     spec: BrokerSpec,
     broker: BrokerIdentity,
@@ -643,19 +689,9 @@ def _pod_spec(
         "ports": [
             {"name": "grpc", "containerPort": CLIENT_PORT, "protocol": "TCP"},
             {"name": "ha", "containerPort": HA_PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
         ],
-        "readinessProbe": {
-            "tcpSocket": {"port": "grpc"},
-            "periodSeconds": 5,
-            "failureThreshold": 3,
-        },
-        "livenessProbe": {
-            "tcpSocket": {"port": "grpc"},
-            # Recovery after a crash scans the commit log before the port opens.
-            "initialDelaySeconds": 60,
-            "periodSeconds": 10,
-            "failureThreshold": 6,
-        },
+        **_probes(spec),
         "volumeMounts": [
             {"name": "data", "mountPath": DATA_DIR},
             {"name": "tmp", "mountPath": "/tmp"},

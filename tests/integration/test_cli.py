@@ -17,7 +17,13 @@ SKIFF = [sys.executable, "-m", "skiff_broker"]
 
 
 def _env(**extra):
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), **extra}
+    # Metrics on a port of its own: 5557 may be another broker's on a shared machine.
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(sys.path),
+        "SKIFF_METRICS_LISTEN": "127.0.0.1:0",
+        **extra,
+    }
 
 
 def _wait_for_line(proc, needle, deadline=30.0):

@@ -49,6 +49,13 @@ def test_each_send_continues_the_callers_trace_down_to_its_append(run: SpanFileR
         (server,) = [s for s in spans if s.name == SEND_SPAN]
         (append,) = [s for s in spans if s.name == cv.APPEND_SPAN]
         assert server.span.kind == Span.SPAN_KIND_SERVER
+        # OpenTelemetry's messaging conventions, read from the request.
+        assert server.attributes[cv.MESSAGING_SYSTEM] == "rocketmq"
+        assert server.attributes[cv.MESSAGING_OPERATION_TYPE] == "send"
+        assert server.attributes[cv.MESSAGING_OPERATION] == "send"
+        assert server.attributes[cv.TOPIC] == sent.topic
+        assert server.attributes[cv.MESSAGE_COUNT] == 1
+        assert server.attributes[cv.MESSAGE_ID]
         assert server.parent_span_id == sent.span_id
         assert append.parent_span_id == server.span_id
         assert append.attributes == {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import yaml
@@ -37,12 +38,14 @@ def test_helm_template_applies_with_server_side_dry_run(crds: ControlPlane) -> N
         "--set", "operator.watchNamespaces={chart-dry-run}",
         "--set", "examples.broker.externalAccess.type=NodePort",
         "--set", "examples.broker.externalAccess.nodePortBase=30911",
+        "--set", "examples.broker.podMonitor=true",
     )  # fmt: skip
     kinds = sorted({doc["kind"] for doc in yaml.safe_load_all(rendered) if doc})
     assert kinds == [
         "Broker",
         "ClusterRole",
         "ClusterRoleBinding",
+        "ConfigMap",
         "CustomResourceDefinition",
         "Deployment",
         "NetworkPolicy",
@@ -58,8 +61,37 @@ def test_helm_template_applies_with_server_side_dry_run(crds: ControlPlane) -> N
     assert "broker.skiff.io/skiff serverside-applied (server dry run)" in output
     (broker,) = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Broker"]
     assert broker["spec"]["externalAccess"] == {"type": "NodePort", "nodePortBase": 30911}
+    assert broker["spec"]["metrics"] == {"podMonitor": True}
     # A dry run stores nothing.
     assert crds.get("deployment", "skiff-operator", "chart-dry-run") is None
+
+
+def test_the_dashboard_is_a_configmap_for_the_grafana_sidecar(control_plane: ControlPlane) -> None:
+    (config_map,) = [d for d in rendered_kinds(control_plane) if d["kind"] == "ConfigMap"]
+    assert config_map["metadata"]["name"] == "skiff-dashboard"
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(config_map["data"]["skiff-broker.json"])
+    queries = {
+        panel["title"]: " ".join(t["expr"] for t in panel["targets"])
+        for panel in dashboard["panels"]
+    }
+    for metric in (
+        "rocketmq_messages_in_total",
+        "rocketmq_messages_out_total",
+        "rocketmq_throughput_in_total",
+        "rocketmq_throughput_out_total",
+        "rocketmq_consumer_lag_messages",
+        "skiff_store_append_duration_seconds_bucket",
+        "skiff_store_flush_duration_seconds_bucket",
+    ):
+        assert any(metric in q for q in queries.values()), metric
+    latencies = queries["Append latency (p50, p99)"]
+    assert "histogram_quantile(0.5," in latencies and "histogram_quantile(0.99," in latencies
+    assert not [
+        d
+        for d in rendered_kinds(control_plane, "--set", "dashboard.enabled=false")
+        if d["kind"] == "ConfigMap"
+    ]
 
 
 def rendered_kinds(control_plane: ControlPlane, *values: str) -> list[dict]:
@@ -77,6 +109,8 @@ def test_namespaced_rbac_is_a_role_per_watched_namespace_and_nothing_cluster_wid
     )
     kinds = sorted(d["kind"] for d in documents)
     assert kinds == [
+        # The dashboard, in the release namespace: it holds no rights.
+        "ConfigMap",
         "Deployment",
         "NetworkPolicy",
         "Role",

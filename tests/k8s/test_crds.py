@@ -101,7 +101,7 @@ def test_short_names_and_printer_columns(crds: ControlPlane) -> None:
         ),
         (
             broker("bad-tls-setting", settings={"SKIFF_TLS_CERT": "/tmp/x.crt"}),
-            "or SKIFF_TLS_*; the operator sets them per pod (use leaseDurationSeconds",
+            "SKIFF_TLS_* or SKIFF_METRICS_LISTEN; the operator sets them per pod (use lease",
         ),
         (
             broker(
@@ -128,15 +128,19 @@ def test_short_names_and_printer_columns(crds: ControlPlane) -> None:
         ),
         (
             broker("bad-role-setting", settings={"SKIFF_LEASE_DURATION": "5"}),
-            "SKIFF_AUTH, SKIFF_AUTH_INIT_USER or SKIFF_TLS_*; the operator sets them per pod",
+            "SKIFF_AUTH, SKIFF_AUTH_INIT_USER, SKIFF_TLS_* or SKIFF_METRICS_LISTEN; the operator",
+        ),
+        (
+            broker("bad-metrics-setting", settings={"SKIFF_METRICS_LISTEN": "0.0.0.0:1"}),
+            "or SKIFF_METRICS_LISTEN; the operator sets them per pod",
         ),
         (
             broker("bad-auth-setting", settings={"SKIFF_AUTH": "disabled"}),
-            "(use leaseDurationSeconds, externalAccess and auth)",
+            "(use leaseDurationSeconds, externalAccess, auth, tls and metrics)",
         ),
         (
             broker("bad-auth-user-setting", settings={"SKIFF_AUTH_INIT_USER": "a:bcdefgh"}),
-            "SKIFF_AUTH or SKIFF_AUTH_INIT_USER",
+            "SKIFF_AUTH, SKIFF_AUTH_INIT_USER",
         ),
         (broker("bad-auth", auth={"enabled": "maybe"}), "spec.auth.enabled: Invalid value"),
         (broker("bad-lease", leaseDurationSeconds=2), "spec.leaseDurationSeconds: Invalid value"),

@@ -687,6 +687,9 @@ def start_broker_from_stored_pod_spec(cluster: Cluster) -> BrokerProcess:
     ha_port = free_port()
     env["SKIFF_HA_LISTEN"] = f"127.0.0.1:{ha_port}"
     env["SKIFF_HA_ADVERTISE"] = f"127.0.0.1:{ha_port}"
+    # The pod's own metrics port, here on a shared machine: a free one.
+    assert env["SKIFF_METRICS_LISTEN"] == "0.0.0.0:5557"
+    env["SKIFF_METRICS_LISTEN"] = "127.0.0.1:0"
     # The pod's broker elects its master through the group's Lease; the election is the
     # broker's and is tested with broker processes holding real Leases. Here the broker
     # stands for the elected master the operator talks to.
@@ -1264,10 +1267,11 @@ def test_each_group_is_fenced_by_a_network_policy_that_can_be_turned_off(
         assert policy["spec"]["podSelector"] == {"matchLabels": group}
         assert policy["spec"]["policyTypes"] == ["Ingress"]
         clients, replication = policy["spec"]["ingress"]
-        # Client and external ports from anywhere; replication only from the group.
+        # Client, metrics and external ports from anywhere; replication only from the group.
         assert "from" not in clients
         assert clients["ports"] == [
             {"protocol": "TCP", "port": 8081},
+            {"protocol": "TCP", "port": 5557},
             {"protocol": "TCP", "port": 8082},
         ]
         assert replication == {
@@ -1569,6 +1573,77 @@ def test_with_an_issuer_the_operator_asks_cert_manager_for_the_certificate(
     assert secret_bytes(cluster, f"{name}-tls", "tls.crt") == leaf.cert_pem
     assert cluster.get("secret", f"{name}-ca") is None
     cluster.delete("broker", name)
+
+
+# A stand-in for the Prometheus Operator's PodMonitor CRD: its group, version and names,
+# and no schema (the operator's PodMonitor is checked field by field below).
+STAND_IN_POD_MONITOR_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "podmonitors.monitoring.coreos.com"},
+    "spec": {
+        "group": "monitoring.coreos.com",
+        "scope": "Namespaced",
+        "names": {
+            "kind": "PodMonitor",
+            "listKind": "PodMonitorList",
+            "plural": "podmonitors",
+            "singular": "podmonitor",
+        },
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "x-kubernetes-preserve-unknown-fields": True,
+                    }
+                },
+            }
+        ],
+    },
+}
+
+
+def test_probes_ask_the_health_service_and_a_pod_monitor_follows_the_spec(
+    cluster: Cluster,
+) -> None:
+    monitored = broker_manifest(metrics={"podMonitor": True})
+    monitored["metadata"]["name"] = "monitored"
+    cluster.apply(monitored)
+    stateful_set = wait_for(lambda: cluster.get("statefulset", "monitored-a"), "the StatefulSet")
+    (container,) = stateful_set["spec"]["template"]["spec"]["containers"]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["grpc"]["port"] == 8081
+    assert {"name": "metrics", "containerPort": 5557, "protocol": "TCP"} in container["ports"]
+
+    def pod_monitor_status() -> str:
+        broker = cluster.get("broker", "monitored") or {}
+        return (broker.get("status") or {}).get("podMonitor", "")
+
+    # Without the Prometheus Operator's CRDs the Broker says why it has no PodMonitor.
+    missing = wait_for(pod_monitor_status, "status.podMonitor")
+    assert "no monitoring.coreos.com/v1 PodMonitor kind" in missing
+
+    cluster.apply(STAND_IN_POD_MONITOR_CRD)
+    cluster.plane.kubectl(
+        "wait", "--for", "condition=Established", "--timeout", "60s",
+        "crd/podmonitors.monitoring.coreos.com",
+    )  # fmt: skip
+    # Any change of the spec reconciles the Broker again.
+    cluster.merge_patch("broker", "monitored", {"spec": {"defaultReadQueues": 16}})
+    monitor = wait_for(lambda: cluster.get("podmonitor", "monitored"), "the PodMonitor")
+    assert monitor["spec"]["selector"] == {"matchLabels": {"skiff.io/broker": "monitored"}}
+    assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "metrics", "path": "/metrics"}]
+    (owner,) = monitor["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"]) == ("Broker", "monitored")
+    wait_for(lambda: pod_monitor_status().startswith("PodMonitor monitored"), "the status")
+
+    cluster.merge_patch("broker", "monitored", {"spec": {"metrics": {"podMonitor": False}}})
+    wait_for(lambda: cluster.get("podmonitor", "monitored") is None, "the PodMonitor to go")
+    cluster.delete("broker", "monitored")
 
 
 def group_status_of(cluster: Cluster, broker: str, suffix: str) -> dict:

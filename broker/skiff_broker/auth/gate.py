@@ -11,8 +11,11 @@ call never reaches its service. How a refusal is answered:
   use.
 * skiff.admin.v1 and skiff.records.v1: gRPC UNAUTHENTICATED / PERMISSION_DENIED.
 
-Every message says what to do. Requests whose bytes do not parse pass through
-after authentication: their service refuses them without touching any data.
+Every message says what to do. Requests whose bytes do not parse pass through after
+authentication: their service refuses them without touching any data.
+
+The one exception is grpc.health.v1.Health: probes (the kubelet's among them) sign
+nothing, and it tells only whether the broker serves.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
 from ..error_text import bounded
+from ..server.health import HEALTH_SERVICE
 from ..server.undecodable import Undecodable
 from .decision import Need, decide
 from .rights import needs_of, telemetry_needs
@@ -36,6 +40,8 @@ from .user_store import UserStore
 _MESSAGING = spb.DESCRIPTOR.services_by_name["MessagingService"]
 _MESSAGING_PREFIX = f"/{_MESSAGING.full_name}/"
 _TELEMETRY = _MESSAGING_PREFIX + "Telemetry"
+# Exactly this service's methods pass unauthenticated (see the module docstring).
+_UNGUARDED_PREFIX = f"/{HEALTH_SERVICE}/"
 
 
 class _Refused(Exception):
@@ -76,7 +82,7 @@ class AuthGate(grpc.aio.ServerInterceptor):
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(handler_call_details)
         method = handler_call_details.method
-        if handler is None:
+        if handler is None or method.startswith(_UNGUARDED_PREFIX):
             return handler
         guarded = self._guarded.get(method)
         if guarded is None:

@@ -128,6 +128,14 @@ class PopService:
                 return state.consumer_offset
         return self._offsets.query(group, topic, queue_id)
 
+    def progress(self) -> dict[tuple[str, str, int], tuple[int, int]]:
+        """(group, topic, queue id) -> (consumed position, next offset to hand out)."""
+        with self._lock:
+            return {
+                key: (state.consumer_offset, state.next_offset)
+                for key, state in self._queues.items()
+            }
+
     def reset_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Move a group's position in a queue (in-flight deliveries are forgotten)."""
         with self._lock:

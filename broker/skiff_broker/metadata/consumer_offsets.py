@@ -48,6 +48,15 @@ class ConsumerOffsetTable:
     def offsets_of(self, group: str, topic: str) -> dict[int, int]:
         return dict(self._offsets.get(f"{topic}{KEY_SEPARATOR}{group}", {}))
 
+    def positions(self) -> dict[tuple[str, str, int], int]:
+        """(group, topic, queue id) -> committed offset, for every queue of every group."""
+        with self._lock:
+            return {
+                (key.partition(KEY_SEPARATOR)[2], key.partition(KEY_SEPARATOR)[0], queue_id): offset
+                for key, queues in self._offsets.items()
+                for queue_id, offset in queues.items()
+            }
+
     def groups_of(self, topic: str) -> list[str]:
         prefix = f"{topic}{KEY_SEPARATOR}"
         return sorted(key[len(prefix) :] for key in self._offsets if key.startswith(prefix))

@@ -25,11 +25,13 @@ from ..ha.replication import Replication
 from ..records.service import RecordService
 from ..records.service import add_to_server as add_record_service
 from ..runtime import Broker
+from ..telemetry import conventions as cv
 from ..telemetry import telemetry_from_env
 from ..tls.certificates import ReloadingCertificate, names_to_cover, self_signed
 from ..tls.front_door import FrontDoor
 from ..tls.peers import check_carries_peer_name, peer_client_tls
 from ..tls.settings import TlsMode
+from .health import BrokerHealth
 from .messaging_service import MessagingService, add_to_server
 from .sending import transaction_check_sender
 
@@ -48,11 +50,24 @@ class BrokerServer:
     def __init__(self, config: BrokerConfig) -> None:
         config.validate()
         self.config = config
-        # From the OTEL_* variables; off (and free) unless an exporter is configured.
+        # From the OTEL_* variables and --metrics-listen; off (and free) with neither.
         self.telemetry = telemetry_from_env(
-            config.broker_name, replication_mode=str(config.replication.mode)
+            config.broker_name,
+            replication_mode=str(config.replication.mode),
+            metrics_listen=config.metrics_listen,
         )
         self.broker = Broker(config, observer=self.telemetry.store_observer())
+        # Pods of one group share the broker name: the pod tells them apart.
+        node_id = (
+            config.cluster.pod_name if config.replication.role is Role.LEASE else ""
+        ) or config.broker_name
+        self.traffic = self.telemetry.traffic_observer(
+            cluster=config.cluster.name or cv.DEFAULT_CLUSTER,
+            node_id=node_id,
+            backlog=self.broker.consumer_backlog,
+        )
+        self.health = BrokerHealth()
+        self.metrics_port = 0
         self.under_lease = config.replication.role is Role.LEASE
         self.replication = Replication(
             config.replication, self.broker, name=self._replica_name, endpoint=self.client_endpoint
@@ -135,7 +150,9 @@ class BrokerServer:
         self.broker.start(replica=self.replication.is_replica)
         hub = ArrivalHub(loop)
         self.broker.store.add_arrival_listener(hub.on_arrival)
-        self.messaging = MessagingService(self.broker, hub, cluster=self.routes)
+        self.messaging = MessagingService(
+            self.broker, hub, cluster=self.routes, traffic=self.traffic
+        )
         # Unresolved transactions are checked with producers over their telemetry streams.
         self.broker.transactions.send_check = transaction_check_sender(self.messaging.clients, loop)
         inbound = max(
@@ -163,6 +180,9 @@ class BrokerServer:
             server,
         )
         add_record_service(RecordService(self.broker, hub), server)
+        # Probes reach it on the client port, through the front door like any client.
+        self.health.add_to_server(server)
+        await self.health.starting()
         external = None
         if self.config.cluster.external_listen:
             # Same services; its routes carry the groups' external addresses.
@@ -177,6 +197,7 @@ class BrokerServer:
                     cluster=self.routes,
                     external=True,
                     clients=self.messaging.clients,
+                    traffic=self.traffic,
                 ),
                 external,
                 trace=self.telemetry.handler_tracer(),
@@ -188,6 +209,7 @@ class BrokerServer:
                 external,
             )
             add_record_service(RecordService(self.broker, hub), external)
+            self.health.add_to_server(external)
         try:
             try:
                 check_carries_peer_name(self.config.tls)
@@ -201,6 +223,7 @@ class BrokerServer:
                     external, self.config.cluster.external_listen, "--external-listen"
                 )
             await self.replication.start()
+            self.metrics_port = self.telemetry.start_metrics_endpoint()
         except OSError:
             for door in self._front_doors:
                 door.stop_accepting()
@@ -218,6 +241,7 @@ class BrokerServer:
             log.info("external clients on port %d", self.external_port)
         if self.elector is not None:
             self.elector.start()
+        await self.health.serving()
         log.info("listening on %s", self.address)
         if self.certificate is not None:
             log.info(
@@ -261,6 +285,8 @@ class BrokerServer:
         return door.bind()
 
     async def stop(self, grace: float = 5.0) -> None:
+        # Probes see it first: the pod leaves its Service's endpoints while calls drain.
+        await self.health.stopping()
         # No new connections; those open get gRPC's graceful stop, then are closed.
         for door in self._front_doors:
             door.stop_accepting()

@@ -24,6 +24,7 @@ from .pulling import Puller
 from .receiving import Receiver
 from .sending import Sender
 from .status import OK, Code, RequestError, status
+from .traffic import NO_TRAFFIC, TrafficObserver
 from .undecodable import Undecodable, lenient_rpc_handler
 from .undecodable import refuse as _refuse
 
@@ -102,12 +103,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         cluster: ClusterRoutes | None = None,
         external: bool = False,
         clients: ClientRegistry | None = None,
+        traffic: TrafficObserver = NO_TRAFFIC,
     ) -> None:
         self._broker = broker
         self._clients = clients or ClientRegistry(broker.config, broker.topics)
-        self._sender = Sender(broker)
-        self._receiver = Receiver(broker, hub)
-        self._puller = Puller(broker, hub)
+        # ``traffic`` hears of the messages stored and delivered (metrics).
+        self._sender = Sender(broker, traffic)
+        self._receiver = Receiver(broker, hub, traffic)
+        self._puller = Puller(broker, hub, traffic)
         # Routes name every group of the cluster; ``external``: this is the external port.
         self._cluster = cluster
         self._external = external

@@ -14,15 +14,19 @@ from .convert import millis, to_proto
 from .receiving import Receiver
 from .routing import require_group_name, require_topic_name
 from .status import OK, Code, RequestError, status
+from .traffic import NO_TRAFFIC, TrafficObserver
 
 _MAX_BATCH = 1024
 _DEADLINE_MARGIN_S = 1.0
 
 
 class Puller:
-    def __init__(self, broker: Broker, hub: ArrivalHub) -> None:
+    def __init__(
+        self, broker: Broker, hub: ArrivalHub, traffic: TrafficObserver = NO_TRAFFIC
+    ) -> None:
         self._broker = broker
         self._hub = hub
+        self._traffic = traffic
 
     def _queue(self, queue: pb.MessageQueue) -> tuple[str, int]:
         topic = self._broker.topics.get(require_topic_name(queue.topic.name))
@@ -67,6 +71,12 @@ class Puller:
             lambda got: got.status in NOT_WRITTEN_YET,
         )
         if got.status is GetStatus.FOUND:
+            self._traffic.delivered(
+                topic,
+                request.group.name,
+                len(got.messages),
+                sum(len(m.body) for m in got.messages),
+            )
             yield spb.PullMessageResponse(status=OK)
             max_body_size = self._broker.config.store.max_message_size
             for message in got.messages:

@@ -17,6 +17,7 @@ from .convert import timestamp, to_proto
 from .receipt_handle import ReceiptHandle
 from .routing import require_group_name, require_topic_name
 from .status import OK, Code, RequestError, status
+from .traffic import NO_TRAFFIC, TrafficObserver
 
 # Answer this long before the client's deadline, so it gets the answer, not a timeout.
 _DEADLINE_MARGIN_S = 1.0
@@ -32,9 +33,12 @@ def _duration_ms(duration) -> int:  # type: ignore[no-untyped-def]
 
 
 class Receiver:
-    def __init__(self, broker: Broker, hub: ArrivalHub) -> None:
+    def __init__(
+        self, broker: Broker, hub: ArrivalHub, traffic: TrafficObserver = NO_TRAFFIC
+    ) -> None:
         self._broker = broker
         self._hub = hub
+        self._traffic = traffic
         self._rotation: dict[tuple[str, str], int] = {}
 
     def _readable_topic(self, name: str) -> TopicConfig:
@@ -161,7 +165,11 @@ class Receiver:
                 fifo=fifo,
             )
             remaining = deadline - time.monotonic()
-            if deliveries or remaining <= 0:
+            if deliveries:
+                size = sum(len(d.message.body) for d in deliveries)
+                self._traffic.delivered(topic.name, group, len(deliveries), size)
+                return deliveries
+            if remaining <= 0:
                 return deliveries
             due = pop.next_visible_at(group, topic.name)
             if due is not None:

@@ -28,6 +28,7 @@ from .clients import ClientRegistry
 from .convert import millis, record_host, to_proto
 from .routing import accepted_types, require_topic_name
 from .status import OK, Code, RequestError, put_code, status
+from .traffic import NO_TRAFFIC, TrafficObserver
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +42,19 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+# RocketMQ's message_type metric label values.
+_METRIC_TYPES = {
+    pb.MessageType.NORMAL: "normal",
+    pb.MessageType.FIFO: "fifo",
+    pb.MessageType.DELAY: "delay",
+    pb.MessageType.TRANSACTION: "transaction",
+}
+
+
 class Sender:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, traffic: TrafficObserver = NO_TRAFFIC) -> None:
         self._broker = broker
+        self._traffic = traffic
         self._round_robin: dict[str, int] = {}
 
     # -- SendMessage --------------------------------------------------------
@@ -63,6 +74,9 @@ class Sender:
         shared_queue = self._next_queue(topic)
         entries: list[spb.SendResultEntry] = [spb.SendResultEntry()] * len(request.messages)
         plain: list[tuple[int, str, Message]] = []
+        # Body sizes of the messages stored, by metric message type: reported once per request.
+        stored: dict[str, list[int]] = {}
+        plain_types: list[str] = []
         for index, proto in enumerate(request.messages):
             message_id = proto.system_properties.message_id
             try:
@@ -74,17 +88,27 @@ class Sender:
                         message, producer_group=topic.name
                     )
                     entries[index] = self._entry(result, 0, message_id, transaction_id)
+                    if result.ok:
+                        stored.setdefault("transaction", []).append(len(proto.body))
                 elif message_type == pb.MessageType.DELAY and deliver_at > _now_ms():
                     result = await self._broker.delays.schedule(message, deliver_at)
                     entries[index] = self._entry(result, 0, message_id, "")
+                    if result.ok:
+                        stored.setdefault("delay", []).append(len(proto.body))
                 else:
                     plain.append((index, message_id, message))
+                    plain_types.append(_METRIC_TYPES.get(message_type, "normal"))
             except RequestError as exc:
                 entries[index] = spb.SendResultEntry(status=exc.to_status(), message_id=message_id)
         if plain:
             result = await self._broker.store.put_messages_async([m for _, _, m in plain])
             for position, (index, message_id, _) in enumerate(plain):
                 entries[index] = self._entry(result, position, message_id, "")
+            if result.ok:
+                for (index, _, _), kind in zip(plain, plain_types, strict=True):
+                    stored.setdefault(kind, []).append(len(request.messages[index].body))
+        for kind, sizes in stored.items():
+            self._traffic.received(topic.name, kind, sizes)
         codes = {entry.status.code for entry in entries}
         overall = (
             OK

@@ -58,3 +58,34 @@ LATENCY_BUCKETS_S = (
     5.0,
     10.0,
 )
+
+# RocketMQ 5's broker metrics, under its names and label names, so that dashboards and
+# alerts written for RocketMQ read Skiff's too. The counters' names end in _total as
+# RocketMQ's do; their units are in the descriptions, not the instruments, because a
+# Prometheus exporter appends a unit to the name (rocketmq_message_size would become
+# rocketmq_message_size_bytes).
+MESSAGES_IN = "rocketmq_messages_in_total"
+MESSAGES_OUT = "rocketmq_messages_out_total"
+THROUGHPUT_IN = "rocketmq_throughput_in_total"
+THROUGHPUT_OUT = "rocketmq_throughput_out_total"
+MESSAGE_SIZE = "rocketmq_message_size"
+CONSUMER_READY = "rocketmq_consumer_ready_messages"
+CONSUMER_INFLIGHT = "rocketmq_consumer_inflight_messages"
+CONSUMER_LAG = "rocketmq_consumer_lag_messages"
+LABEL_CLUSTER = "cluster"
+LABEL_NODE_TYPE = "node_type"
+LABEL_NODE_ID = "node_id"
+LABEL_TOPIC = "topic"
+LABEL_CONSUMER_GROUP = "consumer_group"
+LABEL_MESSAGE_TYPE = "message_type"  # normal | fifo | delay | transaction
+NODE_TYPE_BROKER = "broker"
+# RocketMQ's cluster name when none is configured.
+DEFAULT_CLUSTER = "DefaultCluster"
+# RocketMQ's message size buckets: 1 KiB, 4 KiB, 512 KiB, 1 MiB, 2 MiB, 4 MiB, more.
+MESSAGE_SIZE_BUCKETS = (1024, 4096, 512 * 1024, 1024 * 1024, 2 * 1024 * 1024, 4 * 1024 * 1024)
+
+# Messaging semantic conventions on SERVER spans.
+MESSAGING_OPERATION_TYPE = "messaging.operation.type"  # send | receive | settle
+MESSAGING_OPERATION = "messaging.operation"  # the older attribute, same values
+CONSUMER_GROUP = "messaging.consumer.group.name"
+MESSAGE_ID = "messaging.message.id"

@@ -21,6 +21,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from . import conventions as cv
+from .messaging_attributes import method_attributes, request_reader
 
 _PROPAGATED = ("traceparent", "tracestate")
 # Server-side codes that mark the span as failed (OpenTelemetry's gRPC conventions);
@@ -117,7 +118,7 @@ class TracingInterceptor(grpc.aio.ServerInterceptor):
         """
         return _wrap(handler, self._starter(path))
 
-    def _starter(self, path: str) -> Callable[[grpc.aio.ServicerContext], Span]:
+    def _starter(self, path: str) -> Callable[[grpc.aio.ServicerContext, Any], Span]:
         """What opens the SERVER span of one call of the method at ``path``.
 
         The span is returned not yet current; unsampled, it is a non-recording span that
@@ -131,10 +132,12 @@ class TracingInterceptor(grpc.aio.ServerInterceptor):
             "rpc.service": service,
             "rpc.method": method,
             cv.BROKER: self._broker_name,
+            **method_attributes(service, method),
         }
+        from_request = request_reader(service, method)
         tracer = self._tracer
 
-        def start(context: grpc.aio.ServicerContext) -> Span:
+        def start(context: grpc.aio.ServicerContext, request: Any) -> Span:
             span = tracer.start_span(
                 full_method,
                 context=_parent_context(context.invocation_metadata()),
@@ -144,12 +147,16 @@ class TracingInterceptor(grpc.aio.ServerInterceptor):
             # (the broker's samplers do not look at attributes).
             if span.is_recording():
                 span.set_attributes(attributes)
+                if from_request is not None:
+                    span.set_attributes(from_request(request))
             return span
 
         return start
 
 
-def _wrap(handler: grpc.RpcMethodHandler, start: Callable[[Any], Span]) -> grpc.RpcMethodHandler:
+def _wrap(
+    handler: grpc.RpcMethodHandler, start: Callable[[Any, Any], Span]
+) -> grpc.RpcMethodHandler:
     if handler.request_streaming and handler.response_streaming:
         make, behavior = grpc.stream_stream_rpc_method_handler, handler.stream_stream
     elif handler.request_streaming:
@@ -171,9 +178,9 @@ def _wrap(handler: grpc.RpcMethodHandler, start: Callable[[Any], Span]) -> grpc.
     )
 
 
-def _traced_coroutine(behavior: Callable, start: Callable[[Any], Span]) -> Callable:
+def _traced_coroutine(behavior: Callable, start: Callable[[Any, Any], Span]) -> Callable:
     async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        span = start(context)
+        span = start(context, request)
         token = otel_context.attach(trace.set_span_in_context(span))
         try:
             response = await behavior(request, context)
@@ -188,9 +195,9 @@ def _traced_coroutine(behavior: Callable, start: Callable[[Any], Span]) -> Calla
     return call
 
 
-def _traced_function(behavior: Callable, start: Callable[[Any], Span]) -> Callable:
+def _traced_function(behavior: Callable, start: Callable[[Any, Any], Span]) -> Callable:
     def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        span = start(context)
+        span = start(context, request)
         token = otel_context.attach(trace.set_span_in_context(span))
         try:
             response = behavior(request, context)
@@ -205,9 +212,9 @@ def _traced_function(behavior: Callable, start: Callable[[Any], Span]) -> Callab
     return call
 
 
-def _traced_stream(behavior: Callable, start: Callable[[Any], Span]) -> Callable:
+def _traced_stream(behavior: Callable, start: Callable[[Any, Any], Span]) -> Callable:
     async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        span = start(context)
+        span = start(context, request)
         with trace.use_span(
             span, end_on_exit=False, record_exception=False, set_status_on_exception=False
         ):

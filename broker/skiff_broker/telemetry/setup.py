@@ -24,13 +24,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import grpc
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
     ConsoleMetricExporter,
     MetricExporter,
+    MetricReader,
     PeriodicExportingMetricReader,
 )
 from opentelemetry.sdk.resources import OTELResourceDetector, Resource
@@ -44,9 +45,13 @@ from opentelemetry.sdk.trace.sampling import (
     TraceIdRatioBased,
 )
 
+from ..delivery.backlog import GroupBacklog
+from ..server.traffic import NO_TRAFFIC, TrafficObserver
 from ..store.observer import StoreObserver
 from . import conventions as cv
+from .broker_metrics import BrokerMetrics
 from .latency_histograms import HistogramSet, PeriodicHistogramExport
+from .metrics_endpoint import MetricsEndpoint, PrometheusReader
 from .server_interceptor import TracingInterceptor
 from .store_observer import StoreTelemetry
 
@@ -208,6 +213,8 @@ class Telemetry:
     # latency_histograms) and exported by ``histogram_export``; None when metrics are off.
     histograms: HistogramSet | None = None
     histogram_export: PeriodicHistogramExport | None = None
+    # The Prometheus endpoint (--metrics-listen); None when it is off.
+    metrics_endpoint: MetricsEndpoint | None = None
 
     @property
     def enabled(self) -> bool:
@@ -224,6 +231,27 @@ class Telemetry:
             replication_mode=self.replication_mode,
         )
 
+    def traffic_observer(
+        self, *, cluster: str, node_id: str, backlog: Callable[[], Iterable[GroupBacklog]]
+    ) -> TrafficObserver:
+        """What counts the messages in and out (RocketMQ's metrics); a no-op when metrics
+        are off. ``backlog`` gives the consumer groups' backlogs when the gauges are read."""
+        if self.meter_provider is None or self.histograms is None:
+            return NO_TRAFFIC
+        return BrokerMetrics(
+            self.meter_provider.get_meter(cv.SERVER_SCOPE),
+            self.histograms,
+            cluster=cluster,
+            node_id=node_id,
+            backlog=backlog,
+        )
+
+    def start_metrics_endpoint(self) -> int:
+        """Serve /metrics (if configured); its port, 0 when there is none."""
+        if self.metrics_endpoint is None:
+            return 0
+        return self.metrics_endpoint.start()
+
     def handler_tracer(
         self,
     ) -> Callable[[grpc.RpcMethodHandler, str], grpc.RpcMethodHandler] | None:
@@ -237,6 +265,9 @@ class Telemetry:
         if self.tracer_provider is not None:
             self.tracer_provider.shutdown()
             self.tracer_provider = None
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.stop()
+            self.metrics_endpoint = None
         if self.histogram_export is not None:
             # Before the meter provider shuts the exporters down.
             self.histogram_export.shutdown()
@@ -247,12 +278,14 @@ class Telemetry:
 
 
 def telemetry_from_env(
-    broker_name: str = "", replication_mode: str = cv.REPLICATION_NONE
+    broker_name: str = "", replication_mode: str = cv.REPLICATION_NONE, metrics_listen: str = ""
 ) -> Telemetry:
+    """Telemetry from the ``OTEL_*`` variables, plus a Prometheus endpoint on
+    ``metrics_listen`` (HOST:PORT; empty: none) reading the same instruments."""
     span_exporters = span_exporters_from_env()
     metric_exporters = metric_exporters_from_env()
     telemetry = Telemetry(broker_name, replication_mode=replication_mode)
-    if not span_exporters and not metric_exporters:
+    if not span_exporters and not metric_exporters and not metrics_listen:
         return telemetry
     resource = resource_from_env(broker_name, replication_mode)
     if span_exporters:
@@ -266,12 +299,21 @@ def telemetry_from_env(
             ", ".join(_describe(name, "traces") for name in _exporter_names("traces")),
             sampler.get_description(),
         )
-    if metric_exporters:
-        # The meter provider is there for SDK instruments (the broker has none today); the
-        # store's histograms share its exporters and export interval.
-        readers = [PeriodicExportingMetricReader(exporter) for exporter in metric_exporters]
+    if metric_exporters or metrics_listen:
+        # One set of instruments: the SDK's (counters, gauges) in the meter provider, the
+        # broker's own histograms beside it; the OTLP/console exports and the Prometheus
+        # endpoint each read both.
+        histograms = HistogramSet(cv.STORE_SCOPE)
+        readers: list[MetricReader] = [
+            PeriodicExportingMetricReader(exporter) for exporter in metric_exporters
+        ]
+        if metrics_listen:
+            prometheus = PrometheusReader(histograms, resource)
+            readers.append(prometheus)
+            telemetry.metrics_endpoint = MetricsEndpoint(prometheus, metrics_listen)
         telemetry.meter_provider = MeterProvider(metric_readers=readers, resource=resource)
-        telemetry.histograms = HistogramSet(cv.STORE_SCOPE)
+        telemetry.histograms = histograms
+    if metric_exporters:
         telemetry.histogram_export = PeriodicHistogramExport(
             telemetry.histograms,
             metric_exporters,

@@ -84,6 +84,10 @@ install) or into a Role per watched namespace.
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, patch, delete]
+# spec.metrics.podMonitor; harmless where the Prometheus Operator is not installed.
+- apiGroups: [monitoring.coreos.com]
+  resources: [podmonitors]
+  verbs: [get, list, create, patch, delete]
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [get, list, create, patch, delete]

@@ -89,7 +89,7 @@ def test_no_external_service_or_port_unless_asked() -> None:
     assert group.external_service is None
     assert [m["kind"] for m in group.all()].count("Service") == 2
     (container,) = group.stateful_set["spec"]["template"]["spec"]["containers"]
-    assert [p["name"] for p in container["ports"]] == ["grpc", "ha"]
+    assert [p["name"] for p in container["ports"]] == ["grpc", "ha", "metrics"]
 
 
 def test_node_port_access_exposes_each_groups_master_on_its_own_port() -> None:

@@ -134,6 +134,7 @@ def test_config_map_carries_the_broker_settings_as_skiff_variables() -> None:
     assert data["SKIFF_CLUSTER"] == "orders"
     assert data["SKIFF_LEASE_DURATION"] == "15"
     assert data["SKIFF_HA_LISTEN"] == "0.0.0.0:10912"
+    assert data["SKIFF_METRICS_LISTEN"] == "0.0.0.0:5557"
     assert "SKIFF_EXTERNAL_LISTEN" not in data
     assert data["SKIFF_REPLICATION_MODE"] == "SYNC"
     assert data["SKIFF_DEFAULT_READ_QUEUES"] == "16"
@@ -302,7 +303,10 @@ def test_network_policy_opens_the_client_port_to_all_and_replication_to_the_grou
         assert fenced.items() <= pod_labels.items()
         assert policy["spec"]["policyTypes"] == ["Ingress"]
         clients, replication = policy["spec"]["ingress"]
-        assert clients == {"ports": [{"protocol": "TCP", "port": 8081}]}
+        # The client port and Prometheus' scrapes of /metrics.
+        assert clients == {
+            "ports": [{"protocol": "TCP", "port": 8081}, {"protocol": "TCP", "port": 5557}]
+        }
         assert replication == {
             "from": [{"podSelector": {"matchLabels": fenced}}],
             "ports": [{"protocol": "TCP", "port": 10912}],
@@ -314,7 +318,11 @@ def test_network_policy_opens_the_external_port_with_external_access() -> None:
     assert group.network_policy is not None
     clients = group.network_policy["spec"]["ingress"][0]
     assert clients == {
-        "ports": [{"protocol": "TCP", "port": 8081}, {"protocol": "TCP", "port": 8082}]
+        "ports": [
+            {"protocol": "TCP", "port": 8081},
+            {"protocol": "TCP", "port": 5557},
+            {"protocol": "TCP", "port": 8082},
+        ]
     }
 
 

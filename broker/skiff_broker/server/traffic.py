@@ -1,0 +1,25 @@
+"""What the messaging service reports about the messages it takes in and hands out.
+
+Reports are made once per request (a batch), never once per message, so that an
+observer's cost does not grow with the batch. The base class ignores everything:
+the service calls it unconditionally, and a broker without metrics pays one call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class TrafficObserver:
+    def received(self, topic: str, message_type: str, sizes: Sequence[int]) -> None:
+        """Messages of one send request were stored; ``sizes`` are their body sizes.
+
+        ``message_type`` is RocketMQ's metric label value: normal, fifo, delay or
+        transaction.
+        """
+
+    def delivered(self, topic: str, group: str, count: int, size: int) -> None:
+        """``count`` messages of ``size`` body bytes in all went out to ``group``."""
+
+
+NO_TRAFFIC = TrafficObserver()

@@ -1,0 +1,120 @@
+"""The Prometheus endpoint of a real broker process: a client sends and consumes, the
+test scrapes /metrics over HTTP and reads RocketMQ's metrics, with RocketMQ's labels,
+and the store's latency histograms."""
+
+from __future__ import annotations
+
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from tests.broker_process import (
+    SKIFF,
+    BrokerProcess,
+    broker_env,
+    create_topics,
+    data_dir_of,
+    running_broker,
+)
+from tests.queue_ends import wait_for_messages
+
+from skiff_broker.client.messaging import MessagingClient, OutgoingMessage
+from skiff_broker.metadata.topic_table import TopicConfig
+
+TOPIC = "metered"
+GROUP = "billing"
+SIZES = (100, 2000, 5000)
+BROKER = {"cluster": "DefaultCluster", "node_type": "broker", "node_id": "broker-m"}
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    tmp_path = tmp_path_factory.mktemp("metrics")
+    # One queue: every message of the test is in the queue the group reads.
+    create_topics(data_dir_of(tmp_path), TopicConfig(TOPIC, 1, 1))
+    with running_broker(tmp_path, "--broker-name", "broker-m") as process:
+        yield process
+
+
+def scrape(broker: BrokerProcess) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Sample name -> [(labels, value)] of one scrape."""
+    with urllib.request.urlopen(broker.metrics_url, timeout=10) as response:
+        assert response.status == 200
+        text = response.read().decode()
+    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples.setdefault(sample.name, []).append((sample.labels, sample.value))
+    return samples
+
+
+def value(samples: dict, name: str, **labels: str) -> float:
+    """The value of the one sample of ``name`` whose labels include ``labels``."""
+    (found,) = [
+        v for sample_labels, v in samples.get(name, []) if labels.items() <= sample_labels.items()
+    ]
+    return found
+
+
+def test_counters_sizes_and_backlog_follow_what_clients_do(broker: BrokerProcess) -> None:
+    with MessagingClient(broker.endpoint) as client:
+        client.send([OutgoingMessage(TOPIC, b"x" * size) for size in SIZES])
+        wait_for_messages(broker.endpoint, TOPIC, len(SIZES))
+        received = client.receive(GROUP, TOPIC, max_messages=32, wait_s=5)
+        assert len(received) == len(SIZES)
+        client.ack(GROUP, TOPIC, received[:1])
+        # Stored after the group's last receive: ready, not in flight.
+        client.send([OutgoingMessage(TOPIC, b"y" * 10)])
+        wait_for_messages(broker.endpoint, TOPIC, len(SIZES) + 1)
+
+    samples = scrape(broker)
+    stored = {**BROKER, "topic": TOPIC, "message_type": "normal"}
+    assert value(samples, "rocketmq_messages_in_total", **stored) == len(SIZES) + 1
+    assert value(samples, "rocketmq_throughput_in_total", **stored) == sum(SIZES) + 10
+    assert value(samples, "rocketmq_message_size_bucket", le="1024", **stored) == 2
+    assert value(samples, "rocketmq_message_size_bucket", le="4096", **stored) == 3
+    assert value(samples, "rocketmq_message_size_count", **stored) == 4
+
+    consumed = {**BROKER, "topic": TOPIC, "consumer_group": GROUP}
+    assert value(samples, "rocketmq_messages_out_total", **consumed) == len(SIZES)
+    assert value(samples, "rocketmq_throughput_out_total", **consumed) == sum(SIZES)
+    # Offsets 0..3 stored; 0 acknowledged, 1 and 2 handed out, 3 not yet.
+    assert value(samples, "rocketmq_consumer_lag_messages", **consumed) == 3
+    assert value(samples, "rocketmq_consumer_inflight_messages", **consumed) == 2
+    assert value(samples, "rocketmq_consumer_ready_messages", **consumed) == 1
+
+    # The store's latency histograms are on the same endpoint.
+    appends = [v for labels, v in samples["skiff_store_append_duration_seconds_count"]]
+    assert sum(appends) >= 2
+
+
+def test_an_empty_metrics_listen_serves_no_endpoint(tmp_path) -> None:
+    with running_broker(tmp_path, "--metrics-listen", "") as process:
+        assert process.metrics_url == ""
+        assert not any("metrics on" in r.get("msg", "") for r in process.log_lines())
+
+
+def test_a_busy_metrics_port_fails_the_start_and_names_the_option(
+    broker: BrokerProcess, tmp_path
+) -> None:
+    taken = broker.metrics_url.removeprefix("http://").removesuffix("/metrics")
+    done = subprocess.run(
+        [
+            *SKIFF,
+            "broker",
+            "--data-dir",
+            str(tmp_path / "d"),
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            taken,
+        ],
+        env=broker_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "--metrics-listen" in done.stderr
