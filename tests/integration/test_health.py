@@ -33,7 +33,7 @@ def test_serving_over_plaintext_and_tls_on_one_permissive_port(tmp_path) -> None
 
 
 def test_serving_over_tls_where_plaintext_is_refused(tmp_path) -> None:
-    with running_broker(tmp_path, "--tls-mode", "enforcing") as broker:
+    with running_broker(tmp_path, "--tls-mode", "enforcing", "--ha-listen", "") as broker:
         cert = (broker.data_dir / "tls" / "self-signed.crt").read_bytes()
         credentials = grpc.ssl_channel_credentials(root_certificates=cert)
         with grpc.secure_channel(broker.endpoint, credentials) as secure:

@@ -1421,7 +1421,8 @@ def test_a_users_secret_is_mounted_and_nothing_is_issued(cluster: Cluster) -> No
         "Secret byo-cert (spec.tls.secretName) does not exist"
         in (ready_condition(broker)["message"])
     )
-    stateful_set = cluster.get("statefulset", f"{name}-a")
+    # The status pass may tell before the reconcile applied the group.
+    stateful_set = wait_for(lambda: cluster.get("statefulset", f"{name}-a"), "the StatefulSet")
     pod = stateful_set["spec"]["template"]["spec"]
     (volume,) = [v for v in pod["volumes"] if v["name"] == "tls"]
     assert volume["secret"]["secretName"] == "byo-cert"
