@@ -27,7 +27,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
 from ..error_text import bounded
-from ..server.undecodable import Undecodable
+from ..rpc.undecodable import Undecodable
 from .decision import Need, decide
 from .rights import needs_of, telemetry_needs
 from .signature import SignatureError, verify

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections.abc import AsyncIterator, Callable
 
@@ -16,6 +15,9 @@ from ..cluster.routes import ClusterRoutes
 from ..delivery.long_polling import ArrivalHub
 from ..endpoints import endpoints_of
 from ..metadata.topic_table import TopicConfig
+from ..rpc.boundary import UNEXPECTED_MESSAGE, rpc_boundary
+from ..rpc.undecodable import Undecodable, lenient_rpc_handler
+from ..rpc.undecodable import refuse as _refuse
 from ..runtime import Broker
 from . import routing
 from .clients import ClientRegistry, TelemetryOutbox
@@ -24,8 +26,6 @@ from .pulling import Puller
 from .receiving import Receiver
 from .sending import Sender
 from .status import OK, Code, RequestError, status
-from .undecodable import Undecodable, lenient_rpc_handler
-from .undecodable import refuse as _refuse
 
 log = logging.getLogger(__name__)
 
@@ -68,29 +68,14 @@ def metadata_value(context: grpc.aio.ServicerContext, key: str) -> str:
 
 
 def _unary(response_type: type) -> Callable:
-    """Turn RequestError into a response with that status; anything else into an internal one."""
+    """Answer a RequestError, or an unexpected error, as a response with that status."""
 
-    def wrap(handler: Callable) -> Callable:
-        @functools.wraps(handler)
-        async def call(self, request, context):  # type: ignore[no-untyped-def]
-            if isinstance(request, Undecodable):
-                await _refuse(context, request)
-            try:
-                result = handler(self, request, context)
-                if asyncio.iscoroutine(result):
-                    result = await result
-                return result
-            except RequestError as exc:
-                return response_type(status=exc.to_status())
-            except Exception:
-                log.exception("%s failed", handler.__name__)
-                return response_type(
-                    status=status(Code.INTERNAL_SERVER_ERROR, "the broker failed; see its log")
-                )
+    async def answer(context: grpc.aio.ServicerContext, error: Exception) -> object:
+        if isinstance(error, RequestError):
+            return response_type(status=error.to_status())
+        return response_type(status=status(Code.INTERNAL_SERVER_ERROR, str(error)))
 
-        return call
-
-    return wrap
+    return rpc_boundary(answer, expected=(RequestError,))
 
 
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):
@@ -270,7 +255,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except Exception:
             log.exception("ReceiveMessage failed")
             yield spb.ReceiveMessageResponse(
-                status=status(Code.INTERNAL_SERVER_ERROR, "the broker failed; see its log")
+                status=status(Code.INTERNAL_SERVER_ERROR, UNEXPECTED_MESSAGE)
             )
 
     @_unary(spb.AckMessageResponse)
@@ -296,7 +281,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except Exception:
             log.exception("PullMessage failed")
             yield spb.PullMessageResponse(
-                status=status(Code.INTERNAL_SERVER_ERROR, "the broker failed; see its log")
+                status=status(Code.INTERNAL_SERVER_ERROR, UNEXPECTED_MESSAGE)
             )
 
     @_unary(spb.UpdateOffsetResponse)

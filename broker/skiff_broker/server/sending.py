@@ -14,7 +14,14 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
 from ..delivery import properties as prop
-from ..delivery.transactions import CheckSender
+from ..delivery.topic_writes import (
+    QueueRotation,
+    TopicWriteRefused,
+    WriteRefusal,
+    require_writer,
+    writable_topic,
+)
+from ..delivery.transactions import CheckSender, TransactionRefused
 from ..error_text import quoted
 from ..metadata.topic_table import TopicConfig
 from ..runtime import Broker
@@ -27,7 +34,7 @@ from ..wire.record_layout import COMPRESSED
 from .clients import ClientRegistry
 from .convert import millis, record_host, to_proto
 from .routing import accepted_types, require_topic_name
-from .status import OK, Code, RequestError, put_code, status
+from .status import OK, Code, RequestError, put_code, status, transaction_refused
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +44,17 @@ _TYPE_NAMES = {v: k for k, v in pb.MessageType.items()}
 _SECONDS_LIMIT = 10**11
 
 
+_WRITE_REFUSAL_CODES = {
+    WriteRefusal.REPLICA: Code.FORBIDDEN,
+    WriteRefusal.NO_SUCH_TOPIC: Code.TOPIC_NOT_FOUND,
+    WriteRefusal.NOT_WRITABLE: Code.FORBIDDEN,
+}
+
+
+def _write_refused(exc: TopicWriteRefused) -> RequestError:
+    return RequestError(_WRITE_REFUSAL_CODES[exc.refusal], exc.message)
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -44,7 +62,7 @@ def _now_ms() -> int:
 class Sender:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
-        self._round_robin: dict[str, int] = {}
+        self._queues = QueueRotation()
 
     # -- SendMessage --------------------------------------------------------
 
@@ -60,7 +78,7 @@ class Sender:
         topic = self._writable_topic(topic_name)
         # Messages without a group share one queue per request, so a batching
         # producer's request becomes one contiguous append.
-        shared_queue = self._next_queue(topic)
+        shared_queue = self._queues.next_queue(topic)
         entries: list[spb.SendResultEntry] = [spb.SendResultEntry()] * len(request.messages)
         plain: list[tuple[int, str, Message]] = []
         for index, proto in enumerate(request.messages):
@@ -94,8 +112,10 @@ class Sender:
         return spb.SendMessageResponse(status=overall, entries=entries)
 
     def _require_master(self) -> None:
-        if self._broker.is_replica:
-            raise RequestError(Code.FORBIDDEN, self._broker.store.read_only_reason)
+        try:
+            require_writer(self._broker.store.read_only_reason)
+        except TopicWriteRefused as exc:
+            raise _write_refused(exc) from None
 
     def _writable_topic(self, name: str) -> TopicConfig:
         require_topic_name(name)
@@ -105,15 +125,10 @@ class Sender:
                 f"topic {name!r} is internal to the broker; send DELAY or TRANSACTION "
                 "messages to their own topic instead",
             )
-        topic = self._broker.topic_for_use(name)
-        if topic is None:
-            raise RequestError(
-                Code.TOPIC_NOT_FOUND,
-                f"topic {name!r} does not exist; create it first (skiff topic create {name})",
-            )
-        if not topic.writable:
-            raise RequestError(Code.FORBIDDEN, f"topic {name!r} is not writable")
-        return topic
+        try:
+            return writable_topic(self._broker, name)
+        except TopicWriteRefused as exc:
+            raise _write_refused(exc) from None
 
     @staticmethod
     def _entry(
@@ -128,11 +143,6 @@ class Sender:
         if result.append is not None:
             entry.offset = result.append.queue_offsets[position]
         return entry
-
-    def _next_queue(self, topic: TopicConfig) -> int:
-        index = self._round_robin.get(topic.name, 0)
-        self._round_robin[topic.name] = (index + 1) % topic.write_queue_nums
-        return index % topic.write_queue_nums
 
     @staticmethod
     def _group_queue(topic: TopicConfig, group: str) -> int:
@@ -282,13 +292,16 @@ class Sender:
             # An unresolved answer from a check: ask again later.
             return spb.EndTransactionResponse(status=OK)
         self._require_master()
-        await self._broker.transactions.end(
-            topic=request.topic.name,
-            message_id=request.message_id,
-            transaction_id=request.transaction_id,
-            commit=request.resolution == pb.TransactionResolution.COMMIT,
-            from_check=request.source == pb.TransactionSource.SOURCE_SERVER_CHECK,
-        )
+        try:
+            await self._broker.transactions.end(
+                topic=request.topic.name,
+                message_id=request.message_id,
+                transaction_id=request.transaction_id,
+                commit=request.resolution == pb.TransactionResolution.COMMIT,
+                from_check=request.source == pb.TransactionSource.SOURCE_SERVER_CHECK,
+            )
+        except TransactionRefused as exc:
+            raise transaction_refused(exc) from None
         return spb.EndTransactionResponse(status=OK)
 
 
