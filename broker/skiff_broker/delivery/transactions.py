@@ -46,7 +46,7 @@ from ..store.message import (
     StoredMessage,
 )
 from ..store.message_store import MessageStore, PutResult, PutStatus
-from . import properties as prop
+from ..wire import property_names as prop
 
 log = logging.getLogger(__name__)
 

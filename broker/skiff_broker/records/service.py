@@ -17,7 +17,6 @@ import time
 
 import grpc
 
-from ..delivery import properties as prop
 from ..delivery.long_polling import ArrivalHub
 from ..delivery.topic_writes import (
     QueueRotation,
@@ -29,14 +28,15 @@ from ..delivery.topic_writes import (
 from ..error_text import bounded
 from ..metadata.topic_table import MessageType, TopicConfig, validate_topic_name
 from ..rpc.boundary import rpc_boundary
+from ..rpc.peers import peer_host
 from ..rpc.undecodable import lenient_rpc_handler
 from ..runtime import Broker
-from ..server.convert import peer_host
 from ..store.commit_log import AppendRejected
 from ..store.hashing import tag_hash
 from ..store.message import encode_host
 from ..store.message_store import NOT_WRITTEN_YET, GetStatus, PutResult, PutStatus
 from ..store.prepared_records import prepare_records
+from ..wire import property_names as prop
 from .v1 import records_pb2 as rpb
 from .v1 import records_pb2_grpc
 

@@ -1,6 +1,6 @@
 """The one place where a gRPC handler's failure becomes an answer to the client.
 
-Every unary method of the broker's services (apache.rocketmq.v2 MessagingService,
+Every method of the broker's services (apache.rocketmq.v2 MessagingService,
 skiff.records.v1, skiff.admin.v1) is wrapped by :func:`rpc_boundary`:
 
 - a request that did not parse (:class:`Undecodable`) ends with INVALID_ARGUMENT;
@@ -10,6 +10,9 @@ skiff.records.v1, skiff.admin.v1) is wrapped by :func:`rpc_boundary`:
 - anything else is a fault of the broker: it is logged with its traceback and
   answered by the same ``answer`` given :data:`UNEXPECTED`, so the client reads
   "the broker failed; see its log" and the broker keeps serving.
+
+A server-streaming method (:func:`rpc_stream_boundary`) keeps what it already
+sent; the answer to its failure is its last response.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -71,6 +74,34 @@ def rpc_boundary(
             except Exception:
                 log.exception("%s failed", name)
                 return await answer(context, UNEXPECTED)
+
+        return call
+
+    return wrap
+
+
+def rpc_stream_boundary(
+    answer: Answer,
+) -> Callable[[Callable[..., AsyncIterator[Any]]], Callable[..., AsyncIterator[Any]]]:
+    """As :func:`rpc_boundary`, for a server-streaming method ``(self, request, context)``."""
+
+    def wrap(handler: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
+        name = handler.__qualname__
+
+        @functools.wraps(handler)
+        async def call(
+            self: object, request: Any, context: grpc.aio.ServicerContext
+        ) -> AsyncIterator[Any]:
+            if isinstance(request, Undecodable):
+                await refuse(context, request)
+            try:
+                async for response in handler(self, request, context):
+                    yield response
+            except grpc.aio.AbortError:
+                raise
+            except Exception:
+                log.exception("%s failed", name)
+                yield await answer(context, UNEXPECTED)
 
         return call
 

@@ -13,7 +13,6 @@ import time
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
-from ..delivery import properties as prop
 from ..delivery.topic_writes import (
     QueueRotation,
     TopicWriteRefused,
@@ -28,6 +27,7 @@ from ..runtime import Broker
 from ..store.hashing import java_string_hash
 from ..store.message import Message, StoredMessage
 from ..store.message_store import PutResult
+from ..wire import property_names as prop
 from ..wire.compressed_body import compressed_body_problem
 from ..wire.properties import properties_problem
 from ..wire.record_layout import COMPRESSED
