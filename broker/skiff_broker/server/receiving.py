@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 
+from google.protobuf.duration_pb2 import Duration
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
@@ -27,7 +28,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _duration_ms(duration) -> int:  # type: ignore[no-untyped-def]
+def _duration_ms(duration: Duration) -> int:
     return duration.seconds * 1000 + duration.nanos // 1_000_000
 
 
