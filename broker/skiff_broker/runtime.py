@@ -16,7 +16,6 @@ import threading
 from .auth.model import User, parse_user_spec
 from .auth.user_store import UserStore
 from .config import BrokerConfig
-from .delivery import properties as prop
 from .delivery.backlog import GroupBacklog, group_backlogs
 from .delivery.delay import DelayService
 from .delivery.pop import PopService
@@ -25,6 +24,7 @@ from .metadata.consumer_offsets import ConsumerOffsetTable
 from .metadata.topic_table import MessageType, Permission, TopicConfig, TopicTable
 from .store.message_store import MessageStore
 from .store.observer import StoreObserver
+from .wire import property_names as prop
 
 log = logging.getLogger(__name__)
 

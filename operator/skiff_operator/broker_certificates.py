@@ -120,7 +120,7 @@ async def ensure_certificate(
 def _cert_manager_says(certificate: Mapping[str, Any]) -> str:
     """cert-manager's own word on a Certificate it has not issued, if it gave one."""
     conditions = (certificate.get("status") or {}).get("conditions") or []
-    ready = next((c for c in conditions if c.get("type") == "Ready"), {})
+    ready: Mapping[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})
     if ready.get("status") == "False" and ready.get("message"):
         return f"; cert-manager says: {ready['message']}"
     return ""

@@ -395,7 +395,7 @@ async def _scale_in_refusal(
     group only once it holds no message at all.
     """
     namespace, name = broker["metadata"]["namespace"], broker["metadata"]["name"]
-    problems = []
+    problems: list[str] = []
     for suffix in removed:
         index = group_index(suffix)
         endpoint = state.resolver.master_endpoint(namespace, name, index)

@@ -39,11 +39,11 @@ from tests.broker_process import (
 )
 
 from skiff_broker.client.messaging import MessagingClient
-from skiff_broker.delivery.properties import UNINFLATABLE_BODY
 from skiff_broker.metadata.topic_table import TopicConfig
 from skiff_broker.store.config import MiB, StoreConfig
 from skiff_broker.store.message import Message, SysFlag
 from skiff_broker.store.message_store import MessageStore
+from skiff_broker.wire.property_names import UNINFLATABLE_BODY
 
 TOPIC = "bad-bodies"
 MAX_MESSAGE_SIZE = 64 * 1024

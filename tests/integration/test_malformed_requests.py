@@ -28,8 +28,8 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
 from tests.broker_process import BrokerProcess, create_topics, data_dir_of, running_broker
 
-from skiff_broker.delivery.properties import RESERVED
 from skiff_broker.metadata.topic_table import MessageType, TopicConfig
+from skiff_broker.wire.property_names import RESERVED
 
 MAX_MESSAGE_SIZE = 64 * 1024
 NORMAL = "fuzz-normal"

@@ -13,7 +13,6 @@ the latest appends (normally milliseconds).
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable
 
@@ -23,8 +22,9 @@ from .. import __version__
 from ..error_text import bounded, quoted, shortened
 from ..ha.replication import PromotionRefused, Replication
 from ..metadata.topic_table import MessageType, Permission, TopicConfig, validate_topic_name
+from ..rpc.boundary import rpc_boundary
+from ..rpc.undecodable import lenient_rpc_handler
 from ..runtime import Broker
-from ..server.undecodable import Undecodable, lenient_rpc_handler
 from ..store.message import StoredMessage, encode_host, offset_message_id
 from .consumer_progress import ConsumerProgress
 from .errors import AdminError, AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
@@ -54,24 +54,15 @@ _DEFAULT_QUERY_MESSAGES = 32
 _READ_YOUR_WRITES_WAIT_S = 1.0
 
 
-def _handler(method: Callable) -> Callable:
-    """Run ``method``; turn an AdminError into its status code, anything else into INTERNAL."""
+async def _answer_error(context: grpc.aio.ServicerContext, error: Exception) -> None:
+    """An AdminError ends the call with its status code; anything else with INTERNAL."""
+    if isinstance(error, AdminError):
+        await context.abort(_STATUS_CODES[type(error)], bounded(error.message))
+    await context.abort(grpc.StatusCode.INTERNAL, str(error))
 
-    @functools.wraps(method)
-    async def call(self, request, context):  # type: ignore[no-untyped-def]
-        if isinstance(request, Undecodable):
-            code, message = grpc.StatusCode.INVALID_ARGUMENT, request.reason
-        else:
-            try:
-                return method(self, request)
-            except AdminError as exc:
-                code, message = _STATUS_CODES[type(exc)], exc.message
-            except Exception:
-                log.exception("admin %s failed", method.__name__)
-                code, message = grpc.StatusCode.INTERNAL, "the broker failed; see its log"
-        await context.abort(code, bounded(message))
 
-    return call
+# Handlers take no context: they report what went wrong by raising an AdminError.
+_handler = rpc_boundary(_answer_error, expected=(AdminError,), with_context=False)
 
 
 # -- conversions ---------------------------------------------------------------
@@ -148,26 +139,6 @@ def _topic_name(value: str) -> str:
     except ValueError as exc:
         raise InvalidArgument(str(exc)) from None
     return value
-
-
-def _async_handler(method: Callable) -> Callable:
-    """As :func:`_handler`, for a handler that awaits."""
-
-    @functools.wraps(method)
-    async def call(self, request, context):  # type: ignore[no-untyped-def]
-        if isinstance(request, Undecodable):
-            code, message = grpc.StatusCode.INVALID_ARGUMENT, request.reason
-        else:
-            try:
-                return await method(self, request)
-            except AdminError as exc:
-                code, message = _STATUS_CODES[type(exc)], exc.message
-            except Exception:
-                log.exception("admin %s failed", method.__name__)
-                code, message = grpc.StatusCode.INTERNAL, "the broker failed; see its log"
-        await context.abort(code, bounded(message))
-
-    return call
 
 
 def add_to_server(service: AdminService, server: grpc.aio.Server) -> None:
@@ -327,7 +298,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             )
         return info
 
-    @_async_handler
+    @_handler
     async def Promote(self, request: apb.PromoteRequest) -> apb.PromoteResponse:
         if self._replication is None:
             raise FailedPrecondition("this broker runs without replication; it is a master")

@@ -12,9 +12,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from ..delivery import properties as prop
 from ..metadata.topic_table import MessageType, Permission, TopicConfig
 from ..runtime import Broker
+from ..wire import property_names as prop
 from .consumer_progress import ConsumerProgress
 from .errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 

@@ -472,7 +472,7 @@ def _topic_proto(
         read_queue_nums=read_queues or 0,
         write_queue_nums=write_queues or 0,
         permission=_PERMISSION_TO_PROTO[perm] if perm is not None else apb.PERMISSION_UNSPECIFIED,
-        message_type=apb.MessageType.Value(str(message_type))
+        message_type=str(message_type)
         if message_type is not None
         else apb.MESSAGE_TYPE_UNSPECIFIED,
     )

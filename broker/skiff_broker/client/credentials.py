@@ -83,16 +83,16 @@ class _SyncSigner(
     def _details(self, details: Any) -> Any:
         return _signed(details, self._credentials, _CallDetails)
 
-    def intercept_unary_unary(self, continuation, client_call_details, request):  # type: ignore[no-untyped-def]
+    def intercept_unary_unary(self, continuation, client_call_details, request):
         return continuation(self._details(client_call_details), request)
 
-    def intercept_unary_stream(self, continuation, client_call_details, request):  # type: ignore[no-untyped-def]
+    def intercept_unary_stream(self, continuation, client_call_details, request):
         return continuation(self._details(client_call_details), request)
 
-    def intercept_stream_unary(self, continuation, client_call_details, request_iterator):  # type: ignore[no-untyped-def]
+    def intercept_stream_unary(self, continuation, client_call_details, request_iterator):
         return continuation(self._details(client_call_details), request_iterator)
 
-    def intercept_stream_stream(self, continuation, client_call_details, request_iterator):  # type: ignore[no-untyped-def]
+    def intercept_stream_stream(self, continuation, client_call_details, request_iterator):
         return continuation(self._details(client_call_details), request_iterator)
 
 
@@ -107,7 +107,7 @@ class _AioUnaryUnarySigner(grpc.aio.UnaryUnaryClientInterceptor):
     def __init__(self, credentials: Credentials) -> None:
         self._credentials = credentials
 
-    async def intercept_unary_unary(self, continuation, client_call_details, request):  # type: ignore[no-untyped-def]
+    async def intercept_unary_unary(self, continuation, client_call_details, request):
         details = _signed(client_call_details, self._credentials, grpc.aio.ClientCallDetails)
         return await continuation(details, request)
 
@@ -116,7 +116,7 @@ class _AioUnaryStreamSigner(grpc.aio.UnaryStreamClientInterceptor):
     def __init__(self, credentials: Credentials) -> None:
         self._credentials = credentials
 
-    async def intercept_unary_stream(self, continuation, client_call_details, request):  # type: ignore[no-untyped-def]
+    async def intercept_unary_stream(self, continuation, client_call_details, request):
         details = _signed(client_call_details, self._credentials, grpc.aio.ClientCallDetails)
         return await continuation(details, request)
 

@@ -27,8 +27,8 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
 
 from .. import __version__
-from ..delivery import properties as prop
 from ..endpoints import address_of, endpoints_of
+from ..wire import property_names as prop
 from ..wire.compressed_body import CompressedBodyError, inflate
 from .channels import ClientTls, channel
 from .credentials import Credentials

@@ -45,10 +45,10 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
 
 from .. import __version__
-from ..delivery import properties as prop
 from ..endpoints import address_of, endpoints_of
 from ..records.v1 import records_pb2 as rpb
 from ..records.v1 import records_pb2_grpc
+from ..wire import property_names as prop
 from ..wire.properties import encode_properties, id_only_properties
 from .channels import ClientTls, aio_channel, current_tls
 from .credentials import Credentials, signing_interceptors

@@ -21,6 +21,7 @@ import logging
 import socket
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
@@ -28,10 +29,10 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
 
 from .. import __version__
-from ..delivery.tag_filter import TagFilter
 from ..endpoints import address_of, endpoints_of
 from ..records.v1 import records_pb2 as rpb
 from ..records.v1 import records_pb2_grpc
+from ..wire.tag_expression import parse_tag_expression
 from .channels import ClientTls, channel
 from .credentials import Credentials
 from .errors import BrokerError, MessagingError, from_rpc_error
@@ -115,6 +116,25 @@ def _status_error(status: pb.Status) -> MessagingError:
     return MessagingError(status.code, name, status.message or name)
 
 
+class _PendingFetch:
+    """A Fetch under way: call it to wait for the response, or cancel it."""
+
+    __slots__ = ("_call", "_endpoint")
+
+    def __init__(self, call: grpc.Future, endpoint: str) -> None:
+        self._call = call
+        self._endpoint = endpoint
+
+    def __call__(self) -> rpb.FetchResponse:
+        try:
+            return self._call.result()
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc, self._endpoint) from None
+
+    def cancel(self) -> None:
+        self._call.cancel()
+
+
 class PullConsumer:
     """``with PullConsumer("127.0.0.1:8081") as consumer: consumer.pull("orders", 0, 0)``.
 
@@ -175,7 +195,7 @@ class PullConsumer:
     def _queue(self, topic: str, queue_id: int) -> pb.MessageQueue:
         return pb.MessageQueue(topic=self._resource(topic), id=queue_id)
 
-    def _unary(self, method: Callable, request: object) -> object:
+    def _unary(self, method: Callable[..., Any], request: object) -> Any:
         try:
             response = method(request, timeout=self._timeout, metadata=self._metadata())
         except grpc.RpcError as exc:
@@ -292,7 +312,7 @@ class PullConsumer:
         With ``wait_s`` > 0 and no message at ``offset`` yet, the broker holds the
         request until one arrives or the time is up (long polling).
         """
-        tags = TagFilter.parse(tag_expression).tags
+        tags = parse_tag_expression(tag_expression)
         response = self._fetch(topic, queue_id, offset, max_messages, max_bytes, wait_s, tags)()
         return self._result(response, topic, queue_id, offset, tags)
 
@@ -305,8 +325,8 @@ class PullConsumer:
         max_bytes: int = DEFAULT_MAX_BYTES,
         wait_s: float = 0.0,
         tags: frozenset[str] | None = None,
-    ) -> Callable[[], rpb.FetchResponse]:
-        """Start a fetch; the function returned waits for its response."""
+    ) -> _PendingFetch:
+        """Start a fetch; calling what is returned waits for its response."""
         if not 0 < max_messages <= MAX_BATCH_SIZE:
             raise ValueError(f"max_messages must be 1 to {MAX_BATCH_SIZE}")
         if offset < 0:
@@ -325,15 +345,7 @@ class PullConsumer:
         call = self._records.Fetch.future(
             request, timeout=wait_s + self._timeout, metadata=self._metadata()
         )
-
-        def response() -> rpb.FetchResponse:
-            try:
-                return call.result()
-            except grpc.RpcError as exc:
-                raise from_rpc_error(exc, self.endpoint) from None
-
-        response.cancel = call.cancel  # type: ignore[attr-defined]
-        return response
+        return _PendingFetch(call, self.endpoint)
 
     def _result(
         self,
@@ -391,13 +403,13 @@ class PullConsumer:
             return
         batch_size = max(1, min(batch_size, MAX_BATCH_SIZE))
 
-        def pull_from(offset: int) -> Callable[[], rpb.FetchResponse]:
+        def pull_from(offset: int) -> _PendingFetch:
             return self._fetch(topic, queue_id, offset, min(batch_size, end - offset))
 
         offset = start
-        pending = pull_from(offset)
+        pending: _PendingFetch | None = pull_from(offset)
         try:
-            while True:
+            while pending is not None:
                 response = pending()
                 if response.result == rpb.FetchResponse.FOUND and response.next_offset < end:
                     # The next fetch travels while this one is decoded.
@@ -429,8 +441,6 @@ class PullConsumer:
                 if messages and messages[-1].queue_offset >= end:
                     messages = [m for m in messages if m.queue_offset < end]
                 yield from messages
-                if pending is None:
-                    return
                 offset = result.next_offset
         finally:
             if pending is not None:

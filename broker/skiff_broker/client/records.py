@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import struct
 
-from ..delivery import properties as prop
+from ..wire import property_names as prop
 from ..wire.compressed_body import CompressedBodyError, inflate
 from ..wire.properties import decode_properties
 from ..wire.record_check import check_run

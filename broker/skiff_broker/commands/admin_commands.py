@@ -9,7 +9,7 @@ import click
 
 from ..client.admin import AdminClient, BrokerInfo, StoredMessage
 from ..client.credentials import Credentials
-from ..delivery import properties as prop
+from ..wire import property_names as prop
 from .auth_commands import acl, user
 from .options import Timestamp, client_command
 from .output import body_text, echo_json, fields, plural, shown_body, table, time_text

@@ -40,7 +40,7 @@ import time
 from ..metadata.state_file import StateFile
 from ..store.message import Message, StoredMessage
 from ..store.message_store import MessageStore, PutResult, PutStatus
-from . import properties as prop
+from ..wire import property_names as prop
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from ..metadata.consumer_offsets import ConsumerOffsetTable
 from ..metadata.state_file import StateFile
 from ..store.message import Message, StoredMessage
 from ..store.message_store import GetStatus, MessageStore, PutStatus
-from . import properties as prop
+from ..wire import property_names as prop
 from .tag_filter import TagFilter
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""Tag filter expressions: ``*`` (everything) or ``TagA || TagB``.
+"""Tag filters (expressions parsed by ``wire/tag_expression.py``) applied to stored messages.
 
 The consume queue's tag hash rules out most other messages without reading
 them; the exact tag is then checked, since different tags can share a hash.
@@ -10,6 +10,7 @@ import dataclasses
 
 from ..store.hashing import tag_hash
 from ..store.message import StoredMessage
+from ..wire.tag_expression import parse_tag_expression
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -18,13 +19,7 @@ class TagFilter:
 
     @classmethod
     def parse(cls, expression: str) -> TagFilter:
-        text = expression.strip()
-        if not text or text == "*":
-            return cls(None)
-        tags = frozenset(part.strip() for part in text.split("||") if part.strip())
-        if not tags:
-            raise ValueError(f"tag expression {expression!r} names no tag; use '*' or 'A || B'")
-        return cls(tags)
+        return cls(parse_tag_expression(expression))
 
     @property
     def tag_codes(self) -> set[int] | None:

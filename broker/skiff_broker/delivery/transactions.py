@@ -37,7 +37,6 @@ import time
 from collections.abc import Callable
 
 from ..metadata.state_file import StateFile
-from ..server.status import Code, RequestError, put_code
 from ..store.message import (
     MESSAGE_MAGIC,
     SIZE_MAGIC,
@@ -46,8 +45,8 @@ from ..store.message import (
     Message,
     StoredMessage,
 )
-from ..store.message_store import MessageStore, PutResult
-from . import properties as prop
+from ..store.message_store import MessageStore, PutResult, PutStatus
+from ..wire import property_names as prop
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +72,31 @@ _RECENT_RESOLUTIONS = 4096
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+class TransactionRefused(Exception):
+    """An EndTransaction not carried out; ``message`` says why and what to do.
+    The server answers each kind with its protocol's status."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class UnknownTransaction(TransactionRefused):
+    """The id, topic or message id names no half message this broker holds."""
+
+
+class AlreadyEnded(TransactionRefused):
+    """The transaction was already ended the other way."""
+
+
+class EndNotStored(TransactionRefused):
+    """Writing the end failed or is not yet as durable as asked; ``status`` says how."""
+
+    def __init__(self, status: PutStatus, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def encode_transaction_id(physical_offset: int, size: int) -> str:
@@ -242,8 +266,7 @@ class TransactionService:
         if earlier is not None:
             if earlier in (resolution, _UNKNOWN):
                 return
-            raise RequestError(
-                Code.PRECONDITION_FAILED,
+            raise AlreadyEnded(
                 f"transaction {transaction_id} was already {_word(earlier)}; "
                 f"it cannot be {_word(resolution)} now",
             )
@@ -253,8 +276,8 @@ class TransactionService:
         finally:
             self._settle(half.queue_offset, resolution, result)
         if result.append is None:
-            raise RequestError(
-                put_code(result.status),
+            raise EndNotStored(
+                result.status,
                 f"transaction {transaction_id} could not be {_word(resolution)}: "
                 f"{result.reason}; try again",
             )
@@ -267,13 +290,13 @@ class TransactionService:
         )
         if not result.ok:
             # Written, so a retry is answered OK; but it may not be on disk yet.
-            raise RequestError(put_code(result.status), result.reason)
+            raise EndNotStored(result.status, result.reason)
 
     def _half_for(self, transaction_id: str, topic: str, message_id: str) -> StoredMessage:
         location = decode_transaction_id(transaction_id)
         unknown = f"transaction id {transaction_id!r} was not issued by this broker"
         if location is None:
-            raise RequestError(Code.INVALID_TRANSACTION_ID, unknown)
+            raise UnknownTransaction(unknown)
         physical, size = location
         commit_log = self._store.commit_log
         if not (
@@ -281,26 +304,23 @@ class TransactionService:
             and 0 < size <= self._store.config.max_message_size + 64 * 1024
             and physical + size <= commit_log.max_offset
         ):
-            raise RequestError(
-                Code.INVALID_TRANSACTION_ID,
+            raise UnknownTransaction(
                 f"{unknown}, or its half message was deleted by retention",
             )
         # A record starts there with that size, or the store would log a corrupt read.
         head = commit_log.read(physical, SIZE_MAGIC.size)
         if head is None or SIZE_MAGIC.unpack(head) != (size, MESSAGE_MAGIC):
-            raise RequestError(Code.INVALID_TRANSACTION_ID, unknown)
+            raise UnknownTransaction(unknown)
         half = self._store.get_message_at(physical, size)
         if half is None or half.topic != prop.HALF_TOPIC or half.physical_offset != physical:
-            raise RequestError(Code.INVALID_TRANSACTION_ID, unknown)
+            raise UnknownTransaction(unknown)
         real_topic = half.properties.get(prop.REAL_TOPIC, "")
         if real_topic != topic:
-            raise RequestError(
-                Code.INVALID_TRANSACTION_ID,
+            raise UnknownTransaction(
                 f"transaction {transaction_id} belongs to topic {real_topic!r}, not {topic!r}",
             )
         if message_id and message_id != half.unique_id:
-            raise RequestError(
-                Code.INVALID_TRANSACTION_ID,
+            raise UnknownTransaction(
                 f"transaction {transaction_id} belongs to message {half.unique_id}, "
                 f"not {message_id}",
             )

@@ -36,7 +36,6 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..runtime import Broker
 from ..tls.peers import mutual_tls, replication_server_context
 from . import framing
 from .config import ReplicationConfig, ReplicationMode, parse_host_port
@@ -46,6 +45,7 @@ from .in_sync import InSyncTracker, NameInUse, ReplicaState
 from .liveness import Liveness
 from .peer_auth import AuthenticationFailed, RateLimitedLog, prove_to_replica
 from .replica_book import ReplicaBook
+from .replicated_broker import ReplicatedBroker
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class ReplicationMaster:
     def __init__(
         self,
         config: ReplicationConfig,
-        broker: Broker,
+        broker: ReplicatedBroker,
         epochs: EpochFile,
         replica_book: ReplicaBook | None = None,
     ) -> None:

@@ -37,7 +37,6 @@ import socket
 import ssl
 import time
 
-from ..runtime import Broker
 from ..tls.peers import PEER_NAME, mutual_tls, replication_client_context
 from ..wire.record_check import check_run, is_blank
 from ..wire.record_layout import SIZE_MAGIC
@@ -47,6 +46,7 @@ from .epoch_file import EpochEntry, EpochFile
 from .framing import FrameType, FramingError
 from .liveness import Liveness
 from .peer_auth import AuthenticationFailed, prove_to_master
+from .replicated_broker import ReplicatedBroker
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class ReplicaClient:
     def __init__(
         self,
         config: ReplicationConfig,
-        broker: Broker,
+        broker: ReplicatedBroker,
         epochs: EpochFile,
         name: str,
         *,

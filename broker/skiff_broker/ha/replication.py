@@ -27,7 +27,6 @@ import os
 from collections.abc import Callable
 
 from ..client.credentials import Credentials
-from ..runtime import Broker
 from ..tls.peers import mutual_tls, peer_client_tls
 from .config import DEFAULT_HA_LISTEN, ReplicationConfig, ReplicationMode, Role, parse_host_port
 from .epoch_file import EpochFile
@@ -35,6 +34,7 @@ from .in_sync import ReplicaStatus
 from .master_service import ReplicationMaster
 from .replica_book import ReplicaBook
 from .replica_client import ReplicaClient
+from .replicated_broker import ReplicatedBroker
 from .role_file import read_promoted, write_promoted
 from .successor_check import check_not_superseded
 
@@ -74,7 +74,7 @@ class Replication:
     def __init__(
         self,
         config: ReplicationConfig,
-        broker: Broker,
+        broker: ReplicatedBroker,
         name: Callable[[], str],
         endpoint: Callable[[], str] = lambda: "",
     ) -> None:
@@ -331,7 +331,7 @@ class Replication:
         )
 
 
-def _peer_credentials(broker: Broker) -> Credentials | None:
+def _peer_credentials(broker: ReplicatedBroker) -> Credentials | None:
     """Calls to peers of the group sign as the bootstrap super user when auth is on."""
     user = broker.bootstrap_user
     if not broker.config.auth.enabled or user is None:

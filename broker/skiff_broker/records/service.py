@@ -12,26 +12,31 @@ bounded and echoes at most a short prefix of a name the user sent.
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 import grpc
 
-from ..delivery import properties as prop
 from ..delivery.long_polling import ArrivalHub
+from ..delivery.topic_writes import (
+    QueueRotation,
+    TopicWriteRefused,
+    WriteRefusal,
+    require_writer,
+    writable_topic,
+)
 from ..error_text import bounded
 from ..metadata.topic_table import MessageType, TopicConfig, validate_topic_name
+from ..rpc.boundary import rpc_boundary
+from ..rpc.peers import peer_host
+from ..rpc.undecodable import lenient_rpc_handler
 from ..runtime import Broker
-from ..server.convert import peer_host
-from ..server.undecodable import Undecodable, lenient_rpc_handler
 from ..store.commit_log import AppendRejected
 from ..store.hashing import tag_hash
 from ..store.message import encode_host
 from ..store.message_store import NOT_WRITTEN_YET, GetStatus, PutResult, PutStatus
 from ..store.prepared_records import prepare_records
+from ..wire import property_names as prop
 from .v1 import records_pb2 as rpb
 from .v1 import records_pb2_grpc
 
@@ -54,6 +59,12 @@ _NOT_STORED = {
     PutStatus.SERVICE_NOT_AVAILABLE: grpc.StatusCode.UNAVAILABLE,
 }
 
+_WRITE_REFUSAL_CODES = {
+    WriteRefusal.REPLICA: grpc.StatusCode.FAILED_PRECONDITION,
+    WriteRefusal.NO_SUCH_TOPIC: grpc.StatusCode.NOT_FOUND,
+    WriteRefusal.NOT_WRITABLE: grpc.StatusCode.FAILED_PRECONDITION,
+}
+
 _RESULTS = {
     GetStatus.FOUND: rpb.FetchResponse.FOUND,
     GetStatus.OFFSET_TOO_SMALL: rpb.FetchResponse.OFFSET_TOO_SMALL,
@@ -66,32 +77,19 @@ async def _abort(context: grpc.aio.ServicerContext, code: grpc.StatusCode, messa
     await context.abort(code, bounded(message))
 
 
-def _failures_logged(
-    method: Callable[..., Awaitable[Any]],
-) -> Callable[..., Awaitable[Any]]:
-    """An undecodable request is answered INVALID_ARGUMENT; an unexpected error is
-    logged and answered INTERNAL. The broker keeps serving."""
+async def _answer_failure(context: grpc.aio.ServicerContext, error: Exception) -> None:
+    await _abort(context, grpc.StatusCode.INTERNAL, str(error))
 
-    @functools.wraps(method)
-    async def call(self: RecordService, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        if isinstance(request, Undecodable):
-            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, request.reason)
-        try:
-            return await method(self, request, context)
-        except grpc.aio.AbortError:
-            raise
-        except Exception:
-            log.exception("records %s failed", method.__name__)
-            await _abort(context, grpc.StatusCode.INTERNAL, "the broker failed; see its log")
 
-    return call
+# Handlers abort with their own status; anything else they raise is the broker's fault.
+_failures_logged = rpc_boundary(_answer_failure)
 
 
 class RecordService(records_pb2_grpc.RecordServiceServicer):
     def __init__(self, broker: Broker, hub: ArrivalHub) -> None:
         self._broker = broker
         self._hub = hub
-        self._round_robin: dict[str, int] = {}
+        self._queues = QueueRotation()
 
     @_failures_logged
     async def Append(
@@ -107,7 +105,7 @@ class RecordService(records_pb2_grpc.RecordServiceServicer):
             batch = prepare_records(
                 request.records,
                 topic.name,
-                self._next_queue(topic),
+                self._queues.next_queue(topic),
                 born_host=encode_host(peer_host(context.peer())),
                 store_host=store.commit_log.store_host,
                 max_message_size=store.config.max_message_size,
@@ -143,19 +141,11 @@ class RecordService(records_pb2_grpc.RecordServiceServicer):
             validate_topic_name(name)
         except ValueError as exc:
             return None, (grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        if self._broker.is_replica:
-            return None, (
-                grpc.StatusCode.FAILED_PRECONDITION,
-                self._broker.store.read_only_reason or "this broker is a replica",
-            )
-        topic = self._broker.topic_for_use(name)
-        if topic is None:
-            return None, (
-                grpc.StatusCode.NOT_FOUND,
-                f"topic {name!r} does not exist; create it first (skiff topic create {name})",
-            )
-        if not topic.writable:
-            return None, (grpc.StatusCode.FAILED_PRECONDITION, f"topic {name!r} is not writable")
+        try:
+            require_writer(self._broker.store.read_only_reason)
+            topic = writable_topic(self._broker, name)
+        except TopicWriteRefused as exc:
+            return None, (_WRITE_REFUSAL_CODES[exc.refusal], exc.message)
         if topic.message_type != MessageType.NORMAL:
             return None, (
                 grpc.StatusCode.FAILED_PRECONDITION,
@@ -163,11 +153,6 @@ class RecordService(records_pb2_grpc.RecordServiceServicer):
                 "messages only (send the others with SendMessage)",
             )
         return topic, None
-
-    def _next_queue(self, topic: TopicConfig) -> int:
-        index = self._round_robin.get(topic.name, 0)
-        self._round_robin[topic.name] = (index + 1) % topic.write_queue_nums
-        return index % topic.write_queue_nums
 
     @_failures_logged
     async def Fetch(

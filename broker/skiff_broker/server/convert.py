@@ -19,10 +19,9 @@ import logging
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
-from ..delivery import properties as prop
 from ..store.config import StoreConfig
 from ..store.message import StoredMessage, SysFlag, encode_host, offset_message_id
-from ..tls.front_door import client_peer
+from ..wire import property_names as prop
 from ..wire.compressed_body import BodyVerdicts
 
 log = logging.getLogger(__name__)
@@ -58,19 +57,6 @@ def host_text(host: str) -> str:
     """The address part of a record host, as clients report it."""
     address = host.rpartition(":")[0]
     return address.strip("[]")
-
-
-def peer_host(peer: str) -> str:
-    """A record host from a gRPC peer string (``ipv4:1.2.3.4:5``, ``ipv6:[::1]:5``).
-
-    Behind the TLS front door gRPC's peer is the door's loopback side; the client's own
-    address is used instead."""
-    kind, _, rest = client_peer(peer).partition(":")
-    if kind == "ipv4":
-        return rest
-    if kind == "ipv6":
-        return rest if rest.startswith("[") else f"[{rest}]"
-    return "127.0.0.1:0"
 
 
 def message_type_of(properties: dict[str, str]) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections.abc import AsyncIterator, Callable
 
@@ -16,17 +15,18 @@ from ..cluster.routes import ClusterRoutes
 from ..delivery.long_polling import ArrivalHub
 from ..endpoints import endpoints_of
 from ..metadata.topic_table import TopicConfig
+from ..rpc.boundary import Answer, rpc_boundary, rpc_stream_boundary
+from ..rpc.peers import peer_host
+from ..rpc.undecodable import Undecodable, lenient_rpc_handler
+from ..rpc.undecodable import refuse as _refuse
 from ..runtime import Broker
+from ..telemetry.traffic import NO_TRAFFIC, TrafficObserver
 from . import routing
 from .clients import ClientRegistry, TelemetryOutbox
-from .convert import peer_host
 from .pulling import Puller
 from .receiving import Receiver
 from .sending import Sender
 from .status import OK, Code, RequestError, status
-from .traffic import NO_TRAFFIC, TrafficObserver
-from .undecodable import Undecodable, lenient_rpc_handler
-from .undecodable import refuse as _refuse
 
 log = logging.getLogger(__name__)
 
@@ -68,30 +68,23 @@ def metadata_value(context: grpc.aio.ServicerContext, key: str) -> str:
     return ""
 
 
+def _status_answer(response_type: type) -> Answer:
+    """Answer a RequestError, or an unexpected error, as a response with that status."""
+
+    async def answer(context: grpc.aio.ServicerContext, error: Exception) -> object:
+        if isinstance(error, RequestError):
+            return response_type(status=error.to_status())
+        return response_type(status=status(Code.INTERNAL_SERVER_ERROR, str(error)))
+
+    return answer
+
+
 def _unary(response_type: type) -> Callable:
-    """Turn RequestError into a response with that status; anything else into an internal one."""
+    return rpc_boundary(_status_answer(response_type), expected=(RequestError,))
 
-    def wrap(handler: Callable) -> Callable:
-        @functools.wraps(handler)
-        async def call(self, request, context):  # type: ignore[no-untyped-def]
-            if isinstance(request, Undecodable):
-                await _refuse(context, request)
-            try:
-                result = handler(self, request, context)
-                if asyncio.iscoroutine(result):
-                    result = await result
-                return result
-            except RequestError as exc:
-                return response_type(status=exc.to_status())
-            except Exception:
-                log.exception("%s failed", handler.__name__)
-                return response_type(
-                    status=status(Code.INTERNAL_SERVER_ERROR, "the broker failed; see its log")
-                )
 
-        return call
-
-    return wrap
+def _stream(response_type: type) -> Callable:
+    return rpc_stream_boundary(_status_answer(response_type))
 
 
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):
@@ -261,20 +254,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     # -- consuming ----------------------------------------------------------
 
+    @_stream(spb.ReceiveMessageResponse)
     async def ReceiveMessage(self, request, context):
-        if isinstance(request, Undecodable):
-            await _refuse(context, request)
         namespace = request.group.resource_namespace
-        try:
-            async for response in self._receiver.receive(
-                request, context.time_remaining(), namespace
-            ):
-                yield response
-        except Exception:
-            log.exception("ReceiveMessage failed")
-            yield spb.ReceiveMessageResponse(
-                status=status(Code.INTERNAL_SERVER_ERROR, "the broker failed; see its log")
-            )
+        async for response in self._receiver.receive(request, context.time_remaining(), namespace):
+            yield response
 
     @_unary(spb.AckMessageResponse)
     def AckMessage(self, request, context):
@@ -288,19 +272,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     def ForwardMessageToDeadLetterQueue(self, request, context):
         return self._receiver.forward_to_dead_letter(request)
 
+    @_stream(spb.PullMessageResponse)
     async def PullMessage(self, request, context):
-        if isinstance(request, Undecodable):
-            await _refuse(context, request)
-        try:
-            async for response in self._puller.pull(
-                request, context.time_remaining(), request.group.resource_namespace
-            ):
-                yield response
-        except Exception:
-            log.exception("PullMessage failed")
-            yield spb.PullMessageResponse(
-                status=status(Code.INTERNAL_SERVER_ERROR, "the broker failed; see its log")
-            )
+        async for response in self._puller.pull(
+            request, context.time_remaining(), request.group.resource_namespace
+        ):
+            yield response
 
     @_unary(spb.UpdateOffsetResponse)
     def UpdateOffset(self, request, context):

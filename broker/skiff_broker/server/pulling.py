@@ -10,11 +10,11 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from ..delivery.long_polling import ArrivalHub
 from ..runtime import Broker
 from ..store.message_store import NOT_WRITTEN_YET, GetStatus
+from ..telemetry.traffic import NO_TRAFFIC, TrafficObserver
 from .convert import millis, to_proto
 from .receiving import Receiver
 from .routing import require_group_name, require_topic_name
 from .status import OK, Code, RequestError, status
-from .traffic import NO_TRAFFIC, TrafficObserver
 
 _MAX_BATCH = 1024
 _DEADLINE_MARGIN_S = 1.0

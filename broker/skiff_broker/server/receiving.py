@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 
+from google.protobuf.duration_pb2 import Duration
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
@@ -13,11 +14,11 @@ from ..delivery.pop import Delivery, PopError
 from ..delivery.tag_filter import TagFilter
 from ..metadata.topic_table import MessageType, TopicConfig
 from ..runtime import Broker
+from ..telemetry.traffic import NO_TRAFFIC, TrafficObserver
 from .convert import timestamp, to_proto
 from .receipt_handle import ReceiptHandle
 from .routing import require_group_name, require_topic_name
 from .status import OK, Code, RequestError, status
-from .traffic import NO_TRAFFIC, TrafficObserver
 
 # Answer this long before the client's deadline, so it gets the answer, not a timeout.
 _DEADLINE_MARGIN_S = 1.0
@@ -28,7 +29,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _duration_ms(duration) -> int:  # type: ignore[no-untyped-def]
+def _duration_ms(duration: Duration) -> int:
     return duration.seconds * 1000 + duration.nanos // 1_000_000
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
-from ..delivery import properties as prop
 from ..error_text import quoted
 from ..metadata.topic_table import (
     TOPIC_NAME_PATTERN,
@@ -13,6 +12,7 @@ from ..metadata.topic_table import (
     TopicConfig,
     validate_topic_name,
 )
+from ..wire import property_names as prop
 from .status import Code, RequestError
 
 # A group's dead-letter topic, %DLQ%<group>, must itself be a valid topic name.

@@ -13,22 +13,29 @@ import time
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
-from ..delivery import properties as prop
-from ..delivery.transactions import CheckSender
+from ..delivery.topic_writes import (
+    QueueRotation,
+    TopicWriteRefused,
+    WriteRefusal,
+    require_writer,
+    writable_topic,
+)
+from ..delivery.transactions import CheckSender, TransactionRefused
 from ..error_text import quoted
 from ..metadata.topic_table import TopicConfig
 from ..runtime import Broker
 from ..store.hashing import java_string_hash
 from ..store.message import Message, StoredMessage
 from ..store.message_store import PutResult
+from ..telemetry.traffic import NO_TRAFFIC, TrafficObserver
+from ..wire import property_names as prop
 from ..wire.compressed_body import compressed_body_problem
 from ..wire.properties import properties_problem
 from ..wire.record_layout import COMPRESSED
 from .clients import ClientRegistry
 from .convert import millis, record_host, to_proto
 from .routing import accepted_types, require_topic_name
-from .status import OK, Code, RequestError, put_code, status
-from .traffic import NO_TRAFFIC, TrafficObserver
+from .status import OK, Code, RequestError, put_code, status, transaction_refused
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +43,17 @@ MAX_MESSAGE_GROUP_BYTES = 64
 _TYPE_NAMES = {v: k for k, v in pb.MessageType.items()}
 # Delivery timestamps this large are milliseconds in the seconds field (some clients do that).
 _SECONDS_LIMIT = 10**11
+
+
+_WRITE_REFUSAL_CODES = {
+    WriteRefusal.REPLICA: Code.FORBIDDEN,
+    WriteRefusal.NO_SUCH_TOPIC: Code.TOPIC_NOT_FOUND,
+    WriteRefusal.NOT_WRITABLE: Code.FORBIDDEN,
+}
+
+
+def _write_refused(exc: TopicWriteRefused) -> RequestError:
+    return RequestError(_WRITE_REFUSAL_CODES[exc.refusal], exc.message)
 
 
 def _now_ms() -> int:
@@ -55,7 +73,7 @@ class Sender:
     def __init__(self, broker: Broker, traffic: TrafficObserver = NO_TRAFFIC) -> None:
         self._broker = broker
         self._traffic = traffic
-        self._round_robin: dict[str, int] = {}
+        self._queues = QueueRotation()
 
     # -- SendMessage --------------------------------------------------------
 
@@ -71,7 +89,7 @@ class Sender:
         topic = self._writable_topic(topic_name)
         # Messages without a group share one queue per request, so a batching
         # producer's request becomes one contiguous append.
-        shared_queue = self._next_queue(topic)
+        shared_queue = self._queues.next_queue(topic)
         entries: list[spb.SendResultEntry] = [spb.SendResultEntry()] * len(request.messages)
         plain: list[tuple[int, str, Message]] = []
         # Body sizes of the messages stored, by metric message type: reported once per request.
@@ -118,8 +136,10 @@ class Sender:
         return spb.SendMessageResponse(status=overall, entries=entries)
 
     def _require_master(self) -> None:
-        if self._broker.is_replica:
-            raise RequestError(Code.FORBIDDEN, self._broker.store.read_only_reason)
+        try:
+            require_writer(self._broker.store.read_only_reason)
+        except TopicWriteRefused as exc:
+            raise _write_refused(exc) from None
 
     def _writable_topic(self, name: str) -> TopicConfig:
         require_topic_name(name)
@@ -129,15 +149,10 @@ class Sender:
                 f"topic {name!r} is internal to the broker; send DELAY or TRANSACTION "
                 "messages to their own topic instead",
             )
-        topic = self._broker.topic_for_use(name)
-        if topic is None:
-            raise RequestError(
-                Code.TOPIC_NOT_FOUND,
-                f"topic {name!r} does not exist; create it first (skiff topic create {name})",
-            )
-        if not topic.writable:
-            raise RequestError(Code.FORBIDDEN, f"topic {name!r} is not writable")
-        return topic
+        try:
+            return writable_topic(self._broker, name)
+        except TopicWriteRefused as exc:
+            raise _write_refused(exc) from None
 
     @staticmethod
     def _entry(
@@ -152,11 +167,6 @@ class Sender:
         if result.append is not None:
             entry.offset = result.append.queue_offsets[position]
         return entry
-
-    def _next_queue(self, topic: TopicConfig) -> int:
-        index = self._round_robin.get(topic.name, 0)
-        self._round_robin[topic.name] = (index + 1) % topic.write_queue_nums
-        return index % topic.write_queue_nums
 
     @staticmethod
     def _group_queue(topic: TopicConfig, group: str) -> int:
@@ -306,13 +316,16 @@ class Sender:
             # An unresolved answer from a check: ask again later.
             return spb.EndTransactionResponse(status=OK)
         self._require_master()
-        await self._broker.transactions.end(
-            topic=request.topic.name,
-            message_id=request.message_id,
-            transaction_id=request.transaction_id,
-            commit=request.resolution == pb.TransactionResolution.COMMIT,
-            from_check=request.source == pb.TransactionSource.SOURCE_SERVER_CHECK,
-        )
+        try:
+            await self._broker.transactions.end(
+                topic=request.topic.name,
+                message_id=request.message_id,
+                transaction_id=request.transaction_id,
+                commit=request.resolution == pb.TransactionResolution.COMMIT,
+                from_check=request.source == pb.TransactionSource.SOURCE_SERVER_CHECK,
+            )
+        except TransactionRefused as exc:
+            raise transaction_refused(exc) from None
         return spb.EndTransactionResponse(status=OK)
 
 

@@ -8,6 +8,12 @@ from __future__ import annotations
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
+from ..delivery.transactions import (
+    AlreadyEnded,
+    EndNotStored,
+    TransactionRefused,
+    UnknownTransaction,
+)
 from ..error_text import bounded
 from ..store.message_store import PutStatus
 
@@ -47,3 +53,13 @@ _PUT_CODES = {
 
 def put_code(put_status: PutStatus) -> int:
     return _PUT_CODES[put_status]
+
+
+def transaction_refused(exc: TransactionRefused) -> RequestError:
+    """The v2 status of an EndTransaction the transaction service did not carry out."""
+    if isinstance(exc, EndNotStored):
+        return RequestError(put_code(exc.status), exc.message)
+    if isinstance(exc, AlreadyEnded):
+        return RequestError(pb.Code.PRECONDITION_FAILED, exc.message)
+    assert isinstance(exc, UnknownTransaction), exc
+    return RequestError(pb.Code.INVALID_TRANSACTION_ID, exc.message)

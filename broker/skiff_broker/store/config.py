@@ -14,6 +14,8 @@ class FlushType(enum.StrEnum):
 
 GiB = 1024**3
 MiB = 1024**2
+# RocketMQ's mappedFileSizeConsumeQueue (in units).
+DEFAULT_CONSUME_QUEUE_UNITS = 300_000
 
 
 @dataclasses.dataclass(slots=True)
@@ -25,7 +27,7 @@ class StoreConfig:
 
     # Segment sizes.
     commit_log_file_size: int = GiB
-    consume_queue_units_per_file: int = 300_000
+    consume_queue_units_per_file: int = DEFAULT_CONSUME_QUEUE_UNITS
     max_message_size: int = 4 * MiB
     # Units one filtered read may scan before answering with what it found.
     max_filter_message_count: int = 16_000

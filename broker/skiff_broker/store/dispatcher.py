@@ -115,7 +115,7 @@ def parse_records(
     readable yet, or at damage (``problem``). ``checked=False`` is for bytes
     recovery has just checked record by record: only their framing is read.
     """
-    requests = []
+    requests: list[DispatchRequest] = []
     pos = 0
     limit = len(data)
     topics: dict[bytes, str] = {}

@@ -176,7 +176,7 @@ class IndexService:
         if isinstance(keys, str):
             # A str is iterable too, and would index every character.
             raise TypeError("keys must be a collection of keys, not one string")
-        if len(keys) == 1 and isinstance(keys, list | tuple):
+        if isinstance(keys, list | tuple) and len(keys) == 1:
             # The usual record: only its message ID is indexed.
             index_keys = [f"{topic}#{keys[0]}"] if keys[0] else []
         else:

@@ -211,7 +211,7 @@ class MappedFile:
         """Where appends go: the pool's write buffer, or the mapping itself."""
         return self._mm if self._write_buffer is None else self._write_buffer
 
-    def append(self, data: bytes | bytearray, *, head_last: int = 0) -> int:
+    def append(self, data: bytes | bytearray | memoryview, *, head_last: int = 0) -> int:
         """Append raw bytes; returns their position in the file.
 
         The first ``head_last`` bytes are copied after the rest, so a crash in the

@@ -15,7 +15,7 @@ import dataclasses
 import os
 from typing import Any
 
-from .config import StoreConfig
+from .config import DEFAULT_CONSUME_QUEUE_UNITS, StoreConfig
 from .consume_queue import UNIT_SIZE
 from .consume_queue_table import ConsumeQueueTable
 from .damage_report import DamageReport
@@ -66,7 +66,7 @@ def _units_per_file(data_dir: str) -> int:
         size = _one_size(dirpath, names, "consume-queue")
         if size:
             return max(1, size // UNIT_SIZE)
-    return StoreConfig.consume_queue_units_per_file
+    return DEFAULT_CONSUME_QUEUE_UNITS
 
 
 def config_for(data_dir: str, commit_log_file_size: int | None = None) -> StoreConfig:

@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterable, Sequence
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from ..delivery.backlog import GroupBacklog
-from ..server.traffic import TrafficObserver
 from . import conventions as cv
 from .latency_histograms import HistogramSet
+from .traffic import TrafficObserver
 
 
 class BrokerMetrics(TrafficObserver):

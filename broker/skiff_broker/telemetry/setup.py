@@ -46,7 +46,6 @@ from opentelemetry.sdk.trace.sampling import (
 )
 
 from ..delivery.backlog import GroupBacklog
-from ..server.traffic import NO_TRAFFIC, TrafficObserver
 from ..store.observer import StoreObserver
 from . import conventions as cv
 from .broker_metrics import BrokerMetrics
@@ -54,6 +53,7 @@ from .latency_histograms import HistogramSet, PeriodicHistogramExport
 from .metrics_endpoint import MetricsEndpoint, PrometheusReader
 from .server_interceptor import TracingInterceptor
 from .store_observer import StoreTelemetry
+from .traffic import NO_TRAFFIC, TrafficObserver
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,13 @@ import logging
 import os
 import socket
 import threading
+from typing import TYPE_CHECKING
 
 import grpc
+
+if TYPE_CHECKING:
+    # For annotations only; the functions import cryptography where they use it.
+    from cryptography import x509
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +43,7 @@ def names_to_cover(*endpoints: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _general_name(name: str):  # type: ignore[no-untyped-def]
+def _general_name(name: str) -> x509.GeneralName:
     from cryptography import x509
 
     try:

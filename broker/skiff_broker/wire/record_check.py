@@ -287,7 +287,7 @@ def check_run(
             checked = check_record(buf, pos, end, base=base, check_crc=check_crc)
             if checked.__class__ is not int:
                 return RunCheck(pos, records, checked)  # type: ignore[arg-type]
-            pos += checked  # type: ignore[operator]
+            pos += checked
             records += 1
     return RunCheck(pos, records, None)
 
@@ -332,7 +332,7 @@ def _check_run_framing(
             checked = check_record(buf, pos, end, base=base, check_crc=check_crc, text=False)
             if checked.__class__ is not int:
                 return RunCheck(pos, records, checked)  # type: ignore[arg-type]
-            pos += checked  # type: ignore[operator]
+            pos += checked
             records += 1
     return RunCheck(pos, records, None)
 

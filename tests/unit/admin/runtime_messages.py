@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from skiff_broker.delivery import properties as prop
 from skiff_broker.delivery.pop import Delivery
 from skiff_broker.delivery.tag_filter import TagFilter
 from skiff_broker.runtime import Broker
 from skiff_broker.store.message import Message
+from skiff_broker.wire import property_names as prop
 
 
 def put(broker: Broker, topic: str, queue_id: int, count: int, *, dispatched: bool = True) -> None:

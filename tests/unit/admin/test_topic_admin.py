@@ -5,8 +5,8 @@ from tests.unit.admin.runtime_messages import ack, consume, put, receive
 
 from skiff_broker.admin.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from skiff_broker.admin.topic_admin import TopicAdmin, TopicChange
-from skiff_broker.delivery import properties as prop
 from skiff_broker.metadata.topic_table import MessageType, Permission, TopicConfig, TopicTable
+from skiff_broker.wire import property_names as prop
 
 
 def test_created_topic_is_persisted_and_listed(broker):

@@ -14,7 +14,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from skiff_broker.client import messaging
 from skiff_broker.client.messaging import stored_fields
-from skiff_broker.delivery.properties import UNINFLATABLE_BODY
+from skiff_broker.wire.property_names import UNINFLATABLE_BODY
 
 
 def received(body: bytes, encoding: int, properties: dict[str, str] | None = None) -> pb.Message:

@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 from tests.store_settings import small_store
 
-from skiff_broker.delivery import properties as prop
 from skiff_broker.delivery.delay import DelayService
 from skiff_broker.store.checkpoint import Checkpoint
 from skiff_broker.store.config import StoreConfig
 from skiff_broker.store.message import Message, StoredMessage
 from skiff_broker.store.message_store import MessageStore
+from skiff_broker.wire import property_names as prop
 
 TOPIC = "orders"
 QUEUE = 2

@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 from tests.store_settings import small_store
 
-from skiff_broker.delivery import properties as prop
-from skiff_broker.delivery.transactions import TransactionService
-from skiff_broker.server.status import Code, RequestError
+from skiff_broker.delivery.transactions import TransactionRefused, TransactionService
+from skiff_broker.server.status import Code, RequestError, transaction_refused
 from skiff_broker.store.checkpoint import Checkpoint
 from skiff_broker.store.config import StoreConfig
 from skiff_broker.store.message import TRANSACTION_COMMIT_TYPE, Message, StoredMessage
 from skiff_broker.store.message_store import MessageStore
+from skiff_broker.wire import property_names as prop
 
 TOPIC = "payments"
 QUEUE = 1
@@ -114,9 +114,10 @@ def tags(messages: list[StoredMessage]) -> list[str]:
 
 
 def rejection(call) -> RequestError:  # type: ignore[no-untyped-def]
-    with pytest.raises(RequestError) as caught:
+    """The refusal of ``call`` as the server answers it to a client."""
+    with pytest.raises(TransactionRefused) as caught:
         call()
-    return caught.value
+    return transaction_refused(caught.value)
 
 
 @pytest.fixture

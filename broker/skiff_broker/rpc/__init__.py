@@ -1,0 +1,6 @@
+"""What every gRPC service of the broker shares at its edge.
+
+undecodable  requests that do not parse reach handlers as values
+boundary     the one place a handler's failure becomes an answer
+peers        the caller's address, as records store it
+"""
