@@ -58,7 +58,7 @@ def one_start(work: Path, extra: list[str]) -> dict[str, float]:
     for name in [k for k in env if k.startswith("SKIFF_")]:
         del env[name]
     command = [sys.executable, "-m", "skiff_broker", "broker", "--listen", "127.0.0.1:0"]
-    command += ["--data-dir", str(data_dir), "--tls-mode", "disabled", *extra]
+    command += ["--data-dir", str(data_dir), *extra]
     launched = time.perf_counter()
     proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
     endpoint = ""
