@@ -13,9 +13,17 @@ import click
 from . import __version__
 from .commands import register as register_client_commands
 from .logs import configure_logging
-from .store.config import FlushType, StoreConfig
+from .port_check import PortUnavailable, check_can_listen
+from .store.config import (
+    LAPTOP_COMMIT_LOG_FILE_SIZE,
+    LAPTOP_INDEX_FILE_ENTRIES,
+    FlushType,
+    StoreConfig,
+)
 
 if TYPE_CHECKING:
+    from .config import BrokerConfig
+    from .server.app import BrokerServer
     from .store.store_check import CheckOutcome, RepairOutcome
 
 log = logging.getLogger("skiff")
@@ -105,9 +113,11 @@ def main(log_level: str) -> None:
     "--commit-log-file-size",
     envvar="SKIFF_COMMIT_LOG_FILE_SIZE",
     type=ByteSize(),
-    default="1g",
-    show_default=True,
-    help="Size of each pre-allocated commit-log segment.",
+    default=LAPTOP_COMMIT_LOG_FILE_SIZE,
+    show_default="64m",
+    help="Size of each pre-allocated commit-log segment (RocketMQ's mappedFileSizeCommitLog; "
+    "its production size, 1g, is what the operator sets). A store keeps the size it was "
+    "made with.",
 )
 @click.option(
     "--max-message-size",
@@ -122,15 +132,25 @@ def main(log_level: str) -> None:
     type=click.IntRange(min=1),
     default=300_000,
     show_default=True,
-    help="Entries (20 bytes each) in each pre-allocated consume-queue file.",
+    help="Entries (20 bytes each) in each consume-queue file, made per queue on its first "
+    "message (RocketMQ's mappedFileSizeConsumeQueue / 20).",
 )
 @click.option(
     "--index-file-entries",
     envvar="SKIFF_INDEX_FILE_ENTRIES",
     type=click.IntRange(min=4),
-    default=20_000_000,
+    default=LAPTOP_INDEX_FILE_ENTRIES,
     show_default=True,
-    help="Keys in each pre-allocated index file (20 bytes each, plus a hash slot per 4 keys).",
+    help="Keys in each pre-allocated index file, 20 bytes each (RocketMQ's maxIndexNum; its "
+    "production size, 20000000, is what the operator sets).",
+)
+@click.option(
+    "--index-hash-slots",
+    envvar="SKIFF_INDEX_HASH_SLOTS",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default="a quarter of --index-file-entries",
+    help="Hash slots (4 bytes each) in each index file (RocketMQ's maxHashSlotNum).",
 )
 @click.option(
     "--file-reserved-hours",
@@ -416,6 +436,7 @@ def broker(
     max_message_size: int,
     consume_queue_file_entries: int,
     index_file_entries: int,
+    index_hash_slots: int,
     file_reserved_hours: float,
     clean_file_forcibly: bool,
     delete_when: str,
@@ -479,8 +500,8 @@ def broker(
         max_message_size=max_message_size,
         consume_queue_units_per_file=consume_queue_file_entries,
         max_index_num=index_file_entries,
-        # RocketMQ's proportions: a hash slot for every four keys.
-        max_hash_slot_num=index_file_entries // 4,
+        # RocketMQ's proportions unless chosen: a hash slot for every four keys.
+        max_hash_slot_num=index_hash_slots or max(1, index_file_entries // 4),
         file_reserved_time_hours=file_reserved_hours,
         clean_file_forcibly_enable=clean_file_forcibly,
         delete_when=delete_when,
@@ -540,13 +561,14 @@ def broker(
         raise click.UsageError(str(exc)) from exc
     try:
         # Before the data directory is opened: a busy port then changes nothing on disk.
-        _check_can_listen(listen, "--listen")
-        if config.metrics_listen:
-            _check_can_listen(config.metrics_listen, "--metrics-listen")
-        if config.replication.role is Role.MASTER and config.replication.ha_listen:
-            _check_can_listen(config.replication.ha_listen, "--ha-listen")
+        for address, option in _addresses_to_serve(config):
+            check_can_listen(address, option)
+    except PortUnavailable as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(USAGE_EXIT_CODE)
+    try:
         server = BrokerServer(config)
-        asyncio.run(server.serve_until_signalled())
+        asyncio.run(server.serve_until_signalled(on_listening=lambda: _announce(server)))
     except (
         StoreError,
         OSError,
@@ -582,30 +604,43 @@ def _ha_secret(path: str) -> bytes:
         ) from None
 
 
-def _check_can_listen(address: str, option: str) -> None:
-    """Fail with the option to change if ``address`` cannot be bound (port 0 always can)."""
-    import socket
+# click's code for a usage error: the command line (here an address) must change.
+USAGE_EXIT_CODE = 2
 
-    host, _, port = address.rpartition(":")
-    if not port.isdigit() or int(port) == 0:
-        return
-    host = host.strip("[]") or None
-    try:
-        places = socket.getaddrinfo(
-            host, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+
+def _addresses_to_serve(config: BrokerConfig) -> list[tuple[str, str]]:
+    """Each address the broker will listen on at start, with the option that sets it."""
+    from .ha.config import Role
+
+    addresses = [(config.listen, "--listen")]
+    if config.cluster.external_listen:
+        addresses.append((config.cluster.external_listen, "--external-listen"))
+    if config.metrics_listen:
+        addresses.append((config.metrics_listen, "--metrics-listen"))
+    # A master serves replication from the start; other roles only once promoted.
+    if config.replication.role is Role.MASTER and config.replication.ha_listen:
+        addresses.append((config.replication.ha_listen, "--ha-listen"))
+    return addresses
+
+
+def _announce(server: BrokerServer) -> None:
+    """Where the broker is and what to try next: a banner on a terminal, else a log line."""
+    # A wildcard listen address is reached on this host at 127.0.0.1.
+    endpoint = _store_host(server.address)
+    data_dir = server.config.store.data_dir
+    try_next = f"skiff topic create demo --endpoint {endpoint}"
+    if sys.stderr.isatty():
+        click.echo(
+            f"\nSkiff broker {__version__} is ready\n"
+            f"  endpoint:        {endpoint}\n"
+            f"  data directory:  {data_dir}\n"
+            f"  try next:        {try_next}\n"
+            f"                   skiff send --topic demo --body hello --endpoint {endpoint}\n"
+            "  stop with Ctrl-C\n",
+            err=True,
         )
-    except socket.gaierror as exc:
-        raise OSError(f"cannot listen on {address}: {exc.strerror}; check {option}") from None
-    for family, kind, proto, _, place in places:
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind(place)
-            except OSError as exc:
-                raise OSError(
-                    f"cannot listen on {address}: {exc.strerror}; stop the process using it "
-                    f"or choose another {option}"
-                ) from None
+    else:
+        log.info("ready: endpoint %s, data directory %s; try: %s", endpoint, data_dir, try_next)
 
 
 def _one_line(text: str) -> str:

@@ -22,6 +22,7 @@ from .delivery.pop import PopService
 from .delivery.transactions import TransactionService
 from .metadata.consumer_offsets import ConsumerOffsetTable
 from .metadata.topic_table import MessageType, Permission, TopicConfig, TopicTable
+from .store.file_sizes import adopt_sizes_on_disk
 from .store.message_store import MessageStore
 from .store.observer import StoreObserver
 from .wire import property_names as prop
@@ -41,6 +42,9 @@ class Broker:
     def __init__(self, config: BrokerConfig, observer: StoreObserver | None = None) -> None:
         self.config = config
         store_config = config.store
+        # An existing store keeps the file sizes it was made with, whatever is configured.
+        for kept in adopt_sizes_on_disk(store_config):
+            log.info("%s", kept)
         # ``observer`` sees the store's appends and flushes (telemetry).
         self.store = MessageStore(store_config, observer=observer)
         self.topics = TopicTable(os.path.join(store_config.config_dir, "topics.json"))

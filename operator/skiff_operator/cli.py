@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import click
-import kopf
 
+from . import __version__
 from .config import OperatorConfig
-from .registration import register
 
 _DEFAULTS = OperatorConfig()
 
+MISSING_KOPF = (
+    "skiff-operator needs kopf and aiohttp: install them with "
+    "pip install 'skiff-broker[operator]' (or use the operator image)"
+)
+
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="skiff-operator")
 @click.option(
     "--namespace",
     "namespaces",
@@ -106,6 +111,13 @@ def main(
         config.validate()
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
+    # kopf only here, so --help and --version work without the operator extra.
+    try:
+        import kopf
+
+        from .registration import register
+    except ImportError as exc:
+        raise click.ClickException(f"{MISSING_KOPF} ({exc})") from None
     kopf.configure(
         verbose=verbose,
         log_format=kopf.LogFormat.JSON if log_format == "json" else kopf.LogFormat.PLAIN,

@@ -41,6 +41,13 @@ import secrets
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from skiff_broker.store.config import (
+    ROCKETMQ_COMMIT_LOG_FILE_SIZE,
+    ROCKETMQ_CONSUME_QUEUE_FILE_ENTRIES,
+    ROCKETMQ_INDEX_FILE_ENTRIES,
+    ROCKETMQ_INDEX_HASH_SLOTS,
+)
+
 from . import API_VERSION
 from .broker_spec import BrokerSpec, CertificateSource
 from .certificates import CertificateContents, KeyPair
@@ -306,6 +313,11 @@ def broker_settings(
         "SKIFF_METRICS_LISTEN": f"0.0.0.0:{METRICS_PORT}",
         "SKIFF_REPLICATION_MODE": spec.replication_mode,
         "SKIFF_TLS_MODE": spec.tls.mode,
+        # `skiff broker` defaults to a laptop's sizes; pods get RocketMQ's production ones.
+        "SKIFF_COMMIT_LOG_FILE_SIZE": str(ROCKETMQ_COMMIT_LOG_FILE_SIZE),
+        "SKIFF_CONSUME_QUEUE_FILE_ENTRIES": str(ROCKETMQ_CONSUME_QUEUE_FILE_ENTRIES),
+        "SKIFF_INDEX_FILE_ENTRIES": str(ROCKETMQ_INDEX_FILE_ENTRIES),
+        "SKIFF_INDEX_HASH_SLOTS": str(ROCKETMQ_INDEX_HASH_SLOTS),
     }
     if spec.external_access.enabled:
         settings["SKIFF_EXTERNAL_LISTEN"] = f"0.0.0.0:{EXTERNAL_PORT}"

@@ -8,10 +8,12 @@ import shlex
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 from tests.broker_process import (
     BrokerProcess,
     broker_command,
@@ -27,7 +29,10 @@ from tests.kube_control_plane import free_port
 from skiff_broker.client.messaging import MessagingClient, OutgoingMessage
 from skiff_broker.metadata.topic_table import TopicConfig
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+# Documents whose install lines a user copies.
+INSTALL_DOCS = (README, ROOT / "charts" / "skiff" / "README.md", ROOT / "bench" / "README.md")
 README_ENDPOINT = "127.0.0.1:8081"
 
 
@@ -40,6 +45,70 @@ def _section(name: str) -> str:
 
 def _blocks(section: str, language: str) -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", section, flags=re.S)
+
+
+def test_set_up_is_two_commands_and_installs_into_a_venv():
+    # Debian's system Python refuses `pip install .` outside a venv.
+    install_and_run, run_tests = _blocks(_section("Set up"), "sh")
+    steps = [step.strip() for step in install_and_run.strip().split("&&")]
+    assert steps[0] == "python3 -m venv .venv"
+    assert steps[1] == ". .venv/bin/activate"
+    assert steps[2:] == ["pip install .", "skiff broker"]
+    assert run_tests.strip() == "scripts/test"
+
+
+def _pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def _installed_requirements() -> list[tuple[Path, Requirement]]:
+    """Every requirement after a ``pip install`` in the documents (paths and options left out)."""
+    found = []
+    for doc in INSTALL_DOCS:
+        for line in re.findall(r"pip install ([^`\n]*)", doc.read_text()):
+            for word in shlex.split(line.split("&&")[0]):
+                if word.startswith(("-", ".")) or not word[0].isalnum():
+                    continue
+                found.append((doc, Requirement(word)))
+    return found
+
+
+def test_every_install_line_names_our_distribution_and_its_extras():
+    project = _pyproject()["project"]
+    assert project["name"] == "skiff-broker"
+    ours = [(doc, req) for doc, req in _installed_requirements() if req.name.startswith("skiff")]
+    # The Spark and operator extras, at least, are shown.
+    assert {extra for _, req in ours for extra in req.extras} >= {"spark", "operator"}
+    for doc, req in ours:
+        # `skiff` on PyPI is another project: installing it gives theirs.
+        assert req.name == "skiff-broker", f"{doc.name}: pip install {req}"
+        assert req.extras <= project["optional-dependencies"].keys(), f"{doc.name}: {req}"
+
+
+def test_pip_resolves_the_documented_name_and_extras_to_this_project(tmp_path):
+    """pip reads the name from the project itself (offline: the clone, no index)."""
+    extras = sorted(
+        {extra for _, req in _installed_requirements() for extra in req.extras}
+        & _pyproject()["project"]["optional-dependencies"].keys()
+    )
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--no-index"),
+            *("--no-build-isolation", "--quiet", "--report", str(report)),
+            f"skiff-broker[{','.join(extras)}] @ {ROOT.as_uri()}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    (installed,) = json.loads(report.read_text())["install"]
+    assert installed["metadata"]["name"] == "skiff-broker"
+    assert set(extras) <= set(installed["metadata"]["provides_extra"])
+    # The commands keep their names.
+    scripts = _pyproject()["project"]["scripts"]
+    assert {"skiff", "skiff-operator"} <= scripts.keys()
 
 
 def test_produce_and_consume_walkthrough(tmp_path):

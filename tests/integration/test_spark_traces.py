@@ -122,4 +122,4 @@ def test_analyze_says_what_is_wrong_with_its_input(spark, tmp_path):
         timeout=120,
     )
     assert without_spark.returncode == 1
-    assert "pip install 'skiff[spark]'" in without_spark.stderr
+    assert "pip install 'skiff-broker[spark]'" in without_spark.stderr

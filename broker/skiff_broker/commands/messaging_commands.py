@@ -125,6 +125,15 @@ def send(
         )
         for payload in _bodies(body, body_file, count)
     )
+    # Messages handed to the client so far, for the count on Ctrl-C.
+    handed_over = [0]
+
+    def counted(items: Iterable[OutgoingMessage]) -> Iterator[OutgoingMessage]:
+        for item in items:
+            handed_over[0] += 1
+            yield item
+
+    messages = counted(messages)
     total = count if body is not None or body_file is not None else None
     sent: list[str] = []
     last_offset = 0
@@ -150,15 +159,56 @@ def send(
                 if bar is not None:
                     bar.update(1)
         except SkiffError as exc:
+            exc.message += _next_step(exc, message_group)
             if sent:
                 exc.message += f" ({plural(len(sent), 'message')} were sent before)"
             raise
+        except KeyboardInterrupt:
+            # A receipt means stored; requests still unanswered may be stored too.
+            in_flight = handed_over[0] - len(sent)
+            click.echo(
+                f"\ninterrupted: {plural(len(sent), 'message')} stored in {topic}"
+                + (f"; {in_flight} more sent, unanswered, may be stored too" if in_flight else ""),
+                err=True,
+            )
+            sys.exit(INTERRUPTED_EXIT_CODE)
     if as_json:
         return
     if len(sent) == 1:
-        click.echo(f"sent {sent[0]} to {topic} (queue offset {last_offset})")
+        queue = _queue_of(endpoint, credentials, topic, sent[0])
+        click.echo(f"sent {sent[0]} to {topic} ({queue}queue offset {last_offset})")
     else:
         click.echo(f"sent {plural(len(sent), 'message')} to {topic}")
+
+
+# A shell's code for a command ended by SIGINT (128 + 2).
+INTERRUPTED_EXIT_CODE = 130
+
+
+def _next_step(exc: SkiffError, message_group: str | None) -> str:
+    """What fixes a refused send, for the refusals a sender can fix from here."""
+    if exc.code == "MESSAGE_BODY_TOO_LARGE":
+        return (
+            "; send a smaller body, or start the broker with a larger --max-message-size "
+            "(SKIFF_MAX_MESSAGE_SIZE)"
+        )
+    if "accepts FIFO messages" in exc.message and not message_group:
+        return "; give the message a --message-group (its messages are consumed in order)"
+    return ""
+
+
+def _queue_of(endpoint: str, credentials: Credentials | None, topic: str, message_id: str) -> str:
+    """``queue N, `` for a message just sent; empty if the broker does not say.
+
+    The RocketMQ v2 send result carries no queue id, so it is looked up by message id.
+    """
+    from ..client.admin import AdminClient
+
+    try:
+        with AdminClient(endpoint, credentials=credentials, timeout=5) as admin:
+            return f"queue {admin.lookup_message(topic, message_id).queue_id}, "
+    except SkiffError:
+        return ""
 
 
 @click.command()

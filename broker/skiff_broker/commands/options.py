@@ -23,6 +23,13 @@ DEFAULT_ENDPOINT = "127.0.0.1:8081"
 
 
 def _check_endpoint(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    # A URL's scheme is dropped, not obeyed: --tls chooses the transport.
+    for scheme in ("http://", "https://", "grpc://", "grpcs://"):
+        if value.lower().startswith(scheme):
+            value = value[len(scheme) :].rstrip("/")
+            break
+    if "/" in value:
+        raise click.BadParameter(f"expected HOST:PORT without a path, e.g. {DEFAULT_ENDPOINT}")
     host, _, port = value.rpartition(":")
     if not host or not port.isdigit():
         raise click.BadParameter(f"expected HOST:PORT, e.g. {DEFAULT_ENDPOINT}; got {value!r}")

@@ -90,7 +90,7 @@ def analyze(
 
     PATHS are OTLP JSON trace files as the OpenTelemetry Collector's file exporter
     writes them (one export request per line), folders of them, or globs. Runs a
-    local Spark job (needs pip install 'skiff[spark]' and Java 17+).
+    local Spark job (needs pip install 'skiff-broker[spark]' and Java 17+).
     """
     from ..spark import SparkExtraMissing, require_spark
 

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import signal
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import grpc
 
@@ -307,12 +307,15 @@ class BrokerServer:
         # Last: spans of the final flushes are exported too.
         self.telemetry.shutdown()
 
-    async def serve_until_signalled(self) -> None:
+    async def serve_until_signalled(self, on_listening: Callable[[], None] | None = None) -> None:
+        """Serve until SIGTERM or SIGINT; ``on_listening`` runs once the ports are open."""
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         await self.start()
+        if on_listening is not None:
+            on_listening()
         await stop.wait()
         log.info("stopping")
         await self.stop()

@@ -1,6 +1,6 @@
 """Skiff and Spark: a PySpark data source for topics, and the trace-latency job.
 
-Needs the ``spark`` extra (``pip install 'skiff[spark]'``): PySpark 4.2 or newer
+Needs the ``spark`` extra (``pip install 'skiff-broker[spark]'``): PySpark 4.2 or newer
 with PyArrow, and matplotlib for plots. Nothing here imports PySpark until it is
 used, so ``skiff`` works without the extra.
 """
@@ -13,7 +13,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 MISSING_EXTRA = (
-    "this needs PySpark, PyArrow and matplotlib: install them with pip install 'skiff[spark]' "
+    "this needs PySpark, PyArrow and matplotlib: install them with "
+    "pip install 'skiff-broker[spark]' "
     "(PySpark 4.2 or newer; Spark also needs Java 17 or newer on the PATH)"
 )
 

@@ -14,8 +14,21 @@ class FlushType(enum.StrEnum):
 
 GiB = 1024**3
 MiB = 1024**2
-# RocketMQ's mappedFileSizeConsumeQueue (in units).
-DEFAULT_CONSUME_QUEUE_UNITS = 300_000
+
+# RocketMQ's production sizes (MessageStoreConfig's mappedFileSizeCommitLog,
+# mappedFileSizeConsumeQueue / 20, maxIndexNum and maxHashSlotNum): the store's defaults,
+# and what the operator renders for its pods.
+ROCKETMQ_COMMIT_LOG_FILE_SIZE = GiB
+ROCKETMQ_CONSUME_QUEUE_FILE_ENTRIES = 300_000
+ROCKETMQ_INDEX_FILE_ENTRIES = 20_000_000
+ROCKETMQ_INDEX_HASH_SLOTS = 5_000_000
+
+# `skiff broker` without options is sized for a laptop: two 64 MiB segments (the one in
+# use and the next one prepared) and a 21 MB index file, so a first start writes
+# about 150 MB instead of 2.5 GB. Consume-queue files are made per queue on its first
+# message, 6 MB each.
+LAPTOP_COMMIT_LOG_FILE_SIZE = 64 * MiB
+LAPTOP_INDEX_FILE_ENTRIES = 1_000_000
 
 
 @dataclasses.dataclass(slots=True)
@@ -26,8 +39,8 @@ class StoreConfig:
     flush_type: FlushType = FlushType.ASYNC_FLUSH
 
     # Segment sizes.
-    commit_log_file_size: int = GiB
-    consume_queue_units_per_file: int = DEFAULT_CONSUME_QUEUE_UNITS
+    commit_log_file_size: int = ROCKETMQ_COMMIT_LOG_FILE_SIZE
+    consume_queue_units_per_file: int = ROCKETMQ_CONSUME_QUEUE_FILE_ENTRIES
     max_message_size: int = 4 * MiB
     # Units one filtered read may scan before answering with what it found.
     max_filter_message_count: int = 16_000
@@ -55,8 +68,8 @@ class StoreConfig:
 
     # IndexFile.
     message_index_enable: bool = True
-    max_hash_slot_num: int = 5_000_000
-    max_index_num: int = 20_000_000
+    max_hash_slot_num: int = ROCKETMQ_INDEX_HASH_SLOTS
+    max_index_num: int = ROCKETMQ_INDEX_FILE_ENTRIES
 
     # Retention and disk space.
     file_reserved_time_hours: float = 72.0

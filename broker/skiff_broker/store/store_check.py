@@ -15,11 +15,11 @@ import dataclasses
 import os
 from typing import Any
 
-from .config import DEFAULT_CONSUME_QUEUE_UNITS, StoreConfig
-from .consume_queue import UNIT_SIZE
+from .config import ROCKETMQ_CONSUME_QUEUE_FILE_ENTRIES, StoreConfig
 from .consume_queue_table import ConsumeQueueTable
 from .damage_report import DamageReport
 from .errors import StoreError
+from .file_sizes import commit_log_segment_size, consume_queue_units_per_file
 from .mapped_file_queue import MappedFileQueue
 from .message_store import MessageStore
 from .queue_check import check_queues
@@ -28,25 +28,10 @@ from .recovery import scan_from
 _DEFAULT_MAX_MESSAGE = 4 * 1024 * 1024
 
 
-def _one_size(directory: str, names: list[str], what: str) -> int | None:
-    sizes = {os.path.getsize(os.path.join(directory, name)) for name in names}
-    if len(sizes) > 1:
-        raise StoreError(
-            f"{what} files in {directory} have different sizes ({sorted(sizes)}); "
-            "a store's files all have one size: restore the odd one from a backup or move it away"
-        )
-    return sizes.pop() if sizes else None
-
-
 def segment_size(data_dir: str, given: int | None = None) -> int:
     """The commit-log segment size, read from the segments (``given`` must agree)."""
     directory = os.path.join(data_dir, "commitlog")
-    names = (
-        [n for n in os.listdir(directory) if n.isdigit() and len(n) == 20]
-        if os.path.isdir(directory)
-        else []
-    )
-    found = _one_size(directory, names, "commit-log segment")
+    found = commit_log_segment_size(data_dir)
     if found is None:
         if given is None:
             raise StoreError(f"{directory} holds no commit-log segment: nothing to check")
@@ -59,23 +44,14 @@ def segment_size(data_dir: str, given: int | None = None) -> int:
     return found
 
 
-def _units_per_file(data_dir: str) -> int:
-    root = os.path.join(data_dir, "consumequeue")
-    for dirpath, _, files in os.walk(root):
-        names = [n for n in files if n.isdigit() and len(n) == 20]
-        size = _one_size(dirpath, names, "consume-queue")
-        if size:
-            return max(1, size // UNIT_SIZE)
-    return DEFAULT_CONSUME_QUEUE_UNITS
-
-
 def config_for(data_dir: str, commit_log_file_size: int | None = None) -> StoreConfig:
     """A store config that opens ``data_dir`` as its files were made."""
     size = segment_size(data_dir, commit_log_file_size)
     config = StoreConfig(
         data_dir=data_dir,
         commit_log_file_size=size,
-        consume_queue_units_per_file=_units_per_file(data_dir),
+        consume_queue_units_per_file=consume_queue_units_per_file(data_dir)
+        or ROCKETMQ_CONSUME_QUEUE_FILE_ENTRIES,
         max_message_size=min(_DEFAULT_MAX_MESSAGE, size - 2048),
         # The index files' settings are not recorded in them: it is left as it is
         # (a look-up drops an entry that points at no matching record).

@@ -22,7 +22,7 @@ def test_intervals_must_be_positive() -> None:
 
 
 def test_every_flag_has_an_environment_variable() -> None:
-    variables = [p.envvar for p in main.params if p.name != "help"]
+    variables = [p.envvar for p in main.params if p.name not in ("help", "version")]
     assert all(isinstance(v, str) and v.startswith("SKIFF_OPERATOR_") for v in variables)
 
 

@@ -147,6 +147,34 @@ def test_config_map_carries_the_broker_settings_as_skiff_variables() -> None:
     ]
 
 
+def test_pods_get_rocketmqs_production_file_sizes_unless_the_broker_sets_others() -> None:
+    data = render_broker(spec(), BROKER)[0].config_map["data"]
+    # 1 GiB segments, 300,000-unit consume-queue files, 5M slots and 20M index entries.
+    assert data["SKIFF_COMMIT_LOG_FILE_SIZE"] == str(1024**3)
+    assert data["SKIFF_CONSUME_QUEUE_FILE_ENTRIES"] == "300000"
+    assert data["SKIFF_INDEX_FILE_ENTRIES"] == "20000000"
+    assert data["SKIFF_INDEX_HASH_SLOTS"] == "5000000"
+    chosen = spec(settings={"SKIFF_COMMIT_LOG_FILE_SIZE": "256m"})
+    data = render_broker(chosen, BROKER)[0].config_map["data"]
+    assert data["SKIFF_COMMIT_LOG_FILE_SIZE"] == "256m"
+
+
+def test_rendered_file_sizes_are_read_by_skiff_broker() -> None:
+    """Each size setting the operator renders is an option `skiff broker` reads from it."""
+    from skiff_broker.cli import broker
+
+    data = render_broker(spec(), BROKER)[0].config_map["data"]
+    read = {param.envvar for param in broker.params}
+    sizes = {
+        "SKIFF_COMMIT_LOG_FILE_SIZE",
+        "SKIFF_CONSUME_QUEUE_FILE_ENTRIES",
+        "SKIFF_INDEX_FILE_ENTRIES",
+        "SKIFF_INDEX_HASH_SLOTS",
+    }
+    assert sizes <= data.keys()
+    assert sizes <= read
+
+
 def test_telemetry_settings_only_with_an_endpoint() -> None:
     broker_spec = spec(telemetry={"otlpEndpoint": "http://collector:4318", "samplingRatio": 0.25})
     data = render_broker(broker_spec, BROKER)[0].config_map["data"]

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from skiff_broker.store.config import DEFAULT_CONSUME_QUEUE_UNITS
+from skiff_broker.store.config import ROCKETMQ_CONSUME_QUEUE_FILE_ENTRIES
 from skiff_broker.store.store_check import config_for
 
 
@@ -18,5 +18,5 @@ def test_a_store_without_consume_queues_yet_opens_with_the_default_queue_files(
 
     config = config_for(str(tmp_path))
 
-    assert config.consume_queue_units_per_file == DEFAULT_CONSUME_QUEUE_UNITS
+    assert config.consume_queue_units_per_file == ROCKETMQ_CONSUME_QUEUE_FILE_ENTRIES
     assert config.commit_log_file_size == 1024 * 1024
