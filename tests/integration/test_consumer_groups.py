@@ -2,7 +2,7 @@
 
 One broker serves the module; each test uses its own topic and groups. A live
 consumer is made the way official clients announce themselves: a Heartbeat as a
-SIMPLE_CONSUMER of the group.
+SIMPLE_CONSUMER of the group, or the official Python client's SimpleConsumer.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
+from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
@@ -199,3 +200,24 @@ def test_delete_removes_the_group_and_it_starts_over(admin, messaging):
         admin.delete_consumer_group("cg-gone-readers")
     # A group of that name is new again: it starts at the oldest message.
     assert sorted(consume(messaging, "cg-gone-readers", "cg-gone", 2)) == ["p", "q"]
+
+
+def test_an_official_consumer_is_live_until_it_shuts_down(broker, admin, messaging):
+    admin.create_topic("cg-official", read_queues=2)
+    send(messaging, "cg-official", "hello")
+    config = ClientConfiguration(broker.endpoint, Credentials())
+    consumer = SimpleConsumer(config, "cg-official-readers", {"cg-official": FilterExpression()}, 1)
+    consumer.startup()
+    try:
+        for received in consumer.receive(16, 30):
+            consumer.ack(received)
+        [listed] = [g for g in admin.list_consumer_groups() if g.group == "cg-official-readers"]
+        assert (listed.topics, listed.live_consumers, listed.total_lag) == (("cg-official",), 1, 0)
+        [live] = admin.describe_consumer_group("cg-official-readers").consumers
+        assert (live.client_type, live.topics) == ("SIMPLE_CONSUMER", ("cg-official",))
+        with pytest.raises(FailedPrecondition, match="stop them"):
+            admin.reset_consumer_group("cg-official-readers", "cg-official", ResetTo.EARLIEST)
+    finally:
+        consumer.shutdown()
+    # Shutting down tells the broker it is gone.
+    admin.reset_consumer_group("cg-official-readers", "cg-official", ResetTo.EARLIEST)
