@@ -94,6 +94,7 @@ class ConsumerOffsetTable:
         with self._lock:
             for key in [k for k in self._offsets if k.startswith(prefix)]:
                 del self._offsets[key]
+                self._commit_times.pop(key, None)
             self._dirty = True
 
     def snapshot(self) -> dict[str, dict[str, int]]:
