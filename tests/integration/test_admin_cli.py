@@ -15,7 +15,11 @@ import subprocess
 import time
 from collections.abc import Iterator
 
+import grpc
 import pytest
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
+from rocketmq.grpc_protocol import service_pb2_grpc
 from tests.broker_process import SKIFF, BrokerProcess, broker_env, running_broker
 
 from skiff_broker import __version__
@@ -511,3 +515,24 @@ def test_peek_and_throwaway_consumes_leave_no_group_behind(broker):
     # --from with a group moves the group first.
     rest = consumed(broker, "cli-keepers", topic, "--from", "earliest", "--wait", "1")
     assert len(rest) == 3
+
+
+def test_group_reset_with_live_consumers_says_to_stop_them_or_force(broker):
+    topic = "cli-live"
+    ok(skiff(broker, "topic", "create", topic, "--read-queues", "1"))
+    with grpc.insecure_channel(broker.endpoint) as channel:
+        reply = service_pb2_grpc.MessagingServiceStub(channel).Heartbeat(
+            spb.HeartbeatRequest(
+                group=pb.Resource(name="cli-live-readers"),
+                client_type=pb.ClientType.PUSH_CONSUMER,
+            ),
+            metadata=[("x-mq-client-id", "cli-live-consumer")],
+            timeout=30,
+        )
+    assert reply.status.code == pb.Code.OK
+    reset = ("group", "reset", "cli-live-readers", "--topic", topic, "--to-latest")
+    refused = failed(skiff(broker, *reset))
+    assert "1 live consumer(s) (cli-live-consumer)" in refused
+    assert "'skiff group reset --force'" in refused
+    assert "reset group cli-live-readers" in ok(skiff(broker, *reset, "--force"))
+    assert "PUSH_CONSUMER" in ok(skiff(broker, "group", "describe", "cli-live-readers"))

@@ -188,14 +188,15 @@ class GroupAdmin:
 
     # -- changes --------------------------------------------------------------
 
-    def _refuse_live(self, group: str, doing: str) -> None:
+    def _refuse_live(self, group: str, doing: str, command: str) -> None:
         live = self._live(group)
         if live:
             ids = ", ".join(sorted(s.client_id for s in live)[:3])
             more = f" and {len(live) - 3} more" if len(live) > 3 else ""
             raise FailedPrecondition(
                 f"consumer group {quoted(group)} has {len(live)} live consumer(s) ({ids}{more}); "
-                f"stop them before you {doing}, or force it (they then go on from the new state)"
+                f"stop them before you {doing}, or force it ('skiff group {command} --force'; "
+                "they then go on from the new state)"
             )
 
     def reset(
@@ -221,7 +222,7 @@ class GroupAdmin:
         if target is ResetTarget.TIMESTAMP and timestamp < 0:
             raise InvalidArgument("timestamp must be milliseconds since the epoch, ≥ 0")
         if not dry_run and not force:
-            self._refuse_live(group, "reset its offsets")
+            self._refuse_live(group, "reset its offsets", "reset")
         self._progress.refresh()
         store, pop = self._broker.store, self._broker.pop
         moves = []
@@ -246,7 +247,7 @@ class GroupAdmin:
 
     def delete(self, group: str, *, force: bool = False) -> DeletedGroup:
         if not force:
-            self._refuse_live(group, "delete it")
+            self._refuse_live(group, "delete it", "delete")
         self._progress.refresh()
         if group not in self._broker.offsets.groups() and not self._live(group):
             raise NotFound(
