@@ -41,7 +41,7 @@ import secrets
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from skiff_broker.store.config import (
+from skiff_broker.wire.store_sizes import (
     ROCKETMQ_COMMIT_LOG_FILE_SIZE,
     ROCKETMQ_CONSUME_QUEUE_FILE_ENTRIES,
     ROCKETMQ_INDEX_FILE_ENTRIES,

@@ -15,7 +15,11 @@ import subprocess
 import time
 from collections.abc import Iterator
 
+import grpc
 import pytest
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
+from rocketmq.grpc_protocol import service_pb2_grpc
 from tests.broker_process import SKIFF, BrokerProcess, broker_env, running_broker
 
 from skiff_broker import __version__
@@ -166,7 +170,10 @@ def test_refused_requests_exit_1_with_the_reason(broker):
         ["send", "--topic", "t", "--property", "novalue", "--body", "x"],
         ["send", "--topic", "t", "--body", "x", "--body-file", __file__],
         ["send", "--topic", "t", "--message-group", "g", "--delay-seconds", "5", "--body", "x"],
-        ["consume", "--topic", "t"],
+        ["consume", "--topic", "t", "--peek", "--group", "g"],
+        ["consume", "--topic", "t", "--from", "yesterday"],
+        ["group", "reset", "g", "--topic", "t"],
+        ["group", "reset", "g", "--topic", "t", "--to-earliest", "--to-latest"],
         ["admin", "offset-by-time", "--topic", "t", "--time", "yesterday"],
     ],
 )
@@ -427,3 +434,105 @@ def test_a_deleted_topic_starts_afresh_when_created_again(broker):
     [message] = consumed(broker, "returning", topic, "--count", "1")
     assert message["body"] == "new"
     assert message["queue_offset"] == 0
+
+
+def test_group_tools_show_lag_reset_and_delete(broker):
+    topic = "cli-groups"
+    ok(skiff(broker, "topic", "create", topic, "--read-queues", "2"))
+    ok(skiff(broker, "send", "--topic", topic, input="a\nb\nc\nd\ne\n"))
+    assert len(consumed(broker, "cli-readers", topic, "--count", "3")) == 3
+
+    [listed] = [
+        g for g in json_out(skiff(broker, "group", "list", "--json")) if g["group"] == "cli-readers"
+    ]
+    assert (listed["topics"], listed["total_lag"], listed["live_consumers"]) == ([topic], 2, 0)
+    table = ok(skiff(broker, "group", "list", "--topic", topic))
+    assert table.splitlines()[0].split() == ["GROUP", "TOPICS", "LIVE", "LAG"]
+    assert table.splitlines()[1].split() == ["cli-readers", topic, "0", "2"]
+    described = json_out(skiff(broker, "group", "describe", "cli-readers", "--json"))
+    assert described["topics"][0]["total_lag"] == 2
+    assert "no live consumers" in ok(skiff(broker, "group", "describe", "cli-readers"))
+
+    preview = ok(
+        skiff(
+            broker, "group", "reset", "cli-readers", "--topic", topic, "--to-earliest", "--dry-run"
+        )
+    )
+    assert "dry run: nothing changed" in preview
+    assert (
+        json_out(skiff(broker, "group", "describe", "cli-readers", "--json"))["topics"][0][
+            "total_lag"
+        ]
+        == 2
+    )
+    reset = json_out(
+        skiff(broker, "group", "reset", "cli-readers", "--topic", topic, "--to-earliest", "--json")
+    )
+    assert reset["applied"] is True
+    assert {q["new_offset"] for q in reset["queues"]} == {0}
+    again = consumed(broker, "cli-readers", topic)
+    assert sorted(m["body"] for m in again) == ["a", "b", "c", "d", "e"]
+
+    deleted = ok(skiff(broker, "group", "delete", "cli-readers"))
+    assert f"deleted group cli-readers (it had offsets on {topic})" in deleted
+    assert "cli-readers" not in {
+        g["group"] for g in json_out(skiff(broker, "group", "list", "--json"))
+    }
+    assert "nothing to delete" in failed(skiff(broker, "group", "delete", "cli-readers"))
+
+
+def test_peek_and_throwaway_consumes_leave_no_group_behind(broker):
+    topic = "cli-peek"
+    ok(skiff(broker, "topic", "create", topic, "--read-queues", "2"))
+    ok(skiff(broker, "send", "--topic", topic, input="one\ntwo\nthree\n"))
+    assert len(consumed(broker, "cli-keepers", topic, "--count", "1")) == 1
+    before = json_out(skiff(broker, "group", "describe", "cli-keepers", "--json"))
+
+    peeked = json_lines(
+        skiff(broker, "consume", "--topic", topic, "--peek", "--wait", "1", "--json")
+    )
+    assert sorted(m["body"] for m in peeked) == ["one", "three", "two"]
+    # Peeking again sees the same messages: nothing was acknowledged.
+    again = skiff(broker, "consume", "--topic", topic, "--peek", "--wait", "1", "--count", "3")
+    assert "peeked at 3 messages" in again.stderr
+    assert json_out(skiff(broker, "group", "describe", "cli-keepers", "--json")) == before
+    latest = skiff(broker, "consume", "--topic", topic, "--peek", "--from", "latest", "--wait", "1")
+    assert "peeked at 0 messages" in latest.stderr
+
+    throwaway = skiff(
+        broker, "consume", "--topic", topic, "--from-beginning", "--wait", "1", "--json"
+    )
+    assert sorted(json.loads(line)["body"] for line in ok(throwaway).splitlines()) == [
+        "one",
+        "three",
+        "two",
+    ]
+    assert "(throwaway, deleted)" in throwaway.stderr
+    groups = {g["group"] for g in json_out(skiff(broker, "group", "list", "--json"))}
+    assert not any(g.startswith("skiff-consume-") for g in groups)
+    assert groups >= {"cli-keepers"}
+
+    # --from with a group moves the group first.
+    rest = consumed(broker, "cli-keepers", topic, "--from", "earliest", "--wait", "1")
+    assert len(rest) == 3
+
+
+def test_group_reset_with_live_consumers_says_to_stop_them_or_force(broker):
+    topic = "cli-live"
+    ok(skiff(broker, "topic", "create", topic, "--read-queues", "1"))
+    with grpc.insecure_channel(broker.endpoint) as channel:
+        reply = service_pb2_grpc.MessagingServiceStub(channel).Heartbeat(
+            spb.HeartbeatRequest(
+                group=pb.Resource(name="cli-live-readers"),
+                client_type=pb.ClientType.PUSH_CONSUMER,
+            ),
+            metadata=[("x-mq-client-id", "cli-live-consumer")],
+            timeout=30,
+        )
+    assert reply.status.code == pb.Code.OK
+    reset = ("group", "reset", "cli-live-readers", "--topic", topic, "--to-latest")
+    refused = failed(skiff(broker, *reset))
+    assert "1 live consumer(s) (cli-live-consumer)" in refused
+    assert "'skiff group reset --force'" in refused
+    assert "reset group cli-live-readers" in ok(skiff(broker, *reset, "--force"))
+    assert "PUSH_CONSUMER" in ok(skiff(broker, "group", "describe", "cli-live-readers"))

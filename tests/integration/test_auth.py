@@ -45,7 +45,7 @@ from tests.broker_process import (
 from skiff_broker.admin.v1 import admin_pb2 as apb
 from skiff_broker.admin.v1 import admin_pb2_grpc
 from skiff_broker.auth.signature import signed_headers
-from skiff_broker.client.admin import AclEntry, AdminClient
+from skiff_broker.client.admin import AclEntry, AdminClient, ResetTo
 from skiff_broker.client.credentials import Credentials as SkiffCredentials
 from skiff_broker.client.errors import InvalidArgument, MessagingError, NotFound, PermissionDenied
 from skiff_broker.client.messaging import MessagingClient, OutgoingMessage
@@ -401,3 +401,28 @@ def test_spark_reads_and_writes_with_the_users_keys(spark, broker):
     )
     with pytest.raises(Exception, match="access key and secret key"):
         spark.read.format("skiff").options(**keys).load().count()
+
+
+def test_consumer_group_tools_need_get_update_or_delete_on_the_group(broker):
+    with root_admin(broker) as admin:
+        admin.apply_user("dora", "dora-secret")
+        admin.apply_acl(
+            "dora",
+            [
+                AclEntry(("Group:ledger",), ("Get",)),
+                AclEntry(("Group:scratch",), ("Update", "Delete")),
+            ],
+        )
+        admin.reset_consumer_group("ledger", "orders", ResetTo.EARLIEST)
+    with AdminClient(broker.endpoint, credentials=SkiffCredentials("dora", "dora-secret")) as dora:
+        assert dora.describe_consumer_group("ledger").group == "ledger"
+        with pytest.raises(PermissionDenied, match="Update on Group:ledger"):
+            dora.reset_consumer_group("ledger", "orders", ResetTo.LATEST)
+        with pytest.raises(PermissionDenied, match="Delete on Group:ledger"):
+            dora.delete_consumer_group("ledger")
+        with pytest.raises(PermissionDenied, match="List on Cluster"):
+            dora.list_consumer_groups()
+        dora.reset_consumer_group("scratch", "orders", ResetTo.LATEST)
+        assert dora.delete_consumer_group("scratch").topics == ("orders",)
+    with root_admin(broker) as admin:
+        admin.delete_user("dora")

@@ -146,6 +146,39 @@ def test_produce_and_consume_walkthrough(tmp_path):
         assert "total lag of group demo-readers on demo: 1" in skiff(lag)
 
 
+def test_consumer_groups_walkthrough(tmp_path):
+    (block,) = _blocks(_section("Consumer groups"), "sh")
+    create_topics(data_dir_of(tmp_path), TopicConfig("demo", 4, 4))
+    with running_broker(tmp_path) as broker:
+
+        def skiff(words: list[str]) -> subprocess.CompletedProcess[str]:
+            assert words[0] == "skiff"
+            done = subprocess.run(
+                [sys.executable, "-m", "skiff_broker", *words[1:], "--endpoint", broker.endpoint],
+                env=broker_env(),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert done.returncode == 0, f"{words}: {done.stderr}"
+            return done
+
+        with MessagingClient(broker.endpoint) as client:
+            client.send([OutgoingMessage("demo", b"first"), OutgoingMessage("demo", b"second")])
+        skiff(["skiff", "consume", "--topic", "demo", "--group", "demo-readers", "--count", "1"])
+        outputs = [
+            skiff(_assignments_and_command(line)[1]) for line in block.splitlines() if line.strip()
+        ]
+    listed, described, preview, by_time, peeked, throwaway, deleted = outputs
+    assert re.search(r"^demo-readers\s+demo\s+0\s+1$", listed.stdout, re.M), listed.stdout
+    assert "topic demo: lag 1" in described.stdout
+    assert "dry run: nothing changed" in preview.stdout
+    assert "reset group demo-readers on demo (4 queues)" in by_time.stdout
+    assert "peeked at 2 messages of demo; none acknowledged" in peeked.stderr
+    assert "consumed 0 messages" in throwaway.stderr and "(throwaway, deleted)" in throwaway.stderr
+    assert "deleted group demo-readers (it had offsets on demo)" in deleted.stdout
+
+
 def _assignments_and_command(line: str) -> tuple[dict[str, str], list[str]]:
     """``A=1 B=2 skiff x`` (a trailing comment dropped) as ({A: 1, B: 2}, [skiff, x])."""
     words = shlex.split(line, comments=True)

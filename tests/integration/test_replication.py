@@ -2,10 +2,11 @@
 
 A replica follows its master's commit log over the replication port and must end
 up with the same bytes at the same offsets; consumers read from it (pull and pop)
-while producers are kept off it. SYNC replication acknowledges a send only once
-the replica holds it: after SIGKILL of the master under load, every acknowledged
-message is on the replica. A replica that kept bytes the new master never had
-cuts them, and promotion refuses a replica that is not in sync unless forced.
+while producers and consumer-group resets are kept off it. SYNC replication
+acknowledges a send only once the replica holds it: after SIGKILL of the master
+under load, every acknowledged message is on the replica. A replica that kept
+bytes the new master never had cuts them, and promotion refuses a replica that
+is not in sync unless forced.
 An old master started again with its first command after its replica was
 promoted refuses to start with one line that says how to rejoin, and following
 it loses no acknowledged message; a master whose former replica is gone starts.
@@ -46,7 +47,7 @@ from tests.broker_process import (
 )
 from tests.kube_control_plane import free_port
 
-from skiff_broker.client.admin import AdminClient, BrokerInfo
+from skiff_broker.client.admin import AdminClient, BrokerInfo, ResetTo
 from skiff_broker.client.errors import BrokerUnavailable, FailedPrecondition, MessagingError
 from skiff_broker.client.messaging import MessagingClient, OutgoingMessage, SendReceipt
 from skiff_broker.client.producer import BatchingProducer
@@ -311,6 +312,31 @@ def test_topic_config_and_consumer_offsets_reach_the_replica(group: Group) -> No
         return reply.offset if reply.status.code == pb.Code.OK else -1
 
     wait_for("the committed offset on the replica", lambda: replica_offset() == 17)
+
+
+def test_group_offsets_are_reset_on_the_master_and_refused_on_a_replica(group: Group) -> None:
+    master = group.master("master")
+    replica = group.replica("replica", master)
+    with AdminClient(master.endpoint) as admin:
+        admin.reset_consumer_group("resetters", TOPIC, ResetTo.LATEST)
+    with AdminClient(replica.endpoint) as admin:
+        wait_for(
+            "the group on the replica",
+            lambda: "resetters" in {g.group for g in admin.list_consumer_groups()},
+        )
+        # A dry run changes nothing, so a replica answers it.
+        assert len(admin.reset_consumer_group("resetters", TOPIC, ResetTo.EARLIEST, dry_run=True))
+        with pytest.raises(FailedPrecondition, match=r"replica.*on the master"):
+            admin.reset_consumer_group("resetters", TOPIC, ResetTo.EARLIEST)
+        with pytest.raises(FailedPrecondition, match=r"replica.*on the master"):
+            admin.delete_consumer_group("resetters")
+    with AdminClient(master.endpoint) as admin:
+        admin.delete_consumer_group("resetters")
+    with AdminClient(replica.endpoint) as admin:
+        wait_for(
+            "the deletion on the replica",
+            lambda: "resetters" not in {g.group for g in admin.list_consumer_groups()},
+        )
 
 
 def test_sync_replication_loses_no_acknowledged_message_when_the_master_is_killed(

@@ -13,10 +13,12 @@ the latest appends (normally milliseconds).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 
 import grpc
+from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from .. import __version__
 from ..error_text import bounded, quoted, shortened
@@ -28,6 +30,7 @@ from ..runtime import Broker
 from ..store.message import StoredMessage, encode_host, offset_message_id
 from .consumer_progress import ConsumerProgress
 from .errors import AdminError, AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from .group_admin import GroupAdmin, LiveConsumers, ResetTarget
 from .topic_admin import TopicAdmin, TopicChange
 from .user_admin import UserAdmin
 from .v1 import admin_pb2 as apb
@@ -46,6 +49,12 @@ _PERMISSIONS = {
     apb.READ: Permission.READ,
     apb.WRITE: Permission.WRITE,
     apb.READ_WRITE: Permission.READ_WRITE,
+}
+_RESET_TARGETS = {
+    apb.EARLIEST: ResetTarget.EARLIEST,
+    apb.LATEST: ResetTarget.LATEST,
+    apb.OFFSET: ResetTarget.OFFSET,
+    apb.TIMESTAMP: ResetTarget.TIMESTAMP,
 }
 _MAX_QUERY_MESSAGES = 1000
 _DEFAULT_QUERY_MESSAGES = 32
@@ -105,6 +114,12 @@ def _message_type(value: int) -> MessageType | None:
         ) from None
 
 
+def _client_type_name(value: int) -> str:
+    if value in pb.ClientType.values():
+        return pb.ClientType.Name(value)
+    return "UNKNOWN"
+
+
 def message_to_proto(message: StoredMessage) -> apb.StoredMessage:
     return apb.StoredMessage(
         topic=message.topic,
@@ -161,14 +176,17 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         broker: Broker,
         endpoint: Callable[[], str],
         replication: Replication | None = None,
+        clients: LiveConsumers | None = None,
     ) -> None:
-        """``endpoint`` gives the address clients reach this broker at (known once listening)."""
+        """``endpoint`` gives the address clients reach this broker at (known once listening);
+        ``clients`` tells which consumers are connected (none known without it)."""
         self._broker = broker
         self._endpoint = endpoint
         self._replication = replication
         self._topics = TopicAdmin(broker)
         self._progress = ConsumerProgress(broker)
         self._users = UserAdmin(broker.users)
+        self._groups = GroupAdmin(broker, clients)
 
     # -- topics -------------------------------------------------------------
 
@@ -377,6 +395,100 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             ],
             total_lag=sum(q.lag for q in queues),
         )
+
+    # -- consumer groups ----------------------------------------------------
+
+    @_handler
+    def ListConsumerGroups(
+        self, request: apb.ListConsumerGroupsRequest
+    ) -> apb.ListConsumerGroupsResponse:
+        topic = _topic_name(request.topic) if request.topic else ""
+        return apb.ListConsumerGroupsResponse(
+            groups=[
+                apb.ConsumerGroupSummary(
+                    group=g.group,
+                    topics=g.topics,
+                    live_consumers=g.live_consumers,
+                    total_lag=g.total_lag,
+                )
+                for g in self._groups.list(topic)
+            ]
+        )
+
+    @_handler
+    def DescribeConsumerGroup(
+        self, request: apb.DescribeConsumerGroupRequest
+    ) -> apb.DescribeConsumerGroupResponse:
+        group = _required(request.group, "consumer group")
+        topic = _topic_name(request.topic) if request.topic else ""
+        topics, consumers = self._groups.describe(group, topic)
+        return apb.DescribeConsumerGroupResponse(
+            group=group,
+            topics=[
+                apb.GroupTopicState(
+                    topic=t.topic,
+                    total_lag=t.total_lag,
+                    queues=[apb.GroupQueueState(**dataclasses.asdict(q)) for q in t.queues],
+                )
+                for t in topics
+            ],
+            consumers=[
+                apb.ConsumerInfo(
+                    client_id=c.client_id,
+                    client_type=_client_type_name(c.client_type),
+                    topics=sorted(c.topics),
+                )
+                for c in consumers
+            ],
+        )
+
+    @_handler
+    def ResetConsumerGroupOffsets(
+        self, request: apb.ResetConsumerGroupOffsetsRequest
+    ) -> apb.ResetConsumerGroupOffsetsResponse:
+        if not request.dry_run:
+            self._refuse_groups_on_replica()
+        group = _required(request.group, "consumer group")
+        if request.target not in _RESET_TARGETS:
+            raise InvalidArgument("reset target is required: EARLIEST, LATEST, OFFSET or TIMESTAMP")
+        moves = self._groups.reset(
+            group,
+            _topic_name(request.topic),
+            _RESET_TARGETS[request.target],
+            queue_ids=list(request.queue_ids),
+            offset=request.offset,
+            timestamp=request.timestamp,
+            dry_run=request.dry_run,
+            force=request.force,
+        )
+        return apb.ResetConsumerGroupOffsetsResponse(
+            queues=[
+                apb.QueueReset(
+                    queue_id=m.queue_id, old_offset=m.old_offset, new_offset=m.new_offset
+                )
+                for m in moves
+            ],
+            applied=not request.dry_run,
+        )
+
+    @_handler
+    def DeleteConsumerGroup(
+        self, request: apb.DeleteConsumerGroupRequest
+    ) -> apb.DeleteConsumerGroupResponse:
+        self._refuse_groups_on_replica()
+        deleted = self._groups.delete(
+            _required(request.group, "consumer group"), force=request.force
+        )
+        return apb.DeleteConsumerGroupResponse(
+            topics=deleted.topics, kept_dlq_topic=deleted.kept_dlq_topic
+        )
+
+    def _refuse_groups_on_replica(self) -> None:
+        if self._broker.is_replica:
+            raise FailedPrecondition(
+                "this broker is a replica: it takes consumer offsets from its master; "
+                "reset or delete consumer groups on the master"
+            )
 
     # -- look-ups -----------------------------------------------------------
 

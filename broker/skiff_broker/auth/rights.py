@@ -10,7 +10,9 @@ signed request to open, and each Settings it carries what it claims
 topics (the broker sends a producer its topics' orphaned transactions).
 Skiff's own services: Append Pub and Fetch Sub on the topic; admin topic changes
 Create/Update/Delete on the topic, look-ups Get (List for the topic list, on
-``Cluster``), consumer lag Get on topic and group; promotion and the user/ACL
+``Cluster``), consumer lag Get on topic and group; consumer groups List on
+``Cluster`` for the list, Get on the group to describe, Update to reset its
+offsets, Delete to delete it; promotion and the user/ACL
 RPCs are for super users. An RPC not listed here is for super users too.
 
 Invariant: ``needs_of`` is pure: the same path and request give the same needs.
@@ -89,6 +91,10 @@ _RULES: dict[str, Callable[[Any], tuple[Need, ...]]] = {
         need(_TOPIC, r.topic, Action.GET),
         need(_GROUP, r.group, Action.GET),
     ),
+    _ADMIN + "ListConsumerGroups": lambda r: (need(_CLUSTER, "", Action.LIST),),
+    _ADMIN + "DescribeConsumerGroup": lambda r: (need(_GROUP, r.group, Action.GET),),
+    _ADMIN + "ResetConsumerGroupOffsets": lambda r: (need(_GROUP, r.group, Action.UPDATE),),
+    _ADMIN + "DeleteConsumerGroup": lambda r: (need(_GROUP, r.group, Action.DELETE),),
     _ADMIN + "LookupMessage": lambda r: (need(_TOPIC, r.topic, Action.GET),),
     _ADMIN + "QueryMessagesByKey": lambda r: (need(_TOPIC, r.topic, Action.GET),),
     _ADMIN + "GetOffsetByTime": lambda r: (need(_TOPIC, r.topic, Action.GET),),

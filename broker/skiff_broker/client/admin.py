@@ -40,6 +40,22 @@ class MessageType(enum.StrEnum):
     TRANSACTION = "TRANSACTION"
 
 
+class ResetTo(enum.StrEnum):
+    """Where :meth:`AdminClient.reset_consumer_group` moves a group."""
+
+    EARLIEST = "earliest"  # the oldest message still stored
+    LATEST = "latest"  # the end: only messages sent from now on
+    OFFSET = "offset"  # a queue offset
+    TIMESTAMP = "timestamp"  # the first message stored at or after a time
+
+
+_RESET_TO_PROTO = {
+    ResetTo.EARLIEST: apb.EARLIEST,
+    ResetTo.LATEST: apb.LATEST,
+    ResetTo.OFFSET: apb.OFFSET,
+    ResetTo.TIMESTAMP: apb.TIMESTAMP,
+}
+
 _PERMISSION_TO_PROTO = {
     Permission.READ_WRITE: apb.READ_WRITE,
     Permission.READ: apb.READ,
@@ -135,6 +151,63 @@ class ConsumerLag:
     topic: str
     queues: tuple[QueueLag, ...]
     total_lag: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConsumerGroup:
+    """A group in a list: its topics, its live consumers and its lag over those topics."""
+
+    group: str
+    topics: tuple[str, ...]
+    live_consumers: int
+    total_lag: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GroupQueue:
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    consumer_offset: int  # everything below is acknowledged; -1: never committed
+    next_offset: int  # the next offset not yet handed out
+    lag: int
+    in_flight: int  # delivered, not acknowledged
+    invisible: int  # in flight and not yet due for redelivery
+    last_commit_time: int  # ms since the epoch; 0: not known
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GroupTopic:
+    topic: str
+    queues: tuple[GroupQueue, ...]
+    total_lag: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GroupConsumer:
+    client_id: str
+    client_type: str
+    topics: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GroupDescription:
+    group: str
+    topics: tuple[GroupTopic, ...]
+    consumers: tuple[GroupConsumer, ...]  # live now
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QueueReset:
+    queue_id: int
+    old_offset: int  # -1: the group had none
+    new_offset: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DeletedGroup:
+    topics: tuple[str, ...]  # the topics it had offsets on
+    kept_dlq_topic: str  # its dead-letter topic, kept; "" if it has none
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -337,6 +410,87 @@ class AdminClient:
             QueueLag(q.queue_id, q.broker_offset, q.consumer_offset, q.lag) for q in response.queues
         )
         return ConsumerLag(group, topic, queues, response.total_lag)
+
+    # -- consumer groups ----------------------------------------------------
+
+    def list_consumer_groups(self, topic: str = "") -> list[ConsumerGroup]:
+        """Groups with offsets or live consumers (only those of ``topic`` if given)."""
+        response = self._call(
+            self._stub.ListConsumerGroups, apb.ListConsumerGroupsRequest(topic=topic)
+        )
+        return [
+            ConsumerGroup(g.group, tuple(g.topics), g.live_consumers, g.total_lag)
+            for g in response.groups
+        ]
+
+    def describe_consumer_group(self, group: str, topic: str = "") -> GroupDescription:
+        """Per topic (only ``topic`` if given) and read queue: offsets, lag, deliveries."""
+        request = apb.DescribeConsumerGroupRequest(group=group, topic=topic)
+        response = self._call(self._stub.DescribeConsumerGroup, request)
+        return GroupDescription(
+            group=response.group,
+            topics=tuple(
+                GroupTopic(
+                    t.topic,
+                    tuple(
+                        GroupQueue(
+                            q.queue_id,
+                            q.min_offset,
+                            q.max_offset,
+                            q.consumer_offset,
+                            q.next_offset,
+                            q.lag,
+                            q.in_flight,
+                            q.invisible,
+                            q.last_commit_time,
+                        )
+                        for q in t.queues
+                    ),
+                    t.total_lag,
+                )
+                for t in response.topics
+            ),
+            consumers=tuple(
+                GroupConsumer(c.client_id, c.client_type, tuple(c.topics))
+                for c in response.consumers
+            ),
+        )
+
+    def reset_consumer_group(
+        self,
+        group: str,
+        topic: str,
+        to: ResetTo,
+        *,
+        offset: int = 0,
+        timestamp_ms: int = 0,
+        queue_ids: Sequence[int] = (),
+        dry_run: bool = False,
+        force: bool = False,
+    ) -> list[QueueReset]:
+        """Move the group's position in ``topic`` (every read queue, or ``queue_ids``).
+
+        ``dry_run`` tells what would move and moves nothing. Refused with
+        FailedPrecondition while the group has live consumers, unless ``force``.
+        """
+        request = apb.ResetConsumerGroupOffsetsRequest(
+            group=group,
+            topic=topic,
+            queue_ids=list(queue_ids),
+            target=_RESET_TO_PROTO[ResetTo(to)],
+            offset=offset,
+            timestamp=timestamp_ms,
+            dry_run=dry_run,
+            force=force,
+        )
+        response = self._call(self._stub.ResetConsumerGroupOffsets, request)
+        return [QueueReset(q.queue_id, q.old_offset, q.new_offset) for q in response.queues]
+
+    def delete_consumer_group(self, group: str, *, force: bool = False) -> DeletedGroup:
+        """Forget the group's offsets and deliveries in flight (NotFound if it has none)."""
+        request = apb.DeleteConsumerGroupRequest(group=group, force=force)
+        response = self._call(self._stub.DeleteConsumerGroup, request)
+        return DeletedGroup(tuple(response.topics), response.kept_dlq_topic)
 
     # -- look-ups -----------------------------------------------------------
 

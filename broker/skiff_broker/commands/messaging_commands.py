@@ -1,4 +1,9 @@
-"""``skiff send`` and ``skiff consume``: the RocketMQ v2 protocol from a shell."""
+"""``skiff send`` and ``skiff consume``: the RocketMQ v2 protocol from a shell.
+
+``consume`` acknowledges only what it printed. ``consume --peek`` reads by
+offset through the record API and changes no group's position; a consume
+without ``--group`` uses a group of its own and deletes it at the end.
+"""
 
 from __future__ import annotations
 
@@ -7,21 +12,29 @@ import itertools
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import click
 
+from ..client.admin import AdminClient, ResetTo
 from ..client.credentials import Credentials
-from ..client.errors import SkiffError
+from ..client.errors import NotFound, SkiffError
 from ..client.messaging import MessagingClient, OutgoingMessage, ReceivedMessage
-from .options import client_command
+from ..client.pull_consumer import PullConsumer, PulledMessage
+from .options import Timestamp, client_command
 from .output import body_text, echo_json, plural, shown_body
 
 # Messages of one group per SendMessage request: fewer round trips, order kept.
 _GROUP_BATCH = 32
 # Messages per ReceiveMessage request.
 _RECEIVE_BATCH = 32
+# A peek with every queue at its end looks again this often until --wait runs out.
+_PEEK_IDLE_POLL_S = 0.2
+
+# A message as printed: received for a group, or read by offset (--peek).
+Shown = ReceivedMessage | PulledMessage
 
 
 def _property(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict:
@@ -211,8 +224,35 @@ def _queue_of(endpoint: str, credentials: Credentials | None, topic: str, messag
         return ""
 
 
+class StartPosition(click.ParamType):
+    """``earliest``, ``latest``, or a time (milliseconds since the epoch or ISO 8601)."""
+
+    name = "earliest|latest|time"
+
+    def convert(self, value, param, ctx):  # type: ignore[no-untyped-def]
+        if isinstance(value, int) or value in ("earliest", "latest"):
+            return value
+        text = str(value).strip().lower()
+        if text in ("earliest", "latest"):
+            return text
+        return Timestamp().convert(value, param, ctx)
+
+
+def _reset_to(position: str | int) -> dict[str, Any]:
+    """Keyword arguments of ``AdminClient.reset_consumer_group`` for a start position."""
+    if position == "earliest":
+        return {"to": ResetTo.EARLIEST}
+    if position == "latest":
+        return {"to": ResetTo.LATEST}
+    return {"to": ResetTo.TIMESTAMP, "timestamp_ms": int(position)}
+
+
 @click.command()
-@click.option("--group", required=True, help="Consumer group; it keeps its own position.")
+@click.option(
+    "--group",
+    help="Consumer group; it keeps its own position. Without it a throwaway group is "
+    "used and deleted at the end.",
+)
 @click.option("--topic", required=True)
 @click.option("--tag-filter", default="*", show_default=True, help="'*' or 'TagA || TagB'.")
 @click.option(
@@ -225,13 +265,29 @@ def _queue_of(endpoint: str, credentials: Credentials | None, topic: str, messag
     show_default=True,
     help="Stop after this many seconds without a new message.",
 )
+@click.option(
+    "--peek",
+    is_flag=True,
+    help="Read by offset without a group and without acknowledging anything.",
+)
+@click.option(
+    "--from",
+    "start",
+    type=StartPosition(),
+    help="Start at earliest, latest, or a time; with --group this resets the group's "
+    "position first (default: where the group is; earliest for --peek and throwaway groups).",
+)
+@click.option("--from-beginning", is_flag=True, help="Same as --from earliest.")
 @client_command
 def consume(
-    group: str,
+    group: str | None,
     topic: str,
     tag_filter: str,
     count: int | None,
     wait: float,
+    peek: bool,
+    start: str | int | None,
+    from_beginning: bool,
     endpoint: str,
     credentials: Credentials | None,
     as_json: bool,
@@ -241,8 +297,47 @@ def consume(
     Bodies print as text when they are UTF-8, else as base64. A body flagged
     compressed that does not inflate prints as stored, with a warning. A message
     is acknowledged after it is printed, so an interrupted run may print some
-    messages again next time, never lose them.
+    messages again next time, never lose them. With --peek nothing is
+    acknowledged and no group is involved.
     """
+    if from_beginning:
+        if start is not None and start != "earliest":
+            raise click.UsageError("--from-beginning is --from earliest; give one of them")
+        start = "earliest"
+    if peek:
+        if group:
+            raise click.UsageError("--peek reads without a group; leave out --group")
+        received = _peek(endpoint, credentials, topic, tag_filter, count, wait, start, as_json)
+        click.echo(
+            f"peeked at {plural(received, 'message')} of {topic}; none acknowledged", err=True
+        )
+        return
+    throwaway = not group
+    group = group or f"skiff-consume-{uuid.uuid4().hex[:12]}"
+    try:
+        if start is not None:
+            with AdminClient(endpoint, credentials=credentials) as admin:
+                admin.reset_consumer_group(group, topic, **_reset_to(start))
+        received = _consume(endpoint, credentials, group, topic, tag_filter, count, wait, as_json)
+    finally:
+        if throwaway:
+            _delete_throwaway(endpoint, credentials, group)
+    kept = " (throwaway, deleted)" if throwaway else ""
+    click.echo(
+        f"consumed {plural(received, 'message')} of {topic} for group {group}{kept}", err=True
+    )
+
+
+def _consume(
+    endpoint: str,
+    credentials: Credentials | None,
+    group: str,
+    topic: str,
+    tag_filter: str,
+    count: int | None,
+    wait: float,
+    as_json: bool,
+) -> int:
     received = 0
     with (
         MessagingClient(endpoint, credentials=credentials) as client,
@@ -268,10 +363,80 @@ def consume(
             if bar is not None:
                 bar.update(len(batch))
             idle_until = time.monotonic() + wait
-    click.echo(f"consumed {plural(received, 'message')} of {topic} for group {group}", err=True)
+    return received
 
 
-def _print_messages(batch: list[ReceivedMessage], as_json: bool) -> list[ReceivedMessage]:
+def _delete_throwaway(endpoint: str, credentials: Credentials | None, group: str) -> None:
+    try:
+        with AdminClient(endpoint, credentials=credentials) as admin:
+            admin.delete_consumer_group(group, force=True)
+    except NotFound:
+        pass  # it never consumed anything
+    except SkiffError as exc:
+        click.echo(
+            f"warning: could not delete the throwaway group {group}: {exc.message}; "
+            f"delete it with 'skiff group delete {group}'",
+            err=True,
+        )
+
+
+def _peek(
+    endpoint: str,
+    credentials: Credentials | None,
+    topic: str,
+    tag_filter: str,
+    count: int | None,
+    wait: float,
+    start: str | int | None,
+    as_json: bool,
+) -> int:
+    """Print messages read by offset, queue after queue in turns; how many were printed."""
+    received = 0
+    with PullConsumer(endpoint, credentials=credentials) as reader:
+        queue_ids = reader.queue_ids(topic)
+        position = {q: _peek_start(reader, topic, q, start or "earliest") for q in queue_ids}
+        idle_until = time.monotonic() + wait
+        while count is None or received < count:
+            found = False
+            for queue_id in queue_ids:
+                wanted = _RECEIVE_BATCH if count is None else min(_RECEIVE_BATCH, count - received)
+                if wanted <= 0:
+                    break
+                result = reader.pull(
+                    topic,
+                    queue_id,
+                    position[queue_id],
+                    max_messages=wanted,
+                    tag_expression=tag_filter,
+                )
+                position[queue_id] = result.next_offset
+                if not result.messages:
+                    continue
+                found = True
+                printed = _print_messages(result.messages, as_json)
+                received += len(printed)
+                if len(printed) < len(result.messages):
+                    _stop_writing_stdout()
+                    return received
+            if found:
+                idle_until = time.monotonic() + wait
+                continue
+            remaining = idle_until - time.monotonic()
+            if remaining <= 0:
+                break
+            time.sleep(min(_PEEK_IDLE_POLL_S, remaining))
+    return received
+
+
+def _peek_start(reader: PullConsumer, topic: str, queue_id: int, start: str | int) -> int:
+    if start == "earliest":
+        return reader.min_offset(topic, queue_id)
+    if start == "latest":
+        return reader.max_offset(topic, queue_id)
+    return reader.offset_for_time(topic, queue_id, int(start))
+
+
+def _print_messages(batch: Sequence[Shown], as_json: bool) -> list[Shown]:
     """The messages printed; fewer than given when the reader went away (``| head``)."""
     printed = []
     for message in batch:
@@ -294,7 +459,7 @@ def _stop_writing_stdout() -> None:
     os.close(devnull)
 
 
-def _received_json(message: ReceivedMessage) -> dict[str, Any]:
+def _received_json(message: Shown) -> dict[str, Any]:
     body, encoding = body_text(message.body)
     return {
         "topic": message.topic,
@@ -307,15 +472,16 @@ def _received_json(message: ReceivedMessage) -> dict[str, Any]:
         "properties": message.properties,
         "born_timestamp": message.born_timestamp,
         "store_timestamp": message.store_timestamp,
-        "delivery_attempt": message.delivery_attempt,
+        # 0 for a peek: nothing was delivered.
+        "delivery_attempt": getattr(message, "delivery_attempt", 0),
         "body": body,
         "body_encoding": encoding,
         # Set when the body is as stored: flagged compressed, it does not inflate.
-        "body_problem": message.body_problem,
+        "body_problem": getattr(message, "body_problem", ""),
     }
 
 
-def _received_text(message: ReceivedMessage) -> str:
+def _received_text(message: Shown) -> str:
     details = [f"[{message.topic} {message.queue_id}:{message.queue_offset}] {message.message_id}"]
     if message.tag:
         details.append(f"tag {message.tag}")
@@ -325,8 +491,9 @@ def _received_text(message: ReceivedMessage) -> str:
         details.append(f"group {message.message_group}")
     if message.properties:
         details.append(" ".join(f"{k}={v}" for k, v in sorted(message.properties.items())))
-    if message.delivery_attempt > 1:
-        details.append(f"attempt {message.delivery_attempt}")
-    if message.body_problem:
-        details.append(f"body as stored: {message.body_problem}")
+    attempt = getattr(message, "delivery_attempt", 0)
+    if attempt > 1:
+        details.append(f"attempt {attempt}")
+    if problem := getattr(message, "body_problem", ""):
+        details.append(f"body as stored: {problem}")
     return "  ".join(details) + "\n" + shown_body(message.body)

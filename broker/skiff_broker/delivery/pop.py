@@ -67,6 +67,14 @@ class QueueState:
         return min(self.in_flight, default=self.next_offset)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class QueueView:
+    consumer_offset: int  # everything below is acknowledged; -1: no position
+    next_offset: int  # the next offset never handed out; -1: no position
+    in_flight: int  # deliveries not acknowledged yet
+    invisible: int  # of those, the ones not yet due for redelivery
+
+
 @dataclasses.dataclass(slots=True)
 class Delivery:
     message: StoredMessage
@@ -141,6 +149,28 @@ class PopService:
         with self._lock:
             self._queues[(group, topic, queue_id)] = QueueState(offset)
             self._offsets.commit(group, topic, queue_id, offset)
+            self._dirty = True
+
+    def queue_view(
+        self, group: str, topic: str, queue_id: int, now_ms: int | None = None
+    ) -> QueueView:
+        """The group's position in one queue and its deliveries in flight there."""
+        now = self._clock() if now_ms is None else now_ms
+        with self._lock:
+            state = self._queues.get((group, topic, queue_id))
+            if state is None:
+                committed = self._offsets.query(group, topic, queue_id)
+                return QueueView(committed, committed, 0, 0)
+            invisible = sum(1 for e in state.in_flight.values() if e.visible_at > now)
+            return QueueView(
+                state.consumer_offset, state.next_offset, len(state.in_flight), invisible
+            )
+
+    def forget_group(self, group: str) -> None:
+        """Drop the group's positions and deliveries in flight on every topic."""
+        with self._lock:
+            for key in [k for k in self._queues if k[0] == group]:
+                del self._queues[key]
             self._dirty = True
 
     def forget_topic(self, topic: str) -> None:

@@ -176,7 +176,12 @@ class BrokerServer:
         # RocketMQ RPCs get SERVER spans; the admin service's rare calls go untraced.
         add_to_server(self.messaging, server, trace=self.telemetry.handler_tracer())
         add_admin_service(
-            AdminService(self.broker, endpoint=self.client_endpoint, replication=self.replication),
+            AdminService(
+                self.broker,
+                endpoint=self.client_endpoint,
+                replication=self.replication,
+                clients=self.messaging.clients,
+            ),
             server,
         )
         add_record_service(RecordService(self.broker, hub), server)
@@ -204,7 +209,10 @@ class BrokerServer:
             )
             add_admin_service(
                 AdminService(
-                    self.broker, endpoint=self.client_endpoint, replication=self.replication
+                    self.broker,
+                    endpoint=self.client_endpoint,
+                    replication=self.replication,
+                    clients=self.messaging.clients,
                 ),
                 external,
             )

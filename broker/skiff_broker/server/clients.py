@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 
 # Commands waiting to be written to one Telemetry stream.
 TELEMETRY_OUTBOX_LIMIT = 16
+# A consumer without an open telemetry stream counts as live this long after its last
+# request (official clients send a heartbeat every 10 seconds).
+LIVE_WITHOUT_STREAM_S = 30.0
 # Client sessions remembered (settings, group, topics: well under 1 KiB each).
 MAX_SESSIONS = 10_000
 
@@ -143,6 +146,17 @@ class ClientRegistry:
         session = self._sessions.pop(client_id, None)
         if session is not None and session.outbound is not None:
             session.outbound.close()
+
+    def live_consumers(self) -> list[ClientSession]:
+        """Consumers with an open telemetry stream or a request in the last 30 seconds."""
+        now = time.monotonic()
+        return [
+            s
+            for s in self._sessions.values()
+            if s.group
+            and s.client_type != pb.ClientType.PRODUCER
+            and (s.outbound is not None or now - s.last_seen < LIVE_WITHOUT_STREAM_S)
+        ]
 
     def producers_of(self, topic: str) -> list[ClientSession]:
         """Producers with an open telemetry stream that publish to ``topic``."""

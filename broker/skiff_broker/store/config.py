@@ -6,6 +6,13 @@ import dataclasses
 import enum
 import os
 
+from ..wire.store_sizes import (
+    ROCKETMQ_COMMIT_LOG_FILE_SIZE,
+    ROCKETMQ_CONSUME_QUEUE_FILE_ENTRIES,
+    ROCKETMQ_INDEX_FILE_ENTRIES,
+    ROCKETMQ_INDEX_HASH_SLOTS,
+)
+
 
 class FlushType(enum.StrEnum):
     SYNC_FLUSH = "SYNC_FLUSH"
@@ -14,14 +21,6 @@ class FlushType(enum.StrEnum):
 
 GiB = 1024**3
 MiB = 1024**2
-
-# RocketMQ's production sizes (MessageStoreConfig's mappedFileSizeCommitLog,
-# mappedFileSizeConsumeQueue / 20, maxIndexNum and maxHashSlotNum): the store's defaults,
-# and what the operator renders for its pods.
-ROCKETMQ_COMMIT_LOG_FILE_SIZE = GiB
-ROCKETMQ_CONSUME_QUEUE_FILE_ENTRIES = 300_000
-ROCKETMQ_INDEX_FILE_ENTRIES = 20_000_000
-ROCKETMQ_INDEX_HASH_SLOTS = 5_000_000
 
 # `skiff broker` without options is sized for a laptop: two 64 MiB segments (the one in
 # use and the next one prepared) and a 21 MB index file, so a first start writes

@@ -56,3 +56,20 @@ def test_user_management_promotion_and_unknown_calls_are_for_super_users():
             SUPER_ONLY
         )
     assert needs_of("/some.Other/Call", None) == SUPER_ONLY
+
+
+def test_consumer_group_tools_need_list_get_update_or_delete():
+    admin = "/skiff.admin.v1.AdminService/"
+    assert described(needs_of(admin + "ListConsumerGroups", apb.ListConsumerGroupsRequest())) == {
+        "List on Cluster"
+    }
+    describe = apb.DescribeConsumerGroupRequest(group="billing")
+    assert described(needs_of(admin + "DescribeConsumerGroup", describe)) == {
+        "Get on Group:billing"
+    }
+    reset = apb.ResetConsumerGroupOffsetsRequest(group="billing", topic="orders")
+    assert described(needs_of(admin + "ResetConsumerGroupOffsets", reset)) == {
+        "Update on Group:billing"
+    }
+    delete = apb.DeleteConsumerGroupRequest(group="billing")
+    assert described(needs_of(admin + "DeleteConsumerGroup", delete)) == {"Delete on Group:billing"}

@@ -65,3 +65,26 @@ def test_a_group_that_never_acks_gets_nothing_new_past_the_bound(
     # Another group has its own bound.
     other = pop.pop("others", TOPIC, [0], 3 * BOUND, INVISIBLE_MS, everything, fifo=False)
     assert [d.offset for d in other] == list(range(BOUND))
+
+
+def test_queue_view_counts_deliveries_and_forget_group_drops_them(
+    store: MessageStore, tmp_path: Path
+) -> None:
+    for i in range(4):
+        assert store.put_message(Message(TOPIC, f"m{i}".encode())).ok
+    assert store.wait_dispatched()
+    pop = pop_service(store, tmp_path)
+    everything = TagFilter(None)
+    [first, _] = pop.pop(GROUP, TOPIC, [0], 2, INVISIBLE_MS, everything, fifo=False)
+    view = pop.queue_view(GROUP, TOPIC, 0)
+    assert (view.consumer_offset, view.next_offset, view.in_flight, view.invisible) == (0, 2, 2, 2)
+    # Past their invisible time they are still in flight, but due again.
+    later = pop.queue_view(GROUP, TOPIC, 0, now_ms=first.retrieve_time + INVISIBLE_MS)
+    assert (later.in_flight, later.invisible) == (2, 0)
+    pop.ack(GROUP, TOPIC, 0, first.offset, first.retrieve_time)
+    assert pop.queue_view(GROUP, TOPIC, 0).consumer_offset == 1
+
+    pop.forget_group(GROUP)
+    assert pop.queue_view(GROUP, TOPIC, 0).in_flight == 0
+    assert pop.persist()
+    assert pop.queue_view(GROUP, TOPIC, 0).consumer_offset == -1

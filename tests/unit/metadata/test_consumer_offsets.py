@@ -42,3 +42,38 @@ def test_removing_a_topic_forgets_its_groups(tmp_path):
     reloaded.load()
     assert reloaded.query("g", "a", 0) == -1
     assert reloaded.query("g", "b", 0) == 6
+
+
+def test_groups_are_listed_with_their_topics_and_removed_everywhere(tmp_path):
+    path = str(tmp_path / "consumerOffset.json")
+    table = ConsumerOffsetTable(path)
+    table.commit("billing", "orders", 0, 3)
+    table.commit("billing", "refunds", 1, 4)
+    table.commit("audit", "orders", 0, 1)
+    # A group name may hold the separator; topic names cannot.
+    table.commit("odd@name", "orders", 0, 2)
+    assert table.groups() == {
+        "audit": ["orders"],
+        "billing": ["orders", "refunds"],
+        "odd@name": ["orders"],
+    }
+    assert table.remove_group("billing") == ["orders", "refunds"]
+    assert table.remove_group("odd@name") == ["orders"]
+    assert table.remove_group("billing") == []
+    table.persist()
+    reloaded = ConsumerOffsetTable(path)
+    reloaded.load()
+    assert reloaded.groups() == {"audit": ["orders"]}
+
+
+def test_commit_times_are_known_for_moves_since_start_only(tmp_path):
+    path = str(tmp_path / "consumerOffset.json")
+    table = ConsumerOffsetTable(path)
+    table.commit("g", "t", 0, 5)
+    moved = table.commit_time("g", "t", 0)
+    assert moved > 0
+    assert table.commit_time("g", "t", 1) == 0
+    table.persist()
+    reloaded = ConsumerOffsetTable(path)
+    reloaded.load()
+    assert reloaded.commit_time("g", "t", 0) == 0

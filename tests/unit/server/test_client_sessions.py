@@ -77,3 +77,23 @@ def test_sessions_are_capped_forgetting_the_longest_idle_without_a_stream(
     assert registry.session("streaming") is streaming
     assert "client-99" in registry._sessions
     assert "client-0" not in registry._sessions
+
+
+def test_live_consumers_have_a_stream_open_or_were_seen_lately(tmp_path: Path) -> None:
+    registry = ClientRegistry(
+        BrokerConfig(store=StoreConfig(data_dir=str(tmp_path))),
+        TopicTable(str(tmp_path / "topics.json")),
+    )
+    registry.heartbeat("recent", pb.ClientType.SIMPLE_CONSUMER, "billing")
+    registry.heartbeat("streaming", pb.ClientType.PUSH_CONSUMER, "billing")
+    registry.session("streaming").outbound = TelemetryOutbox()
+    registry.heartbeat("long-gone", pb.ClientType.SIMPLE_CONSUMER, "billing")
+    registry.heartbeat("producer", pb.ClientType.PRODUCER, "")
+    assert {s.client_id for s in registry.live_consumers()} == {"recent", "streaming", "long-gone"}
+
+    # Seen longer ago than heartbeats come: only an open stream keeps a consumer live.
+    for client_id in ("streaming", "long-gone"):
+        registry._sessions[client_id].last_seen -= clients.LIVE_WITHOUT_STREAM_S + 1
+    assert {s.client_id for s in registry.live_consumers()} == {"recent", "streaming"}
+    registry.terminate("recent")
+    assert {s.client_id for s in registry.live_consumers()} == {"streaming"}

@@ -39,6 +39,14 @@ class Decision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DECISION_UNSPECIFIED: _ClassVar[Decision]
     ALLOW: _ClassVar[Decision]
     DENY: _ClassVar[Decision]
+
+class ResetTarget(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RESET_TARGET_UNSPECIFIED: _ClassVar[ResetTarget]
+    EARLIEST: _ClassVar[ResetTarget]
+    LATEST: _ClassVar[ResetTarget]
+    OFFSET: _ClassVar[ResetTarget]
+    TIMESTAMP: _ClassVar[ResetTarget]
 PERMISSION_UNSPECIFIED: Permission
 READ: Permission
 WRITE: Permission
@@ -57,6 +65,11 @@ DISABLED: UserStatus
 DECISION_UNSPECIFIED: Decision
 ALLOW: Decision
 DENY: Decision
+RESET_TARGET_UNSPECIFIED: ResetTarget
+EARLIEST: ResetTarget
+LATEST: ResetTarget
+OFFSET: ResetTarget
+TIMESTAMP: ResetTarget
 
 class Topic(_message.Message):
     __slots__ = ("name", "read_queue_nums", "write_queue_nums", "permission", "message_type")
@@ -450,3 +463,141 @@ class ListAclsResponse(_message.Message):
     ACLS_FIELD_NUMBER: _ClassVar[int]
     acls: _containers.RepeatedCompositeFieldContainer[Acl]
     def __init__(self, acls: _Optional[_Iterable[_Union[Acl, _Mapping]]] = ...) -> None: ...
+
+class ListConsumerGroupsRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class ConsumerGroupSummary(_message.Message):
+    __slots__ = ("group", "topics", "live_consumers", "total_lag")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    LIVE_CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_LAG_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    live_consumers: int
+    total_lag: int
+    def __init__(self, group: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., live_consumers: _Optional[int] = ..., total_lag: _Optional[int] = ...) -> None: ...
+
+class ListConsumerGroupsResponse(_message.Message):
+    __slots__ = ("groups",)
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[ConsumerGroupSummary]
+    def __init__(self, groups: _Optional[_Iterable[_Union[ConsumerGroupSummary, _Mapping]]] = ...) -> None: ...
+
+class DescribeConsumerGroupRequest(_message.Message):
+    __slots__ = ("group", "topic")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
+
+class GroupQueueState(_message.Message):
+    __slots__ = ("queue_id", "min_offset", "max_offset", "consumer_offset", "next_offset", "lag", "in_flight", "invisible", "last_commit_time")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_FIELD_NUMBER: _ClassVar[int]
+    LAST_COMMIT_TIME_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    consumer_offset: int
+    next_offset: int
+    lag: int
+    in_flight: int
+    invisible: int
+    last_commit_time: int
+    def __init__(self, queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., consumer_offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., lag: _Optional[int] = ..., in_flight: _Optional[int] = ..., invisible: _Optional[int] = ..., last_commit_time: _Optional[int] = ...) -> None: ...
+
+class GroupTopicState(_message.Message):
+    __slots__ = ("topic", "queues", "total_lag")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_LAG_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queues: _containers.RepeatedCompositeFieldContainer[GroupQueueState]
+    total_lag: int
+    def __init__(self, topic: _Optional[str] = ..., queues: _Optional[_Iterable[_Union[GroupQueueState, _Mapping]]] = ..., total_lag: _Optional[int] = ...) -> None: ...
+
+class ConsumerInfo(_message.Message):
+    __slots__ = ("client_id", "client_type", "topics")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    client_type: str
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, client_id: _Optional[str] = ..., client_type: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DescribeConsumerGroupResponse(_message.Message):
+    __slots__ = ("group", "topics", "consumers")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topics: _containers.RepeatedCompositeFieldContainer[GroupTopicState]
+    consumers: _containers.RepeatedCompositeFieldContainer[ConsumerInfo]
+    def __init__(self, group: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[GroupTopicState, _Mapping]]] = ..., consumers: _Optional[_Iterable[_Union[ConsumerInfo, _Mapping]]] = ...) -> None: ...
+
+class ResetConsumerGroupOffsetsRequest(_message.Message):
+    __slots__ = ("group", "topic", "queue_ids", "target", "offset", "timestamp", "dry_run", "force")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_IDS_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    queue_ids: _containers.RepeatedScalarFieldContainer[int]
+    target: ResetTarget
+    offset: int
+    timestamp: int
+    dry_run: bool
+    force: bool
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_ids: _Optional[_Iterable[int]] = ..., target: _Optional[_Union[ResetTarget, str]] = ..., offset: _Optional[int] = ..., timestamp: _Optional[int] = ..., dry_run: _Optional[bool] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class QueueReset(_message.Message):
+    __slots__ = ("queue_id", "old_offset", "new_offset")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OLD_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NEW_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    old_offset: int
+    new_offset: int
+    def __init__(self, queue_id: _Optional[int] = ..., old_offset: _Optional[int] = ..., new_offset: _Optional[int] = ...) -> None: ...
+
+class ResetConsumerGroupOffsetsResponse(_message.Message):
+    __slots__ = ("queues", "applied")
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedCompositeFieldContainer[QueueReset]
+    applied: bool
+    def __init__(self, queues: _Optional[_Iterable[_Union[QueueReset, _Mapping]]] = ..., applied: _Optional[bool] = ...) -> None: ...
+
+class DeleteConsumerGroupRequest(_message.Message):
+    __slots__ = ("group", "force")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    force: bool
+    def __init__(self, group: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class DeleteConsumerGroupResponse(_message.Message):
+    __slots__ = ("topics", "kept_dlq_topic")
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    KEPT_DLQ_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    kept_dlq_topic: str
+    def __init__(self, topics: _Optional[_Iterable[str]] = ..., kept_dlq_topic: _Optional[str] = ...) -> None: ...

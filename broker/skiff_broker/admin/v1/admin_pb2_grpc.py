@@ -134,6 +134,26 @@ class AdminServiceStub:
                 request_serializer=skiff_dot_admin_dot_v1_dot_admin__pb2.ListAclsRequest.SerializeToString,
                 response_deserializer=skiff_dot_admin_dot_v1_dot_admin__pb2.ListAclsResponse.FromString,
                 _registered_method=True)
+        self.ListConsumerGroups = channel.unary_unary(
+                '/skiff.admin.v1.AdminService/ListConsumerGroups',
+                request_serializer=skiff_dot_admin_dot_v1_dot_admin__pb2.ListConsumerGroupsRequest.SerializeToString,
+                response_deserializer=skiff_dot_admin_dot_v1_dot_admin__pb2.ListConsumerGroupsResponse.FromString,
+                _registered_method=True)
+        self.DescribeConsumerGroup = channel.unary_unary(
+                '/skiff.admin.v1.AdminService/DescribeConsumerGroup',
+                request_serializer=skiff_dot_admin_dot_v1_dot_admin__pb2.DescribeConsumerGroupRequest.SerializeToString,
+                response_deserializer=skiff_dot_admin_dot_v1_dot_admin__pb2.DescribeConsumerGroupResponse.FromString,
+                _registered_method=True)
+        self.ResetConsumerGroupOffsets = channel.unary_unary(
+                '/skiff.admin.v1.AdminService/ResetConsumerGroupOffsets',
+                request_serializer=skiff_dot_admin_dot_v1_dot_admin__pb2.ResetConsumerGroupOffsetsRequest.SerializeToString,
+                response_deserializer=skiff_dot_admin_dot_v1_dot_admin__pb2.ResetConsumerGroupOffsetsResponse.FromString,
+                _registered_method=True)
+        self.DeleteConsumerGroup = channel.unary_unary(
+                '/skiff.admin.v1.AdminService/DeleteConsumerGroup',
+                request_serializer=skiff_dot_admin_dot_v1_dot_admin__pb2.DeleteConsumerGroupRequest.SerializeToString,
+                response_deserializer=skiff_dot_admin_dot_v1_dot_admin__pb2.DeleteConsumerGroupResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -259,6 +279,30 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListConsumerGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeConsumerGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResetConsumerGroupOffsets(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteConsumerGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -361,6 +405,26 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ListAcls,
                     request_deserializer=skiff_dot_admin_dot_v1_dot_admin__pb2.ListAclsRequest.FromString,
                     response_serializer=skiff_dot_admin_dot_v1_dot_admin__pb2.ListAclsResponse.SerializeToString,
+            ),
+            'ListConsumerGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListConsumerGroups,
+                    request_deserializer=skiff_dot_admin_dot_v1_dot_admin__pb2.ListConsumerGroupsRequest.FromString,
+                    response_serializer=skiff_dot_admin_dot_v1_dot_admin__pb2.ListConsumerGroupsResponse.SerializeToString,
+            ),
+            'DescribeConsumerGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeConsumerGroup,
+                    request_deserializer=skiff_dot_admin_dot_v1_dot_admin__pb2.DescribeConsumerGroupRequest.FromString,
+                    response_serializer=skiff_dot_admin_dot_v1_dot_admin__pb2.DescribeConsumerGroupResponse.SerializeToString,
+            ),
+            'ResetConsumerGroupOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResetConsumerGroupOffsets,
+                    request_deserializer=skiff_dot_admin_dot_v1_dot_admin__pb2.ResetConsumerGroupOffsetsRequest.FromString,
+                    response_serializer=skiff_dot_admin_dot_v1_dot_admin__pb2.ResetConsumerGroupOffsetsResponse.SerializeToString,
+            ),
+            'DeleteConsumerGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteConsumerGroup,
+                    request_deserializer=skiff_dot_admin_dot_v1_dot_admin__pb2.DeleteConsumerGroupRequest.FromString,
+                    response_serializer=skiff_dot_admin_dot_v1_dot_admin__pb2.DeleteConsumerGroupResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -903,6 +967,114 @@ class AdminService:
             '/skiff.admin.v1.AdminService/ListAcls',
             skiff_dot_admin_dot_v1_dot_admin__pb2.ListAclsRequest.SerializeToString,
             skiff_dot_admin_dot_v1_dot_admin__pb2.ListAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListConsumerGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/skiff.admin.v1.AdminService/ListConsumerGroups',
+            skiff_dot_admin_dot_v1_dot_admin__pb2.ListConsumerGroupsRequest.SerializeToString,
+            skiff_dot_admin_dot_v1_dot_admin__pb2.ListConsumerGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeConsumerGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/skiff.admin.v1.AdminService/DescribeConsumerGroup',
+            skiff_dot_admin_dot_v1_dot_admin__pb2.DescribeConsumerGroupRequest.SerializeToString,
+            skiff_dot_admin_dot_v1_dot_admin__pb2.DescribeConsumerGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResetConsumerGroupOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/skiff.admin.v1.AdminService/ResetConsumerGroupOffsets',
+            skiff_dot_admin_dot_v1_dot_admin__pb2.ResetConsumerGroupOffsetsRequest.SerializeToString,
+            skiff_dot_admin_dot_v1_dot_admin__pb2.ResetConsumerGroupOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteConsumerGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/skiff.admin.v1.AdminService/DeleteConsumerGroup',
+            skiff_dot_admin_dot_v1_dot_admin__pb2.DeleteConsumerGroupRequest.SerializeToString,
+            skiff_dot_admin_dot_v1_dot_admin__pb2.DeleteConsumerGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,
