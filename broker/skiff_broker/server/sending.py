@@ -27,6 +27,7 @@ from ..wire.record_layout import COMPRESSED
 from .clients import ClientRegistry
 from .convert import millis, record_host, to_proto
 from .routing import accepted_types, require_topic_name
+from .send_coalescing import SendCoalescer
 from .status import OK, Code, RequestError, put_code, status
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ class Sender:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
         self._round_robin: dict[str, int] = {}
+        self._coalescer = SendCoalescer(broker.store)
 
     # -- SendMessage --------------------------------------------------------
 
@@ -82,8 +84,8 @@ class Sender:
             except RequestError as exc:
                 entries[index] = spb.SendResultEntry(status=exc.to_status(), message_id=message_id)
         if plain:
-            result = await self._broker.store.put_messages_async([m for _, _, m in plain])
-            for position, (index, message_id, _) in enumerate(plain):
+            result, first = await self._coalescer.put(topic.name, [m for _, _, m in plain])
+            for position, (index, message_id, _) in enumerate(plain, first):
                 entries[index] = self._entry(result, position, message_id, "")
         codes = {entry.status.code for entry in entries}
         overall = (
