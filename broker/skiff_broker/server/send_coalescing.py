@@ -40,23 +40,30 @@ def _estimate(messages: Sequence[Message]) -> int:
 
 
 class _Batch:
-    __slots__ = ("messages", "size", "waiters")
+    __slots__ = ("followers", "messages", "size")
 
-    def __init__(self) -> None:
-        self.messages: list[Message] = []
-        # Per call: (its first message's position in the batch, its future).
-        self.waiters: list[tuple[int, asyncio.Future[tuple[PutResult, int]]]] = []
-        self.size = 0
+    def __init__(self, messages: Sequence[Message], size: int) -> None:
+        self.messages: list[Message] = list(messages)
+        # Calls after the first: (their first message's position in the batch, their future).
+        self.followers: list[tuple[int, asyncio.Future[tuple[PutResult, int]]]] = []
+        self.size = size
 
 
 class SendCoalescer:
-    """Collects the calls of one loop turn per topic and appends each topic's once."""
+    """Collects the calls of one loop turn per topic and appends each topic's once.
+
+    The turn's first call is appended at once (a lone producer waits for nothing). A
+    second call in the same turn leads a batch: it yields one turn (every call already
+    woken runs meanwhile and joins it), then appends the batch and answers the others.
+    """
 
     def __init__(self, store: MessageStore) -> None:
         self._store = store
         self._limit = batch_bytes_limit(store.config.commit_log_file_size)
         self._open: dict[str, _Batch] = {}
-        self._appending: set[asyncio.Task[None]] = set()  # held so they are not collected
+        # A call was appended alone in this loop turn: the next one leads a batch.
+        self._turn_busy = False
+        self._appending: set[asyncio.Task[PutResult]] = set()  # held so they are not collected
 
     async def put(self, topic: str, messages: Sequence[Message]) -> tuple[PutResult, int]:
         """Store ``messages``; the result and where this call's first message is in it."""
@@ -64,42 +71,56 @@ class SendCoalescer:
         if size > self._limit:
             return await self._store.put_messages_async(messages), 0
         batch = self._open.get(topic)
-        if batch is not None and batch.size + size > self._limit:
-            self._close(topic)
-            batch = None
-        if batch is None:
-            batch = self._open[topic] = _Batch()
-            # Runs after every callback already ready in this turn, so the calls woken
-            # together land in one batch; a lone call waits no longer than one turn.
-            asyncio.get_running_loop().call_soon(self._close_if_open, topic, batch)
-        done: asyncio.Future[tuple[PutResult, int]] = asyncio.get_running_loop().create_future()
-        batch.waiters.append((len(batch.messages), done))
-        batch.messages.extend(messages)
-        batch.size += size
-        return await done
+        if batch is not None and batch.size + size <= self._limit:
+            done = asyncio.get_running_loop().create_future()
+            batch.followers.append((len(batch.messages), done))
+            batch.messages.extend(messages)
+            batch.size += size
+            return await done
+        if not self._turn_busy:
+            self._turn_busy = True
+            asyncio.get_running_loop().call_soon(self._end_turn)
+            return await self._store.put_messages_async(messages), 0
+        batch = self._open[topic] = _Batch(messages, size)
+        try:
+            await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            # Appended all the same, as a lone call's messages always were once received.
+            self._start_append(topic, batch)
+            raise
+        if not batch.followers:
+            self._seal(topic, batch)
+            return await self._store.put_messages_async(batch.messages), 0
+        # In a task of its own: if this call is cancelled, the others' answers still come.
+        return await asyncio.shield(self._start_append(topic, batch)), 0
 
-    def _close_if_open(self, topic: str, batch: _Batch) -> None:
+    def _end_turn(self) -> None:
+        self._turn_busy = False
+
+    def _seal(self, topic: str, batch: _Batch) -> None:
         if self._open.get(topic) is batch:
-            self._close(topic)
+            del self._open[topic]
 
-    def _close(self, topic: str) -> None:
-        batch = self._open.pop(topic)
+    def _start_append(self, topic: str, batch: _Batch) -> asyncio.Task[PutResult]:
+        self._seal(topic, batch)
         task = asyncio.get_running_loop().create_task(self._append(batch))
         self._appending.add(task)
         task.add_done_callback(self._appending.discard)
+        return task
 
-    async def _append(self, batch: _Batch) -> None:
+    async def _append(self, batch: _Batch) -> PutResult:
         try:
             result = await self._store.put_messages_async(batch.messages)
-        except asyncio.CancelledError:
-            for _, done in batch.waiters:
-                done.cancel()
-            raise
-        except Exception as exc:
-            for _, done in batch.waiters:
-                if not done.done():
+        except BaseException as exc:
+            for _, done in batch.followers:
+                if done.done():
+                    continue
+                if isinstance(exc, asyncio.CancelledError):
+                    done.cancel()
+                else:
                     done.set_exception(exc)
-            return
-        for first, done in batch.waiters:
+            raise
+        for first, done in batch.followers:
             if not done.done():  # its call was cancelled meanwhile
                 done.set_result((result, first))
+        return result

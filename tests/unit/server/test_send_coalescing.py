@@ -63,8 +63,8 @@ def test_calls_of_one_turn_are_one_append_with_each_call_answered_for_its_own(
             return [answers, _bodies(store, "t", 0), _bodies(store, "t", 1)]
 
     answers, queue0, queue1 = asyncio.run(run())
-    # One append per topic, not one per call.
-    assert sorted(observer.appends) == [("other", 1), ("t", 6)]
+    # The turn's first call alone (nothing waits for a lone call), then one per topic.
+    assert sorted(observer.appends) == [("other", 1), ("t", 2), ("t", 4)]
     for result, _ in answers:
         assert result.status is PutStatus.PUT_OK
     offsets = [
@@ -77,7 +77,7 @@ def test_calls_of_one_turn_are_one_append_with_each_call_answered_for_its_own(
     assert queue1 == [b"b1"]
 
 
-def test_a_call_arriving_in_a_later_turn_gets_an_append_of_its_own(tmp_path: Path) -> None:
+def test_calls_one_turn_apart_are_appended_alone(tmp_path: Path) -> None:
     observer = CountingObserver()
 
     async def run() -> None:
@@ -109,3 +109,28 @@ def test_batches_stay_far_below_a_segment(tmp_path: Path) -> None:
     assert sum(counts) == calls
     assert len(counts) > 1
     assert max(counts) * (len(body) + 512) <= batch_bytes_limit(segment)
+
+
+def test_a_cancelled_first_call_still_leaves_the_others_answered_and_stored(
+    tmp_path: Path,
+) -> None:
+    observer = CountingObserver()
+
+    async def run() -> tuple[list[bytes], object]:
+        with _store(tmp_path, observer) as store:
+            coalescer = SendCoalescer(store)
+            alone = asyncio.create_task(coalescer.put("t", _call("t", 0, "alone")))
+            leader = asyncio.create_task(coalescer.put("t", _call("t", 0, "cancelled")))
+            follower = asyncio.create_task(coalescer.put("t", _call("t", 0, "kept")))
+            await asyncio.sleep(0)  # all three ran: the leader waits for the turn to end
+            leader.cancel()
+            await alone
+            # Without the leader's append this would wait forever.
+            result, position = await asyncio.wait_for(follower, 10)
+            assert store.wait_dispatched()
+            return _bodies(store, "t", 0), (result.status, result.append.queue_offsets[position])
+
+    bodies, answer = asyncio.run(run())
+    # A received message is stored even if its caller went away, as before batching.
+    assert bodies == [b"alone", b"cancelled", b"kept"]
+    assert answer == (PutStatus.PUT_OK, 2)
