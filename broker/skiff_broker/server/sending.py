@@ -35,12 +35,20 @@ from ..wire.record_layout import COMPRESSED
 from .clients import ClientRegistry
 from .convert import millis, record_host, to_proto
 from .routing import accepted_types, require_topic_name
+from .send_coalescing import SendCoalescer
 from .status import OK, Code, RequestError, put_code, status, transaction_refused
 
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_GROUP_BYTES = 64
 _TYPE_NAMES = {v: k for k, v in pb.MessageType.items()}
+# Protobuf enum attributes are looked up in Python on every access; these run per message.
+_NORMAL = pb.MessageType.NORMAL
+_FIFO = pb.MessageType.FIFO
+_DELAY = pb.MessageType.DELAY
+_TRANSACTION = pb.MessageType.TRANSACTION
+_GZIP = pb.Encoding.GZIP
+_CODE_OK = Code.OK
 # Delivery timestamps this large are milliseconds in the seconds field (some clients do that).
 _SECONDS_LIMIT = 10**11
 
@@ -74,6 +82,7 @@ class Sender:
         self._broker = broker
         self._traffic = traffic
         self._queues = QueueRotation()
+        self._coalescer = SendCoalescer(broker.store)
 
     # -- SendMessage --------------------------------------------------------
 
@@ -90,7 +99,9 @@ class Sender:
         # Messages without a group share one queue per request, so a batching
         # producer's request becomes one contiguous append.
         shared_queue = self._queues.next_queue(topic)
-        entries: list[spb.SendResultEntry] = [spb.SendResultEntry()] * len(request.messages)
+        # Entries are filled in place: each is answered once, in the request's order.
+        response = spb.SendMessageResponse()
+        entries = [response.entries.add() for _ in request.messages]
         plain: list[tuple[int, str, Message]] = []
         # Body sizes of the messages stored, by metric message type: reported once per request.
         stored: dict[str, list[int]] = {}
@@ -101,39 +112,41 @@ class Sender:
                 message, message_type, deliver_at = self._to_store_message(
                     proto, topic, peer, shared_queue
                 )
-                if message_type == pb.MessageType.TRANSACTION:
+                if message_type == _TRANSACTION:
                     result, transaction_id = await self._broker.transactions.prepare(
                         message, producer_group=topic.name
                     )
-                    entries[index] = self._entry(result, 0, message_id, transaction_id)
+                    self._fill(entries[index], result, 0, message_id, transaction_id)
                     if result.ok:
                         stored.setdefault("transaction", []).append(len(proto.body))
-                elif message_type == pb.MessageType.DELAY and deliver_at > _now_ms():
+                elif message_type == _DELAY and deliver_at > _now_ms():
                     result = await self._broker.delays.schedule(message, deliver_at)
-                    entries[index] = self._entry(result, 0, message_id, "")
+                    self._fill(entries[index], result, 0, message_id, "")
                     if result.ok:
                         stored.setdefault("delay", []).append(len(proto.body))
                 else:
                     plain.append((index, message_id, message))
                     plain_types.append(_METRIC_TYPES.get(message_type, "normal"))
             except RequestError as exc:
-                entries[index] = spb.SendResultEntry(status=exc.to_status(), message_id=message_id)
+                entries[index].status.CopyFrom(exc.to_status())
+                entries[index].message_id = message_id
         if plain:
-            result = await self._broker.store.put_messages_async([m for _, _, m in plain])
-            for position, (index, message_id, _) in enumerate(plain):
-                entries[index] = self._entry(result, position, message_id, "")
+            result, first = await self._coalescer.put(topic.name, [m for _, _, m in plain])
+            for position, (index, message_id, _) in enumerate(plain, first):
+                self._fill(entries[index], result, position, message_id, "")
             if result.ok:
                 for (index, _, _), kind in zip(plain, plain_types, strict=True):
                     stored.setdefault(kind, []).append(len(request.messages[index].body))
         for kind, sizes in stored.items():
             self._traffic.received(topic.name, kind, sizes)
         codes = {entry.status.code for entry in entries}
-        overall = (
-            OK
-            if codes == {Code.OK}
-            else (entries[0].status if len(codes) == 1 else status(Code.MULTIPLE_RESULTS))
-        )
-        return spb.SendMessageResponse(status=overall, entries=entries)
+        if codes == {_CODE_OK}:
+            response.status.CopyFrom(OK)
+        elif len(codes) == 1:
+            response.status.CopyFrom(entries[0].status)
+        else:
+            response.status.CopyFrom(status(Code.MULTIPLE_RESULTS))
+        return response
 
     def _require_master(self) -> None:
         try:
@@ -155,18 +168,22 @@ class Sender:
             raise _write_refused(exc) from None
 
     @staticmethod
-    def _entry(
-        result: PutResult, position: int, message_id: str, transaction_id: str
-    ) -> spb.SendResultEntry:
+    def _fill(
+        entry: spb.SendResultEntry,
+        result: PutResult,
+        position: int,
+        message_id: str,
+        transaction_id: str,
+    ) -> None:
         code = put_code(result.status)
-        entry = spb.SendResultEntry(
-            status=status(code, result.reason or "OK"),
-            message_id=message_id,
-            transaction_id=transaction_id,
-        )
+        if code == _CODE_OK and not result.reason:
+            entry.status.CopyFrom(OK)
+        else:
+            entry.status.CopyFrom(status(code, result.reason or "OK"))
+        entry.message_id = message_id
+        entry.transaction_id = transaction_id
         if result.append is not None:
             entry.offset = result.append.queue_offsets[position]
-        return entry
 
     @staticmethod
     def _group_queue(topic: TopicConfig, group: str) -> int:
@@ -211,7 +228,7 @@ class Sender:
                 f"{_TYPE_NAMES.get(message_type, message_type)}",
             )
         group = ""
-        if message_type == pb.MessageType.FIFO:
+        if message_type == _FIFO:
             group = system.message_group
             if not group:
                 raise RequestError(
@@ -224,7 +241,7 @@ class Sender:
                 )
             properties[prop.MESSAGE_GROUP] = group
         deliver_at = 0
-        if message_type == pb.MessageType.DELAY:
+        if message_type == _DELAY:
             if not system.HasField("delivery_timestamp"):
                 raise RequestError(
                     Code.ILLEGAL_DELIVERY_TIME, "a DELAY message needs a delivery timestamp"
@@ -249,7 +266,7 @@ class Sender:
         if problem is not None:
             raise RequestError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, problem)
         sys_flag = 0
-        if system.body_encoding == pb.Encoding.GZIP:
+        if system.body_encoding == _GZIP:
             problem = compressed_body_problem(proto.body, limit)
             if problem is not None:
                 raise RequestError(
@@ -274,10 +291,10 @@ class Sender:
     @staticmethod
     def _implied_type(system: pb.SystemProperties) -> int:
         if system.message_group:
-            return pb.MessageType.FIFO
+            return _FIFO
         if system.HasField("delivery_timestamp"):
-            return pb.MessageType.DELAY
-        return pb.MessageType.NORMAL
+            return _DELAY
+        return _NORMAL
 
     @staticmethod
     def _user_properties(proto: pb.Message) -> dict[str, str]:

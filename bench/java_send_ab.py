@@ -1,0 +1,144 @@
+"""Broker CPU per message under the official Java client's sends, for two code trees in one run.
+
+Starts one Skiff broker (ASYNC_FLUSH or SYNC_FLUSH, TLS permissive as by default) per code tree
+and per round, drives it with the Java client's ``sendAsync`` (256 in flight) and 16 threads of
+blocking ``send`` (1 KiB bodies), and prints broker CPU µs per message and msg/s for each tree,
+with the ratio of the candidate to the baseline. Rounds alternate the trees so that load from
+other processes on the machine falls on both. ``--profile DIR`` records each broker with py-spy
+(``pip install py-spy``) and writes a collapsed-stack file per tree and workload.
+
+    python bench/java_send_ab.py --baseline /path/to/old/checkout [--rounds 3] [--messages N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import peer_brokers
+import peer_clients
+
+KiB = 1024
+
+
+class TreeBroker(peer_brokers.SkiffBroker):
+    """A Skiff broker run from the code of ``tree`` (a checkout's root)."""
+
+    def __init__(self, root: str, durability: str, tree: Path) -> None:
+        super().__init__(root, durability)
+        self.tree = tree
+
+    def start(self) -> None:
+        saved = peer_brokers.ROOT
+        peer_brokers.ROOT = self.tree
+        try:
+            super().start()
+        finally:
+            peer_brokers.ROOT = saved
+
+
+def _workloads(driver: peer_clients.JavaClientDriver, count: int) -> dict:
+    limit_s = 60 + count / 200
+    return {
+        "async": lambda: driver.send_async(KiB, count, limit_s),
+        "blocking": lambda: driver.send_blocking(KiB, count, limit_s),
+    }
+
+
+def _measure(
+    tree: Path, root: str, durability: str, count: int, profile: Path | None, tag: str
+) -> dict[str, tuple[float, float]]:
+    broker = TreeBroker(root, durability, tree)
+    results: dict[str, tuple[float, float]] = {}
+    try:
+        broker.start()
+        driver = peer_clients.JavaClientDriver(broker.endpoint, broker.data_dir / "java-logs")
+        for name, run in _workloads(driver, count).items():
+            broker.idle(5)
+            stats = broker.stats()
+            spy = None
+            if profile is not None:
+                profile.mkdir(parents=True, exist_ok=True)
+                spy = subprocess.Popen(
+                    [
+                        shutil.which("py-spy") or "py-spy",
+                        "record",
+                        "--pid",
+                        str(broker.procs[0].pid),
+                        "--format",
+                        "raw",
+                        "--rate",
+                        "200",
+                        "--output",
+                        str(profile / f"{tag}-{name}.txt"),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            cpu = stats.cpu_seconds()
+            sample = run()
+            cpu = stats.cpu_seconds() - cpu
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)
+                spy.wait(30)
+            if sample.errors or not sample.messages:
+                raise RuntimeError(f"{tag} {name}: {sample.errors} errors: {sample.last_error}")
+            results[name] = (cpu / sample.messages * 1e6, sample.messages / sample.seconds)
+    finally:
+        broker.stop()
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    here = Path(__file__).resolve().parent.parent
+    parser.add_argument("--baseline", type=Path, required=True, help="root of the old checkout")
+    parser.add_argument("--candidate", type=Path, default=here, help="default: this checkout")
+    parser.add_argument("--durability", default="async", choices=("async", "sync"))
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--messages", type=int, default=10000)
+    parser.add_argument("--data-dir", default=".")
+    parser.add_argument("--profile", type=Path)
+    args = parser.parse_args()
+    trees = {"baseline": args.baseline.resolve(), "candidate": args.candidate.resolve()}
+    figures: dict[str, dict[str, list[tuple[float, float]]]] = {t: {} for t in trees}
+    print(f"load average before: {os.getloadavg()}", flush=True)
+    for round_ in range(args.rounds):
+        order = list(trees) if round_ % 2 == 0 else list(reversed(trees))
+        for tag in order:
+            profile = args.profile if round_ == 0 else None
+            got = _measure(trees[tag], args.data_dir, args.durability, args.messages, profile, tag)
+            for name, figure in got.items():
+                figures[tag].setdefault(name, []).append(figure)
+                print(
+                    f"round {round_ + 1} {tag:9} {name:8} {figure[0]:7.0f} µs/msg "
+                    f"{figure[1]:8.0f} msg/s",
+                    flush=True,
+                )
+    print(f"load average after: {os.getloadavg()}")
+    print(
+        "\n| workload | baseline µs/msg | candidate µs/msg | ratio | baseline msg/s | "
+        "candidate msg/s | ratio |\n|---|---|---|---|---|---|---|"
+    )
+    for name in figures["baseline"]:
+        base = figures["baseline"][name]
+        cand = figures["candidate"][name]
+        b_cpu = statistics.median(f[0] for f in base)
+        c_cpu = statistics.median(f[0] for f in cand)
+        b_rate = statistics.median(f[1] for f in base)
+        c_rate = statistics.median(f[1] for f in cand)
+        print(
+            f"| {name} | {b_cpu:.0f} | {c_cpu:.0f} | {c_cpu / b_cpu:.2f}x | {b_rate:.0f} | "
+            f"{c_rate:.0f} | {c_rate / b_rate:.2f}x |"
+        )
+
+
+if __name__ == "__main__":
+    main()
