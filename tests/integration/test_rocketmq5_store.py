@@ -155,8 +155,12 @@ def test_skiff_writes_the_positions_back_as_strict_json_keeping_rocketmqs_as_bak
     assert (config / "consumerOffset.json.bak").read_bytes() == rocketmq_version
 
 
-def test_a_segment_size_that_does_not_match_fails_cleanly(rocketmq_data):
-    """A store error at start: one line, exit 1, the directory left as RocketMQ left it."""
+def test_segments_too_small_for_the_message_size_fail_cleanly(rocketmq_data):
+    """A store error at start: one line, exit 1, the directory left as RocketMQ left it.
+
+    The store keeps its 1 MiB segments whatever --commit-log-file-size says; they cannot
+    hold the default largest message (4 MiB), and the error says what to start it with.
+    """
     data_dir = data_dir_of(rocketmq_data)
     before = sorted(str(p.relative_to(data_dir)) for p in data_dir.rglob("*"))
     command = [
@@ -183,10 +187,12 @@ def test_a_segment_size_that_does_not_match_fails_cleanly(rocketmq_data):
         assert done.returncode == 1
         assert "Traceback" not in done.stderr
         last = done.stderr.strip().splitlines()[-1]
-        assert last.startswith("Error: segment ") and "1048576 bytes, expected 8388608" in last
-    # Only the lock file is new (an empty file; the lock itself is released).
+        assert last.startswith("Error: the commit-log segments in ")
+        assert "are 1048576 bytes, too small for --max-message-size 4194304" in last
+        assert last.endswith("start this store with --max-message-size 1047552 or less")
+    # Refused before the store is opened: not even a lock file is new.
     after = sorted(str(p.relative_to(data_dir)) for p in data_dir.rglob("*"))
-    assert after == sorted([*before, "lock"])
+    assert after == before
     assert not (data_dir / "abort").exists()
 
 

@@ -224,7 +224,9 @@ def test_a_busy_port_fails_with_one_line_and_leaves_no_abort(data):
         code, stderr = failed_start(data, listen=f"127.0.0.1:{port}")
         line = error_line(stderr)
         assert code != 0
-        assert f"127.0.0.1:{port}" in line
+        assert f"port {port} on 127.0.0.1 is in use by another process" in line
         assert not (data_dir / "abort").exists()
         code_again, stderr_again = failed_start(data, listen=f"127.0.0.1:{port}")
-        assert code_again != 0 and "in use by another process" not in stderr_again
+        # Refused for the port again, not for a data directory left locked.
+        assert code_again != 0 and "data directory" not in stderr_again
+        assert f"port {port} on 127.0.0.1 is in use" in error_line(stderr_again)

@@ -4,8 +4,9 @@ A store's commit-log segments, consume-queue files and index files each have one
 size, fixed when the store was made: offsets are computed from it. Options given at a
 later start (or changed defaults) apply only to new stores; an existing store keeps
 the sizes on disk, and ``adopt_sizes_on_disk`` says which settings it kept. Files of
-one kind with different sizes, or index files of no geometry Skiff makes, are refused
-with an error that says what to do, never opened at a wrong size.
+one kind with different sizes, index files of no geometry Skiff makes, and segments
+too small for the largest message allowed are refused with an error that says what to
+do, never opened at a wrong size.
 """
 
 from __future__ import annotations
@@ -96,6 +97,12 @@ def adopt_sizes_on_disk(config: StoreConfig) -> list[KeptSize]:
     if segment is not None and segment != config.commit_log_file_size:
         kept.append(KeptSize("commit-log segment size", config.commit_log_file_size, segment))
         config.commit_log_file_size = segment
+        if config.max_message_size + 1024 > segment:
+            raise StoreError(
+                f"the commit-log segments in {config.commit_log_dir} are {segment} bytes, too "
+                f"small for --max-message-size {config.max_message_size}: start this store with "
+                f"--max-message-size {segment - 1024} or less"
+            )
     units = consume_queue_units_per_file(config.data_dir)
     if units is not None and units != config.consume_queue_units_per_file:
         kept.append(
