@@ -12,6 +12,7 @@ import click
 
 from . import __version__
 from .commands import register as register_client_commands
+from .config import BrokerConfig
 from .logs import configure_logging
 from .port_check import PortUnavailable, check_can_listen
 from .store.config import (
@@ -22,7 +23,6 @@ from .store.config import (
 )
 
 if TYPE_CHECKING:
-    from .config import BrokerConfig
     from .server.app import BrokerServer
     from .store.store_check import CheckOutcome, RepairOutcome
 
@@ -46,6 +46,10 @@ class ByteSize(click.ParamType):
             return int(float(number) * factor)
         except ValueError:
             self.fail(f"{value!r} is not a size like 1g, 256m or 65536", param, ctx)
+
+
+# Defaults the options take from the config objects, not from literals of their own.
+_BROKER_DEFAULTS = BrokerConfig(store=StoreConfig(data_dir=""))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -192,6 +196,23 @@ def main(log_level: str) -> None:
     default=False,
     show_default=True,
     help="Create unknown topics on first use instead of answering TOPIC_NOT_FOUND.",
+)
+@click.option(
+    "--default-read-queues",
+    envvar="SKIFF_DEFAULT_READ_QUEUES",
+    type=click.IntRange(1, 1024),
+    default=_BROKER_DEFAULTS.default_read_queues,
+    show_default=True,
+    help="Read queues of a topic created without counts (--auto-create-topics; RocketMQ's "
+    "defaultTopicQueueNums).",
+)
+@click.option(
+    "--default-write-queues",
+    envvar="SKIFF_DEFAULT_WRITE_QUEUES",
+    type=click.IntRange(1, 1024),
+    default=_BROKER_DEFAULTS.default_write_queues,
+    show_default=True,
+    help="Write queues of a topic created without counts.",
 )
 @click.option(
     "--max-delivery-attempts",
@@ -442,6 +463,8 @@ def broker(
     delete_when: str,
     sync_flush_timeout: float,
     auto_create_topics: bool,
+    default_read_queues: int,
+    default_write_queues: int,
     max_delivery_attempts: int,
     transaction_check_interval: float,
     transaction_timeout: float,
@@ -481,7 +504,6 @@ def broker(
 
     from .auth.config import AuthConfig
     from .cluster.config import ClusterConfig
-    from .config import BrokerConfig
     from .ha.config import ReplicationConfig, ReplicationMode, Role
     from .ha.epoch_file import EpochFileError
     from .ha.replica_book import ReplicaBookError
@@ -515,6 +537,8 @@ def broker(
         metrics_listen=metrics_listen.strip(),
         advertised_endpoint=advertise,
         auto_create_topics=auto_create_topics,
+        default_read_queues=default_read_queues,
+        default_write_queues=default_write_queues,
         max_delivery_attempts=max_delivery_attempts,
         transaction_check_interval_ms=int(transaction_check_interval * 1000),
         transaction_timeout_ms=int(transaction_timeout * 1000),

@@ -123,3 +123,16 @@ def test_ctrl_c_during_send_says_how_many_were_stored(broker):
     assert counted, err
     assert int(counted[1]) > 0
     assert int(counted[1]) + int(counted[2] or 0) == 200
+
+
+def test_auto_created_topics_take_the_default_queue_counts(tmp_path):
+    # What the operator renders from a Broker's defaultReadQueues/defaultWriteQueues.
+    env = {"SKIFF_DEFAULT_READ_QUEUES": "3", "SKIFF_DEFAULT_WRITE_QUEUES": "2"}
+    with running_broker(tmp_path, "--auto-create-topics", env=env) as broker:
+        done = _run(
+            [*SKIFF, "send", "--topic", "fresh", "--body", "x", "--endpoint", broker.endpoint]
+        )
+        assert done.returncode == 0, done.stderr
+        with AdminClient(broker.endpoint) as admin:
+            topic = admin.get_topic("fresh")
+    assert (topic.read_queues, topic.write_queues) == (3, 2)
