@@ -492,6 +492,12 @@ def test_two_sync_groups_survive_kills_and_grow(cluster: Cluster, ns: Namespace)
         "the topic to reach group c",
         lambda: sorted(ns.get("topic", "orders")["status"].get("groups", [])) == ["a", "b", "c"],
     )
+    # Users are per group (replicated only within one): the client's User reaches the new
+    # group's master the same way the Topic did.
+    ns.wait_until(
+        "the client's User to reach group c",
+        lambda: ns.get("users.skiff.io", "billing")["status"].get("groups") == ["a", "b", "c"],
+    )
     round_trip(ns, "skiff-c", "orders", "group-c")
 
     kept = claims(ns)
