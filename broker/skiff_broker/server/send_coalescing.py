@@ -9,6 +9,8 @@ Invariants:
 - A call's messages stay together and in order, and calls keep their arrival order: the
   log holds exactly what separate appends would have written, in the same order.
 - Only calls for the same topic share an append (the store's metrics are per topic).
+- A shared append is observed like separate ones: each call gets its own append span in
+  its own trace and its own latency sample (``AppendCaller``).
 - A shared append is acknowledged like a lone one: each call is answered from the one
   ``PutResult`` (SYNC_FLUSH waits for fsync, SYNC replication for the replicas), with its
   own messages' queue offsets.
@@ -20,10 +22,12 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Sequence
 
 from ..store.message import Message
 from ..store.message_store import MessageStore, PutResult
+from ..store.observer import AppendCaller
 
 # Room a record takes beyond its body (header, topic, properties), for the size estimate.
 RECORD_OVERHEAD_ESTIMATE = 512
@@ -40,10 +44,11 @@ def _estimate(messages: Sequence[Message]) -> int:
 
 
 class _Batch:
-    __slots__ = ("followers", "messages", "size")
+    __slots__ = ("callers", "followers", "messages", "size")
 
     def __init__(self, messages: Sequence[Message], size: int) -> None:
         self.messages: list[Message] = list(messages)
+        self.callers = [AppendCaller(0, len(messages), contextvars.copy_context())]
         # Calls after the first: (their first message's position in the batch, their future).
         self.followers: list[tuple[int, asyncio.Future[tuple[PutResult, int]]]] = []
         self.size = size
@@ -74,6 +79,9 @@ class SendCoalescer:
         if batch is not None and batch.size + size <= self._limit:
             done = asyncio.get_running_loop().create_future()
             batch.followers.append((len(batch.messages), done))
+            batch.callers.append(
+                AppendCaller(len(batch.messages), len(messages), contextvars.copy_context())
+            )
             batch.messages.extend(messages)
             batch.size += size
             return await done
@@ -110,7 +118,7 @@ class SendCoalescer:
 
     async def _append(self, batch: _Batch) -> PutResult:
         try:
-            result = await self._store.put_messages_async(batch.messages)
+            result = await self._store.put_messages_async(batch.messages, batch.callers)
         except BaseException as exc:
             for _, done in batch.followers:
                 if done.done():

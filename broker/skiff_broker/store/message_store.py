@@ -46,7 +46,13 @@ from .message import (
     Property,
     StoredMessage,
 )
-from .observer import NULL_OBSERVER, AppendScope, StoreObserver
+from .observer import (
+    NULL_OBSERVER,
+    AppendCaller,
+    AppendScope,
+    SharedAppendScope,
+    StoreObserver,
+)
 from .prepared_records import PreparedRecords
 from .queue_check import QueueCheck, unit_soundness
 from .queue_check import check_queues as check_queues_against_log
@@ -116,6 +122,25 @@ class GetResult:
     next_offset: int
     min_offset: int
     max_offset: int
+
+
+def _caller_share(result: PutResult, caller: AppendCaller) -> PutResult:
+    """What one caller of a shared append got: the outcome, with only its own records."""
+    append = result.append
+    if append is None:
+        return result
+    end = caller.first + caller.count
+    physical = append.physical_offsets[caller.first : end]
+    sizes = append.sizes[caller.first : end]
+    share = AppendResult(
+        wrote_offset=physical[0] if physical else append.wrote_offset,
+        wrote_bytes=sum(sizes),
+        store_timestamp=append.store_timestamp,
+        physical_offsets=physical,
+        queue_offsets=append.queue_offsets[caller.first : end],
+        sizes=sizes,
+    )
+    return PutResult(result.status, result.reason, share)
 
 
 def _batch_place(messages: Sequence[Message]) -> tuple[str, int | None]:
@@ -815,36 +840,46 @@ class MessageStore:
             observed.done(result)
         return result
 
-    async def put_messages_async(self, messages: Sequence[Message]) -> PutResult:
-        """As :meth:`put_messages`, waiting without blocking the event loop."""
+    async def put_messages_async(
+        self, messages: Sequence[Message], callers: Sequence[AppendCaller] = ()
+    ) -> PutResult:
+        """As :meth:`put_messages`, waiting without blocking the event loop.
+
+        ``callers``: the shares of the batch that came from different callers (coalesced
+        sends), each observed as an append of its own; none when it is one caller's.
+        """
         topic, queue_id = _batch_place(messages)
+        observed: AppendScope
+        if callers:
+            observed = SharedAppendScope(
+                self._observer,
+                topic,
+                callers,
+                lambda c: _batch_place(messages[c.first : c.first + c.count])[1],
+                self._flush_type,
+                _caller_share,
+            )
+        else:
+            observed = self._observer.append(topic, queue_id, len(messages), self._flush_type)
         return await self._put_async(
-            topic,
-            queue_id,
-            len(messages),
-            lambda: self.commit_log.append(messages),
-            _message_needs(messages),
+            observed, lambda: self.commit_log.append(messages), _message_needs(messages)
         )
 
     async def put_records_async(self, batch: PreparedRecords) -> PutResult:
         """As :meth:`put_messages_async`, for records a client encoded (``prepared_records``)."""
         return await self._put_async(
-            batch.topic,
-            batch.queue_id,
-            len(batch.layout),
+            self._observer.append(batch.topic, batch.queue_id, len(batch.layout), self._flush_type),
             lambda: self.commit_log.append_encoded(batch.blob, batch.layout),
             _prepared_needs(batch),
         )
 
     async def _put_async(
         self,
-        topic: str,
-        queue_id: int | None,
-        count: int,
+        observation: AppendScope,
         append: Callable[[], AppendResult],
         needs: _LogicsNeeds,
     ) -> PutResult:
-        with self._observer.append(topic, queue_id, count, self._flush_type) as observed:
+        with observation as observed:
             result = self._append(append, needs)
             offset = self._request_flush(result, observed)
             gate = self._announce(result)
@@ -882,7 +917,8 @@ class MessageStore:
             return None
         assert result.append is not None
         offset = result.append.next_offset
-        self._group_commit.request(offset, observed.context)
+        for token in observed.waiters():
+            self._group_commit.request(offset, token)
         return offset
 
     def put_message(self, message: Message) -> PutResult:

@@ -15,9 +15,10 @@ thread reports one :class:`FlushReport`.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .mapped_file import PAGE_SIZE
@@ -37,6 +38,10 @@ class AppendScope:
         """Opaque token for the flush that covers this batch; None when there is nothing to tie."""
         return None
 
+    def waiters(self) -> Sequence[Any]:
+        """One token per caller waiting for the flush (see :class:`SharedAppendScope`)."""
+        return (self.context,)
+
     def __enter__(self) -> AppendScope:
         return self
 
@@ -45,6 +50,58 @@ class AppendScope:
 
     def done(self, result: Any) -> None:
         """The put's outcome (a ``PutResult``), just before the scope closes."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AppendCaller:
+    """One caller's share of a shared append: ``count`` messages from position ``first``,
+    and the context (trace) it called from."""
+
+    first: int
+    count: int
+    context: contextvars.Context
+
+
+class SharedAppendScope(AppendScope):
+    """One append observed as each of its callers' own: a scope per caller, opened in the
+    caller's context, each told only its share of the outcome (``share(result, caller)``)."""
+
+    __slots__ = ("_callers", "_scopes", "_share")
+
+    def __init__(
+        self,
+        observer: StoreObserver,
+        topic: str,
+        callers: Sequence[AppendCaller],
+        queue_of: Callable[[AppendCaller], int | None],
+        flush_type: str,
+        share: Callable[[Any, AppendCaller], Any],
+    ) -> None:
+        self._callers = callers
+        self._share = share
+        self._scopes = [
+            c.context.run(observer.append, topic, queue_of(c), c.count, flush_type) for c in callers
+        ]
+
+    @property
+    def context(self) -> Any:
+        return self._scopes[0].context
+
+    def waiters(self) -> Sequence[Any]:
+        return [scope.context for scope in self._scopes]
+
+    def __enter__(self) -> AppendScope:
+        for scope in self._scopes:
+            scope.__enter__()
+        return self
+
+    def done(self, result: Any) -> None:
+        for scope, caller in zip(self._scopes, self._callers, strict=True):
+            scope.done(self._share(result, caller))
+
+    def __exit__(self, *exc: Any) -> None:
+        for scope in reversed(self._scopes):
+            scope.__exit__(*exc)
 
 
 @dataclasses.dataclass(slots=True)

@@ -1,6 +1,7 @@
 """The store's appends and flushes as OpenTelemetry spans and latency histograms.
 
-One span per append batch (never one per message) and one per flush. An append
+One span per append batch (never one per message; a batch shared by coalesced calls is
+one per call) and one per flush. An append
 span is a child of whatever span is current when the store is called: in the
 broker, the gRPC server span of the request. A flush runs on the flush thread,
 so its span takes as parent the append span of the first traced appender it
@@ -49,8 +50,8 @@ class StoreTelemetry(StoreObserver):
             self._append_seconds = histograms.histogram(
                 cv.APPEND_DURATION,
                 unit="s",
-                description="Time to append one batch to the commit log, including the wait "
-                "for the disk under SYNC_FLUSH",
+                description="Time to append one call's batch to the commit log, including the "
+                "wait for the disk under SYNC_FLUSH",
                 bounds=cv.LATENCY_BUCKETS_S,
             )
             self._flush_seconds = histograms.histogram(

@@ -15,6 +15,7 @@ from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode, TraceFlags
 from tests.unit.telemetry.pipelines import Pipelines
 
+from skiff_broker.server.send_coalescing import SendCoalescer
 from skiff_broker.store.config import FlushType, StoreConfig
 from skiff_broker.store.message import Message
 from skiff_broker.store.message_store import MessageStore, PutStatus
@@ -153,6 +154,49 @@ def test_async_appenders_get_one_span_each_and_the_flush_names_them(
     # One flush histogram sample per flush.
     (flush_point,) = pipelines.points(cv.FLUSH_DURATION)
     assert flush_point.count == len(flushes)
+
+
+def test_coalesced_sends_each_get_their_own_append_span_and_latency_sample(
+    open_store, pipelines: Pipelines
+) -> None:
+    store = open_store(flush_type=FlushType.SYNC_FLUSH)
+    tracer = pipelines.tracer_provider.get_tracer("test")
+    coalescer = SendCoalescer(store)
+    calls = {"a": 2, "b": 1, "c": 3}
+    rpc_spans: dict[str, int] = {}
+
+    async def send(name: str, queue_id: int) -> None:
+        with tracer.start_as_current_span(f"rpc {name}") as rpc:
+            rpc_spans[name] = rpc.get_span_context().span_id
+            batch = [message(b"%s%d" % (name.encode(), i), queue_id) for i in range(calls[name])]
+            result, _ = await coalescer.put(TOPIC, batch)
+            assert result.ok
+
+    async def run() -> None:
+        # One loop turn: the first call appends alone, the other two share an append.
+        await asyncio.gather(send("a", 0), send("b", 1), send("c", 2))
+
+    asyncio.run(run())
+    store.shutdown()
+
+    appends = pipelines.spans(cv.APPEND_SPAN)
+    by_parent = {s.parent.span_id: s for s in appends if s.parent is not None}
+    assert len(appends) == len(by_parent) == 3
+    for queue_id, (name, count) in enumerate(calls.items()):
+        append = by_parent[rpc_spans[name]]
+        assert append.attributes[cv.MESSAGE_COUNT] == count
+        assert append.attributes[cv.QUEUE_ID] == str(queue_id)
+        assert append.attributes[cv.PUT_STATUS] == "PUT_OK"
+        bodies = sum(len(b"%s%d" % (name.encode(), i)) for i in range(count))
+        assert bodies < append.attributes[cv.APPEND_BYTES] < bodies + count * 200
+    (point,) = pipelines.points(cv.APPEND_DURATION)
+    assert point.count == len(calls)
+    # The flush names each caller it served, shared append or not.
+    flushes = pipelines.spans(cv.FLUSH_SPAN)
+    named = [f.parent.span_id for f in flushes if f.parent is not None]
+    named += [link.context.span_id for f in flushes for link in f.links]
+    assert len(named) == len(set(named))
+    assert set(named) <= {s.context.span_id for s in appends}
 
 
 class GatedTelemetry(StoreTelemetry):
