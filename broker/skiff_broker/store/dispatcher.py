@@ -52,6 +52,7 @@ from .recovery import (
     record_problem_at,
     resume_after,
 )
+from .service_thread import ServiceThread
 
 log = logging.getLogger(__name__)
 
@@ -177,8 +178,15 @@ def request_of(data: bytes, pos: int, size: int, topics: dict[bytes, str]) -> Di
     )
 
 
-class Dispatcher:
+class Dispatcher(ServiceThread):
+    """Dispatches new records as soon as it is told of them, else every 0.1 s.
+
+    ``stop()`` returns after dispatching what is readable then.
+    """
+
     name = "dispatcher"
+    # A full disk can stop a new consume-queue file; retry from the same offset, calmly.
+    failure_pause = 0.5
 
     def __init__(
         self,
@@ -186,6 +194,7 @@ class Dispatcher:
         consume_queues: ConsumeQueueTable,
         index: IndexService | None,
     ) -> None:
+        super().__init__(interval=0.1)
         self._commit_log = commit_log
         self._consume_queues = consume_queues
         self._index = index
@@ -213,19 +222,16 @@ class Dispatcher:
         # Store timestamp of the newest dispatched record, for the checkpoint.
         self.last_store_timestamp = 0
         self._listeners: list[ArrivalListener] = []
-        self._new_data = threading.Event()
         self._handed: collections.deque[list[DispatchRequest]] = collections.deque()
         self._progress = threading.Condition()
-        self._stopped = False
-        self._thread: threading.Thread | None = None
 
     def add_listener(self, listener: ArrivalListener) -> None:
         self._listeners.append(listener)
 
     def notify_new_data(self) -> None:
         """Called after commits: there may be records to dispatch."""
-        if not self._new_data.is_set():
-            self._new_data.set()
+        if not self._wakeup.is_set():
+            self._wakeup.set()
 
     def hand(self, requests: list[DispatchRequest]) -> None:
         """Take an appended batch's requests, so its records need not be parsed again.
@@ -235,8 +241,8 @@ class Dispatcher:
         """
         if len(self._handed) < _HANDED_BATCHES_MAX:
             self._handed.append(requests)
-        if not self._new_data.is_set():
-            self._new_data.set()
+        if not self._wakeup.is_set():
+            self._wakeup.set()
 
     # -- dispatching --------------------------------------------------------
 
@@ -464,33 +470,20 @@ class Dispatcher:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
-                self._new_data.set()
+                self._wakeup.set()
                 self._progress.wait(min(remaining, 0.05))
         return True
 
     # -- thread -------------------------------------------------------------
 
-    def start(self) -> None:
-        self._stopped = False
-        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stopped:
-            self._new_data.wait(0.1)
-            self._new_data.clear()
-            try:
-                self.dispatch_available()
-            except Exception:
-                # A full disk can stop a new consume-queue file; retry from the same offset.
-                log.exception("dispatch at %d failed; retrying", self.reput_offset)
-                time.sleep(0.5)
+    def step(self) -> None:
+        try:
+            self.dispatch_available()
+        except Exception as exc:
+            exc.add_note(f"dispatching from commit-log offset {self.reput_offset}")
+            raise
 
     def stop(self) -> None:
         """Stop after dispatching what is readable now."""
-        self._stopped = True
-        self._new_data.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        super().stop()
         self.dispatch_available()

@@ -9,19 +9,23 @@ call per message.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any
 
 from .flush_waiters import FlushWaiters
 from .mapped_file_queue import MappedFileQueue
 from .observer import MAX_FLUSH_CONTEXTS, NULL_OBSERVER, FlushTimer, StoreObserver
+from .service_thread import ConditionServiceThread
 
 log = logging.getLogger(__name__)
 
 
-class GroupCommitService:
-    """``on_flushed`` gets the newest store timestamp known flushed (for the checkpoint)."""
+class GroupCommitService(ConditionServiceThread):
+    """``on_flushed`` gets the newest store timestamp known flushed (for the checkpoint).
+
+    A flush starts as soon as a request asks past the flushed offset; stopping flushes
+    once more, so everything requested before ``stop()`` is on disk.
+    """
 
     name = "group-commit"
 
@@ -38,41 +42,33 @@ class GroupCommitService:
         self._on_flushed = on_flushed
         self._stamp = stamp
         self._observer = observer
-        self._lock = threading.Lock()
-        self._requested = threading.Condition(self._lock)
+        super().__init__()
         self._target = 0
-        self._stopped = False
-        self._thread: threading.Thread | None = None
         # Waiters served per pass, for the span attribute and the benchmark.
         self.last_batch_waiters = 0
         # (offset, observer token) of each appender waiting for a flush.
         self._pending: list[tuple[int, Any]] = []
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-        self._thread.start()
 
     def request(self, offset: int, context: Any = None) -> None:
         """Ask for everything below ``offset`` to be flushed.
 
         ``context`` is the appender's observer token (``AppendScope.context``).
         """
-        with self._lock:
+        with self._work:
             # Already on disk (a flush that began before this request covered it): no wait.
             if offset > self._queue.flushed_where:
                 self._pending.append((offset, context))
             if offset > self._target:
                 self._target = offset
-                self._requested.notify()
+                self._work.notify()
 
-    def _run(self) -> None:
-        while True:
-            with self._lock:
-                while not self._stopped and self._target <= self._queue.flushed_where:
-                    self._requested.wait()
-                if self._stopped:
-                    break
-            self._flush()
+    def work_due_in(self) -> float | None:
+        return 0 if self._target > self._queue.flushed_where else None
+
+    def step(self) -> None:
+        self._flush()
+
+    def on_stop(self) -> None:
         self._flush()
 
     def _take_served(self, flushed: int | None) -> list[Any]:
@@ -80,7 +76,7 @@ class GroupCommitService:
 
         Returns (some of) their observer tokens, first come first.
         """
-        with self._lock:
+        with self._work:
             pending = self._pending
             served = [w for w in pending if flushed is None or w[0] <= flushed]
             self._pending = (
@@ -101,7 +97,7 @@ class GroupCommitService:
         except OSError as exc:
             log.error("commit log flush failed: %s", exc)
             self._waiters.fail(f"flushing the commit log failed: {exc}")
-            with self._lock:
+            with self._work:
                 # Nothing below the target can be promised any more.
                 self._target = 0
             # Every waiter fails with this flush.
@@ -128,11 +124,3 @@ class GroupCommitService:
         except Exception:
             # Telemetry must never stop the flush thread that appenders wait on.
             log.exception("flush observer failed")
-
-    def stop(self) -> None:
-        with self._lock:
-            self._stopped = True
-            self._requested.notify()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None

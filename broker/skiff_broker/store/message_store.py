@@ -616,6 +616,7 @@ class MessageStore:
         config = self.config
         queue = self.commit_log.queue
         self._allocator = SegmentAllocator(warm=config.warm_mapped_files)
+        self._allocator.start()
         # Set only now: recovery must not have segments prepared ahead of it.
         queue._allocator = self._allocator
         # The first append must not wait for a segment to be allocated: get the one
@@ -692,7 +693,7 @@ class MessageStore:
         if self._logics_flusher is not None:
             self._logics_flusher.stop()
         if self._allocator is not None:
-            self._allocator.shutdown()
+            self._allocator.stop()
         flushed = self.commit_log.queue.flush_all()
         self._flush_logics(0)
         self.checkpoint.physic_msg_timestamp = self.commit_log.last_store_timestamp

@@ -430,6 +430,7 @@ def test_allocator_hands_out_the_file_and_prepares_the_next(tmp_path: Path) -> N
     second = str(tmp_path / segment_name(size))
     third = str(tmp_path / segment_name(2 * size))
     allocator = SegmentAllocator(warm=True)
+    allocator.start()
     handed: list[MappedFile] = []
     try:
         mf = allocator.get(first, second, size)
@@ -451,7 +452,7 @@ def test_allocator_hands_out_the_file_and_prepares_the_next(tmp_path: Path) -> N
         assert on_disk(second) == bytes(size)
         assert wait_until(lambda: os.path.exists(third))
     finally:
-        allocator.shutdown()
+        allocator.stop()
         for f in handed:
             f.close()
     # Prepared but never handed out: left on disk, empty, for recovery to drop.
@@ -463,17 +464,19 @@ def test_allocator_without_a_next_path_allocates_only_the_requested_file(
     tmp_path: Path,
 ) -> None:
     allocator = SegmentAllocator(warm=False)
+    allocator.start()
     try:
         mf = allocator.get(str(tmp_path / segment_name(0)), None, 64 * 1024)
         mf.close()
     finally:
-        allocator.shutdown()
+        allocator.stop()
     assert os.listdir(tmp_path) == [segment_name(0)]
 
 
 def test_allocator_after_shutdown_still_serves_requests(tmp_path: Path) -> None:
     allocator = SegmentAllocator(warm=False)
-    allocator.shutdown()
+    allocator.start()
+    allocator.stop()
     mf = allocator.get(str(tmp_path / segment_name(0)), str(tmp_path / segment_name(1)), 65536)
     mf.close()
     # Stopped: nothing is prepared ahead any more.
@@ -486,6 +489,7 @@ def test_allocator_reports_disk_full_and_retries_later(
     size = 96 * 1024  # two fit in the 256 KiB tmpfs, a third does not
     paths = [str(small_tmpfs / segment_name(n * size)) for n in range(3)]
     allocator = SegmentAllocator(warm=True)
+    allocator.start()
     handed: list[MappedFile] = []
     try:
         handed.append(allocator.get(paths[0], paths[1], size))
@@ -509,7 +513,7 @@ def test_allocator_reports_disk_full_and_retries_later(
         retried.append(b"after retry")
         assert retried.read(0, 11) == b"after retry"
     finally:
-        allocator.shutdown()
+        allocator.stop()
         for mf in handed:
             mf.close()
     assert sorted(os.listdir(small_tmpfs)) == [segment_name(size), segment_name(2 * size)]
@@ -521,6 +525,7 @@ def test_shutdown_releases_a_request_the_allocator_never_started(tmp_path: Path)
     busy = str(tmp_path / segment_name(big))
     queued = str(tmp_path / segment_name(3 * big))
     allocator = SegmentAllocator(warm=True)
+    allocator.start()
     handed: list[MappedFile] = []
     got: list[MappedFile] = []
     taker = threading.Thread(target=lambda: got.append(allocator.get(queued, None, small)))
@@ -534,7 +539,7 @@ def test_shutdown_releases_a_request_the_allocator_never_started(tmp_path: Path)
         # and an appender already wants it when the store shuts down.
         taker.start()
     finally:
-        allocator.shutdown()
+        allocator.stop()
     taker.join(30)
     try:
         assert not taker.is_alive(), "get() blocked on a request the stopped allocator dropped"

@@ -173,6 +173,7 @@ def test_rolling_with_an_allocator_prepares_the_following_segment(
     tmp_path: Path, make_queue: Callable[..., MappedFileQueue]
 ) -> None:
     allocator = SegmentAllocator(warm=False)
+    allocator.start()
     try:
         q = make_queue(allocator=allocator)
         fill(q, SIZE + 1)
@@ -182,7 +183,7 @@ def test_rolling_with_an_allocator_prepares_the_following_segment(
         assert names(tmp_path / "log") == [segment_name(n * SIZE) for n in range(3)]
         assert [mf.file_from_offset for mf in q.files] == [0, SIZE]
     finally:
-        allocator.shutdown()
+        allocator.stop()
 
 
 # -- flush and commit ----------------------------------------------------------------
