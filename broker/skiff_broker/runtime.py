@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
+from collections.abc import Callable
 
 from .auth.model import User, parse_user_spec
 from .auth.user_store import UserStore
@@ -25,6 +25,7 @@ from .metadata.topic_table import MessageType, Permission, TopicConfig, TopicTab
 from .store.file_sizes import adopt_sizes_on_disk
 from .store.message_store import MessageStore
 from .store.observer import StoreObserver
+from .store.service_thread import ServiceThread
 from .wire import property_names as prop
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,19 @@ REPLICA_REFUSAL = (
 
 # Topics only the broker reads and writes: scheduled and half messages live there
 # until they are due or committed, so no client may send to or read from them.
+
+
+class StatePersister(ServiceThread):
+    """Writes the consumer and delivery state every interval, so a crash loses little of it."""
+
+    name = "persister"
+
+    def __init__(self, persist: Callable[[], None], interval: float) -> None:
+        super().__init__(interval)
+        self._persist = persist
+
+    def step(self) -> None:
+        self._persist()
 
 
 class Broker:
@@ -75,8 +89,7 @@ class Broker:
             check_interval_ms=config.transaction_check_interval_ms,
             check_max=config.transaction_check_max,
         )
-        self._stop = threading.Event()
-        self._persister: threading.Thread | None = None
+        self._persister = StatePersister(self.persist, config.persist_interval_s)
 
     def start(self, *, replica: bool = False) -> None:
         """Recover and start serving; a ``replica`` takes no writes until promoted."""
@@ -100,7 +113,6 @@ class Broker:
             finally:
                 self.store.shutdown()
             raise
-        self._persister = threading.Thread(target=self._persist_loop, name="persister", daemon=True)
         self._persister.start()
 
     def _load_state(self) -> None:
@@ -176,17 +188,8 @@ class Broker:
         self.delays.persist()
         self.transactions.persist()
 
-    def _persist_loop(self) -> None:
-        while not self._stop.wait(self.config.persist_interval_s):
-            try:
-                self.persist()
-            except OSError:
-                log.exception("could not persist consumer state; will retry")
-
     def stop(self) -> None:
-        self._stop.set()
-        if self._persister is not None:
-            self._persister.join()
+        self._persister.stop()
         # Their workers finish what they are writing first, so the saved state matches the log.
         self.delays.stop()
         self.transactions.stop()

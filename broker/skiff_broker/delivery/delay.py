@@ -40,6 +40,7 @@ import time
 from ..metadata.state_file import StateFile
 from ..store.message import Message, StoredMessage
 from ..store.message_store import MessageStore, PutResult, PutStatus
+from ..store.service_thread import ConditionServiceThread
 from ..wire import property_names as prop
 
 log = logging.getLogger(__name__)
@@ -95,8 +96,13 @@ class Pending:
     size: int = dataclasses.field(compare=False)
 
 
-class DelayService:
+class DelayService(ConditionServiceThread):
+    """Each step delivers a batch of what is due; it sleeps until the earliest due time."""
+
+    name = "delay-delivery"
+
     def __init__(self, store: MessageStore, state_path: str) -> None:
+        super().__init__()
         self._store = store
         self._file = StateFile(
             state_path,
@@ -107,15 +113,12 @@ class DelayService:
         self._loaded = False
         # Positions from RocketMQ's delayOffset.json (level -> next offset), when read.
         self._rocketmq_levels: dict[int, int] = {}
-        self._wakeup = threading.Condition()
         self._persisting = threading.Lock()
         self._heap: list[Pending] = []
         # Every schedule-queue offset below the watermark is delivered (or unreadable).
         self._watermark = 0
         self._delivered: set[int] = set()
         self._dirty = False
-        self._stopping = False
-        self._worker: threading.Thread | None = None
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -127,18 +130,11 @@ class DelayService:
         self._rebuild()
         # A later start (after a stop) reads what that stop saved.
         self._loaded = False
-        self._stopping = False
-        self._worker = threading.Thread(target=self._run, name="delay-delivery", daemon=True)
-        self._worker.start()
+        super().start()
 
     def stop(self) -> None:
         """Finish the delivery in progress, stop, and write the state."""
-        with self._wakeup:
-            self._stopping = True
-            self._wakeup.notify_all()
-        if self._worker is not None:
-            self._worker.join()
-            self._worker = None
+        super().stop()
         self.persist()
 
     # -- scheduling ---------------------------------------------------------
@@ -174,41 +170,36 @@ class DelayService:
         return result
 
     def _add(self, pending: Pending) -> None:
-        with self._wakeup:
+        with self._work:
             heapq.heappush(self._heap, pending)
             if self._heap[0] is pending:
-                self._wakeup.notify_all()  # due earlier than what the worker sleeps for
+                self._work.notify_all()  # due earlier than what the worker sleeps for
 
     @property
     def pending_count(self) -> int:
-        with self._wakeup:
+        with self._work:
             return len(self._heap)
 
     # -- delivering ---------------------------------------------------------
 
-    def _run(self) -> None:
-        while True:
-            due = self._next_due()
-            if due is None:
-                return
-            try:
-                self._deliver(due)
-            except Exception:
-                log.exception("delivering scheduled messages failed; retrying")
-                self._retry_later(due)
+    def work_due_in(self) -> float | None:
+        # The earliest due time, not a polling tick: delivery stays punctual.
+        if not self._heap:
+            return None
+        return (self._heap[0].deliver_at - _now_ms()) / 1000
 
-    def _next_due(self) -> list[Pending] | None:
-        """Wait until something is due (None when stopping) and take a batch of it."""
-        with self._wakeup:
-            while not self._stopping:
-                now = _now_ms()
-                if self._heap and self._heap[0].deliver_at <= now:
-                    break
-                # Sleep to the earliest due time, not a polling tick: delivery stays punctual.
-                timeout = (self._heap[0].deliver_at - now) / 1000 if self._heap else None
-                self._wakeup.wait(timeout)
-            else:
-                return None
+    def step(self) -> None:
+        due = self._take_due()
+        try:
+            self._deliver(due)
+        except Exception:
+            self._retry_later(due)
+            raise  # logged by the service, which goes on
+
+    def _take_due(self) -> list[Pending]:
+        """A batch of what is due now, earliest first."""
+        with self._work:
+            now = _now_ms()
             batch: list[Pending] = []
             size = 0
             while (
@@ -260,17 +251,17 @@ class DelayService:
 
     def _retry_later(self, due: list[Pending]) -> None:
         later = _now_ms() + _RETRY_MS
-        with self._wakeup:
+        with self._work:
             for pending in due:
                 if pending.offset < self._watermark or pending.offset in self._delivered:
                     continue  # delivered before the failure
                 heapq.heappush(
                     self._heap, Pending(later, pending.offset, pending.physical, pending.size)
                 )
-            self._wakeup.notify_all()
+            self._work.notify_all()
 
     def _mark_delivered(self, offsets: list[int]) -> None:
-        with self._wakeup:
+        with self._work:
             self._delivered.update(offsets)
             while self._watermark in self._delivered:
                 self._delivered.remove(self._watermark)
@@ -283,7 +274,7 @@ class DelayService:
         """Write the watermark and delivered offsets if they changed."""
         # One writer at a time, or an older snapshot could land after a newer one.
         with self._persisting:
-            with self._wakeup:
+            with self._work:
                 if not self._dirty:
                     return False
                 document = {
@@ -295,7 +286,7 @@ class DelayService:
             try:
                 self._file.write(document)
             except OSError:
-                with self._wakeup:
+                with self._work:
                     self._dirty = True  # written next time
                 raise
         return True
@@ -364,7 +355,7 @@ class DelayService:
             else:
                 heap.append(Pending(deliver_at, offset, held.physical_offset, held.store_size))
         heapq.heapify(heap)
-        with self._wakeup:
+        with self._work:
             self._heap = heap
             self._watermark = start
             self._delivered = {o for o in self._delivered if o >= start}

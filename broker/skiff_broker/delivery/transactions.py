@@ -46,6 +46,7 @@ from ..store.message import (
     StoredMessage,
 )
 from ..store.message_store import MessageStore, PutResult, PutStatus
+from ..store.service_thread import ServiceThread
 from ..wire import property_names as prop
 
 log = logging.getLogger(__name__)
@@ -146,7 +147,10 @@ def _parse_saved_state(document: dict) -> _SavedState:
     )
 
 
-class TransactionService:
+class TransactionService(ServiceThread):
+    # Each step is one check round (check_unresolved), every check interval.
+    name = "transaction-checker"
+
     def __init__(
         self,
         store: MessageStore,
@@ -162,6 +166,7 @@ class TransactionService:
                 "the transaction check interval must be positive, and the transaction "
                 "timeout and maximum number of checks not negative"
             )
+        super().__init__(check_interval_ms / 1000)
         self._store = store
         self._file = StateFile(
             state_path,
@@ -187,8 +192,6 @@ class TransactionService:
         self._op_floors: dict[int, int] = {}
         self._watermark = 0
         self._dirty = False
-        self._stop = threading.Event()
-        self._checker: threading.Thread | None = None
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -203,17 +206,11 @@ class TransactionService:
         self._rebuild()
         # A later start (after a stop) reads what that stop saved.
         self._saved = None
-        self._stop.clear()
-        self._checker = threading.Thread(
-            target=self._check_loop, name="transaction-checker", daemon=True
-        )
-        self._checker.start()
+        super().start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._checker is not None:
-            self._checker.join()
-            self._checker = None
+        """Finish the check round under way, stop, and write the state."""
+        super().stop()
         self.persist()
 
     @property
@@ -389,12 +386,8 @@ class TransactionService:
 
     # -- checking -----------------------------------------------------------
 
-    def _check_loop(self) -> None:
-        while not self._stop.wait(self.check_interval_ms / 1000):
-            try:
-                self.check_unresolved()
-            except Exception:
-                log.exception("transaction check failed; trying again next interval")
+    def step(self) -> None:
+        self.check_unresolved()
 
     def check_unresolved(self) -> None:
         """One round: ask about each half message older than the timeout, or give it up."""

@@ -30,6 +30,8 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
+from ..store.service_thread import ServiceThread
+
 log = logging.getLogger(__name__)
 
 
@@ -133,9 +135,11 @@ class HistogramSet:
         return MetricsData([ResourceMetrics(resource, [scope], resource.schema_url)])
 
 
-class PeriodicHistogramExport:
+class PeriodicHistogramExport(ServiceThread):
     """Exports a :class:`HistogramSet` every ``interval_s`` on a thread of its own (as the
-    SDK's periodic reader does for its instruments), and once more at shutdown."""
+    SDK's periodic reader does for its instruments), and once more when stopped."""
+
+    name = "skiff-histogram-export"
 
     def __init__(
         self,
@@ -145,20 +149,18 @@ class PeriodicHistogramExport:
         interval_s: float,
         timeout_s: float,
     ) -> None:
+        super().__init__(interval_s)
         self._histograms = histograms
         self._exporters = list(exporters)
         self._resource = resource
-        self._interval_s = interval_s
         self._timeout_ms = timeout_s * 1000
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name="skiff-histogram-export", daemon=True
-        )
-        self._thread.start()
 
-    def _run(self) -> None:
-        while not self._stopped.wait(self._interval_s):
-            self.export()
+    def step(self) -> None:
+        self.export()
+
+    def on_stop(self) -> None:
+        """The last export; the exporters themselves are shut down by their owner."""
+        self.export()
 
     def export(self) -> None:
         data = self._histograms.metrics_data(self._resource)
@@ -170,9 +172,3 @@ class PeriodicHistogramExport:
             except Exception:
                 # An exporter's trouble must not end the exports (nor the broker).
                 log.exception("exporting histograms with %s failed", type(exporter).__name__)
-
-    def shutdown(self) -> None:
-        """The last export; the exporters themselves are shut down by their owner."""
-        self._stopped.set()
-        self._thread.join()
-        self.export()

@@ -270,7 +270,7 @@ class Telemetry:
             self.metrics_endpoint = None
         if self.histogram_export is not None:
             # Before the meter provider shuts the exporters down.
-            self.histogram_export.shutdown()
+            self.histogram_export.stop()
             self.histogram_export = None
         if self.meter_provider is not None:
             self.meter_provider.shutdown()
@@ -321,6 +321,7 @@ def telemetry_from_env(
             interval_s=_milliseconds("OTEL_METRIC_EXPORT_INTERVAL", 60_000) / 1000,
             timeout_s=_milliseconds("OTEL_METRIC_EXPORT_TIMEOUT", 30_000) / 1000,
         )
+        telemetry.histogram_export.start()
         log.info(
             "exporting metrics to %s",
             ", ".join(_describe(name, "metrics") for name in _exporter_names("metrics")),

@@ -92,18 +92,19 @@ class CollectingExporter(MetricExporter):
         pass
 
 
-def test_export_runs_every_interval_and_at_shutdown_under_the_resource() -> None:
+def test_export_runs_every_interval_and_at_stop_under_the_resource() -> None:
     histograms = HistogramSet(cv.STORE_SCOPE)
     latency = histograms.histogram("latency", unit="s", description="d", bounds=(1.0,))
     latency.record(0.5, "x", {"k": "x"})
     exporter = CollectingExporter()
     resource = Resource.create({"service.name": "skiff-test"})
     export = PeriodicHistogramExport(histograms, [exporter], resource, interval_s=0.01, timeout_s=5)
+    export.start()
     try:
         assert exporter.exported_once.wait(30), "no periodic export"
         latency.record(2.0, "x", {"k": "x"})
     finally:
-        export.shutdown()
+        export.stop()
 
     last = exporter.exported[-1]
     (resource_metrics,) = last.resource_metrics
@@ -111,6 +112,6 @@ def test_export_runs_every_interval_and_at_shutdown_under_the_resource() -> None
     (scope_metrics,) = resource_metrics.scope_metrics
     assert scope_metrics.scope.name == cv.STORE_SCOPE
     (point,) = scope_metrics.metrics[0].data.data_points
-    # Cumulative: the shutdown export holds both samples.
+    # Cumulative: the last export holds both samples.
     assert (point.count, list(point.bucket_counts), point.sum) == (2, [1, 1], 2.5)
     assert point.start_time_unix_nano <= point.time_unix_nano
