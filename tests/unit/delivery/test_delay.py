@@ -240,3 +240,27 @@ def test_an_unusable_entry_in_the_schedule_topic_does_not_block_the_rest(data_di
 
     state = json.loads(Path(running.state_path).read_text())
     assert state["watermark"] == 2
+
+
+def test_a_delivery_that_raises_is_logged_and_tried_again(data_dir, monkeypatch, caplog):
+    running = Running(data_dir)
+    real_put = running.store.put_messages
+    raised: list[int] = []
+
+    def put_failing_once(messages: list[Message]):
+        # Stands in for an unexpected error inside the store (none can be caused on demand).
+        if not raised:
+            raised.append(len(messages))
+            raise RuntimeError("store broke")
+        return real_put(messages)
+
+    monkeypatch.setattr(running.store, "put_messages", put_failing_once)
+    running.schedule(make_message(1), now_ms())
+
+    wait_for(lambda: running.delivered(), "the retried delivery")
+    delivered = [m.properties[prop.TAGS] for m in running.delivered()]
+    running.stop()
+
+    assert raised == [1]
+    assert delivered == ["tag1"]
+    assert "delay-delivery step failed; trying again" in caplog.text
