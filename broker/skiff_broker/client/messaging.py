@@ -190,9 +190,9 @@ class MessagingClient:
                 request = spb.SendMessageRequest(messages=[self._to_proto(message)])
                 pending.append(self._transport.start(self._stub.SendMessage, request))
                 if len(pending) >= in_flight:
-                    yield from self._receipts(pending.popleft()())
+                    yield from self._receipts(pending.popleft().result())
             while pending:
-                yield from self._receipts(pending.popleft()())
+                yield from self._receipts(pending.popleft().result())
         finally:
             for future in pending:
                 future.cancel()

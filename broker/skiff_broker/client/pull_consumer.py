@@ -278,7 +278,9 @@ class PullConsumer:
         request until one arrives or the time is up (long polling).
         """
         tags = parse_tag_expression(tag_expression)
-        response = self._fetch(topic, queue_id, offset, max_messages, max_bytes, wait_s, tags)()
+        response = self._fetch(
+            topic, queue_id, offset, max_messages, max_bytes, wait_s, tags
+        ).result()
         return self._result(response, topic, queue_id, offset, tags)
 
     def _fetch(
@@ -291,7 +293,7 @@ class PullConsumer:
         wait_s: float = 0.0,
         tags: frozenset[str] | None = None,
     ) -> PendingCall:
-        """Start a fetch; calling what is returned waits for its response."""
+        """Start a fetch; ``result()`` of what is returned waits for its response."""
         if not 0 < max_messages <= MAX_BATCH_SIZE:
             raise ValueError(f"max_messages must be 1 to {MAX_BATCH_SIZE}")
         if offset < 0:
@@ -374,7 +376,7 @@ class PullConsumer:
         pending: PendingCall | None = pull_from(offset)
         try:
             while pending is not None:
-                response = pending()
+                response = pending.result()
                 if response.result == rpb.FetchResponse.FOUND and response.next_offset < end:
                     # The next fetch travels while this one is decoded.
                     pending = pull_from(response.next_offset)

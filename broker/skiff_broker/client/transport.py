@@ -66,7 +66,7 @@ class ClientHeaders:
 
 
 class PendingCall:
-    """A call under way: call it to wait for its response, or cancel it."""
+    """A call under way: wait for its response (``result``), or cancel it."""
 
     __slots__ = ("_call", "_endpoint")
 
@@ -74,7 +74,7 @@ class PendingCall:
         self._call = call
         self._endpoint = endpoint
 
-    def __call__(self) -> Any:
+    def result(self) -> Any:
         try:
             return self._call.result()
         except grpc.RpcError as exc:
