@@ -54,11 +54,6 @@ class AdminAccess:
         )
 
 
-def auth_enabled(broker_spec: Mapping[str, Any]) -> bool:
-    """The CRD's default (on) for a spec that leaves ``auth`` out."""
-    return bool((broker_spec.get("auth") or {}).get("enabled", True))
-
-
 def credentials_from_secret(secret: Mapping[str, Any]) -> Credentials:
     """The super user's keys from the admin Secret; KeyError/ValueError if it lacks them."""
     data = secret.get("data") or {}

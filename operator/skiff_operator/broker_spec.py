@@ -190,7 +190,7 @@ class BrokerSpec:
             ),
             drain_groups=tuple(str(g) for g in spec.get("drainGroups") or ()),
             network_policy=NetworkPolicySpec(enabled=bool(network_policy.get("enabled", True))),
-            auth=AuthSpec(enabled=bool(auth.get("enabled", True))),
+            auth=AuthSpec(enabled=bool(auth.get("enabled", defaults.auth.enabled))),
             tls=TlsSpec(
                 mode=tls.get("mode") or defaults.tls.mode,
                 secret_name=tls.get("secretName") or "",

@@ -19,7 +19,8 @@ import kopf
 
 from skiff_broker.client.errors import BrokerUnavailable, InvalidArgument, SkiffError
 
-from .admin_access import AdminAccess, AdminSecretMissing, auth_enabled
+from .admin_access import AdminAccess, AdminSecretMissing
+from .broker_spec import BrokerSpec
 from .cluster_status import read_lease
 from .conditions import ready_condition, with_condition
 from .naming import group_suffix, lease_name
@@ -185,7 +186,7 @@ async def _reconcile_user(
             f"{format_time(keys.previous_expires_at)}"
         )
     placed = f"user {keys.current.access_key} is on {groups}/{groups} group(s)"
-    if not auth_enabled(broker_spec):
+    if not BrokerSpec.from_manifest(broker_spec).auth.enabled:
         set_ready(
             True,
             "AuthDisabled",

@@ -26,11 +26,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health_pb2
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
 from ..error_text import bounded
+from ..rpc.health_service import HEALTH_SERVICE
 from ..rpc.undecodable import Undecodable
 from .decision import Need, decide
 from .rights import needs_of, telemetry_needs
@@ -42,7 +42,7 @@ _MESSAGING_PREFIX = f"/{_MESSAGING.full_name}/"
 _TELEMETRY = _MESSAGING_PREFIX + "Telemetry"
 # Exactly this service's methods pass unauthenticated (see the module docstring): the
 # standard health service, whose probes carry no signature.
-_UNGUARDED_PREFIX = f"/{health_pb2.DESCRIPTOR.services_by_name['Health'].full_name}/"
+_UNGUARDED_PREFIX = f"/{HEALTH_SERVICE}/"
 
 
 class _Refused(Exception):

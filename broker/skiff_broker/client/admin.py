@@ -11,20 +11,16 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
-
-import grpc
+from collections.abc import Sequence
 
 from ..admin.v1 import admin_pb2 as apb
 from ..admin.v1 import admin_pb2_grpc
-from .channels import ClientTls, channel
+from .channels import ClientTls
 from .credentials import Credentials
-from .errors import NotFound, from_rpc_error
+from .errors import NotFound
+from .transport import Transport
 
 DEFAULT_TIMEOUT_S = 10.0
-
-Response = TypeVar("Response")
 
 
 class Permission(enum.StrEnum):
@@ -260,24 +256,19 @@ class AdminClient:
     ) -> None:
         """``credentials`` sign every request (needed where the broker enables auth)."""
         self.endpoint = endpoint
-        self._timeout = timeout
-        self._channel = channel(endpoint, tls=tls, credentials=credentials)
-        self._stub = admin_pb2_grpc.AdminServiceStub(self._channel)
+        self._transport = Transport(
+            endpoint, client_kind="skiff-admin", timeout=timeout, tls=tls, credentials=credentials
+        )
+        self._stub = admin_pb2_grpc.AdminServiceStub(self._transport.channel)
 
     def close(self) -> None:
-        self._channel.close()
+        self._transport.close()
 
     def __enter__(self) -> AdminClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _call(self, method: Callable[..., Response], request: Any) -> Response:
-        try:
-            return method(request, timeout=self._timeout)
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc, self.endpoint) from None
 
     # -- topics -------------------------------------------------------------
 
@@ -299,7 +290,7 @@ class AdminClient:
             message_type,
         )
         return Topic.from_proto(
-            self._call(self._stub.CreateTopic, apb.CreateTopicRequest(topic=spec))
+            self._transport.call(self._stub.CreateTopic, apb.CreateTopicRequest(topic=spec))
         )
 
     def update_topic(
@@ -314,7 +305,7 @@ class AdminClient:
         """Change the given fields and keep the others."""
         spec = _topic_proto(name, read_queues, write_queues, perm, message_type)
         return Topic.from_proto(
-            self._call(self._stub.UpdateTopic, apb.UpdateTopicRequest(topic=spec))
+            self._transport.call(self._stub.UpdateTopic, apb.UpdateTopicRequest(topic=spec))
         )
 
     def apply_topic(self, topic: Topic) -> Topic:
@@ -341,19 +332,21 @@ class AdminClient:
 
     def delete_topic(self, name: str) -> None:
         """Delete the topic, its consume queues and its consumer offsets."""
-        self._call(self._stub.DeleteTopic, apb.DeleteTopicRequest(name=name))
+        self._transport.call(self._stub.DeleteTopic, apb.DeleteTopicRequest(name=name))
 
     def get_topic(self, name: str) -> Topic:
-        return Topic.from_proto(self._call(self._stub.GetTopic, apb.GetTopicRequest(name=name)))
+        return Topic.from_proto(
+            self._transport.call(self._stub.GetTopic, apb.GetTopicRequest(name=name))
+        )
 
     def list_topics(self) -> list[Topic]:
-        response = self._call(self._stub.ListTopics, apb.ListTopicsRequest())
+        response = self._transport.call(self._stub.ListTopics, apb.ListTopicsRequest())
         return [Topic.from_proto(t) for t in response.topics]
 
     # -- broker state -------------------------------------------------------
 
     def broker_info(self) -> BrokerInfo:
-        info = self._call(self._stub.GetBrokerInfo, apb.GetBrokerInfoRequest())
+        info = self._transport.call(self._stub.GetBrokerInfo, apb.GetBrokerInfoRequest())
         return BrokerInfo(
             broker_name=info.broker_name,
             role=info.role,
@@ -395,15 +388,19 @@ class AdminClient:
 
         ``ha_listen``: where it serves replication as master (default: its --ha-listen).
         """
-        reply = self._call(self._stub.Promote, apb.PromoteRequest(force=force, ha_listen=ha_listen))
+        reply = self._transport.call(
+            self._stub.Promote, apb.PromoteRequest(force=force, ha_listen=ha_listen)
+        )
         return Promotion(reply.role, reply.epoch, reply.epoch_start_offset, reply.ha_address)
 
     def queue_offsets(self, topic: str) -> list[QueueOffsets]:
-        response = self._call(self._stub.GetQueueOffsets, apb.GetQueueOffsetsRequest(topic=topic))
+        response = self._transport.call(
+            self._stub.GetQueueOffsets, apb.GetQueueOffsetsRequest(topic=topic)
+        )
         return [QueueOffsets(q.queue_id, q.min_offset, q.max_offset) for q in response.queues]
 
     def consumer_lag(self, group: str, topic: str) -> ConsumerLag:
-        response = self._call(
+        response = self._transport.call(
             self._stub.GetConsumerLag, apb.GetConsumerLagRequest(group=group, topic=topic)
         )
         queues = tuple(
@@ -415,7 +412,7 @@ class AdminClient:
 
     def list_consumer_groups(self, topic: str = "") -> list[ConsumerGroup]:
         """Groups with offsets or live consumers (only those of ``topic`` if given)."""
-        response = self._call(
+        response = self._transport.call(
             self._stub.ListConsumerGroups, apb.ListConsumerGroupsRequest(topic=topic)
         )
         return [
@@ -426,7 +423,7 @@ class AdminClient:
     def describe_consumer_group(self, group: str, topic: str = "") -> GroupDescription:
         """Per topic (only ``topic`` if given) and read queue: offsets, lag, deliveries."""
         request = apb.DescribeConsumerGroupRequest(group=group, topic=topic)
-        response = self._call(self._stub.DescribeConsumerGroup, request)
+        response = self._transport.call(self._stub.DescribeConsumerGroup, request)
         return GroupDescription(
             group=response.group,
             topics=tuple(
@@ -483,20 +480,20 @@ class AdminClient:
             dry_run=dry_run,
             force=force,
         )
-        response = self._call(self._stub.ResetConsumerGroupOffsets, request)
+        response = self._transport.call(self._stub.ResetConsumerGroupOffsets, request)
         return [QueueReset(q.queue_id, q.old_offset, q.new_offset) for q in response.queues]
 
     def delete_consumer_group(self, group: str, *, force: bool = False) -> DeletedGroup:
         """Forget the group's offsets and deliveries in flight (NotFound if it has none)."""
         request = apb.DeleteConsumerGroupRequest(group=group, force=force)
-        response = self._call(self._stub.DeleteConsumerGroup, request)
+        response = self._transport.call(self._stub.DeleteConsumerGroup, request)
         return DeletedGroup(tuple(response.topics), response.kept_dlq_topic)
 
     # -- look-ups -----------------------------------------------------------
 
     def lookup_message(self, topic: str, message_id: str) -> StoredMessage:
         """The message with this ID (as producers and consumers see it)."""
-        response = self._call(
+        response = self._transport.call(
             self._stub.LookupMessage, apb.LookupMessageRequest(topic=topic, message_id=message_id)
         )
         return StoredMessage.from_proto(response)
@@ -518,13 +515,13 @@ class AdminClient:
             end_timestamp=end_ms,
             max_messages=max_messages,
         )
-        response = self._call(self._stub.QueryMessagesByKey, request)
+        response = self._transport.call(self._stub.QueryMessagesByKey, request)
         return [StoredMessage.from_proto(m) for m in response.messages]
 
     def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The first queue offset stored at or after ``timestamp_ms`` (the max offset if none)."""
         request = apb.GetOffsetByTimeRequest(topic=topic, queue_id=queue_id, timestamp=timestamp_ms)
-        return self._call(self._stub.GetOffsetByTime, request).offset
+        return self._transport.call(self._stub.GetOffsetByTime, request).offset
 
     # -- users and ACLs (super users only where authentication is on) --------
     # Each broker keeps its own: apply them to every broker of a cluster.
@@ -539,36 +536,36 @@ class AdminClient:
             type=apb.SUPER_USER if super_user else apb.NORMAL_USER,
             status=apb.ENABLED if enabled else apb.DISABLED,
         )
-        return self._call(self._stub.ApplyUser, apb.ApplyUserRequest(user=user)).changed
+        return self._transport.call(self._stub.ApplyUser, apb.ApplyUserRequest(user=user)).changed
 
     def delete_user(self, access_key: str) -> bool:
         """Delete the user and its ACL; False if there was no such user."""
         request = apb.DeleteUserRequest(access_key=access_key)
-        return self._call(self._stub.DeleteUser, request).deleted
+        return self._transport.call(self._stub.DeleteUser, request).deleted
 
     def get_user(self, access_key: str) -> UserInfo:
         request = apb.GetUserRequest(access_key=access_key)
-        return UserInfo.from_proto(self._call(self._stub.GetUser, request))
+        return UserInfo.from_proto(self._transport.call(self._stub.GetUser, request))
 
     def list_users(self) -> list[UserInfo]:
-        response = self._call(self._stub.ListUsers, apb.ListUsersRequest())
+        response = self._transport.call(self._stub.ListUsers, apb.ListUsersRequest())
         return [UserInfo.from_proto(user) for user in response.users]
 
     def apply_acl(self, access_key: str, entries: Sequence[AclEntry]) -> bool:
         """Make ``entries`` the user's whole ACL; whether anything changed."""
         acl = apb.Acl(access_key=access_key, entries=[entry.to_proto() for entry in entries])
-        return self._call(self._stub.ApplyAcl, apb.ApplyAclRequest(acl=acl)).changed
+        return self._transport.call(self._stub.ApplyAcl, apb.ApplyAclRequest(acl=acl)).changed
 
     def delete_acl(self, access_key: str) -> bool:
         request = apb.DeleteAclRequest(access_key=access_key)
-        return self._call(self._stub.DeleteAcl, request).deleted
+        return self._transport.call(self._stub.DeleteAcl, request).deleted
 
     def get_acl(self, access_key: str) -> list[AclEntry]:
-        response = self._call(self._stub.GetAcl, apb.GetAclRequest(access_key=access_key))
+        response = self._transport.call(self._stub.GetAcl, apb.GetAclRequest(access_key=access_key))
         return [AclEntry.from_proto(entry) for entry in response.entries]
 
     def list_acls(self) -> dict[str, list[AclEntry]]:
-        response = self._call(self._stub.ListAcls, apb.ListAclsRequest())
+        response = self._transport.call(self._stub.ListAcls, apb.ListAclsRequest())
         return {
             acl.access_key: [AclEntry.from_proto(entry) for entry in acl.entries]
             for acl in response.acls

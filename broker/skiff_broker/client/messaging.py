@@ -14,26 +14,23 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
-import socket
 import time
-import uuid
 from collections.abc import Iterable, Iterator, Sequence
 
-import grpc
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
 
-from .. import __version__
 from ..endpoints import address_of, endpoints_of
 from ..wire import property_names as prop
 from ..wire.compressed_body import CompressedBodyError, inflate
-from .channels import ClientTls, channel
+from .channels import ClientTls
 from .credentials import Credentials
-from .errors import MessagingError, from_rpc_error
+from .errors import MessagingError
 from .message_id import new_message_id
+from .transport import PendingCall, Transport
 
 log = logging.getLogger(__name__)
 
@@ -137,34 +134,19 @@ class MessagingClient:
         """``tls``: how to connect (default: SKIFF_TLS settings of the command, or plaintext);
         ``credentials`` sign every request (needed where the broker enables auth)."""
         self.endpoint = endpoint
-        self._timeout = timeout
-        self._client_id = f"{socket.gethostname()}@skiff-cli@{uuid.uuid4().hex[:12]}"
-        self._channel = channel(
-            endpoint,
-            tls=tls,
-            credentials=credentials,
-            options=[("grpc.max_receive_message_length", -1)],
+        self._transport = Transport(
+            endpoint, client_kind="skiff-cli", timeout=timeout, tls=tls, credentials=credentials
         )
-        self._stub = service_pb2_grpc.MessagingServiceStub(self._channel)
+        self._stub = service_pb2_grpc.MessagingServiceStub(self._transport.channel)
 
     def close(self) -> None:
-        self._channel.close()
+        self._transport.close()
 
     def __enter__(self) -> MessagingClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _metadata(self) -> list[tuple[str, str]]:
-        # The headers every RocketMQ 5 client sends; brokers use the client ID.
-        return [
-            ("x-mq-client-id", self._client_id),
-            ("x-mq-protocol", "GRPC_V2"),
-            ("x-mq-language", "PYTHON"),
-            ("x-mq-client-version", __version__),
-            ("x-mq-request-id", str(uuid.uuid4())),
-        ]
 
     # -- routes -------------------------------------------------------------
 
@@ -176,12 +158,7 @@ class MessagingClient:
         request = spb.QueryRouteRequest(
             topic=pb.Resource(name=topic), endpoints=endpoints_of(self.endpoint)
         )
-        try:
-            response = self._stub.QueryRoute(
-                request, timeout=self._timeout, metadata=self._metadata()
-            )
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc, self.endpoint) from None
+        response = self._transport.call(self._stub.QueryRoute, request)
         _check(response.status)
         groups: dict[str, str] = {}
         for queue in response.message_queues:
@@ -196,13 +173,7 @@ class MessagingClient:
         """Send messages of one topic in one request (the broker puts them in one queue,
         in order); raises if any is refused."""
         request = spb.SendMessageRequest(messages=[self._to_proto(m) for m in messages])
-        try:
-            response = self._stub.SendMessage(
-                request, timeout=self._timeout, metadata=self._metadata()
-            )
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc, self.endpoint) from None
-        return self._receipts(response)
+        return self._receipts(self._transport.call(self._stub.SendMessage, request))
 
     def send_each(
         self, messages: Iterable[OutgoingMessage], *, in_flight: int = 64
@@ -213,21 +184,15 @@ class MessagingClient:
         Receipts come in the order of ``messages``; the first refusal raises. Messages
         may be stored out of order: use :meth:`send` for a message group.
         """
-        pending: collections.deque[grpc.Future] = collections.deque()
+        pending: collections.deque[PendingCall] = collections.deque()
         try:
             for message in messages:
                 request = spb.SendMessageRequest(messages=[self._to_proto(message)])
-                pending.append(
-                    self._stub.SendMessage.future(
-                        request, timeout=self._timeout, metadata=self._metadata()
-                    )
-                )
+                pending.append(self._transport.start(self._stub.SendMessage, request))
                 if len(pending) >= in_flight:
                     yield from self._receipts(pending.popleft().result())
             while pending:
                 yield from self._receipts(pending.popleft().result())
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc, self.endpoint) from None
         finally:
             for future in pending:
                 future.cancel()
@@ -293,17 +258,15 @@ class MessagingClient:
         )
         received: list[ReceivedMessage] = []
         status = None
-        try:
-            for frame in self._stub.ReceiveMessage(
-                request, timeout=poll_ms / 1000 + self._timeout, metadata=self._metadata()
-            ):
-                content = frame.WhichOneof("content")
-                if content == "status":
-                    status = frame.status
-                elif content == "message":
-                    received.append(self._from_proto(frame.message))
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc, self.endpoint) from None
+        frames = self._transport.stream(
+            self._stub.ReceiveMessage, request, timeout=poll_ms / 1000 + self._transport.timeout
+        )
+        for frame in frames:
+            content = frame.WhichOneof("content")
+            if content == "status":
+                status = frame.status
+            elif content == "message":
+                received.append(self._from_proto(frame.message))
         if status is not None and status.code != pb.Code.MESSAGE_NOT_FOUND:
             _check(status)
         return received
@@ -329,12 +292,7 @@ class MessagingClient:
                 for m in messages
             ],
         )
-        try:
-            response = self._stub.AckMessage(
-                request, timeout=self._timeout, metadata=self._metadata()
-            )
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc, self.endpoint) from None
+        response = self._transport.call(self._stub.AckMessage, request)
         for entry in response.entries:
             _check(entry.status)
         _check(response.status)

@@ -33,10 +33,8 @@ import asyncio
 import collections
 import dataclasses
 import time
-import uuid
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -44,25 +42,24 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
 
-from .. import __version__
 from ..endpoints import address_of, endpoints_of
 from ..records.v1 import records_pb2 as rpb
 from ..records.v1 import records_pb2_grpc
 from ..wire import property_names as prop
 from ..wire.properties import encode_properties, id_only_properties
-from .channels import ClientTls, aio_channel, current_tls
-from .credentials import Credentials, signing_interceptors
+from .channels import ClientTls
+from .credentials import Credentials
 from .errors import (
     BrokerError,
     BrokerUnavailable,
     InvalidArgument,
     MessagingError,
     SkiffError,
-    from_rpc_error,
 )
 from .message_id import new_message_id
 from .messaging import SendReceipt
 from .records import encode_record, topic_field
+from .transport import AioTransport
 
 __all__ = ["BatchingProducer", "ProducerClosed", "ProducerStats", "SendReceipt"]
 
@@ -167,24 +164,12 @@ class _Batch:
 
 
 class _Connection:
-    def __init__(
-        self,
-        endpoint: str,
-        interceptors: Sequence[grpc.aio.ClientInterceptor],
-        tls: ClientTls | None,
-    ) -> None:
+    """One broker the producer sends to, over its transport's channel to it."""
+
+    def __init__(self, endpoint: str, channel: grpc.aio.Channel) -> None:
         self.endpoint = endpoint
-        self.channel = aio_channel(
-            endpoint,
-            tls=tls,
-            options=[
-                ("grpc.max_send_message_length", -1),
-                ("grpc.max_receive_message_length", -1),
-            ],
-            interceptors=list(interceptors) or None,
-        )
-        self.stub = service_pb2_grpc.MessagingServiceStub(self.channel)
-        self.records = records_pb2_grpc.RecordServiceStub(self.channel)
+        self.stub = service_pb2_grpc.MessagingServiceStub(channel)
+        self.records = records_pb2_grpc.RecordServiceStub(channel)
         # Until the broker says it has no record API (it is not Skiff).
         self.appends = True
 
@@ -259,13 +244,17 @@ class BatchingProducer:
         self._batch_max_messages = batch_max_messages
         self._batch_max_bytes = batch_max_bytes
         self._max_in_flight = max_in_flight_requests
-        self._timeout = request_timeout_s
         self._namespace = namespace
-        # ``credentials`` sign every request (needed where the broker enables auth).
-        self._interceptors = (*interceptors, *signing_interceptors(credentials))
-        # Every broker the producer reaches is connected to the same way.
-        self._tls = tls if tls is not None else current_tls()
-        self._client_id = f"skiff-producer@{uuid.uuid4().hex[:16]}"
+        # Every broker the producer reaches is connected to the same way; ``credentials``
+        # sign every request (needed where the broker enables auth).
+        self._transport = AioTransport(
+            client_kind="skiff-producer",
+            timeout=request_timeout_s,
+            tls=tls,
+            credentials=credentials,
+            namespace=namespace,
+            interceptors=interceptors,
+        )
 
         self._open: dict[BatchKey, _Batch] = {}
         # Callers that found their batch full, in call order per key.
@@ -439,9 +428,8 @@ class BatchingProducer:
         self._waiting.clear()  # only callers that were cancelled while waiting
         for lookup in self._route_lookups.values():
             lookup.cancel()
-        for connection in self._connections.values():
-            await connection.channel.close()
         self._connections.clear()
+        await self._transport.close()
 
     def stats(self) -> ProducerStats:
         return ProducerStats(
@@ -540,8 +528,8 @@ class BatchingProducer:
             connection = await self._connection_for(batch.key)
             if not batch.key[1] and connection.appends and await self._append(connection, batch):
                 return
-            response = await self._call(
-                connection, connection.stub.SendMessage, self._request_of(batch)
+            response = await self._transport.call(
+                connection.endpoint, connection.stub.SendMessage, self._request_of(batch)
             )
             self._settle(batch, response)
         except BaseException as exc:
@@ -575,7 +563,9 @@ class BatchingProducer:
             ),
         )
         try:
-            response = await self._call(connection, connection.records.Append, request)
+            response = await self._transport.call(
+                connection.endpoint, connection.records.Append, request
+            )
         except InvalidArgument:
             if len(batch.items) == 1:
                 raise
@@ -693,7 +683,9 @@ class BatchingProducer:
             topic=pb.Resource(name=topic, resource_namespace=self._namespace),
             endpoints=endpoints_of(self.endpoint),
         )
-        response = await self._call(bootstrap, bootstrap.stub.QueryRoute, request)
+        response = await self._transport.call(
+            bootstrap.endpoint, bootstrap.stub.QueryRoute, request
+        )
         if response.status.code not in _SUCCESS:
             raise _status_error(response.status)
         writable: list[str] = []
@@ -713,27 +705,6 @@ class BatchingProducer:
         connection = self._connections.get(endpoint)
         if connection is None:
             connection = self._connections[endpoint] = _Connection(
-                endpoint, self._interceptors, self._tls
+                endpoint, self._transport.channel(endpoint)
             )
         return connection
-
-    def _metadata(self) -> tuple[tuple[str, str], ...]:
-        # The headers every RocketMQ 5 client sends; brokers key clients by the ID.
-        return (
-            ("x-mq-client-id", self._client_id),
-            ("x-mq-protocol", "GRPC_V2"),
-            ("x-mq-language", "PYTHON"),
-            ("x-mq-client-version", __version__),
-            ("x-mq-namespace", self._namespace),
-            ("x-mq-request-id", str(uuid.uuid4())),
-        )
-
-    async def _call(self, connection: _Connection, method: Callable, request: object) -> Any:
-        try:
-            return await method(request, timeout=self._timeout, metadata=self._metadata())
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() is grpc.StatusCode.UNAVAILABLE:
-                raise BrokerUnavailable(
-                    f"cannot reach the broker at {connection.endpoint} ({exc.details()})"
-                ) from exc
-            raise from_rpc_error(exc, connection.endpoint) from exc

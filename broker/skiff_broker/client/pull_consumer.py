@@ -18,26 +18,23 @@ from __future__ import annotations
 import dataclasses
 import enum
 import logging
-import socket
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
 
-from .. import __version__
 from ..endpoints import address_of, endpoints_of
 from ..records.v1 import records_pb2 as rpb
 from ..records.v1 import records_pb2_grpc
 from ..wire.tag_expression import parse_tag_expression
-from .channels import ClientTls, channel
+from .channels import ClientTls
 from .credentials import Credentials
-from .errors import BrokerError, MessagingError, from_rpc_error
+from .errors import BrokerError, MessagingError
 from .messaging import _timestamp
 from .records import CorruptRecords, PulledMessage, decode_records
+from .transport import PendingCall, Transport
 
 __all__ = [
     "DataLost",
@@ -116,25 +113,6 @@ def _status_error(status: pb.Status) -> MessagingError:
     return MessagingError(status.code, name, status.message or name)
 
 
-class _PendingFetch:
-    """A Fetch under way: call it to wait for the response, or cancel it."""
-
-    __slots__ = ("_call", "_endpoint")
-
-    def __init__(self, call: grpc.Future, endpoint: str) -> None:
-        self._call = call
-        self._endpoint = endpoint
-
-    def __call__(self) -> rpb.FetchResponse:
-        try:
-            return self._call.result()
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc, self._endpoint) from None
-
-    def cancel(self) -> None:
-        self._call.cancel()
-
-
 class PullConsumer:
     """``with PullConsumer("127.0.0.1:8081") as consumer: consumer.pull("orders", 0, 0)``.
 
@@ -157,37 +135,27 @@ class PullConsumer:
         self.endpoint = endpoint
         self._check_crc = check_crc
         self.group = group
-        self._timeout = timeout
         self._namespace = namespace
-        self._client_id = f"{socket.gethostname()}@skiff-pull@{uuid.uuid4().hex[:12]}"
         # ``credentials`` sign every request (needed where the broker enables auth).
-        self._channel = channel(
+        self._transport = Transport(
             endpoint,
+            client_kind="skiff-pull",
+            timeout=timeout,
             tls=tls,
             credentials=credentials,
-            options=[("grpc.max_receive_message_length", -1)],
+            namespace=namespace,
         )
-        self._stub = service_pb2_grpc.MessagingServiceStub(self._channel)
-        self._records = records_pb2_grpc.RecordServiceStub(self._channel)
+        self._stub = service_pb2_grpc.MessagingServiceStub(self._transport.channel)
+        self._records = records_pb2_grpc.RecordServiceStub(self._transport.channel)
 
     def close(self) -> None:
-        self._channel.close()
+        self._transport.close()
 
     def __enter__(self) -> PullConsumer:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _metadata(self) -> list[tuple[str, str]]:
-        return [
-            ("x-mq-client-id", self._client_id),
-            ("x-mq-protocol", "GRPC_V2"),
-            ("x-mq-language", "PYTHON"),
-            ("x-mq-client-version", __version__),
-            ("x-mq-namespace", self._namespace),
-            ("x-mq-request-id", str(uuid.uuid4())),
-        ]
 
     def _resource(self, name: str) -> pb.Resource:
         return pb.Resource(name=name, resource_namespace=self._namespace)
@@ -196,10 +164,7 @@ class PullConsumer:
         return pb.MessageQueue(topic=self._resource(topic), id=queue_id)
 
     def _unary(self, method: Callable[..., Any], request: object) -> Any:
-        try:
-            response = method(request, timeout=self._timeout, metadata=self._metadata())
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc, self.endpoint) from None
+        response = self._transport.call(method, request)
         if response.status.code != pb.Code.OK:
             raise _status_error(response.status)
         return response
@@ -313,7 +278,9 @@ class PullConsumer:
         request until one arrives or the time is up (long polling).
         """
         tags = parse_tag_expression(tag_expression)
-        response = self._fetch(topic, queue_id, offset, max_messages, max_bytes, wait_s, tags)()
+        response = self._fetch(
+            topic, queue_id, offset, max_messages, max_bytes, wait_s, tags
+        ).result()
         return self._result(response, topic, queue_id, offset, tags)
 
     def _fetch(
@@ -325,8 +292,8 @@ class PullConsumer:
         max_bytes: int = DEFAULT_MAX_BYTES,
         wait_s: float = 0.0,
         tags: frozenset[str] | None = None,
-    ) -> _PendingFetch:
-        """Start a fetch; calling what is returned waits for its response."""
+    ) -> PendingCall:
+        """Start a fetch; ``result()`` of what is returned waits for its response."""
         if not 0 < max_messages <= MAX_BATCH_SIZE:
             raise ValueError(f"max_messages must be 1 to {MAX_BATCH_SIZE}")
         if offset < 0:
@@ -342,10 +309,9 @@ class PullConsumer:
             wait_ms=int(wait_s * 1000),
         )
         # gRPC carries the call on its own threads; nothing here waits for it.
-        call = self._records.Fetch.future(
-            request, timeout=wait_s + self._timeout, metadata=self._metadata()
+        return self._transport.start(
+            self._records.Fetch, request, timeout=wait_s + self._transport.timeout
         )
-        return _PendingFetch(call, self.endpoint)
 
     def _result(
         self,
@@ -403,14 +369,14 @@ class PullConsumer:
             return
         batch_size = max(1, min(batch_size, MAX_BATCH_SIZE))
 
-        def pull_from(offset: int) -> _PendingFetch:
+        def pull_from(offset: int) -> PendingCall:
             return self._fetch(topic, queue_id, offset, min(batch_size, end - offset))
 
         offset = start
-        pending: _PendingFetch | None = pull_from(offset)
+        pending: PendingCall | None = pull_from(offset)
         try:
             while pending is not None:
-                response = pending()
+                response = pending.result()
                 if response.result == rpb.FetchResponse.FOUND and response.next_offset < end:
                     # The next fetch travels while this one is decoded.
                     pending = pull_from(response.next_offset)

@@ -6,7 +6,7 @@ a stopping broker never turns SERVING again. The overall status (service ``""``)
 ``apache.rocketmq.v2.MessagingService``'s are always the same.
 
 Probes carry no request signature, so the authentication gate lets this service
-(and only it) through; it tells nothing but that status.
+(and only it, named in ``rpc.health_service``) through; it tells nothing but that status.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio
 from rocketmq.grpc_protocol import service_pb2 as spb
 
-HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 MESSAGING_SERVICE = spb.DESCRIPTOR.services_by_name["MessagingService"].full_name
 _REPORTED = ("", MESSAGING_SERVICE)
 

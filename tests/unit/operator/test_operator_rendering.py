@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from skiff_broker.auth.model import parse_user_spec
-from skiff_operator.admin_access import auth_enabled, credentials_from_secret
+from skiff_operator.admin_access import credentials_from_secret
 from skiff_operator.broker_spec import BrokerSpec
 from skiff_operator.naming import group_suffix
 from skiff_operator.rendering import (
@@ -251,7 +251,7 @@ def test_the_replication_secret_is_random_owned_by_the_broker_and_long_enough() 
 
 
 def test_auth_is_on_by_default_with_the_super_user_from_the_admin_secret() -> None:
-    assert auth_enabled({}) and BrokerSpec.from_manifest({}).auth.enabled
+    assert BrokerSpec.from_manifest({}).auth.enabled
     for group in render_broker(spec(groups=2), BROKER):
         assert group.config_map["data"]["SKIFF_AUTH"] == "enabled"
         # The super user is in no ConfigMap: the pods read it from the Secret.
@@ -266,7 +266,7 @@ def test_auth_is_on_by_default_with_the_super_user_from_the_admin_secret() -> No
 
 def test_a_broker_with_auth_off_renders_no_auth_settings() -> None:
     off = spec(auth={"enabled": False})
-    assert not auth_enabled({"auth": {"enabled": False}})
+    assert not BrokerSpec.from_manifest({"auth": {"enabled": False}}).auth.enabled
     for group in render_broker(off, BROKER):
         assert not any(key.startswith("SKIFF_AUTH") for key in group.config_map["data"])
         (container,) = group.stateful_set["spec"]["template"]["spec"]["containers"]
