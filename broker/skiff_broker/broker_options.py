@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import functools
 import os
 import typing
 from collections.abc import Callable, Iterator
@@ -51,9 +50,8 @@ def written_size(size: int) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Setting:
-    """One declared field: where it lives and how users give it."""
+    """One declared field and how users give it."""
 
-    config: type
     field: dataclasses.Field
     # The field's type, resolved from its annotation.
     kind: Any
@@ -69,15 +67,20 @@ class Setting:
         return field_default(self.field)
 
 
-def settings(config: type = BrokerConfig) -> Iterator[Setting]:
-    """Every declared field of ``config`` and of the configs nested in it, in field order."""
+def _fields(config: type) -> Iterator[tuple[dataclasses.Field, Any, Option | None]]:
+    """Each field of ``config`` with its resolved type and its declared option, if any."""
     kinds = typing.get_type_hints(config)
     for field in dataclasses.fields(config):
-        option = declared_option(field)
+        yield field, kinds[field.name], declared_option(field)
+
+
+def settings(config: type = BrokerConfig) -> Iterator[Setting]:
+    """Every declared field of ``config`` and of the configs nested in it, in field order."""
+    for field, kind, option in _fields(config):
         if option is not None:
-            yield Setting(config, field, kinds[field.name], option)
-        elif dataclasses.is_dataclass(kinds[field.name]):
-            yield from settings(kinds[field.name])
+            yield Setting(field, kind, option)
+        elif dataclasses.is_dataclass(kind):
+            yield from settings(kind)
 
 
 def option_arguments(setting: Setting) -> tuple[list[str], dict[str, Any]]:
@@ -151,19 +154,16 @@ def with_broker_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 def broker_config(values: dict[str, Any], config: type = BrokerConfig) -> Any:
     """``config`` (and the configs nested in it) from the options click parsed."""
-    kinds = typing.get_type_hints(config)
     given: dict[str, Any] = {}
-    for field in dataclasses.fields(config):
-        option = declared_option(field)
+    for field, kind, option in _fields(config):
         if option is not None:
-            setting = Setting(config, field, kinds[field.name], option)
+            setting = Setting(field, kind, option)
             given[field.name] = field_value(setting, values[setting.param])
-        elif dataclasses.is_dataclass(kinds[field.name]):
-            given[field.name] = broker_config(values, kinds[field.name])
+        elif dataclasses.is_dataclass(kind):
+            given[field.name] = broker_config(values, kind)
     return config(**given)
 
 
-@functools.cache
 def declared(config: type, field_name: str) -> Option:
     """The option declared on ``config``'s field, for commands that reuse its name."""
     (field,) = [f for f in dataclasses.fields(config) if f.name == field_name]
