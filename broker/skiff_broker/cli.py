@@ -6,50 +6,23 @@ import json
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from . import __version__
+from .broker_options import ByteSize, broker_config, declared, with_broker_options
 from .commands import register as register_client_commands
 from .config import BrokerConfig
 from .logs import configure_logging
 from .port_check import PortUnavailable, check_can_listen
-from .store.config import (
-    LAPTOP_COMMIT_LOG_FILE_SIZE,
-    LAPTOP_INDEX_FILE_ENTRIES,
-    FlushType,
-    StoreConfig,
-)
+from .store.config import StoreConfig
 
 if TYPE_CHECKING:
     from .server.app import BrokerServer
     from .store.store_check import CheckOutcome, RepairOutcome
 
 log = logging.getLogger("skiff")
-
-_SIZE_SUFFIXES = {"k": 1024, "m": 1024**2, "g": 1024**3}
-
-
-class ByteSize(click.ParamType):
-    """``1073741824``, ``1g``, ``256m`` or ``64k``."""
-
-    name = "size"
-
-    def convert(self, value, param, ctx):  # type: ignore[no-untyped-def]
-        if isinstance(value, int):
-            return value
-        text = str(value).strip().lower().removesuffix("ib").removesuffix("b")
-        factor = _SIZE_SUFFIXES.get(text[-1:], 1)
-        number = text[:-1] if text[-1:] in _SIZE_SUFFIXES else text
-        try:
-            return int(float(number) * factor)
-        except ValueError:
-            self.fail(f"{value!r} is not a size like 1g, 256m or 65536", param, ctx)
-
-
-# Defaults the options take from the config objects, not from literals of their own.
-_BROKER_DEFAULTS = BrokerConfig(store=StoreConfig(data_dir=""))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -67,444 +40,14 @@ def main(log_level: str) -> None:
 
 
 @main.command()
-@click.option(
-    "--data-dir",
-    envvar="SKIFF_DATA_DIR",
-    default="./skiff-data",
-    show_default=True,
-    type=click.Path(file_okay=False),
-    help="Where the commit log, queues, index and config live.",
-)
-@click.option(
-    "--listen",
-    envvar="SKIFF_LISTEN",
-    default="127.0.0.1:8081",
-    show_default=True,
-    help="gRPC address (HOST:PORT; port 0 picks a free one). Clients on other hosts "
-    "need an address they can reach, e.g. 0.0.0.0:8081.",
-)
-@click.option(
-    "--metrics-listen",
-    envvar="SKIFF_METRICS_LISTEN",
-    default="127.0.0.1:5557",
-    show_default=True,
-    help="Where to serve Prometheus metrics at /metrics (HOST:PORT; port 0 picks a free "
-    "one; empty: no endpoint). 5557 is RocketMQ 5's metrics port.",
-)
-@click.option(
-    "--advertise",
-    envvar="SKIFF_ADVERTISE",
-    default="",
-    help="HOST:PORT given to clients in routes (default: the address they connected to).",
-)
-@click.option("--broker-name", envvar="SKIFF_BROKER_NAME", default="broker-a", show_default=True)
-@click.option(
-    "--flush-type",
-    envvar="SKIFF_FLUSH_TYPE",
-    type=click.Choice([t.value for t in FlushType]),
-    default=FlushType.ASYNC_FLUSH.value,
-    show_default=True,
-    help="SYNC_FLUSH acknowledges a write once it is on disk (group commit).",
-)
-@click.option(
-    "--transient-store-pool/--no-transient-store-pool",
-    envvar="SKIFF_TRANSIENT_STORE_POOL",
-    default=False,
-    show_default=True,
-    help="Append into memory buffers committed to the file in the background (ASYNC_FLUSH).",
-)
-@click.option(
-    "--commit-log-file-size",
-    envvar="SKIFF_COMMIT_LOG_FILE_SIZE",
-    type=ByteSize(),
-    default=LAPTOP_COMMIT_LOG_FILE_SIZE,
-    show_default="64m",
-    help="Size of each pre-allocated commit-log segment (RocketMQ's mappedFileSizeCommitLog; "
-    "its production size, 1g, is what the operator sets). A store keeps the size it was "
-    "made with.",
-)
-@click.option(
-    "--max-message-size",
-    envvar="SKIFF_MAX_MESSAGE_SIZE",
-    type=ByteSize(),
-    default="4m",
-    show_default=True,
-)
-@click.option(
-    "--consume-queue-file-entries",
-    envvar="SKIFF_CONSUME_QUEUE_FILE_ENTRIES",
-    type=click.IntRange(min=1),
-    default=300_000,
-    show_default=True,
-    help="Entries (20 bytes each) in each consume-queue file, made per queue on its first "
-    "message (RocketMQ's mappedFileSizeConsumeQueue / 20).",
-)
-@click.option(
-    "--index-file-entries",
-    envvar="SKIFF_INDEX_FILE_ENTRIES",
-    type=click.IntRange(min=4),
-    default=LAPTOP_INDEX_FILE_ENTRIES,
-    show_default=True,
-    help="Keys in each pre-allocated index file, 20 bytes each (RocketMQ's maxIndexNum; its "
-    "production size, 20000000, is what the operator sets).",
-)
-@click.option(
-    "--index-hash-slots",
-    envvar="SKIFF_INDEX_HASH_SLOTS",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default="a quarter of --index-file-entries",
-    help="Hash slots (4 bytes each) in each index file (RocketMQ's maxHashSlotNum).",
-)
-@click.option(
-    "--file-reserved-hours",
-    envvar="SKIFF_FILE_RESERVED_HOURS",
-    type=float,
-    default=72.0,
-    show_default=True,
-    help="Delete commit-log segments older than this.",
-)
-@click.option(
-    "--clean-file-forcibly/--no-clean-file-forcibly",
-    envvar="SKIFF_CLEAN_FILE_FORCIBLY",
-    default=True,
-    show_default=True,
-    help=(
-        "When the disk passes 85% use, delete the oldest segments even if unexpired and "
-        "unconsumed (logged per topic as a WARNING); off keeps them and refuses writes "
-        "(DISK_FULL) past 90% (RocketMQ's cleanFileForciblyEnable)."
-    ),
-)
-@click.option(
-    "--delete-when",
-    envvar="SKIFF_DELETE_WHEN",
-    default="04",
-    show_default=True,
-    help="Hours at which old segments are deleted, e.g. 04 or 04;16.",
-)
-@click.option(
-    "--sync-flush-timeout",
-    envvar="SKIFF_SYNC_FLUSH_TIMEOUT",
-    type=float,
-    default=5.0,
-    show_default=True,
-    help="Seconds a SYNC_FLUSH write waits for the disk before FLUSH_DISK_TIMEOUT.",
-)
-@click.option(
-    "--auto-create-topics/--no-auto-create-topics",
-    envvar="SKIFF_AUTO_CREATE_TOPICS",
-    default=False,
-    show_default=True,
-    help="Create unknown topics on first use instead of answering TOPIC_NOT_FOUND.",
-)
-@click.option(
-    "--default-read-queues",
-    envvar="SKIFF_DEFAULT_READ_QUEUES",
-    type=click.IntRange(1, 1024),
-    default=_BROKER_DEFAULTS.default_read_queues,
-    show_default=True,
-    help="Read queues of a topic created without counts (--auto-create-topics; RocketMQ's "
-    "defaultTopicQueueNums).",
-)
-@click.option(
-    "--default-write-queues",
-    envvar="SKIFF_DEFAULT_WRITE_QUEUES",
-    type=click.IntRange(1, 1024),
-    default=_BROKER_DEFAULTS.default_write_queues,
-    show_default=True,
-    help="Write queues of a topic created without counts.",
-)
-@click.option(
-    "--max-delivery-attempts",
-    envvar="SKIFF_MAX_DELIVERY_ATTEMPTS",
-    type=click.IntRange(1),
-    default=17,
-    show_default=True,
-    help="Deliveries of a message before it goes to %DLQ%<group>.",
-)
-@click.option(
-    "--transaction-check-interval",
-    envvar="SKIFF_TRANSACTION_CHECK_INTERVAL",
-    type=click.FloatRange(0, min_open=True),
-    default=30.0,
-    show_default=True,
-    help="Seconds between asks to a producer about an unresolved transaction.",
-)
-@click.option(
-    "--transaction-timeout",
-    envvar="SKIFF_TRANSACTION_TIMEOUT",
-    type=click.FloatRange(0),
-    default=6.0,
-    show_default=True,
-    help="Seconds an unresolved transaction waits before its producer is asked.",
-)
-@click.option(
-    "--transaction-check-max",
-    envvar="SKIFF_TRANSACTION_CHECK_MAX",
-    type=click.IntRange(0),
-    default=15,
-    show_default=True,
-    help="Asks about one transaction before it is rolled back.",
-)
-@click.option(
-    "--role",
-    envvar="SKIFF_ROLE",
-    type=click.Choice(["MASTER", "REPLICA", "AUTO", "LEASE"], case_sensitive=False),
-    default="MASTER",
-    show_default=True,
-    help="AUTO: MASTER for StatefulSet ordinal 0 (SKIFF_POD_NAME or HOSTNAME), else REPLICA. "
-    "LEASE: the holder of the group's Kubernetes Lease is the master.",
-)
-@click.option(
-    "--cluster",
-    "cluster_name",
-    envvar="SKIFF_CLUSTER",
-    default="",
-    help="The cluster (Broker resource) this group belongs to; its groups' Leases carry it.",
-)
-@click.option(
-    "--namespace",
-    envvar="SKIFF_NAMESPACE",
-    default="",
-    help="Kubernetes namespace of the group's Lease (--role LEASE).",
-)
-@click.option(
-    "--pod-name",
-    envvar="SKIFF_POD_NAME",
-    default="",
-    help="This broker's pod (default: HOSTNAME); the Lease's holder identity.",
-)
-@click.option(
-    "--kubeconfig",
-    envvar="SKIFF_KUBECONFIG",
-    default="",
-    help="A kubeconfig to reach the API server with (default: the pod's service account).",
-)
-@click.option(
-    "--lease-duration",
-    envvar="SKIFF_LEASE_DURATION",
-    type=click.IntRange(3),
-    default=15,
-    show_default=True,
-    help="Seconds a Lease not renewed stays with its holder; the holder stops "
-    "acknowledging writes after 2/3 of it.",
-)
-@click.option(
-    "--ha-advertise",
-    envvar="SKIFF_HA_ADVERTISE",
-    default="",
-    help="HOST:PORT replicas reach this broker's replication at when it is master "
-    "(default: the --ha-listen address).",
-)
-@click.option(
-    "--cluster-peers",
-    envvar="SKIFF_CLUSTER_PEERS",
-    default="",
-    help="Other groups' client endpoints (HOST:PORT,HOST:PORT) outside Kubernetes; routes "
-    "include the topic's queues on them.",
-)
-@click.option(
-    "--external-listen",
-    envvar="SKIFF_EXTERNAL_LISTEN",
-    default="",
-    help="A second client address; clients connecting there get the groups' external "
-    "addresses (the <cluster>-endpoints ConfigMap) in routes.",
-)
-@click.option(
-    "--master-address",
-    envvar="SKIFF_MASTER_ADDRESS",
-    default="",
-    help="A replica's master: HOST:PORT of the master's --ha-listen.",
-)
-@click.option(
-    "--ha-listen",
-    envvar="SKIFF_HA_LISTEN",
-    default="",
-    help="Where a master serves replication (HOST:PORT; port 0 picks a free one). A MASTER "
-    "serves none without it; other roles default to 0.0.0.0:10912.",
-)
-@click.option(
-    "--ha-secret-file",
-    envvar="SKIFF_HA_SECRET_FILE",
-    default="",
-    type=click.Path(dir_okay=False),
-    help="File holding the group's replication secret (the same on every broker of the "
-    "group; make one with: head -c 32 /dev/urandom | base64 > ha.secret). Without it "
-    "the secret is read from SKIFF_HA_SECRET. Needed whenever replication is on.",
-)
-@click.option(
-    "--replication-mode",
-    envvar="SKIFF_REPLICATION_MODE",
-    type=click.Choice(["ASYNC", "SYNC"], case_sensitive=False),
-    default="ASYNC",
-    show_default=True,
-    help="SYNC acknowledges a write once --sync-replicas in-sync replicas hold it.",
-)
-@click.option(
-    "--sync-replicas",
-    envvar="SKIFF_SYNC_REPLICAS",
-    type=click.IntRange(1),
-    default=1,
-    show_default=True,
-    help="In-sync replicas that must hold a write before a SYNC acknowledgement.",
-)
-@click.option(
-    "--ha-max-gap",
-    envvar="SKIFF_HA_MAX_GAP",
-    type=ByteSize(),
-    default="256m",
-    show_default=True,
-    help="A replica further behind than this is out of sync.",
-)
-@click.option(
-    "--sync-replication-timeout",
-    envvar="SKIFF_SYNC_REPLICATION_TIMEOUT",
-    type=click.FloatRange(0, min_open=True),
-    default=5.0,
-    show_default=True,
-    help="Seconds a SYNC write waits for replicas before SLAVE_PERSISTENCE_TIMEOUT.",
-)
-@click.option(
-    "--ha-heartbeat-interval",
-    envvar="SKIFF_HA_HEARTBEAT_INTERVAL",
-    type=click.FloatRange(0, min_open=True),
-    default=5.0,
-    show_default=True,
-    help="Seconds between heartbeats on an idle replication connection.",
-)
-@click.option(
-    "--ha-heartbeat-timeout",
-    envvar="SKIFF_HA_HEARTBEAT_TIMEOUT",
-    type=click.FloatRange(0, min_open=True),
-    default=20.0,
-    show_default=True,
-    help="Seconds without a word before a replication peer is taken for dead.",
-)
-@click.option(
-    "--tls-mode",
-    envvar="SKIFF_TLS_MODE",
-    type=click.Choice(["disabled", "permissive", "enforcing"], case_sensitive=False),
-    default="permissive",
-    show_default=True,
-    help="TLS on the client port(s): permissive serves TLS and plaintext on the same port, "
-    "enforcing only TLS (plaintext connections are closed and logged), disabled only "
-    "plaintext.",
-)
-@click.option(
-    "--tls-cert",
-    envvar="SKIFF_TLS_CERT",
-    default="",
-    help="PEM certificate (chain) for TLS, re-read when it changes; without it the broker "
-    "makes a self-signed one in <data-dir>/tls/.",
-)
-@click.option(
-    "--tls-key",
-    envvar="SKIFF_TLS_KEY",
-    default="",
-    help="PEM private key of --tls-cert, re-read when it changes.",
-)
-@click.option(
-    "--tls-ca",
-    envvar="SKIFF_TLS_CA",
-    default="",
-    help="PEM CA bundle this cluster's brokers trust for each other: calls to other brokers "
-    "use TLS verified against it, and replication runs over mutual TLS (with --tls-cert, "
-    "which must carry the DNS name skiff-broker). Needed with --tls-mode enforcing when "
-    "the broker has peers.",
-)
-@click.option(
-    "--discard-damaged-state",
-    envvar="SKIFF_DISCARD_DAMAGED_STATE",
-    is_flag=True,
-    default=False,
-    help="When a state file under config/ and its .bak are both damaged, start with that "
-    "state empty (the file is kept as <file>.damaged) instead of refusing to start.",
-)
-@click.option(
-    "--auth",
-    "auth_mode",
-    envvar="SKIFF_AUTH",
-    type=click.Choice(["enabled", "disabled"], case_sensitive=False),
-    default="disabled",
-    show_default=True,
-    help="enabled: every request must be signed by a known user (RocketMQ's MQv2-HMAC-SHA1) "
-    "and allowed by its ACL; disabled: requests are served unchecked.",
-)
-@click.option(
-    "--auth-init-user",
-    envvar="SKIFF_AUTH_INIT_USER",
-    default="",
-    help="ACCESS_KEY:SECRET_KEY of a super user created (or reset) at every start, to "
-    "bootstrap users and ACLs (env SKIFF_AUTH_INIT_USER, which keeps it out of `ps`).",
-)
-@click.option(
-    "--auth-clock-skew",
-    envvar="SKIFF_AUTH_CLOCK_SKEW",
-    type=float,
-    default=900.0,
-    show_default=True,
-    help="Seconds a request's signing time may be from the broker's clock.",
-)
-def broker(
-    data_dir: str,
-    listen: str,
-    metrics_listen: str,
-    advertise: str,
-    broker_name: str,
-    flush_type: str,
-    transient_store_pool: bool,
-    commit_log_file_size: int,
-    max_message_size: int,
-    consume_queue_file_entries: int,
-    index_file_entries: int,
-    index_hash_slots: int,
-    file_reserved_hours: float,
-    clean_file_forcibly: bool,
-    delete_when: str,
-    sync_flush_timeout: float,
-    auto_create_topics: bool,
-    default_read_queues: int,
-    default_write_queues: int,
-    max_delivery_attempts: int,
-    transaction_check_interval: float,
-    transaction_timeout: float,
-    transaction_check_max: int,
-    role: str,
-    cluster_name: str,
-    namespace: str,
-    pod_name: str,
-    kubeconfig: str,
-    lease_duration: int,
-    ha_advertise: str,
-    cluster_peers: str,
-    external_listen: str,
-    master_address: str,
-    ha_listen: str,
-    ha_secret_file: str,
-    replication_mode: str,
-    sync_replicas: int,
-    ha_max_gap: int,
-    sync_replication_timeout: float,
-    ha_heartbeat_interval: float,
-    ha_heartbeat_timeout: float,
-    tls_mode: str,
-    tls_cert: str,
-    tls_key: str,
-    tls_ca: str,
-    discard_damaged_state: bool,
-    auth_mode: str,
-    auth_init_user: str,
-    auth_clock_skew: float,
-) -> None:
+@with_broker_options
+def broker(**options: Any) -> None:
     """Run a broker on a local data directory until SIGTERM or Ctrl-C.
 
     A start that fails prints one line saying why and what to do, and exits 1.
     """
     import asyncio
 
-    from .auth.config import AuthConfig
-    from .cluster.config import ClusterConfig
-    from .ha.config import ReplicationConfig, ReplicationMode, Role
     from .ha.epoch_file import EpochFileError
     from .ha.replica_book import ReplicaBookError
     from .ha.role_file import RoleFileError
@@ -512,74 +55,14 @@ def broker(
     from .metadata.state_file import StateFileError
     from .server.app import BrokerServer
     from .store.errors import StoreError
-    from .tls.settings import TlsConfig, TlsMode
 
-    store_config = StoreConfig(
-        data_dir=os.path.abspath(data_dir),
-        flush_type=FlushType(flush_type),
-        transient_store_pool_enable=transient_store_pool,
-        commit_log_file_size=commit_log_file_size,
-        max_message_size=max_message_size,
-        consume_queue_units_per_file=consume_queue_file_entries,
-        max_index_num=index_file_entries,
-        # RocketMQ's proportions unless chosen: a hash slot for every four keys.
-        max_hash_slot_num=index_hash_slots or max(1, index_file_entries // 4),
-        file_reserved_time_hours=file_reserved_hours,
-        clean_file_forcibly_enable=clean_file_forcibly,
-        delete_when=delete_when,
-        sync_flush_timeout=sync_flush_timeout,
-        store_host=advertise or _store_host(listen),
-    )
-    config = BrokerConfig(
-        store=store_config,
-        broker_name=broker_name,
-        listen=listen,
-        metrics_listen=metrics_listen.strip(),
-        advertised_endpoint=advertise,
-        auto_create_topics=auto_create_topics,
-        default_read_queues=default_read_queues,
-        default_write_queues=default_write_queues,
-        max_delivery_attempts=max_delivery_attempts,
-        transaction_check_interval_ms=int(transaction_check_interval * 1000),
-        transaction_timeout_ms=int(transaction_timeout * 1000),
-        transaction_check_max=transaction_check_max,
-        discard_damaged_state=discard_damaged_state,
-        replication=ReplicationConfig(
-            role=Role(role.upper()),
-            master_address=master_address,
-            ha_listen=ha_listen,
-            secret=_ha_secret(ha_secret_file),
-            mode=ReplicationMode(replication_mode.upper()),
-            sync_replicas=sync_replicas,
-            max_gap=ha_max_gap,
-            sync_timeout=sync_replication_timeout,
-            heartbeat_interval=ha_heartbeat_interval,
-            heartbeat_timeout=ha_heartbeat_timeout,
-        ),
-        cluster=ClusterConfig(
-            name=cluster_name,
-            namespace=namespace,
-            pod_name=pod_name or _pod_name(),
-            kubeconfig=kubeconfig,
-            lease_duration_s=lease_duration,
-            ha_advertise=ha_advertise,
-            peers=[p.strip() for p in cluster_peers.split(",") if p.strip()],
-            external_listen=external_listen,
-        ),
-        tls=TlsConfig(
-            mode=TlsMode(tls_mode.lower()),
-            cert_file=os.path.abspath(tls_cert) if tls_cert else "",
-            key_file=os.path.abspath(tls_key) if tls_key else "",
-            ca_file=os.path.abspath(tls_ca) if tls_ca else "",
-        ),
-        auth=AuthConfig(
-            enabled=auth_mode.lower() == "enabled",
-            init_user=auth_init_user,
-            max_clock_skew_s=auth_clock_skew,
-        ),
-    )
+    config: BrokerConfig = broker_config(options)
+    config.replication.secret = _ha_secret(config.replication.secret_file)
+    config.store.store_host = config.advertised_endpoint or _store_host(config.listen)
+    config.metrics_listen = config.metrics_listen.strip()
+    config.cluster.pod_name = config.cluster.pod_name or _pod_name()
     try:
-        config.replication.resolve_role(pod_name or _pod_name())
+        config.replication.resolve_role(config.cluster.pod_name)
         config.validate()
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
@@ -694,17 +177,22 @@ def store() -> None:
     """Inspect a data directory offline."""
 
 
+# The broker's names and default for the same settings.
+_DATA_DIR = declared(StoreConfig, "data_dir")
+_COMMIT_LOG_FILE_SIZE = declared(StoreConfig, "commit_log_file_size")
+
+
 @store.command("check")
 @click.option(
-    "--data-dir",
-    envvar="SKIFF_DATA_DIR",
-    default="./skiff-data",
+    _DATA_DIR.name,
+    envvar=_DATA_DIR.env,
+    default=StoreConfig().data_dir,
     show_default=True,
     type=click.Path(file_okay=False, exists=True),
 )
 @click.option(
-    "--commit-log-file-size",
-    envvar="SKIFF_COMMIT_LOG_FILE_SIZE",
+    _COMMIT_LOG_FILE_SIZE.name,
+    envvar=_COMMIT_LOG_FILE_SIZE.env,
     type=ByteSize(),
     default=None,
     help="Segment size; read from the segment files when left out.",

@@ -1,4 +1,8 @@
-"""Settings of a broker process (its store has its own StoreConfig)."""
+"""Settings of a broker process (its store has its own StoreConfig).
+
+Fields users set are declared with their option and ``SKIFF_*`` variable (wire/setting.py);
+`skiff broker` makes its options from them, so a default here is the command's default.
+"""
 
 from __future__ import annotations
 
@@ -10,25 +14,66 @@ from .ha.config import ReplicationConfig, Role
 from .store.config import StoreConfig
 from .tls.peers import check_peers_can_connect
 from .tls.settings import TlsConfig
+from .wire.setting import option
 
 
 @dataclasses.dataclass(slots=True)
 class BrokerConfig:
     store: StoreConfig
-    broker_name: str = "broker-a"
     # gRPC listen address; 8081 is the RocketMQ 5 proxy's gRPC port. Loopback unless
     # chosen: a broker reachable from other hosts is a decision, not a default.
-    listen: str = "127.0.0.1:8081"
-    # Prometheus /metrics (HOST:PORT; empty: none); 5557 is RocketMQ 5's metrics port.
-    metrics_listen: str = "127.0.0.1:5557"
-    # host:port given to clients in routes; by default the address the client used.
-    advertised_endpoint: str = ""
-    auto_create_topics: bool = False
-    default_read_queues: int = 8
-    default_write_queues: int = 8
-    # A message is delivered at most this many times before it goes to %DLQ%<group>
-    # (RocketMQ: retryMaxTimes 16 + 1).
-    max_delivery_attempts: int = 17
+    listen: str = option(
+        "127.0.0.1:8081",
+        "--listen",
+        "SKIFF_LISTEN",
+        "gRPC address (HOST:PORT; port 0 picks a free one). Clients on other hosts "
+        "need an address they can reach, e.g. 0.0.0.0:8081.",
+    )
+    metrics_listen: str = option(
+        "127.0.0.1:5557",
+        "--metrics-listen",
+        "SKIFF_METRICS_LISTEN",
+        "Where to serve Prometheus metrics at /metrics (HOST:PORT; port 0 picks a free "
+        "one; empty: no endpoint). 5557 is RocketMQ 5's metrics port.",
+    )
+    advertised_endpoint: str = option(
+        "",
+        "--advertise",
+        "SKIFF_ADVERTISE",
+        "HOST:PORT given to clients in routes (default: the address they connected to).",
+    )
+    broker_name: str = option("broker-a", "--broker-name", "SKIFF_BROKER_NAME")
+    auto_create_topics: bool = option(
+        False,
+        "--auto-create-topics",
+        "SKIFF_AUTO_CREATE_TOPICS",
+        "Create unknown topics on first use instead of answering TOPIC_NOT_FOUND.",
+    )
+    default_read_queues: int = option(
+        8,
+        "--default-read-queues",
+        "SKIFF_DEFAULT_READ_QUEUES",
+        "Read queues of a topic created without counts (--auto-create-topics; RocketMQ's "
+        "defaultTopicQueueNums).",
+        minimum=1,
+        maximum=1024,
+    )
+    default_write_queues: int = option(
+        8,
+        "--default-write-queues",
+        "SKIFF_DEFAULT_WRITE_QUEUES",
+        "Write queues of a topic created without counts.",
+        minimum=1,
+        maximum=1024,
+    )
+    # RocketMQ: retryMaxTimes 16 + 1.
+    max_delivery_attempts: int = option(
+        17,
+        "--max-delivery-attempts",
+        "SKIFF_MAX_DELIVERY_ATTEMPTS",
+        "Deliveries of a message before it goes to %DLQ%<group>.",
+        minimum=1,
+    )
     min_invisible_time_ms: int = 1_000
     max_invisible_time_ms: int = 12 * 3600 * 1000
     # Push consumers send no invisible time; the broker chooses it.
@@ -38,13 +83,38 @@ class BrokerConfig:
     max_delay_ms: int = 3 * 24 * 3600 * 1000
     # Transactions: an unresolved half message is checked with its producer after
     # this long, every check interval, at most check_max times, then rolled back.
-    transaction_timeout_ms: int = 6_000
-    transaction_check_interval_ms: int = 30_000
-    transaction_check_max: int = 15
+    transaction_check_interval_s: float = option(
+        30.0,
+        "--transaction-check-interval",
+        "SKIFF_TRANSACTION_CHECK_INTERVAL",
+        "Seconds between asks to a producer about an unresolved transaction.",
+        minimum=0,
+        min_open=True,
+    )
+    transaction_timeout_s: float = option(
+        6.0,
+        "--transaction-timeout",
+        "SKIFF_TRANSACTION_TIMEOUT",
+        "Seconds an unresolved transaction waits before its producer is asked.",
+        minimum=0,
+    )
+    transaction_check_max: int = option(
+        15,
+        "--transaction-check-max",
+        "SKIFF_TRANSACTION_CHECK_MAX",
+        "Asks about one transaction before it is rolled back.",
+        minimum=0,
+    )
     # Group offsets and pop state are written to disk this often.
     persist_interval_s: float = 5.0
-    # A state file damaged along with its .bak: start with that state empty instead of failing.
-    discard_damaged_state: bool = False
+    discard_damaged_state: bool = option(
+        False,
+        "--discard-damaged-state",
+        "SKIFF_DISCARD_DAMAGED_STATE",
+        "When a state file under config/ and its .bak are both damaged, start with that "
+        "state empty (the file is kept as <file>.damaged) instead of refusing to start.",
+        flag_only=True,
+    )
     # Master/replica replication (role, master address, mode, in-sync rules).
     replication: ReplicationConfig = dataclasses.field(default_factory=ReplicationConfig)
     # The cluster: the group's Lease, other groups, external access.
@@ -70,9 +140,9 @@ class BrokerConfig:
             raise ValueError("max delivery attempts must be at least 1")
         if not 0 < self.min_invisible_time_ms <= self.max_invisible_time_ms:
             raise ValueError("the invisible time range is empty")
-        if self.transaction_check_interval_ms <= 0:
+        if self.transaction_check_interval_s <= 0:
             raise ValueError("the transaction check interval must be positive")
-        if self.transaction_timeout_ms < 0 or self.transaction_check_max < 0:
+        if self.transaction_timeout_s < 0 or self.transaction_check_max < 0:
             raise ValueError("the transaction timeout and check maximum cannot be negative")
         self.tls.validate()
         check_peers_can_connect(

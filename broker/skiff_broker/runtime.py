@@ -85,8 +85,8 @@ class Broker:
         self.transactions = TransactionService(
             self.store,
             os.path.join(store_config.config_dir, "transactionState.json"),
-            timeout_ms=config.transaction_timeout_ms,
-            check_interval_ms=config.transaction_check_interval_ms,
+            timeout_ms=int(config.transaction_timeout_s * 1000),
+            check_interval_ms=int(config.transaction_check_interval_s * 1000),
             check_max=config.transaction_check_max,
         )
         self._persister = StatePersister(self.persist, config.persist_interval_s)

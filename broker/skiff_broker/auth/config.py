@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..wire.setting import option
 from .model import parse_user_spec
 from .signature import DEFAULT_MAX_SKEW_S
 
@@ -11,11 +12,27 @@ from .signature import DEFAULT_MAX_SKEW_S
 @dataclasses.dataclass(slots=True)
 class AuthConfig:
     # Off: every request is served as before, signed or not; users and ACLs are still kept.
-    enabled: bool = False
-    # ACCESS_KEY:SECRET_KEY of a super user (re)applied at every start.
-    init_user: str = ""
-    # How far a request's signing time may be from the broker's clock.
-    max_clock_skew_s: float = DEFAULT_MAX_SKEW_S
+    enabled: bool = option(
+        False,
+        "--auth",
+        "SKIFF_AUTH",
+        "enabled: every request must be signed by a known user (RocketMQ's MQv2-HMAC-SHA1) "
+        "and allowed by its ACL; disabled: requests are served unchecked.",
+        words=("enabled", "disabled"),
+    )
+    init_user: str = option(
+        "",
+        "--auth-init-user",
+        "SKIFF_AUTH_INIT_USER",
+        "ACCESS_KEY:SECRET_KEY of a super user created (or reset) at every start, to "
+        "bootstrap users and ACLs (env SKIFF_AUTH_INIT_USER, which keeps it out of `ps`).",
+    )
+    max_clock_skew_s: float = option(
+        float(DEFAULT_MAX_SKEW_S),
+        "--auth-clock-skew",
+        "SKIFF_AUTH_CLOCK_SKEW",
+        "Seconds a request's signing time may be from the broker's clock.",
+    )
 
     def validate(self) -> None:
         if self.init_user:

@@ -104,7 +104,16 @@ def analyze(
     from ..spark.traces import analyze as run_analysis
 
     click.echo(f"analysing {len(files)} span file(s) with a local Spark job ...", err=True)
-    spark = local_session("skiff-traces-analyze")
+    # Spark's JVM writes there, not between this command's lines.
+    spark_log = Path(output) / "spark.log"
+    try:
+        spark = local_session("skiff-traces-analyze", jvm_log=spark_log)
+    except Exception as exc:
+        reason = " ".join(str(exc).split())
+        raise click.ClickException(
+            f"Spark did not start ({reason}); see {spark_log} for why. Spark needs Java 17 "
+            "or newer: check that `java -version` works here, or point JAVA_HOME at one"
+        ) from None
     try:
         result = run_analysis(spark, files, Path(output), window=window, file_format=file_format)
     except NoSpansFound as exc:

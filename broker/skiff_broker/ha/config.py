@@ -12,6 +12,7 @@ import dataclasses
 import enum
 import re
 
+from ..wire.setting import option
 from .peer_auth import MAKE_SECRET_HINT, MIN_SECRET_BYTES
 
 MiB = 1024**2
@@ -61,25 +62,87 @@ def parse_host_port(value: str, option: str) -> tuple[str, int]:
 class ReplicationConfig:
     """Durations are seconds; sizes are bytes."""
 
-    role: Role = Role.MASTER
-    # A replica's master: the host:port of the master's replication listener.
-    master_address: str = ""
-    # Where a master serves replication; "" on a MASTER: no replication at all.
-    ha_listen: str = ""
+    role: Role = option(
+        Role.MASTER,
+        "--role",
+        "SKIFF_ROLE",
+        "AUTO: MASTER for StatefulSet ordinal 0 (SKIFF_POD_NAME or HOSTNAME), else REPLICA. "
+        "LEASE: the holder of the group's Kubernetes Lease is the master.",
+    )
+    master_address: str = option(
+        "",
+        "--master-address",
+        "SKIFF_MASTER_ADDRESS",
+        "A replica's master: HOST:PORT of the master's --ha-listen.",
+    )
+    # "" on a MASTER: no replication at all.
+    ha_listen: str = option(
+        "",
+        "--ha-listen",
+        "SKIFF_HA_LISTEN",
+        "Where a master serves replication (HOST:PORT; port 0 picks a free one). A MASTER "
+        "serves none without it; other roles default to 0.0.0.0:10912.",
+    )
+    # Where `skiff broker` reads ``secret`` from at start; a file keeps it out of `ps`.
+    secret_file: str = option(
+        "",
+        "--ha-secret-file",
+        "SKIFF_HA_SECRET_FILE",
+        "File holding the group's replication secret (the same on every broker of the "
+        "group; make one with: head -c 32 /dev/urandom | base64 > ha.secret). Without it "
+        "the secret is read from SKIFF_HA_SECRET. Needed whenever replication is on.",
+        kind="file",
+    )
     # The group's shared secret; every peer proves it holds it before any log byte flows.
     secret: bytes = b""
-    mode: ReplicationMode = ReplicationMode.ASYNC
-    # SYNC: replicas that must hold a write before it is acknowledged.
-    sync_replicas: int = 1
-    # A replica further behind than this is out of sync (RocketMQ: haMaxGapNotInSync).
-    max_gap: int = 256 * MiB
-    # SYNC: a write not replicated within this answers SLAVE_PERSISTENCE_TIMEOUT
-    # (RocketMQ: syncFlushTimeout, 5 s).
-    sync_timeout: float = 5.0
-    # Both ends send a heartbeat this often when idle (RocketMQ: haSendHeartbeatInterval)...
-    heartbeat_interval: float = 5.0
-    # ... and drop a peer not heard from for this long (RocketMQ: haHousekeepingInterval).
-    heartbeat_timeout: float = 20.0
+    mode: ReplicationMode = option(
+        ReplicationMode.ASYNC,
+        "--replication-mode",
+        "SKIFF_REPLICATION_MODE",
+        "SYNC acknowledges a write once --sync-replicas in-sync replicas hold it.",
+    )
+    sync_replicas: int = option(
+        1,
+        "--sync-replicas",
+        "SKIFF_SYNC_REPLICAS",
+        "In-sync replicas that must hold a write before a SYNC acknowledgement.",
+        minimum=1,
+    )
+    # RocketMQ: haMaxGapNotInSync.
+    max_gap: int = option(
+        256 * MiB,
+        "--ha-max-gap",
+        "SKIFF_HA_MAX_GAP",
+        "A replica further behind than this is out of sync.",
+        kind="size",
+    )
+    # RocketMQ: syncFlushTimeout, 5 s.
+    sync_timeout: float = option(
+        5.0,
+        "--sync-replication-timeout",
+        "SKIFF_SYNC_REPLICATION_TIMEOUT",
+        "Seconds a SYNC write waits for replicas before SLAVE_PERSISTENCE_TIMEOUT.",
+        minimum=0,
+        min_open=True,
+    )
+    # RocketMQ: haSendHeartbeatInterval; both ends send one.
+    heartbeat_interval: float = option(
+        5.0,
+        "--ha-heartbeat-interval",
+        "SKIFF_HA_HEARTBEAT_INTERVAL",
+        "Seconds between heartbeats on an idle replication connection.",
+        minimum=0,
+        min_open=True,
+    )
+    # RocketMQ: haHousekeepingInterval.
+    heartbeat_timeout: float = option(
+        20.0,
+        "--ha-heartbeat-timeout",
+        "SKIFF_HA_HEARTBEAT_TIMEOUT",
+        "Seconds without a word before a replication peer is taken for dead.",
+        minimum=0,
+        min_open=True,
+    )
     # Largest run of log bytes sent in one frame.
     transfer_batch_bytes: int = 1 * MiB
     # Topic config and consumer offsets are sent to replicas this often when changed.

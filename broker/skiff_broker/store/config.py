@@ -1,4 +1,9 @@
-"""Typed settings of the message store; defaults follow RocketMQ's MessageStoreConfig."""
+"""Typed settings of the message store, named after RocketMQ's MessageStoreConfig.
+
+The defaults are `skiff broker`'s: the fields users set are declared with their option and
+``SKIFF_*`` variable (wire/setting.py), and the file sizes are a laptop's; RocketMQ's
+production sizes (wire/store_sizes.py) are what the operator sets.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +11,8 @@ import dataclasses
 import enum
 import os
 
-from ..wire.store_sizes import (
-    ROCKETMQ_COMMIT_LOG_FILE_SIZE,
-    ROCKETMQ_CONSUME_QUEUE_FILE_ENTRIES,
-    ROCKETMQ_INDEX_FILE_ENTRIES,
-    ROCKETMQ_INDEX_HASH_SLOTS,
-)
+from ..wire.setting import option
+from ..wire.store_sizes import ROCKETMQ_CONSUME_QUEUE_FILE_ENTRIES
 
 
 class FlushType(enum.StrEnum):
@@ -34,24 +35,63 @@ LAPTOP_INDEX_FILE_ENTRIES = 1_000_000
 class StoreConfig:
     """Settings of one store. Durations are seconds; sizes are bytes."""
 
-    data_dir: str
-    flush_type: FlushType = FlushType.ASYNC_FLUSH
+    data_dir: str = option(
+        "./skiff-data",
+        "--data-dir",
+        "SKIFF_DATA_DIR",
+        "Where the commit log, queues, index and config live.",
+        kind="directory",
+    )
+    flush_type: FlushType = option(
+        FlushType.ASYNC_FLUSH,
+        "--flush-type",
+        "SKIFF_FLUSH_TYPE",
+        "SYNC_FLUSH acknowledges a write once it is on disk (group commit).",
+        exact_case=True,
+    )
 
     # Segment sizes.
-    commit_log_file_size: int = ROCKETMQ_COMMIT_LOG_FILE_SIZE
-    consume_queue_units_per_file: int = ROCKETMQ_CONSUME_QUEUE_FILE_ENTRIES
-    max_message_size: int = 4 * MiB
+    commit_log_file_size: int = option(
+        LAPTOP_COMMIT_LOG_FILE_SIZE,
+        "--commit-log-file-size",
+        "SKIFF_COMMIT_LOG_FILE_SIZE",
+        "Size of each pre-allocated commit-log segment (RocketMQ's mappedFileSizeCommitLog; "
+        "its production size, 1g, is what the operator sets). A store keeps the size it was "
+        "made with.",
+        kind="size",
+    )
+    consume_queue_units_per_file: int = option(
+        ROCKETMQ_CONSUME_QUEUE_FILE_ENTRIES,
+        "--consume-queue-file-entries",
+        "SKIFF_CONSUME_QUEUE_FILE_ENTRIES",
+        "Entries (20 bytes each) in each consume-queue file, made per queue on its first "
+        "message (RocketMQ's mappedFileSizeConsumeQueue / 20).",
+        minimum=1,
+    )
+    max_message_size: int = option(
+        4 * MiB, "--max-message-size", "SKIFF_MAX_MESSAGE_SIZE", kind="size"
+    )
     # Units one filtered read may scan before answering with what it found.
     max_filter_message_count: int = 16_000
 
     # SYNC_FLUSH: a waiter gets FLUSH_DISK_TIMEOUT past this.
-    sync_flush_timeout: float = 5.0
+    sync_flush_timeout: float = option(
+        5.0,
+        "--sync-flush-timeout",
+        "SKIFF_SYNC_FLUSH_TIMEOUT",
+        "Seconds a SYNC_FLUSH write waits for the disk before FLUSH_DISK_TIMEOUT.",
+    )
     # ASYNC_FLUSH.
     flush_interval_commit_log: float = 0.5
     flush_commit_log_least_pages: int = 4
     flush_commit_log_thorough_interval: float = 10.0
     # Transient store pool (ASYNC_FLUSH only, as in RocketMQ).
-    transient_store_pool_enable: bool = False
+    transient_store_pool_enable: bool = option(
+        False,
+        "--transient-store-pool",
+        "SKIFF_TRANSIENT_STORE_POOL",
+        "Append into memory buffers committed to the file in the background (ASYNC_FLUSH).",
+    )
     transient_store_pool_size: int = 5
     commit_interval_commit_log: float = 0.2
     commit_commit_log_least_pages: int = 4
@@ -67,12 +107,37 @@ class StoreConfig:
 
     # IndexFile.
     message_index_enable: bool = True
-    max_hash_slot_num: int = ROCKETMQ_INDEX_HASH_SLOTS
-    max_index_num: int = ROCKETMQ_INDEX_FILE_ENTRIES
+    # 0: RocketMQ's proportion, a hash slot for every four keys (made so on construction).
+    max_hash_slot_num: int = option(
+        0,
+        "--index-hash-slots",
+        "SKIFF_INDEX_HASH_SLOTS",
+        "Hash slots (4 bytes each) in each index file (RocketMQ's maxHashSlotNum).",
+        minimum=0,
+        shown_default="a quarter of --index-file-entries",
+    )
+    max_index_num: int = option(
+        LAPTOP_INDEX_FILE_ENTRIES,
+        "--index-file-entries",
+        "SKIFF_INDEX_FILE_ENTRIES",
+        "Keys in each pre-allocated index file, 20 bytes each (RocketMQ's maxIndexNum; its "
+        "production size, 20000000, is what the operator sets).",
+        minimum=4,
+    )
 
     # Retention and disk space.
-    file_reserved_time_hours: float = 72.0
-    delete_when: str = "04"
+    file_reserved_time_hours: float = option(
+        72.0,
+        "--file-reserved-hours",
+        "SKIFF_FILE_RESERVED_HOURS",
+        "Delete commit-log segments older than this.",
+    )
+    delete_when: str = option(
+        "04",
+        "--delete-when",
+        "SKIFF_DELETE_WHEN",
+        "Hours at which old segments are deleted, e.g. 04 or 04;16.",
+    )
     disk_max_used_space_ratio: int = 75
     disk_space_clean_forcibly_ratio: float = 0.85
     disk_space_warning_level_ratio: float = 0.90
@@ -80,7 +145,14 @@ class StoreConfig:
     # once writes are refused) delete the oldest segments whatever their age,
     # consumed or not, with a WARNING counting them per topic. Off: keep them
     # until they expire, and refuse writes (DISK_FULL) past the warning ratio.
-    clean_file_forcibly_enable: bool = True
+    clean_file_forcibly_enable: bool = option(
+        True,
+        "--clean-file-forcibly",
+        "SKIFF_CLEAN_FILE_FORCIBLY",
+        "When the disk passes 85% use, delete the oldest segments even if unexpired and "
+        "unconsumed (logged per topic as a WARNING); off keeps them and refuses writes "
+        "(DISK_FULL) past 90% (RocketMQ's cleanFileForciblyEnable).",
+    )
     clean_resource_interval: float = 10.0
     delete_commit_log_files_interval: float = 0.1
     delete_files_batch_max: int = 10
@@ -90,6 +162,10 @@ class StoreConfig:
 
     # Address written into every record's STOREHOST field.
     store_host: str = "127.0.0.1:10911"
+
+    def __post_init__(self) -> None:
+        if not self.max_hash_slot_num:
+            self.max_hash_slot_num = max(1, self.max_index_num // 4)
 
     def validate(self) -> None:
         """Raise ValueError with a sentence that says what to change."""

@@ -15,6 +15,8 @@ import dataclasses
 import enum
 import os
 
+from ..wire.setting import option
+
 
 class TlsMode(enum.StrEnum):
     DISABLED = "disabled"
@@ -24,12 +26,41 @@ class TlsMode(enum.StrEnum):
 
 @dataclasses.dataclass(slots=True)
 class TlsConfig:
-    mode: TlsMode = TlsMode.PERMISSIVE
+    mode: TlsMode = option(
+        TlsMode.PERMISSIVE,
+        "--tls-mode",
+        "SKIFF_TLS_MODE",
+        "TLS on the client port(s): permissive serves TLS and plaintext on the same port, "
+        "enforcing only TLS (plaintext connections are closed and logged), disabled only "
+        "plaintext.",
+    )
     # PEM files; both or neither. Re-read when they change on disk.
-    cert_file: str = ""
-    key_file: str = ""
-    # PEM CA bundle the cluster's brokers trust for each other (tls/peers.py); empty: none.
-    ca_file: str = ""
+    cert_file: str = option(
+        "",
+        "--tls-cert",
+        "SKIFF_TLS_CERT",
+        "PEM certificate (chain) for TLS, re-read when it changes; without it the broker "
+        "makes a self-signed one in <data-dir>/tls/.",
+        kind="file",
+    )
+    key_file: str = option(
+        "",
+        "--tls-key",
+        "SKIFF_TLS_KEY",
+        "PEM private key of --tls-cert, re-read when it changes.",
+        kind="file",
+    )
+    # Used by tls/peers.py; empty: none.
+    ca_file: str = option(
+        "",
+        "--tls-ca",
+        "SKIFF_TLS_CA",
+        "PEM CA bundle this cluster's brokers trust for each other: calls to other brokers "
+        "use TLS verified against it, and replication runs over mutual TLS (with --tls-cert, "
+        "which must carry the DNS name skiff-broker). Needed with --tls-mode enforcing when "
+        "the broker has peers.",
+        kind="file",
+    )
 
     def validate(self) -> None:
         if bool(self.cert_file) != bool(self.key_file):
