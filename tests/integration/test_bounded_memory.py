@@ -29,7 +29,7 @@ from rocketmq import (
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
-from tests.broker_process import BrokerProcess, create_topics, data_dir_of, running_broker
+from tests.support.broker_process import BrokerProcess, create_topics, data_dir_of, running_broker
 
 from skiff_broker.metadata.topic_table import TopicConfig
 from skiff_broker.server.clients import TELEMETRY_OUTBOX_LIMIT

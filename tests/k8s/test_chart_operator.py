@@ -17,28 +17,15 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
-from tests.kube_control_plane import REPO_ROOT, ControlPlane, free_port, write_kubeconfig
+from tests.support.kube_control_plane import REPO_ROOT, ControlPlane, free_port, write_kubeconfig
+from tests.support.waiting import wait_for
 
 BROKER_IMAGE = "registry.test/skiff/broker"
-
-
-def wait_for(condition: Callable[[], Any], what: str, deadline_s: float = 90.0) -> Any:
-    end = time.monotonic() + deadline_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.3)
 
 
 def broker_watches(plane: ControlPlane) -> dict[str, int]:
@@ -127,7 +114,9 @@ def test_the_chart_deployment_runs_the_operator(
         crds.apply([{**broker, "metadata": {"name": "charted", "namespace": watched}}])
         crds.apply([{**broker, "metadata": {"name": "ignored", "namespace": not_watched}}])
         stateful_set = wait_for(
-            lambda: crds.get("statefulset", "charted-a", watched), "the operator to render"
+            lambda: crds.get("statefulset", "charted-a", watched),
+            "the operator to render",
+            deadline_s=90.0,
         )
         assert crds.get("networkpolicy", "charted-a", watched) is not None
         image = stateful_set["spec"]["template"]["spec"]["containers"][0]["image"]
@@ -166,10 +155,12 @@ def test_the_chart_deployment_runs_the_operator(
 
         if cluster_wide:
             wait_for(
-                lambda: crds.get("service", "edge-a-external", watched), "the external Service"
+                lambda: crds.get("service", "edge-a-external", watched),
+                "the external Service",
+                deadline_s=90.0,
             )
         else:
-            note = wait_for(external_note, "the status to ask for advertisedHost")
+            note = wait_for(external_note, "the status to ask for advertisedHost", deadline_s=90.0)
             assert "may not read the nodes' addresses" in note
         assert process.poll() is None, "the operator exited"
     finally:
