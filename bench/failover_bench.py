@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "broker"))
 sys.path.insert(0, str(ROOT))
 
 from tests.k8s.cluster_members import Cluster  # noqa: E402
-from tests.kube_control_plane import binaries_dir, running_control_plane  # noqa: E402
+from tests.support.kube_control_plane import binaries_dir, running_control_plane  # noqa: E402
 
 from skiff_broker.client.messaging import MessagingClient, OutgoingMessage  # noqa: E402
 

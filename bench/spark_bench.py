@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "broker"))
 sys.path.insert(0, str(ROOT))
 
-from tests.broker_process import running_broker  # noqa: E402
-from tests.queue_ends import wait_for_messages  # noqa: E402
+from tests.support.broker_process import running_broker  # noqa: E402
+from tests.support.queue_ends import wait_for_messages  # noqa: E402
 
 from skiff_broker.client.admin import AdminClient  # noqa: E402
 from skiff_broker.client.messaging import MessagingClient, OutgoingMessage  # noqa: E402

@@ -20,7 +20,7 @@ the median of the per-pair ratios, with their spread (min..max and interquartile
 did before the endpoint existed, so their figures compare with earlier runs.
 
 Telemetry is exported over OTLP/HTTP to a receiver in a process of its own
-(``python -m tests.otlp_receiver``), so the exporting is part of what is measured.
+(``python -m tests.support.otlp_receiver``), so the exporting is part of what is measured.
 
 - store level (information): one ``MessageStore`` in this process, ``--appenders``
   asyncio tasks each putting one 100-byte message at a time with ``put_messages_async``
@@ -68,7 +68,7 @@ import grpc  # noqa: E402
 from rocketmq.grpc_protocol import definition_pb2 as pb  # noqa: E402
 from rocketmq.grpc_protocol import service_pb2 as spb  # noqa: E402
 from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub  # noqa: E402
-from tests.broker_process import create_topics, data_dir_of, running_broker  # noqa: E402
+from tests.support.broker_process import create_topics, data_dir_of, running_broker  # noqa: E402
 
 from broker_bench import BrokerProfile  # noqa: E402
 from skiff_broker.metadata.topic_table import TopicConfig  # noqa: E402
@@ -98,7 +98,7 @@ def note(text: str) -> None:
 def receiver_process() -> Iterator[str]:
     """An OTLP/HTTP receiver in its own process; yields its endpoint."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.otlp_receiver"],
+        [sys.executable, "-m", "tests.support.otlp_receiver"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,

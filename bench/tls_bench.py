@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from rocketmq.grpc_protocol import definition_pb2 as pb  # noqa: E402
 from rocketmq.grpc_protocol import service_pb2 as spb  # noqa: E402
 from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub  # noqa: E402
-from tests.broker_process import start_broker  # noqa: E402
+from tests.support.broker_process import start_broker  # noqa: E402
 
 from skiff_broker.client.channels import ClientTls, aio_channel  # noqa: E402
 

@@ -35,7 +35,7 @@ from rocketmq import (
     Producer,
     SimpleConsumer,
 )
-from tests.otlp_receiver import OtlpReceiver
+from tests.support.otlp_receiver import OtlpReceiver
 
 WAIT_S = 600
 NO_FINALIZERS = '{"metadata": {"finalizers": null}}'

@@ -13,14 +13,14 @@ import pty
 import re
 import subprocess
 import time
-from collections.abc import Iterator
 
 import grpc
 import pytest
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
-from tests.broker_process import SKIFF, BrokerProcess, broker_env, running_broker
+from tests.support.broker_fixture import module_broker
+from tests.support.broker_process import SKIFF, BrokerProcess, broker_env, running_broker
 
 from skiff_broker import __version__
 from skiff_broker.store.hashing import java_string_hash
@@ -30,10 +30,7 @@ COMMAND_TIMEOUT_S = 120
 MESSAGE_ID = re.compile(r"^01[0-9A-F]{32}$")
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with running_broker(tmp_path_factory.mktemp("admin-cli")) as process:
-        yield process
+broker = module_broker("admin-cli")
 
 
 def run(

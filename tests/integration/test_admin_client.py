@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from tests.broker_process import BrokerProcess, running_broker
+from tests.support.broker_fixture import module_broker
+from tests.support.broker_process import BrokerProcess, running_broker
 
 from skiff_broker.client.admin import AdminClient, MessageType, Permission, Topic
 from skiff_broker.client.errors import (
@@ -17,11 +18,7 @@ from skiff_broker.client.errors import (
 )
 from skiff_broker.client.messaging import MessagingClient, OutgoingMessage
 
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with running_broker(tmp_path_factory.mktemp("admin-client")) as process:
-        yield process
+broker = module_broker("admin-client")
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ own clients, CLI and the admin and record services are checked too.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import json
 import subprocess
@@ -22,10 +21,7 @@ import pytest
 from rocketmq import (
     ClientConfiguration,
     Credentials,
-    FilterExpression,
     Message,
-    Producer,
-    SimpleConsumer,
 )
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
@@ -33,7 +29,7 @@ from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
 from rocketmq.v5.exception import ForbiddenException, UnauthorizedException
 from rocketmq.v5.util.messaging_result_checker import MessagingResultChecker
 from rocketmq.v5.util.signature import Signature
-from tests.broker_process import (
+from tests.support.broker_process import (
     SKIFF,
     BrokerProcess,
     broker_env,
@@ -41,6 +37,7 @@ from tests.broker_process import (
     data_dir_of,
     running_broker,
 )
+from tests.support.official_client import started_producer, started_simple_consumer
 
 from skiff_broker.admin.v1 import admin_pb2 as apb
 from skiff_broker.admin.v1 import admin_pb2_grpc
@@ -95,26 +92,6 @@ def message(topic: str, body: bytes) -> Message:
     return msg
 
 
-@contextlib.contextmanager
-def producer(configuration: ClientConfiguration) -> Iterator[Producer]:
-    client = Producer(configuration)
-    client.startup()
-    try:
-        yield client
-    finally:
-        client.shutdown()
-
-
-@contextlib.contextmanager
-def consumer(configuration: ClientConfiguration, group: str, topic: str) -> Iterator:
-    client = SimpleConsumer(configuration, group, {topic: FilterExpression()}, 5)
-    client.startup()
-    try:
-        yield client
-    finally:
-        client.shutdown()
-
-
 def query_route(broker: BrokerProcess, metadata) -> pb.Status:
     with grpc.insecure_channel(broker.endpoint) as channel:
         request = spb.QueryRouteRequest(topic=pb.Resource(name="orders"))
@@ -127,9 +104,9 @@ def official_metadata(broker: BrokerProcess, access_key: str, secret_key: str):
 
 def test_valid_credentials_send_and_receive(broker):
     body = uuid.uuid4().bytes
-    with producer(config(broker, *ALICE)) as client:
+    with started_producer(config(broker, *ALICE)) as client:
         client.send(message("orders", body))
-    with consumer(config(broker, *ALICE), "billing", "orders") as client:
+    with started_simple_consumer(config(broker, *ALICE), "billing", "orders") as client:
         received = client.receive(32, 10)
         assert body in [m.body for m in received]
         for m in received:
@@ -143,7 +120,10 @@ def test_a_wrong_secret_is_unauthorized(broker):
     assert refused.value.code == pb.Code.UNAUTHORIZED == 40100
     assert "secret key" in status.message
     # The client itself cannot get started with it either.
-    with pytest.raises(Exception, match="route"), producer(config(broker, "alice", "wrong")) as c:
+    with (
+        pytest.raises(Exception, match="route"),
+        started_producer(config(broker, "alice", "wrong")) as c,
+    ):
         c.send(message("orders", b"never"))
 
 
@@ -162,7 +142,10 @@ def test_a_stale_timestamp_is_unauthorized(broker):
 
 
 def test_a_topic_without_pub_rights_is_forbidden(broker):
-    with producer(config(broker, *ALICE)) as client, pytest.raises(ForbiddenException) as refused:
+    with (
+        started_producer(config(broker, *ALICE)) as client,
+        pytest.raises(ForbiddenException) as refused,
+    ):
         client.send(message("audit", b"not allowed"))
     assert refused.value.code == pb.Code.FORBIDDEN == 40300
     assert "Pub on Topic:audit" in str(refused.value)
@@ -170,7 +153,7 @@ def test_a_topic_without_pub_rights_is_forbidden(broker):
 
 def test_a_group_without_sub_rights_is_forbidden(broker):
     with (
-        consumer(config(broker, *ALICE), "someone-else", "orders") as client,
+        started_simple_consumer(config(broker, *ALICE), "someone-else", "orders") as client,
         pytest.raises(ForbiddenException) as refused,
     ):
         client.receive(1, 10)
@@ -354,7 +337,7 @@ def test_users_survive_a_restart(tmp_path):
 def test_with_auth_disabled_unsigned_clients_are_served_as_before(tmp_path):
     create_topics(data_dir_of(tmp_path), TopicConfig("orders", 1, 1))
     with running_broker(tmp_path, env={"SKIFF_AUTH_INIT_USER": ":".join(ROOT)}) as broker:
-        with producer(ClientConfiguration(broker.endpoint, Credentials())) as client:
+        with started_producer(ClientConfiguration(broker.endpoint, Credentials())) as client:
             client.send(message("orders", b"unsigned"))
         assert query_route(broker, [("x-mq-client-id", "anonymous")]).code == pb.Code.OK
 

@@ -28,7 +28,7 @@ from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleC
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
-from tests.broker_process import (
+from tests.support.broker_process import (
     COMMIT_LOG_FILE_SIZE,
     SMALL_FILES_ENV,
     BrokerProcess,

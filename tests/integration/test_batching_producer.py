@@ -15,18 +15,19 @@ import contextlib
 import dataclasses
 import math
 import re
-import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
 import pytest
-from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, SimpleConsumer
+from rocketmq import ClientConfiguration, Credentials
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
-from tests.broker_process import BrokerProcess, create_topics, data_dir_of, running_broker
+from tests.support.broker_fixture import module_broker
+from tests.support.broker_process import BrokerProcess, create_topics, data_dir_of, running_broker
+from tests.support.official_client import receive_all, started_simple_consumer
 
 from skiff_broker.client.admin import AdminClient
 from skiff_broker.client.errors import BrokerError, MessagingError
@@ -49,20 +50,19 @@ FLUSH_TOPIC = "batch-flush"
 T = TypeVar("T")
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    tmp_path = tmp_path_factory.mktemp("batching")
-    create_topics(
-        data_dir_of(tmp_path),
+# A small message limit makes the oversize case cheap.
+broker = module_broker(
+    "batching",
+    "--max-message-size",
+    str(MAX_MESSAGE_SIZE),
+    topics=(
         *(
             TopicConfig(name, QUEUES, QUEUES)
             for name in (BULK_TOPIC, ERRORS_TOPIC, ROUTED_TOPIC, FLUSH_TOPIC)
         ),
         TopicConfig(FIFO_TOPIC, QUEUES, QUEUES, message_type=MessageType.FIFO),
-    )
-    # A small message limit makes the oversize case cheap.
-    with running_broker(tmp_path, "--max-message-size", str(MAX_MESSAGE_SIZE)) as process:
-        yield process
+    ),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,26 +126,8 @@ def run(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
     return asyncio.run(factory())
 
 
-@contextlib.contextmanager
-def simple_consumer(endpoint: str, group: str, topic: str) -> Iterator[SimpleConsumer]:
-    config = ClientConfiguration(endpoint, Credentials())
-    consumer = SimpleConsumer(config, group, {topic: FilterExpression("*")}, 5)
-    consumer.startup()
-    try:
-        yield consumer
-    finally:
-        consumer.shutdown()
-
-
-def receive_all(consumer: SimpleConsumer, count: int) -> list[Message]:
-    """Receive and ack until ``count`` messages came back (or the deadline passed)."""
-    received: list[Message] = []
-    end = time.monotonic() + DEADLINE_S
-    while len(received) < count and time.monotonic() < end:
-        for message in consumer.receive(32, 60):
-            received.append(message)
-            consumer.ack(message)
-    return received
+def client_config(broker: BrokerProcess) -> ClientConfiguration:
+    return ClientConfiguration(broker.endpoint, Credentials())
 
 
 def pull_queue(endpoint: str, topic: str, queue_id: int) -> list[pb.Message]:
@@ -221,8 +203,10 @@ def test_thousands_of_concurrent_sends_travel_in_batches_and_come_back_intact(
         offsets = [offset_of[m.message_id] for m in messages]
         assert offsets == list(range(offsets[0], offsets[0] + len(offsets)))
 
-    with simple_consumer(broker.endpoint, "batch-bulk-readers", BULK_TOPIC) as consumer:
-        received = receive_all(consumer, count)
+    with started_simple_consumer(
+        client_config(broker), "batch-bulk-readers", BULK_TOPIC
+    ) as consumer:
+        received = receive_all(consumer, count, 60)
     assert sorted(m.message_id for m in received) == sorted(ids)
     index_of = {message_id: i for i, message_id in enumerate(ids)}
     for message in received:
@@ -448,8 +432,10 @@ def test_sends_go_to_the_broker_the_route_names(broker: BrokerProcess) -> None:
     receipts, route_queries = run(produce)
     assert len(receipts) == 100
     assert route_queries == 1
-    with simple_consumer(broker.endpoint, "batch-routed-readers", ROUTED_TOPIC) as consumer:
-        received = receive_all(consumer, 100)
+    with started_simple_consumer(
+        client_config(broker), "batch-routed-readers", ROUTED_TOPIC
+    ) as consumer:
+        received = receive_all(consumer, 100, 60)
     assert sorted(m.message_id for m in received) == sorted(r.message_id for r in receipts)
 
 

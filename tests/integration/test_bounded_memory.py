@@ -6,6 +6,16 @@ producing and consuming. The broker's resident memory, sampled from
 ``/proc/<pid>/status``, must stay within the budget ``server/clients.py`` states,
 the flooding streams must be held back by flow control, and the other client
 must be served throughout.
+
+What a never-reading stream costs is what the broker accepted from it before flow
+control held it back: its outbox and the bytes gRPC took into the stream's HTTP/2
+receive window. That window is the broker's to choose; when gRPC sizes it from the
+measured bandwidth-delay product, a slow (busy) broker measures a long delay and opens
+a wider window, so the same streams cost more under load. Measured with 4 streams:
+on a quiet machine each sent about 660 Settings before it was held back and the broker
+grew by 24 MiB; with the cores busy, about 2,900 each and 139 MiB; busy again but with
+gRPC's bandwidth-delay probing off (a fixed window), about 350 each and 6 MiB. A failure
+says how much each stream sent before it was held back.
 """
 
 from __future__ import annotations
@@ -29,7 +39,7 @@ from rocketmq import (
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
-from tests.broker_process import BrokerProcess, create_topics, data_dir_of, running_broker
+from tests.support.broker_process import BrokerProcess, create_topics, data_dir_of, running_broker
 
 from skiff_broker.metadata.topic_table import TopicConfig
 from skiff_broker.server.clients import TELEMETRY_OUTBOX_LIMIT
@@ -166,9 +176,11 @@ def run_flood(broker: BrokerProcess) -> None:
                 rounds += 1
                 peak = max(peak, resident_bytes(pid))
                 grown = (peak - baseline) / MiB
+                sent_mib = [round(s.sent * reply_size / MiB) for s in streams]
                 assert peak - baseline <= budget, (
                     f"broker RSS grew by {grown:.0f} MiB with {FLOODING_STREAMS} never-reading "
-                    f"streams; the budget is {budget / MiB:.0f} MiB"
+                    f"streams; the budget is {budget / MiB:.0f} MiB. Each stream sent about "
+                    f"{sent_mib} MiB of Settings before flow control held it back"
                 )
                 sent = sum(stream.sent for stream in streams)
                 assert sent * reply_size < offered_limit, (

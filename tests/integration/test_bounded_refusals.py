@@ -21,7 +21,8 @@ from rocketmq import ClientConfiguration, Credentials, Message, Producer
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
-from tests.broker_process import BrokerProcess, create_topics, data_dir_of, running_broker
+from tests.support.broker_fixture import module_broker
+from tests.support.broker_process import BrokerProcess
 
 from skiff_broker.admin.v1 import admin_pb2 as apb
 from skiff_broker.admin.v1 import admin_pb2_grpc
@@ -55,12 +56,9 @@ INTERNAL_NAMES = (
 )
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    tmp_path = tmp_path_factory.mktemp("bounded")
-    create_topics(data_dir_of(tmp_path), TopicConfig(TOPIC, QUEUES, QUEUES))
-    with running_broker(tmp_path, "--max-message-size", "64k") as process:
-        yield process
+broker = module_broker(
+    "bounded", "--max-message-size", "64k", topics=[TopicConfig(TOPIC, QUEUES, QUEUES)]
+)
 
 
 @pytest.fixture(scope="module")

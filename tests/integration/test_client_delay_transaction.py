@@ -7,11 +7,10 @@ broker process, then a new process on the same data directory.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -19,17 +18,17 @@ import pytest
 from rocketmq import (
     ClientConfiguration,
     Credentials,
-    FilterExpression,
     Message,
-    Producer,
-    SimpleConsumer,
     TransactionChecker,
     TransactionResolution,
 )
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
-from tests.broker_process import BrokerProcess, create_topics, data_dir_of, running_broker
+from tests.support.broker_fixture import module_broker
+from tests.support.broker_process import BrokerProcess, create_topics, data_dir_of, running_broker
+from tests.support.official_client import receive_all, started_producer, started_simple_consumer
+from tests.support.waiting import wait_for
 
 from skiff_broker.metadata.topic_table import MessageType, TopicConfig
 
@@ -52,20 +51,16 @@ def topics(*names_and_types: tuple[str, MessageType]) -> list[TopicConfig]:
     return [TopicConfig(name, 4, 4, message_type=kind) for name, kind in names_and_types]
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    tmp_path = tmp_path_factory.mktemp("delay-transaction")
-    create_topics(
-        data_dir_of(tmp_path),
-        *topics(
-            (DELAY_TOPIC, MessageType.DELAY),
-            (COMMIT_TOPIC, MessageType.TRANSACTION),
-            (ORPHAN_TOPIC, MessageType.TRANSACTION),
-            (AFTER_BAD_INPUT_TOPIC, MessageType.TRANSACTION),
-        ),
-    )
-    with running_broker(tmp_path, *CHECK_INTERVAL_ARGS) as process:
-        yield process
+broker = module_broker(
+    "delay-transaction",
+    *CHECK_INTERVAL_ARGS,
+    topics=topics(
+        (DELAY_TOPIC, MessageType.DELAY),
+        (COMMIT_TOPIC, MessageType.TRANSACTION),
+        (ORPHAN_TOPIC, MessageType.TRANSACTION),
+        (AFTER_BAD_INPUT_TOPIC, MessageType.TRANSACTION),
+    ),
+)
 
 
 @pytest.fixture(scope="module")
@@ -108,30 +103,6 @@ class RecordingChecker(TransactionChecker):
         return self._resolution
 
 
-@contextlib.contextmanager
-def producer(
-    config: ClientConfiguration, topic: str, checker: TransactionChecker | None = None
-) -> Iterator[Producer]:
-    client = Producer(config, (topic,), checker=checker)
-    client.startup()
-    try:
-        yield client
-    finally:
-        client.shutdown()
-
-
-@contextlib.contextmanager
-def simple_consumer(
-    config: ClientConfiguration, group: str, topic: str
-) -> Iterator[SimpleConsumer]:
-    client = SimpleConsumer(config, group, {topic: FilterExpression()}, 5)
-    client.startup()
-    try:
-        yield client
-    finally:
-        client.shutdown()
-
-
 def message(topic: str, body: bytes, n: int) -> Message:
     msg = Message()
     msg.topic = topic
@@ -142,25 +113,6 @@ def message(topic: str, body: bytes, n: int) -> Message:
     msg.add_property("n", str(n))
     msg.add_property("note", "ünïcode & spaces")
     return msg
-
-
-def receive(consumer: SimpleConsumer, count: int) -> list[Message]:
-    """Receive and ack until ``count`` messages came back (or the deadline passed)."""
-    received: list[Message] = []
-    end = time.monotonic() + DEADLINE_S
-    while len(received) < count and time.monotonic() < end:
-        for msg in consumer.receive(32, 30):
-            received.append(msg)
-            consumer.ack(msg)
-    return received
-
-
-def wait_for(condition: Callable[[], bool], what: str) -> None:
-    end = time.monotonic() + DEADLINE_S
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def assert_same_message(got: Message, sent: Message, message_id: str) -> None:
@@ -181,12 +133,12 @@ def test_delay_message_arrives_at_its_delivery_time_unchanged(config):
     deliver_at_s = int(time.time()) + DELAY_S
     sent = message(DELAY_TOPIC, b"later \x00\xff", 1)
     sent.delivery_timestamp = deliver_at_s
-    with producer(config, DELAY_TOPIC) as client:
+    with started_producer(config, DELAY_TOPIC) as client:
         sent_at_s = int(time.time())
         receipt = client.send(sent)
 
-    with simple_consumer(config, new_group(), DELAY_TOPIC) as consumer:
-        received = receive(consumer, 1)
+    with started_simple_consumer(config, new_group(), DELAY_TOPIC) as consumer:
+        received = receive_all(consumer, 1)
         again = consumer.receive(32, 30)
 
     assert again == []
@@ -206,14 +158,14 @@ def test_delay_messages_survive_a_restart_and_are_delivered_once(tmp_path: Path,
     early, late = message(DELAY_TOPIC, b"early", 1), message(DELAY_TOPIC, b"late", 2)
     with running_broker(tmp_path) as broker:
         config = client_config(broker)
-        with producer(config, DELAY_TOPIC) as client:
+        with started_producer(config, DELAY_TOPIC) as client:
             early.delivery_timestamp = int(time.time()) + 1
             late_at_s = int(time.time()) + 2 * DELAY_S
             late.delivery_timestamp = late_at_s
             early_id = client.send(early).message_id
             late_id = client.send(late).message_id
-        with simple_consumer(config, new_group(), DELAY_TOPIC) as consumer:
-            [got_early] = receive(consumer, 1)
+        with started_simple_consumer(config, new_group(), DELAY_TOPIC) as consumer:
+            [got_early] = receive_all(consumer, 1)
         assert got_early.message_id == early_id
         # Delivered moments ago: after a SIGKILL the saved state may not know it yet.
         broker.stop() if restart == "stop" else broker.kill()
@@ -221,9 +173,9 @@ def test_delay_messages_survive_a_restart_and_are_delivered_once(tmp_path: Path,
     # A new group reads the topic from its start: everything that was ever delivered.
     with (
         running_broker(tmp_path) as broker,
-        simple_consumer(client_config(broker), new_group(), DELAY_TOPIC) as consumer,
+        started_simple_consumer(client_config(broker), new_group(), DELAY_TOPIC) as consumer,
     ):
-        received = receive(consumer, 2)
+        received = receive_all(consumer, 2)
         again = consumer.receive(32, 30)
 
     assert sorted(m.message_id for m in received) == sorted([early_id, late_id])
@@ -239,7 +191,7 @@ def test_delay_messages_survive_a_restart_and_are_delivered_once(tmp_path: Path,
 def test_commit_delivers_and_rollback_never_does(config):
     checker = RecordingChecker(TransactionResolution.ROLLBACK)
     committed, rolled_back = message(COMMIT_TOPIC, b"commit", 1), message(COMMIT_TOPIC, b"no", 2)
-    with producer(config, COMMIT_TOPIC, checker) as client:
+    with started_producer(config, COMMIT_TOPIC, checker=checker) as client:
         transaction = client.begin_transaction()
         committed_receipt = client.send(committed, transaction)
         transaction.commit()
@@ -247,8 +199,8 @@ def test_commit_delivers_and_rollback_never_does(config):
         client.send(rolled_back, transaction)
         transaction.rollback()
 
-    with simple_consumer(config, new_group(), COMMIT_TOPIC) as consumer:
-        received = receive(consumer, 1)
+    with started_simple_consumer(config, new_group(), COMMIT_TOPIC) as consumer:
+        received = receive_all(consumer, 1)
         again = consumer.receive(32, 30)
 
     assert again == []
@@ -261,12 +213,12 @@ def test_commit_delivers_and_rollback_never_does(config):
 def test_an_orphaned_half_message_is_committed_by_the_producers_checker(config):
     checker = RecordingChecker(TransactionResolution.COMMIT)
     sent = message(ORPHAN_TOPIC, b"orphan", 1)
-    with producer(config, ORPHAN_TOPIC, checker) as client:
+    with started_producer(config, ORPHAN_TOPIC, checker=checker) as client:
         # Sent as a half message, then neither committed nor rolled back.
         receipt = client.send(sent, client.begin_transaction())
-        wait_for(lambda: checker.asked, "the broker's transaction check")
-        with simple_consumer(config, new_group(), ORPHAN_TOPIC) as consumer:
-            received = receive(consumer, 1)
+        wait_for(lambda: checker.asked, "the broker's transaction check", deadline_s=DEADLINE_S)
+        with started_simple_consumer(config, new_group(), ORPHAN_TOPIC) as consumer:
+            received = receive_all(consumer, 1)
             again = consumer.receive(32, 30)
 
     [asked, *_] = checker.asked
@@ -284,17 +236,21 @@ def test_a_half_message_committed_after_a_restart_is_delivered_once(tmp_path: Pa
     sent = message(ORPHAN_TOPIC, b"across a restart", 1)
     undecided = RecordingChecker(TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED)
     with running_broker(tmp_path, *CHECK_INTERVAL_ARGS) as broker:
-        with producer(client_config(broker), ORPHAN_TOPIC, undecided) as client:
+        with started_producer(client_config(broker), ORPHAN_TOPIC, checker=undecided) as client:
             receipt = client.send(sent, client.begin_transaction())
         broker.stop() if restart == "stop" else broker.kill()
 
     checker = RecordingChecker(TransactionResolution.COMMIT)
     with running_broker(tmp_path, *CHECK_INTERVAL_ARGS) as broker:
         config = client_config(broker)
-        with producer(config, ORPHAN_TOPIC, checker):
-            wait_for(lambda: checker.asked, "the broker's transaction check after the restart")
-            with simple_consumer(config, new_group(), ORPHAN_TOPIC) as consumer:
-                received = receive(consumer, 1)
+        with started_producer(config, ORPHAN_TOPIC, checker=checker):
+            wait_for(
+                lambda: checker.asked,
+                "the broker's transaction check after the restart",
+                deadline_s=DEADLINE_S,
+            )
+            with started_simple_consumer(config, new_group(), ORPHAN_TOPIC) as consumer:
+                received = receive_all(consumer, 1)
                 again = consumer.receive(32, 30)
 
     assert again == []
@@ -338,10 +294,10 @@ def test_bad_transaction_ends_and_internal_topics_get_clear_statuses(broker, con
     # Still serving.
     checker = RecordingChecker(TransactionResolution.ROLLBACK)
     sent = message(AFTER_BAD_INPUT_TOPIC, b"after bad input", 3)
-    with producer(config, AFTER_BAD_INPUT_TOPIC, checker) as client:
+    with started_producer(config, AFTER_BAD_INPUT_TOPIC, checker=checker) as client:
         transaction = client.begin_transaction()
         receipt = client.send(sent, transaction)
         transaction.commit()
-    with simple_consumer(config, new_group(), AFTER_BAD_INPUT_TOPIC) as consumer:
-        [got] = receive(consumer, 1)
+    with started_simple_consumer(config, new_group(), AFTER_BAD_INPUT_TOPIC) as consumer:
+        [got] = receive_all(consumer, 1)
     assert got.message_id == receipt.message_id

@@ -23,7 +23,6 @@ from rocketmq import (
     FilterExpression,
     Message,
     MessageListener,
-    Producer,
     PushConsumer,
     SimpleConsumer,
 )
@@ -33,7 +32,10 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
 from rocketmq.v5.exception import UnsupportedException
 from rocketmq.v5.util.misc import Misc
-from tests.broker_process import BrokerProcess, create_topics, data_dir_of, running_broker
+from tests.support.broker_fixture import module_broker
+from tests.support.broker_process import BrokerProcess
+from tests.support.official_client import receive_all, started_producer, started_simple_consumer
+from tests.support.waiting import wait_for
 
 from skiff_broker.metadata.topic_table import MessageType, TopicConfig
 
@@ -56,16 +58,15 @@ NORMAL_TOPICS = (
 FIFO_TOPICS = ("interop-fifo", "interop-fifo-redeliver", "interop-fifo-push", "interop-fifo-dlq")
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    tmp_path = tmp_path_factory.mktemp("interop")
-    create_topics(
-        data_dir_of(tmp_path),
+broker = module_broker(
+    "interop",
+    "--max-delivery-attempts",
+    str(MAX_ATTEMPTS),
+    topics=(
         *(TopicConfig(name, 4, 4) for name in NORMAL_TOPICS),
         *(TopicConfig(name, 4, 4, message_type=MessageType.FIFO) for name in FIFO_TOPICS),
-    )
-    with running_broker(tmp_path, "--max-delivery-attempts", str(MAX_ATTEMPTS)) as process:
-        yield process
+    ),
+)
 
 
 @pytest.fixture(scope="module")
@@ -95,28 +96,6 @@ def group() -> str:
 
 
 @contextlib.contextmanager
-def producer(config: ClientConfiguration, *topics: str) -> Iterator[Producer]:
-    client = Producer(config, topics)
-    client.startup()
-    try:
-        yield client
-    finally:
-        client.shutdown()
-
-
-@contextlib.contextmanager
-def simple_consumer(
-    config: ClientConfiguration, group: str, topic: str, expression: str = "*", await_s: int = 5
-) -> Iterator[SimpleConsumer]:
-    client = SimpleConsumer(config, group, {topic: FilterExpression(expression)}, await_s)
-    client.startup()
-    try:
-        yield client
-    finally:
-        client.shutdown()
-
-
-@contextlib.contextmanager
 def push_consumer(
     config: ClientConfiguration, group: str, topic: str, listener: MessageListener
 ) -> Iterator[PushConsumer]:
@@ -137,28 +116,6 @@ def message(topic: str, body: bytes, *, tag: str = "", group: str = "") -> Messa
     if group:
         msg.message_group = group
     return msg
-
-
-def wait_for(condition: Callable[[], bool], what: str) -> None:
-    end = time.monotonic() + DEADLINE_S
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-
-
-def receive_all(
-    consumer: SimpleConsumer, count: int, invisible_s: int = 30, *, ack: bool = True
-) -> list[Message]:
-    """Receive until ``count`` messages came back (acking them unless told not to)."""
-    received: list[Message] = []
-    end = time.monotonic() + DEADLINE_S
-    while len(received) < count and time.monotonic() < end:
-        for msg in consumer.receive(32, invisible_s):
-            received.append(msg)
-            if ack:
-                consumer.ack(msg)
-    return received
 
 
 def receive_frames(
@@ -216,7 +173,7 @@ def test_messages_come_back_byte_identical_with_their_properties(config, group):
     topic = "interop-props"
     bodies = [bytes(range(256)), b"\x00" * 1000, "grüße, 世界".encode(), b"\xff\xfe\x00\x01"]
     sent: dict[str, tuple[Message, int, int]] = {}
-    with producer(config, topic) as client:
+    with started_producer(config, topic) as client:
         for i, body in enumerate(bodies):
             msg = message(topic, body, tag=f"Tag{i}")
             msg.keys = f"order-{i}"
@@ -227,7 +184,7 @@ def test_messages_come_back_byte_identical_with_their_properties(config, group):
             receipt = client.send(msg)
             sent[receipt.message_id] = (msg, before, int(time.time()))
 
-    with simple_consumer(config, group, topic) as consumer:
+    with started_simple_consumer(config, group, topic) as consumer:
         received = receive_all(consumer, len(bodies))
 
     assert sorted(m.message_id for m in received) == sorted(sent)
@@ -247,17 +204,17 @@ def test_messages_come_back_byte_identical_with_their_properties(config, group):
 
 def test_unacked_message_is_redelivered_after_its_invisible_time(config, group):
     topic = "interop-redeliver"
-    with producer(config, topic) as client:
+    with started_producer(config, topic) as client:
         message_id = client.send(message(topic, b"redeliver me")).message_id
 
-    with simple_consumer(config, group, topic, await_s=20) as consumer:
+    with started_simple_consumer(config, group, topic, await_s=20) as consumer:
         (first,) = receive_all(consumer, 1, SHORT_INVISIBLE_S, ack=False)
         (second,) = receive_all(consumer, 1, SHORT_INVISIBLE_S, ack=False)
         consumer.ack(second)
     assert first.message_id == second.message_id == message_id
     assert second.body == b"redeliver me"
     assert (first.delivery_attempt, second.delivery_attempt) == (1, 2)
-    with simple_consumer(config, group, topic, await_s=SHORT_INVISIBLE_S + 2) as consumer:
+    with started_simple_consumer(config, group, topic, await_s=SHORT_INVISIBLE_S + 2) as consumer:
         assert consumer.receive(32, 30) == [], "an acked message must not come back"
 
 
@@ -266,21 +223,21 @@ def test_tag_filter_delivers_only_the_named_tags(config, group):
     # 'Tah"' and 'Tah#' share their tag hash with TagA and TagB: the consume queue
     # cannot tell them apart, the exact check after it must.
     tags = ["TagA", "TagB", "TagC", "", "TagA", "TagAB", 'Tah"', "Tah#"]
-    with producer(config, topic) as client:
+    with started_producer(config, topic) as client:
         ids = [
             client.send(message(topic, f"m{i}".encode(), tag=t)).message_id
             for i, t in enumerate(tags)
         ]
     wanted = {ids[i] for i, t in enumerate(tags) if t in ("TagA", "TagB")}
 
-    with simple_consumer(config, group, topic, "TagA||TagB") as consumer:
+    with started_simple_consumer(config, group, topic, "TagA||TagB") as consumer:
         filtered = receive_all(consumer, len(wanted))
         assert consumer.receive(32, 30) == [], "messages of other tags must not be delivered"
     assert {m.message_id for m in filtered} == wanted
     assert len(filtered) == len(wanted)
 
     # Another group without a filter still gets everything: the rest was stored, only filtered.
-    with simple_consumer(config, f"{group}-all", topic) as consumer:
+    with started_simple_consumer(config, f"{group}-all", topic) as consumer:
         everything = receive_all(consumer, len(tags))
     assert sorted(m.message_id for m in everything) == sorted(ids)
 
@@ -291,7 +248,7 @@ def test_tag_filter_delivers_only_the_named_tags(config, group):
 def test_push_consumer_consumes_every_message_exactly_once(config, group, stub):
     topic = "interop-push"
     count = 60
-    with producer(config, topic) as client:
+    with started_producer(config, topic) as client:
         sent = {
             client.send(message(topic, b"push-%d" % i)).message_id: b"push-%d" % i
             for i in range(count)
@@ -299,8 +256,16 @@ def test_push_consumer_consumes_every_message_exactly_once(config, group, stub):
 
     listener = RecordingListener()
     with push_consumer(config, group, topic, listener):
-        wait_for(lambda: len(listener.snapshot()) >= count, f"{count} messages consumed")
-        wait_for(lambda: group_offsets_caught_up(stub, group, topic), "every ack recorded")
+        wait_for(
+            lambda: len(listener.snapshot()) >= count,
+            f"{count} messages consumed",
+            deadline_s=DEADLINE_S,
+        )
+        wait_for(
+            lambda: group_offsets_caught_up(stub, group, topic),
+            "every ack recorded",
+            deadline_s=DEADLINE_S,
+        )
     deliveries = listener.snapshot()
     assert sorted(m.message_id for m in deliveries) == sorted(sent), "each message once"
     assert all(m.body == sent[m.message_id] for m in deliveries)
@@ -309,12 +274,14 @@ def test_push_consumer_consumes_every_message_exactly_once(config, group, stub):
 
 def test_failed_consumption_is_redelivered_with_a_higher_attempt(config, group):
     topic = "interop-push-retry"
-    with producer(config, topic) as client:
+    with started_producer(config, topic) as client:
         message_id = client.send(message(topic, b"fail once")).message_id
 
     listener = RecordingListener(fail_when=lambda m: m.delivery_attempt == 1)
     with push_consumer(config, group, topic, listener):
-        wait_for(lambda: len(listener.attempts(message_id)) >= 2, "the redelivery")
+        wait_for(
+            lambda: len(listener.attempts(message_id)) >= 2, "the redelivery", deadline_s=DEADLINE_S
+        )
     assert listener.attempts(message_id) == [1, 2]
     assert all(m.body == b"fail once" for m in listener.snapshot())
 
@@ -326,7 +293,7 @@ def topic_exists(stub: MessagingServiceStub, topic: str) -> bool:
 
 def test_message_failing_every_attempt_lands_in_the_dead_letter_topic(config, group, stub):
     topic = "interop-push-dlq"
-    with producer(config, topic) as client:
+    with started_producer(config, topic) as client:
         poison = message(topic, b"\x00poison\xff", tag="Poison")
         poison.add_property("origin", "dlq-test")
         message_id = client.send(poison).message_id
@@ -334,10 +301,18 @@ def test_message_failing_every_attempt_lands_in_the_dead_letter_topic(config, gr
     listener = RecordingListener(fail_when=lambda _: True)
     dead_letter_topic = f"%DLQ%{group}"
     with push_consumer(config, group, topic, listener):
-        wait_for(lambda: len(listener.attempts(message_id)) >= MAX_ATTEMPTS, "every attempt")
+        wait_for(
+            lambda: len(listener.attempts(message_id)) >= MAX_ATTEMPTS,
+            "every attempt",
+            deadline_s=DEADLINE_S,
+        )
         # The broker creates the dead-letter topic when it moves the first message there.
-        wait_for(lambda: topic_exists(stub, dead_letter_topic), f"{dead_letter_topic} to exist")
-        with simple_consumer(config, f"{group}-dlq", dead_letter_topic) as dlq:
+        wait_for(
+            lambda: topic_exists(stub, dead_letter_topic),
+            f"{dead_letter_topic} to exist",
+            deadline_s=DEADLINE_S,
+        )
+        with started_simple_consumer(config, f"{group}-dlq", dead_letter_topic) as dlq:
             (dead,) = receive_all(dlq, 1)
         assert listener.attempts(message_id) == list(range(1, MAX_ATTEMPTS + 1))
     assert dead.message_id == message_id
@@ -352,7 +327,7 @@ def test_message_failing_every_attempt_lands_in_the_dead_letter_topic(config, gr
 def send_fifo(config: ClientConfiguration, topic: str, groups: list[str], per_group: int):
     """Interleaved sends; returns each message group's message ids in send order."""
     order: dict[str, list[str]] = {g: [] for g in groups}
-    with producer(config, topic) as client:
+    with started_producer(config, topic) as client:
         for i in range(per_group):
             for g in groups:
                 receipt = client.send(message(topic, f"{g}:{i}".encode(), group=g))
@@ -364,7 +339,7 @@ def test_fifo_messages_of_a_group_come_back_in_send_order(config, group):
     topic = "interop-fifo"
     order = send_fifo(config, topic, ["order-1", "order-2", "order-3"], 8)
 
-    with simple_consumer(config, group, topic) as consumer:
+    with started_simple_consumer(config, group, topic) as consumer:
         received = receive_all(consumer, 24)
     for message_group, ids in order.items():
         got = [m for m in received if m.message_group == message_group]
@@ -376,7 +351,7 @@ def test_fifo_group_waits_for_an_unacked_message_and_gets_it_again_first(config,
     topic = "interop-fifo-redeliver"
     first_id, second_id = send_fifo(config, topic, ["only"], 2)["only"]
 
-    with simple_consumer(config, group, topic, await_s=20) as consumer:
+    with started_simple_consumer(config, group, topic, await_s=20) as consumer:
         (first,) = consumer.receive(1, SHORT_INVISIBLE_S)
         assert first.message_id == first_id
         # Not acked: the next receive must not skip ahead to the second message,
@@ -397,7 +372,9 @@ def test_fifo_push_consumer_consumes_each_group_in_order(config, group):
 
     listener = RecordingListener()
     with push_consumer(config, group, topic, listener):
-        wait_for(lambda: len(listener.snapshot()) >= 40, "40 messages consumed")
+        wait_for(
+            lambda: len(listener.snapshot()) >= 40, "40 messages consumed", deadline_s=DEADLINE_S
+        )
     deliveries = listener.snapshot()
     for message_group, ids in order.items():
         assert [m.message_id for m in deliveries if m.message_group == message_group] == ids
@@ -412,12 +389,20 @@ def test_fifo_push_consumer_moves_a_failing_message_aside_and_goes_on(config, gr
     listener = RecordingListener(fail_when=lambda m: m.message_id == poison)
     dead_letter_topic = f"%DLQ%{group}"
     with push_consumer(config, group, topic, listener):
-        wait_for(lambda: last in listener.message_ids(), "the message after the poison one")
+        wait_for(
+            lambda: last in listener.message_ids(),
+            "the message after the poison one",
+            deadline_s=DEADLINE_S,
+        )
     # Each local retry calls the listener again; the group waits for all of them.
     expected = [first] + [poison] * MAX_ATTEMPTS + [last]
     assert [m.message_id for m in listener.snapshot()] == expected
-    wait_for(lambda: topic_exists(stub, dead_letter_topic), f"{dead_letter_topic} to exist")
-    with simple_consumer(config, f"{group}-dlq", dead_letter_topic) as dlq:
+    wait_for(
+        lambda: topic_exists(stub, dead_letter_topic),
+        f"{dead_letter_topic} to exist",
+        deadline_s=DEADLINE_S,
+    )
+    with started_simple_consumer(config, f"{group}-dlq", dead_letter_topic) as dlq:
         (dead,) = receive_all(dlq, 1)
     assert dead.message_id == poison
     assert dead.body == b"orders:1"
@@ -428,7 +413,7 @@ def test_fifo_push_consumer_moves_a_failing_message_aside_and_goes_on(config, gr
 
 def test_sending_to_an_unknown_topic_fails_naming_the_topic(config, stub):
     topic = "interop-no-such-topic"
-    with producer(config, topic) as client, pytest.raises(Exception, match=topic):
+    with started_producer(config, topic) as client, pytest.raises(Exception, match=topic):
         client.send(message(topic, b"lost"))
 
     route = stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name=topic)), timeout=10)

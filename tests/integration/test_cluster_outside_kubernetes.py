@@ -18,9 +18,10 @@ import pytest
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
-from tests.broker_process import BrokerProcess, create_topics, data_dir_of, start_broker
-from tests.certificate_authority import CertificateAuthority
-from tests.k8s.cluster_members import pull_all, route, wait_for
+from tests.k8s.cluster_members import CLUSTER_DEADLINE_S, pull_all, route
+from tests.support.broker_process import BrokerProcess, create_topics, data_dir_of, start_broker
+from tests.support.certificate_authority import CertificateAuthority
+from tests.support.waiting import wait_for
 
 from skiff_broker.client.admin import AdminClient
 from skiff_broker.client.channels import ClientTls, channel
@@ -80,7 +81,11 @@ def info(endpoint: str):  # type: ignore[no-untyped-def]
 def test_forced_promotion_is_refused_while_the_master_answers(brokers: Brokers) -> None:
     master = brokers.start("a0")
     replica = brokers.start("a1", "--role", "REPLICA", "--master-address", master.ha_endpoint)
-    wait_for("the replica to follow", lambda: info(replica.endpoint).replica_in_sync)
+    wait_for(
+        lambda: info(replica.endpoint).replica_in_sync,
+        "the replica to follow",
+        deadline_s=CLUSTER_DEADLINE_S,
+    )
     with (
         AdminClient(replica.endpoint) as admin,
         pytest.raises(FailedPrecondition, match="still answers"),
@@ -96,8 +101,9 @@ def test_a_broker_refuses_to_follow_a_master_of_an_older_epoch(brokers: Brokers)
     follower = brokers.start("a1", "--role", "REPLICA", "--master-address", old.ha_endpoint)
     shared = send(old.endpoint, 10, b"shared")
     wait_for(
-        "the replica to copy them",
         lambda: pull_all(follower.endpoint).keys() >= shared.keys(),
+        "the replica to copy them",
+        deadline_s=CLUSTER_DEADLINE_S,
     )
     old_ha = old.ha_endpoint
     old.kill()
@@ -117,8 +123,9 @@ def test_a_broker_refuses_to_follow_a_master_of_an_older_epoch(brokers: Brokers)
     assert info(old.endpoint).epoch < promoted.epoch + 1
     follower = brokers.start("a1", "--role", "REPLICA", "--master-address", old.ha_endpoint)
     refusal = wait_for(
-        "the refusal",
         lambda: [r["msg"] for r in follower.log_lines() if "older than this broker" in r["msg"]],
+        "the refusal",
+        deadline_s=CLUSTER_DEADLINE_S,
     )
     assert "nothing was cut" in refusal[0] and "replica of this broker" in refusal[0]
     assert not any("diverged" in r["msg"] for r in follower.log_lines())
@@ -130,7 +137,11 @@ def test_a_broker_ahead_of_its_master_in_the_same_term_cuts_nothing(brokers: Bro
     old = brokers.start("a0")
     follower = brokers.start("a1", "--role", "REPLICA", "--master-address", old.ha_endpoint)
     shared = send(old.endpoint, 10, b"shared")
-    wait_for("the copy", lambda: pull_all(follower.endpoint).keys() >= shared.keys())
+    wait_for(
+        lambda: pull_all(follower.endpoint).keys() >= shared.keys(),
+        "the copy",
+        deadline_s=CLUSTER_DEADLINE_S,
+    )
     old_ha = old.ha_endpoint
     old.kill()
     with AdminClient(follower.endpoint) as admin:
@@ -143,8 +154,9 @@ def test_a_broker_ahead_of_its_master_in_the_same_term_cuts_nothing(brokers: Bro
     old = brokers.start("a0", "--ha-listen", old_ha)
     follower = brokers.start("a1", "--role", "REPLICA", "--master-address", old.ha_endpoint)
     refusal = wait_for(
-        "the refusal",
         lambda: [r["msg"] for r in follower.log_lines() if "both were master" in r["msg"]],
+        "the refusal",
+        deadline_s=CLUSTER_DEADLINE_S,
     )
     assert "nothing was cut" in refusal[0]
     assert not any("diverged" in r["msg"] for r in follower.log_lines())
@@ -180,8 +192,9 @@ def test_cluster_peers_put_every_groups_queues_in_routes(brokers: Brokers) -> No
     b.stop()
     # A peer that does not answer is left out once what was learned from it is stale.
     wait_for(
-        "the stopped group to leave the route",
         lambda: {q.broker.name for q in route(a.endpoint)} == {"orders-a"},
+        "the stopped group to leave the route",
+        deadline_s=CLUSTER_DEADLINE_S,
     )
 
 

@@ -16,17 +16,14 @@ from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleC
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
-from tests.broker_process import BrokerProcess, running_broker
+from tests.support.broker_fixture import module_broker
+from tests.support.broker_process import BrokerProcess
 
 from skiff_broker.client.admin import AdminClient, ResetTo
 from skiff_broker.client.errors import FailedPrecondition, InvalidArgument, NotFound
 from skiff_broker.client.messaging import MessagingClient, OutgoingMessage
 
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with running_broker(tmp_path_factory.mktemp("groups")) as process:
-        yield process
+broker = module_broker("groups")
 
 
 @pytest.fixture

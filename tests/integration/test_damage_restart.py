@@ -25,7 +25,7 @@ from rocketmq import (
     Producer,
     SimpleConsumer,
 )
-from tests.broker_process import (
+from tests.support.broker_process import (
     SKIFF,
     BrokerProcess,
     broker_env,

@@ -13,14 +13,14 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from tests.broker_process import (
+from tests.support.broker_process import (
     SKIFF,
     broker_env,
     create_topics,
     data_dir_of,
     running_broker,
-    wait_for,
 )
+from tests.support.waiting import wait_for
 
 from skiff_broker.client.admin import AdminClient
 from skiff_broker.metadata.topic_table import MessageType, Permission, TopicConfig
@@ -112,10 +112,14 @@ def test_ctrl_c_during_send_says_how_many_were_stored(broker):
         with AdminClient(broker.endpoint) as admin:
             return sum(q.max_offset for q in admin.queue_offsets("demo"))
 
-    wait_for("the first lines to be stored", lambda: stored() >= 200)
+    wait_for(lambda: stored() >= 200, "the first lines to be stored")
     # stdin stays open: the command waits for more lines when Ctrl-C comes.
     sender.send_signal(signal.SIGINT)
-    _, err = sender.communicate(timeout=60)
+    # Not communicate(): it closes stdin at once, and an end of input that the command
+    # reads before Python runs its SIGINT handler would end the send normally.
+    sender.wait(timeout=60)
+    assert sender.stderr is not None
+    err = sender.stderr.read()
     assert sender.returncode == 130, err
     assert "Traceback" not in err
     # Stored and answered, plus sent and not yet answered: every line read.

@@ -12,7 +12,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from tests.broker_process import (
+from tests.k8s.cluster_members import pull_all
+from tests.support.broker_process import (
     SKIFF,
     BrokerProcess,
     broker_command,
@@ -21,7 +22,6 @@ from tests.broker_process import (
     data_dir_of,
     running_broker,
 )
-from tests.k8s.cluster_members import pull_all
 
 from skiff_broker.client.messaging import MessagingClient, OutgoingMessage
 from skiff_broker.metadata.topic_table import TopicConfig

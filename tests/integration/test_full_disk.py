@@ -26,7 +26,7 @@ from rocketmq import (
     Producer,
     SimpleConsumer,
 )
-from tests.broker_process import BrokerProcess, create_topics, data_dir_of, running_broker
+from tests.support.broker_process import BrokerProcess, create_topics, data_dir_of, running_broker
 
 from skiff_broker.metadata.topic_table import TopicConfig
 

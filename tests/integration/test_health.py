@@ -7,7 +7,7 @@ from __future__ import annotations
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from tests.broker_process import running_broker
+from tests.support.broker_process import running_broker
 
 from skiff_broker.client.errors import MessagingError
 from skiff_broker.client.messaging import MessagingClient, OutgoingMessage

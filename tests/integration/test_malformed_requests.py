@@ -26,7 +26,8 @@ from hypothesis import strategies as st
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
-from tests.broker_process import BrokerProcess, create_topics, data_dir_of, running_broker
+from tests.support.broker_fixture import module_broker
+from tests.support.broker_process import BrokerProcess, running_broker
 
 from skiff_broker.metadata.topic_table import MessageType, TopicConfig
 from skiff_broker.wire.property_names import RESERVED
@@ -48,18 +49,17 @@ FUZZ = settings(
 )
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    tmp_path = tmp_path_factory.mktemp("malformed")
-    create_topics(
-        data_dir_of(tmp_path),
+broker = module_broker(
+    "malformed",
+    "--max-message-size",
+    "64k",
+    topics=(
         TopicConfig(NORMAL, QUEUES, QUEUES),
         TopicConfig(FIFO, QUEUES, QUEUES, message_type=MessageType.FIFO),
         TopicConfig(EMPTY, QUEUES, QUEUES),
         TopicConfig(ROUND_TRIP, QUEUES, QUEUES),
-    )
-    with running_broker(tmp_path, "--max-message-size", "64k") as process:
-        yield process
+    ),
+)
 
 
 @pytest.fixture(scope="module")

@@ -6,19 +6,16 @@ from __future__ import annotations
 
 import subprocess
 import urllib.request
-from collections.abc import Iterator
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from tests.broker_process import (
+from tests.support.broker_fixture import module_broker
+from tests.support.broker_process import (
     SKIFF,
     BrokerProcess,
     broker_env,
-    create_topics,
-    data_dir_of,
     running_broker,
 )
-from tests.queue_ends import wait_for_messages
+from tests.support.queue_ends import wait_for_messages
 
 from skiff_broker.client.messaging import MessagingClient, OutgoingMessage
 from skiff_broker.metadata.topic_table import TopicConfig
@@ -29,13 +26,8 @@ SIZES = (100, 2000, 5000)
 BROKER = {"cluster": "DefaultCluster", "node_type": "broker", "node_id": "broker-m"}
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    tmp_path = tmp_path_factory.mktemp("metrics")
-    # One queue: every message of the test is in the queue the group reads.
-    create_topics(data_dir_of(tmp_path), TopicConfig(TOPIC, 1, 1))
-    with running_broker(tmp_path, "--broker-name", "broker-m") as process:
-        yield process
+# One queue: every message of the test is in the queue the group reads.
+broker = module_broker("metrics", "--broker-name", "broker-m", topics=[TopicConfig(TOPIC, 1, 1)])
 
 
 def scrape(broker: BrokerProcess) -> dict[str, list[tuple[dict[str, str], float]]]:

@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from tests.broker_process import BrokerProcess, create_topics, data_dir_of, running_broker
 from tests.official_clients import (
     ClientsUnavailable,
     GoClient,
@@ -29,6 +28,8 @@ from tests.official_clients import (
     java_client,
     run_client,
 )
+from tests.support.broker_fixture import module_broker
+from tests.support.broker_process import BrokerProcess, create_topics, data_dir_of, running_broker
 
 from skiff_broker.client.admin import AclEntry, AdminClient
 from skiff_broker.client.credentials import Credentials
@@ -61,20 +62,17 @@ def go() -> GoClient:
     return _built(go_client)  # type: ignore[return-value]
 
 
-def _broker(tmp_path: Path, *args: str, env: dict | None = None):  # type: ignore[no-untyped-def]
-    create_topics(data_dir_of(tmp_path), *(TopicConfig(name, 2, 2) for name in TOPICS))
-    return running_broker(tmp_path, *args, env=env)
+TOPIC_CONFIGS = [TopicConfig(name, 2, 2) for name in TOPICS]
 
 
-@pytest.fixture(scope="module")
-def default_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with _broker(tmp_path_factory.mktemp("defaults")) as broker:
-        yield broker
+default_broker = module_broker("defaults", topics=TOPIC_CONFIGS)
 
 
 @pytest.fixture(scope="module")
 def auth_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with _broker(tmp_path_factory.mktemp("auth"), env=AUTH_ENV) as broker:
+    tmp_path = tmp_path_factory.mktemp("auth")
+    create_topics(data_dir_of(tmp_path), *TOPIC_CONFIGS)
+    with running_broker(tmp_path, env=AUTH_ENV) as broker:
         with AdminClient(broker.endpoint, credentials=Credentials(*ROOT)) as admin:
             admin.apply_user(*USER)
             resources = tuple(f"Topic:{t}" for t in TOPICS) + tuple(f"Group:{g}" for g in GROUPS)
@@ -82,12 +80,10 @@ def auth_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc
         yield broker
 
 
-@pytest.fixture(scope="module")
-def enforcing_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    # No replication port: a broker with peers needs --tls-ca in enforcing mode.
-    directory = tmp_path_factory.mktemp("enforcing")
-    with _broker(directory, "--tls-mode", "enforcing", "--ha-listen", "") as broker:
-        yield broker
+# No replication port: a broker with peers needs --tls-ca in enforcing mode.
+enforcing_broker = module_broker(
+    "enforcing", "--tls-mode", "enforcing", "--ha-listen", "", topics=TOPIC_CONFIGS
+)
 
 
 def _fresh_group(base: str) -> str:

@@ -13,8 +13,8 @@ import base64
 from pathlib import Path
 
 import pytest
-from tests.broker_process import running_broker
-from tests.certificate_authority import CertificateAuthority
+from tests.support.broker_process import running_broker
+from tests.support.certificate_authority import CertificateAuthority
 
 from skiff_broker.client.errors import BrokerUnavailable
 from skiff_operator.admin_access import AdminCredentials

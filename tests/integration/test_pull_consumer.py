@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import grpc
 import pytest
-from tests.broker_process import BrokerProcess, running_broker
-from tests.queue_ends import wait_for_messages
-from tests.retention_broker import RETENTION_ARGS, wait_for_deletion
+from tests.support.broker_fixture import module_broker
+from tests.support.broker_process import BrokerProcess, running_broker
+from tests.support.queue_ends import wait_for_messages
+from tests.support.retention_broker import RETENTION_ARGS, wait_for_deletion
 
 from skiff_broker.client.admin import AdminClient
 from skiff_broker.client.errors import MessagingError, NotFound
@@ -17,11 +16,7 @@ from skiff_broker.client.pull_consumer import DataLost, PullConsumer, PullStatus
 from skiff_broker.records.v1 import records_pb2 as rpb
 from skiff_broker.records.v1 import records_pb2_grpc
 
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with running_broker(tmp_path_factory.mktemp("pull-consumer")) as process:
-        yield process
+broker = module_broker("pull-consumer")
 
 
 def fill(endpoint: str, topic: str, queues: int, per_queue: int) -> dict[int, list[bytes]]:

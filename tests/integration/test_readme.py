@@ -7,14 +7,14 @@ import re
 import shlex
 import subprocess
 import sys
-import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
-from tests.broker_process import (
+from tests.k8s.cluster_members import pull_all
+from tests.support.broker_process import (
     BrokerProcess,
     broker_command,
     broker_env,
@@ -23,8 +23,8 @@ from tests.broker_process import (
     running_broker,
     start_broker,
 )
-from tests.k8s.cluster_members import pull_all
-from tests.kube_control_plane import free_port
+from tests.support.kube_control_plane import free_port
+from tests.support.waiting import wait_for
 
 from skiff_broker.client.messaging import MessagingClient, OutgoingMessage
 from skiff_broker.metadata.topic_table import TopicConfig
@@ -371,18 +371,11 @@ def walkthrough(tmp_path: Path) -> Iterator[Walkthrough]:
         steps.cleanup()
 
 
-def _wait(what: str, condition) -> None:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + 60
-    while not condition():
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(0.2)
-
-
 def test_replication_walkthrough_loses_no_acknowledged_message(walkthrough: Walkthrough) -> None:
     steps = walkthrough
     a0 = steps.broker(steps.starts[0])
     steps.broker(steps.starts[1])
-    _wait("a1 to follow a0", steps.a1_follows)
+    wait_for(steps.a1_follows, "a1 to follow a0")
     first = steps.send("8081", 10, b"first")
     a0.kill()
     assert "is now MASTER" in steps.skiff(steps.promote)
@@ -392,7 +385,7 @@ def test_replication_walkthrough_loses_no_acknowledged_message(walkthrough: Walk
     assert steps.refused(steps.starts[0]) == steps.refusal
     # It rejoins as the README says and copies everything acknowledged.
     steps.broker(steps.rejoin)
-    _wait("a0 to copy a1's log", lambda: steps.stored("8081").keys() >= (first | second).keys())
+    wait_for(lambda: steps.stored("8081").keys() >= (first | second).keys(), "a0 to copy a1's log")
     assert steps.stored("8082") == first | second
 
 
@@ -402,7 +395,7 @@ def test_restarting_both_with_their_first_commands_keeps_the_promotion(
     steps = walkthrough
     a0 = steps.broker(steps.starts[0])
     a1 = steps.broker(steps.starts[1])
-    _wait("a1 to follow a0", steps.a1_follows)
+    wait_for(steps.a1_follows, "a1 to follow a0")
     first = steps.send("8081", 10, b"first")
     a0.kill()
     steps.skiff(steps.promote)
@@ -423,4 +416,4 @@ def test_restarting_both_with_their_first_commands_keeps_the_promotion(
     assert not any("diverged" in r.get("msg", "") for r in a1.log_lines())
     assert steps.stored("8082") == first | second
     steps.broker(steps.rejoin)
-    _wait("a0 to copy a1's log", lambda: steps.stored("8081").keys() >= (first | second).keys())
+    wait_for(lambda: steps.stored("8081").keys() >= (first | second).keys(), "a0 to copy a1's log")

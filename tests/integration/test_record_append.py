@@ -15,7 +15,8 @@ import grpc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.broker_process import BrokerProcess, create_topics, data_dir_of, running_broker
+from tests.support.broker_fixture import module_broker
+from tests.support.broker_process import BrokerProcess
 
 from skiff_broker.client.errors import InvalidArgument
 from skiff_broker.client.producer import BatchingProducer
@@ -32,16 +33,15 @@ FIFO = "append-fifo"
 QUEUES = 2
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    tmp_path = tmp_path_factory.mktemp("append")
-    create_topics(
-        data_dir_of(tmp_path),
+broker = module_broker(
+    "append",
+    "--max-message-size",
+    str(MAX_MESSAGE_SIZE),
+    topics=(
         TopicConfig(TOPIC, QUEUES, QUEUES),
         TopicConfig(FIFO, QUEUES, QUEUES, message_type=MessageType.FIFO),
-    )
-    with running_broker(tmp_path, "--max-message-size", str(MAX_MESSAGE_SIZE)) as process:
-        yield process
+    ),
+)
 
 
 @pytest.fixture(scope="module")

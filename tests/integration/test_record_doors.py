@@ -23,7 +23,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
-from tests.broker_process import (
+from tests.support.broker_process import (
     SMALL_FILES_ENV,
     create_topics,
     data_dir_of,
@@ -175,7 +175,7 @@ def test_pull_consumer_skips_a_stored_body_that_does_not_inflate(
     data_dir = data_dir_of(tmp_path)
     create_topics(data_dir, TopicConfig(TOPIC, 1, 1))
     # Around the doors: what an older broker or a damaged disk may have stored.
-    # Laid out as the broker process expects it (tests/broker_process.py's sizes).
+    # Laid out as the broker process expects it (tests/support/broker_process.py's sizes).
     entries = int(SMALL_FILES_ENV["SKIFF_INDEX_FILE_ENTRIES"])
     config = StoreConfig(
         data_dir=str(data_dir),

@@ -11,15 +11,15 @@ import os
 import random
 from pathlib import Path
 
-from tests.broker_process import (
+from tests.support.broker_process import (
     SMALL_FILES_ENV,
     BrokerProcess,
     create_topics,
     data_dir_of,
     killed_afterwards,
     start_broker,
-    wait_for,
 )
+from tests.support.waiting import wait_for
 
 from skiff_broker.client.admin import AdminClient
 from skiff_broker.metadata.topic_table import TopicConfig
@@ -115,7 +115,7 @@ def test_a_backlog_is_copied_byte_for_byte_across_cut_runs_and_blank_records(
     with killed_afterwards() as started:
         master, replica = start_pair(tmp_path, started)
         end = log_end(master)
-        wait_for(f"the replica to reach {end}", lambda: log_end(replica) == end)
+        wait_for(lambda: log_end(replica) == end, f"the replica to reach {end}")
         assert log_bytes(replica, end) == log_bytes(master, end)
         assert "fails its check" not in replica.log()
 
@@ -134,7 +134,7 @@ def test_a_record_that_fails_its_check_is_not_written_and_the_master_is_named(
         f.write(b"X")
     with killed_afterwards() as started:
         master, replica = start_pair(tmp_path, started)
-        wait_for("the replica to refuse the record", lambda: "fails its check" in replica.log())
+        wait_for(lambda: "fails its check" in replica.log(), "the replica to refuse the record")
         errors = [line for line in replica.log_lines() if "fails its check" in line.get("msg", "")]
         assert errors and errors[0].get("level", "ERROR") in ("ERROR", "error")
         assert master.ha_endpoint in errors[0]["msg"]

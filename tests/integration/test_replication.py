@@ -21,7 +21,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -37,7 +37,7 @@ from rocketmq import (
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
-from tests.broker_process import (
+from tests.support.broker_process import (
     SKIFF,
     BrokerProcess,
     broker_env,
@@ -45,7 +45,8 @@ from tests.broker_process import (
     data_dir_of,
     start_broker,
 )
-from tests.kube_control_plane import free_port
+from tests.support.kube_control_plane import free_port
+from tests.support.waiting import wait_for
 
 from skiff_broker.client.admin import AdminClient, BrokerInfo, ResetTo
 from skiff_broker.client.errors import BrokerUnavailable, FailedPrecondition, MessagingError
@@ -109,15 +110,6 @@ def group(tmp_path: Path) -> Iterator[Group]:
         g.cleanup()
 
 
-def wait_for(what: str, condition: Callable[[], bool], timeout: float = DEADLINE_S) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def info(broker: BrokerProcess) -> BrokerInfo:
     with AdminClient(broker.endpoint) as admin:
         return admin.broker_info()
@@ -131,7 +123,7 @@ def wait_caught_up(master: BrokerProcess, replica: BrokerProcess) -> int:
         state = info(replica)
         return state.commit_log_max_offset == end and state.dispatched_offset == end
 
-    wait_for(f"the replica to reach offset {end}", caught_up)
+    wait_for(caught_up, f"the replica to reach offset {end}")
     return end
 
 
@@ -292,8 +284,8 @@ def test_topic_config_and_consumer_offsets_reach_the_replica(group: Group) -> No
         admin.create_topic("created-later", read_queues=2, write_queues=2)
     with AdminClient(replica.endpoint) as admin:
         wait_for(
-            "the new topic on the replica",
             lambda: "created-later" in {t.name for t in admin.list_topics()},
+            "the new topic on the replica",
         )
         with pytest.raises(FailedPrecondition, match="replica"):
             admin.create_topic("on-the-replica")
@@ -311,7 +303,7 @@ def test_topic_config_and_consumer_offsets_reach_the_replica(group: Group) -> No
             reply = service_pb2_grpc.MessagingServiceStub(channel).GetOffset(request, timeout=30)
         return reply.offset if reply.status.code == pb.Code.OK else -1
 
-    wait_for("the committed offset on the replica", lambda: replica_offset() == 17)
+    wait_for(lambda: replica_offset() == 17, "the committed offset on the replica")
 
 
 def test_group_offsets_are_reset_on_the_master_and_refused_on_a_replica(group: Group) -> None:
@@ -321,8 +313,8 @@ def test_group_offsets_are_reset_on_the_master_and_refused_on_a_replica(group: G
         admin.reset_consumer_group("resetters", TOPIC, ResetTo.LATEST)
     with AdminClient(replica.endpoint) as admin:
         wait_for(
-            "the group on the replica",
             lambda: "resetters" in {g.group for g in admin.list_consumer_groups()},
+            "the group on the replica",
         )
         # A dry run changes nothing, so a replica answers it.
         assert len(admin.reset_consumer_group("resetters", TOPIC, ResetTo.EARLIEST, dry_run=True))
@@ -334,8 +326,8 @@ def test_group_offsets_are_reset_on_the_master_and_refused_on_a_replica(group: G
         admin.delete_consumer_group("resetters")
     with AdminClient(replica.endpoint) as admin:
         wait_for(
-            "the deletion on the replica",
             lambda: "resetters" not in {g.group for g in admin.list_consumer_groups()},
+            "the deletion on the replica",
         )
 
 
@@ -367,7 +359,7 @@ def test_sync_replication_loses_no_acknowledged_message_when_the_master_is_kille
     producers = [threading.Thread(target=produce) for _ in range(2)]
     for thread in producers:
         thread.start()
-    wait_for("load on the master", lambda: len(acknowledged) >= 2000)
+    wait_for(lambda: len(acknowledged) >= 2000, "load on the master")
     master.kill()
     stop.set()
     for thread in producers:
@@ -394,7 +386,7 @@ def test_a_restarted_replica_resumes_from_its_own_offset_and_catches_up(
     held = wait_caught_up(master, replica)
     # A clean stop, or SIGKILL: then the replica's own crash recovery runs first.
     getattr(replica, how)()
-    wait_for("the master to see the replica go", lambda: not info(master).replicas[0].connected)
+    wait_for(lambda: not info(master).replicas[0].connected, "the master to see the replica go")
     later = send(master, [b"while-away-%d" % i * 50 for i in range(500)])
     assert not info(master).replicas[0].in_sync
 
@@ -405,7 +397,7 @@ def test_a_restarted_replica_resumes_from_its_own_offset_and_catches_up(
     assert pull_all(replica) == first | later
     resumed = [r["msg"] for r in replica.log_lines() if r["msg"].startswith("following master")]
     assert resumed and f"from {held} " in resumed[-1], resumed
-    wait_for("the replica back in sync", lambda: info(master).replicas[0].in_sync)
+    wait_for(lambda: info(master).replicas[0].in_sync, "the replica back in sync")
 
 
 def test_reads_pull_and_pop_from_a_replica_while_the_master_is_down(group: Group) -> None:
@@ -444,7 +436,7 @@ def test_promotion_is_refused_out_of_sync_and_works_in_sync(group: Group) -> Non
     replica = group.replica("replica", master)
     sent = send(master, [b"kept-%d" % i for i in range(50)])
     held = wait_caught_up(master, replica)
-    wait_for("the replica in sync", lambda: info(replica).replica_in_sync)
+    wait_for(lambda: info(replica).replica_in_sync, "the replica in sync")
     with AdminClient(master.endpoint) as admin, pytest.raises(FailedPrecondition, match="master"):
         admin.promote()
     master.kill()
@@ -542,7 +534,7 @@ def test_a_stalled_replica_falls_out_of_sync_and_sync_sends_time_out(group: Grou
         os.kill(replica.proc.pid, signal.SIGCONT)
 
     # Back: it catches up, is in sync again, and SYNC sends succeed.
-    wait_for("the replica back in sync", lambda: info(master).replicas[0].in_sync)
+    wait_for(lambda: info(master).replicas[0].in_sync, "the replica back in sync")
     assert send(master, [b"after"])
 
 
@@ -579,20 +571,20 @@ def test_heartbeats_find_a_silent_peer_in_both_directions(group: Group) -> None:
     os.kill(replica.proc.pid, signal.SIGSTOP)
     try:
         wait_for(
-            "the master to drop the silent replica", lambda: not info(master).replicas[0].connected
+            lambda: not info(master).replicas[0].connected, "the master to drop the silent replica"
         )
     finally:
         os.kill(replica.proc.pid, signal.SIGCONT)
-    wait_for("the replica to reconnect", lambda: info(master).replicas[0].connected)
+    wait_for(lambda: info(master).replicas[0].connected, "the replica to reconnect")
 
     os.kill(master.proc.pid, signal.SIGSTOP)
     try:
         wait_for(
-            "the replica to drop the silent master", lambda: not info(replica).replica_connected
+            lambda: not info(replica).replica_connected, "the replica to drop the silent master"
         )
     finally:
         os.kill(master.proc.pid, signal.SIGCONT)
-    wait_for("the replica to follow again", lambda: info(replica).replica_connected)
+    wait_for(lambda: info(replica).replica_connected, "the replica to follow again")
 
 
 def test_a_replica_follows_its_master_through_a_restart_into_a_new_term(group: Group) -> None:
@@ -602,7 +594,7 @@ def test_a_replica_follows_its_master_through_a_restart_into_a_new_term(group: G
     before = send(master, [b"term-1-%d" % i for i in range(80)])
     wait_caught_up(master, replica)
     master.stop()
-    wait_for("the replica to notice", lambda: not info(replica).replica_connected)
+    wait_for(lambda: not info(replica).replica_connected, "the replica to notice")
 
     master = group.master("master", "--ha-listen", ha_listen)
     assert info(master).epoch == 2
@@ -610,7 +602,7 @@ def test_a_replica_follows_its_master_through_a_restart_into_a_new_term(group: G
     end = wait_caught_up(master, replica)
     assert log_bytes(replica, end) == log_bytes(master, end)
     assert pull_all(replica) == before | after
-    wait_for("the new term on the replica", lambda: info(replica).epoch == 2)
+    wait_for(lambda: info(replica).epoch == 2, "the new term on the replica")
     assert (replica.data_dir / "epoch").read_text() == (master.data_dir / "epoch").read_text()
 
 
@@ -622,7 +614,7 @@ def test_an_old_master_started_again_as_it_was_refuses_and_rejoins_losing_nothin
     follower = group.replica("replica", old)
     before = send(old, [b"term-1-%d" % i for i in range(60)])
     wait_caught_up(old, follower)
-    wait_for("the replica in sync", lambda: info(follower).replica_in_sync)
+    wait_for(lambda: info(follower).replica_in_sync, "the replica in sync")
     old.kill()
     with AdminClient(follower.endpoint) as admin:
         promoted = admin.promote()

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.broker_process import (
+from tests.support.broker_process import (
     COMMIT_LOG_FILE_SIZE,
     HA_SECRET,
     SKIFF,
@@ -30,8 +30,8 @@ from tests.broker_process import (
     data_dir_of,
     killed_afterwards,
     start_broker,
-    wait_for,
 )
+from tests.support.waiting import wait_for
 
 from skiff_broker.client.admin import AdminClient, BrokerInfo
 from skiff_broker.client.errors import MessagingError
@@ -135,7 +135,7 @@ def test_a_peer_without_the_secret_gets_no_log_byte_and_is_not_listed(
         assert read_to_end(sock) == b""
 
     assert info(master).replicas == ()
-    wait_for("the refusals in the master's log", lambda: "did not authenticate" in master.log())
+    wait_for(lambda: "did not authenticate" in master.log(), "the refusals in the master's log")
     refusals = [r["msg"] for r in master.log_lines() if "did not authenticate" in r.get("msg", "")]
     assert all("from 127.0.0.1:" in line for line in refusals)
     assert all("--ha-secret-file" in line for line in refusals)
@@ -252,9 +252,9 @@ def test_a_master_must_prove_the_secret_before_a_replica_writes_its_bytes(
         brokers.append(replica)
         if knows_the_secret:
             # The control: the very same bytes are written when the master proves the secret.
-            wait_for("the copy", lambda: info(replica).commit_log_max_offset == len(log))
+            wait_for(lambda: info(replica).commit_log_max_offset == len(log), "the copy")
         else:
-            wait_for("the refusal", lambda: "did not authenticate" in replica.log())
+            wait_for(lambda: "did not authenticate" in replica.log(), "the refusal")
             assert info(replica).commit_log_max_offset == 0
             assert address in replica.log()
 
@@ -316,4 +316,4 @@ def test_a_secret_file_is_read_and_a_plain_master_opens_no_replication_port(
     brokers.append(replica)
     send(master, 3)
     end = info(master).commit_log_max_offset
-    wait_for("the replica to copy the log", lambda: info(replica).commit_log_max_offset == end)
+    wait_for(lambda: info(replica).commit_log_max_offset == end, "the replica to copy the log")

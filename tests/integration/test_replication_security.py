@@ -13,8 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.broker_process import BrokerProcess, killed_afterwards, start_broker, wait_for
-from tests.certificate_authority import CertificateAuthority
+from tests.support.broker_process import BrokerProcess, killed_afterwards, start_broker
+from tests.support.certificate_authority import CertificateAuthority
+from tests.support.waiting import wait_for
 
 from skiff_broker.client.admin import AclEntry, AdminClient
 from skiff_broker.client.credentials import Credentials
@@ -65,7 +66,7 @@ def test_users_reach_the_replica_and_stay_after_promotion(
         admin.apply_user(ALICE.access_key, ALICE.secret_key, super_user=True)
         admin.apply_acl(ALICE.access_key, ALICE_ACL)
 
-    wait_for("alice to sign in on the replica", lambda: signs_in(replica, ALICE))
+    wait_for(lambda: signs_in(replica, ALICE), "alice to sign in on the replica")
     assert signs_in(replica, KEEPER), "the replica lost its own bootstrap user"
     with AdminClient(replica.endpoint, credentials=ALICE) as admin:
         assert admin.get_acl(ALICE.access_key) == ALICE_ACL
@@ -79,10 +80,10 @@ def test_users_reach_the_replica_and_stay_after_promotion(
     # A change on the master replaces the replica's copy.
     with AdminClient(master.endpoint, credentials=ROOT) as admin:
         admin.delete_user(ALICE.access_key)
-    wait_for("alice to be gone from the replica", lambda: not signs_in(replica, ALICE))
+    wait_for(lambda: not signs_in(replica, ALICE), "alice to be gone from the replica")
     with AdminClient(master.endpoint, credentials=ROOT) as admin:
         admin.apply_user(ALICE.access_key, ALICE.secret_key, super_user=True)
-    wait_for("alice back on the replica", lambda: signs_in(replica, ALICE))
+    wait_for(lambda: signs_in(replica, ALICE), "alice back on the replica")
 
     master.kill()
     with AdminClient(replica.endpoint, credentials=KEEPER) as admin:
@@ -111,7 +112,7 @@ def test_replication_runs_over_mutual_tls_and_refuses_a_replica_of_another_ca(
         admin.create_topic("over-tls")
     with AdminClient(replica.endpoint) as admin:
         wait_for(
-            "the topic on the replica", lambda: "over-tls" in {t.name for t in admin.list_topics()}
+            lambda: "over-tls" in {t.name for t in admin.list_topics()}, "the topic on the replica"
         )
     assert any("over mutual TLS" in r["msg"] for r in master.log_lines())
     assert not any("not encrypted" in r["msg"] for r in master.log_lines())
@@ -130,11 +131,11 @@ def test_replication_runs_over_mutual_tls_and_refuses_a_replica_of_another_ca(
             if r["msg"].startswith("refused a replication connection") and "TLS" in r["msg"]
         ]
 
-    wait_for("the master to refuse the stranger", lambda: bool(refusals()))
+    wait_for(lambda: bool(refusals()), "the master to refuse the stranger")
     assert "127.0.0.1:" in refusals()[0]
     wait_for(
-        "the stranger to name its certificate as the likely cause",
         lambda: any("--tls-cert signed by" in r["msg"] for r in stranger.log_lines()),
+        "the stranger to name its certificate as the likely cause",
     )
     with AdminClient(stranger.endpoint) as admin:
         state = admin.broker_info()

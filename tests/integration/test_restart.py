@@ -25,7 +25,7 @@ from rocketmq import (
     Producer,
     SimpleConsumer,
 )
-from tests.broker_process import (
+from tests.support.broker_process import (
     COMMIT_LOG_FILE_SIZE,
     SKIFF,
     BrokerProcess,

@@ -19,7 +19,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from tests.broker_process import SKIFF, START_DEADLINE_S, broker_env, data_dir_of, running_broker
+from tests.support.broker_process import (
+    SKIFF,
+    START_DEADLINE_S,
+    broker_env,
+    data_dir_of,
+    running_broker,
+)
 
 from skiff_broker.client.admin import AdminClient
 from skiff_broker.client.pull_consumer import PullConsumer, PullStatus

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
-from tests.broker_process import create_topics, data_dir_of, running_broker, start_broker
+from tests.support.broker_process import create_topics, data_dir_of, running_broker, start_broker
 
 from skiff_broker.client.pull_consumer import PullConsumer
 from skiff_broker.metadata.topic_table import TopicConfig

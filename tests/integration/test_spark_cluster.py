@@ -10,9 +10,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from tests.broker_process import BrokerProcess, running_broker, start_broker
-from tests.k8s.cluster_members import route, wait_for
-from tests.queue_ends import wait_for_messages
+from tests.k8s.cluster_members import CLUSTER_DEADLINE_S, route
+from tests.support.broker_process import BrokerProcess, running_broker, start_broker
+from tests.support.queue_ends import wait_for_messages
+from tests.support.waiting import wait_for
 
 from skiff_broker.client.admin import AdminClient
 from skiff_broker.client.messaging import MessagingClient, OutgoingMessage
@@ -103,8 +104,11 @@ def test_one_endpoint_reads_every_group_batch_and_streaming(spark, tmp_path: Pat
         started.append(b)
         a = group(tmp_path / "a", "orders-a", 2, b)
         started.append(a)
-        wait_for("a's route to name both groups", lambda: groups_in_route(a.endpoint) == {
-            "orders-a", "orders-b"})  # fmt: skip
+        wait_for(
+            lambda: groups_in_route(a.endpoint) == {"orders-a", "orders-b"},
+            "a's route to name both groups",
+            deadline_s=CLUSTER_DEADLINE_S,
+        )
         sent = send_to_group(a, "a", 150) + send_to_group(b, "b", 250)
 
         # Batch: one partition per queue of every group, every message once.
@@ -176,8 +180,11 @@ def test_one_endpoint_reads_every_group_batch_and_streaming(spark, tmp_path: Pat
         a.stop()
         a = group(tmp_path / "a", "orders-a", 2, b, c)
         started.append(a)
-        wait_for("a's route to name three groups", lambda: groups_in_route(a.endpoint) == {
-            "orders-a", "orders-b", "orders-c"})  # fmt: skip
+        wait_for(
+            lambda: groups_in_route(a.endpoint) == {"orders-a", "orders-b", "orders-c"},
+            "a's route to name three groups",
+            deadline_s=CLUSTER_DEADLINE_S,
+        )
         later = send_to_group(b, "b-later", 40)
 
         # The checkpoint names groups, not endpoints: a's new address carries on from it,

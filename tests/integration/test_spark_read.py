@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.broker_process import BrokerProcess, running_broker
-from tests.queue_ends import wait_for_messages
-from tests.retention_broker import RETENTION_ARGS, wait_for_deletion
+from tests.support.broker_fixture import module_broker
+from tests.support.broker_process import running_broker
+from tests.support.queue_ends import wait_for_messages
+from tests.support.retention_broker import RETENTION_ARGS, wait_for_deletion
 
 from skiff_broker.client.admin import AdminClient
 from skiff_broker.client.messaging import MessagingClient, OutgoingMessage
@@ -19,11 +19,7 @@ from skiff_broker.spark.offsets import QueueSlice
 from skiff_broker.spark.reader import SliceToRead, read_slice
 from skiff_broker.spark.routes import Routes
 
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with running_broker(tmp_path_factory.mktemp("spark-read")) as process:
-        yield process
+broker = module_broker("spark-read")
 
 
 def millis(value) -> int:

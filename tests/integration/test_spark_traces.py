@@ -10,8 +10,8 @@ import sys
 from collections import defaultdict
 
 import pytest
-from tests.broker_process import broker_env
-from tests.span_files import produce_span_file
+from tests.support.broker_process import broker_env
+from tests.support.span_files import produce_span_file
 
 from skiff_broker.spark.traces import NoSpansFound, analyze
 

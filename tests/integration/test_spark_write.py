@@ -3,22 +3,17 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 
 import pytest
 from pyspark.errors import StreamingQueryException
-from tests.broker_process import BrokerProcess, running_broker
-from tests.queue_ends import wait_for_messages
+from tests.support.broker_fixture import module_broker
+from tests.support.queue_ends import wait_for_messages
 
 from skiff_broker.client.admin import AdminClient
 from skiff_broker.client.messaging import MessagingClient, OutgoingMessage
 from skiff_broker.client.pull_consumer import PullConsumer, PulledMessage
 
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with running_broker(tmp_path_factory.mktemp("spark-write")) as process:
-        yield process
+broker = module_broker("spark-write")
 
 
 def everything_in(endpoint: str, topic: str) -> list[PulledMessage]:

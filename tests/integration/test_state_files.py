@@ -17,7 +17,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from tests.broker_process import (
+from tests.support.broker_process import (
     COMMIT_LOG_FILE_SIZE,
     SKIFF,
     START_DEADLINE_S,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
-from tests.otlp_receiver import ReceivedSpan
-from tests.span_files import SpanFileRun, produce_span_file
+from tests.support.otlp_receiver import ReceivedSpan
+from tests.support.span_files import SpanFileRun, produce_span_file
 
 from skiff_broker.telemetry import conventions as cv
 
@@ -106,7 +106,7 @@ def test_group_commit_flush_spans_count_their_waiters(run: SpanFileRun) -> None:
 
 def final_points(run: SpanFileRun, name: str) -> dict[tuple, object]:
     """The last exported point per attribute set (cumulative: it holds every sample)."""
-    from tests.otlp_receiver import attributes
+    from tests.support.otlp_receiver import attributes
 
     points = {}
     for point, resource in run.receiver.histogram_points(name):

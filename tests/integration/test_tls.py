@@ -3,7 +3,7 @@
 Permissive (the default) serves TLS and plaintext on one port; enforcing closes plaintext
 connections and says so in the log; disabled is plaintext only. Certificate files given to
 the broker are picked up by the next handshake after they change. The official Python
-client runs in its own process (tests/official_client_roundtrip.py) so that its TLS trusts
+client runs in its own process (tests/support/official_client_roundtrip.py) so that its TLS trusts
 the broker's self-signed certificate through GRPC_DEFAULT_SSL_ROOTS_FILE_PATH.
 """
 
@@ -24,14 +24,14 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from tests.broker_process import SKIFF, broker_command, broker_env, running_broker
-from tests.kube_control_plane import free_port
+from tests.support.broker_process import SKIFF, broker_command, broker_env, running_broker
+from tests.support.kube_control_plane import free_port
 
 from skiff_broker.client.admin import AdminClient
 from skiff_broker.client.channels import ClientTls
 from skiff_broker.client.errors import SkiffError
 
-ROUNDTRIP = Path(__file__).resolve().parent.parent / "official_client_roundtrip.py"
+ROUNDTRIP = Path(__file__).resolve().parent.parent / "support" / "official_client_roundtrip.py"
 DEADLINE_S = 60.0
 # Enforcing without --tls-ca is for a broker without peers: no replication port either.
 ENFORCING_ALONE = ("--tls-mode", "enforcing", "--ha-listen", "")

@@ -15,17 +15,15 @@ import itertools
 import json
 import os
 import signal
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
-from tests.broker_process import BrokerProcess, create_topics, data_dir_of, start_broker
-from tests.kube_control_plane import ControlPlane, write_kubeconfig
+from tests.support.broker_process import BrokerProcess, create_topics, data_dir_of, start_broker
+from tests.support.kube_control_plane import ControlPlane, write_kubeconfig
+from tests.support.waiting import wait_for
 
 from skiff_broker.endpoints import endpoints_of
 from skiff_broker.metadata.topic_table import TopicConfig
@@ -33,22 +31,11 @@ from skiff_broker.metadata.topic_table import TopicConfig
 CLUSTER = "orders"
 TOPIC = "payments"
 QUEUES = 4
-DEADLINE_S = 120.0
+CLUSTER_DEADLINE_S = 120.0
 # Short heartbeats so that a lost replication peer is noticed quickly.
 FAST_HEARTBEATS = ("--ha-heartbeat-interval", "0.5", "--ha-heartbeat-timeout", "5")
 
 _namespaces = itertools.count()
-
-
-def wait_for(what: str, condition: Callable[[], Any], deadline_s: float = DEADLINE_S) -> Any:
-    end = time.monotonic() + deadline_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def broker_rbac(namespace: str) -> list[dict]:
@@ -171,7 +158,9 @@ class Cluster:
                 return None
             return lease
 
-        return wait_for(f"{pod} to master {group} (in sync: {in_sync})", ready)
+        return wait_for(
+            ready, f"{pod} to master {group} (in sync: {in_sync})", deadline_s=CLUSTER_DEADLINE_S
+        )
 
     def cleanup(self) -> None:
         for broker in self.brokers.values():

@@ -6,7 +6,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from tests.kube_control_plane import (
+from tests.support.kube_control_plane import (
     REPO_ROOT,
     ControlPlane,
     binaries_dir,

@@ -6,7 +6,7 @@ import json
 import subprocess
 
 import yaml
-from tests.kube_control_plane import REPO_ROOT, ControlPlane
+from tests.support.kube_control_plane import REPO_ROOT, ControlPlane
 
 CHART = str(REPO_ROOT / "charts" / "skiff")
 

@@ -17,28 +17,21 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
-from tests.kube_control_plane import REPO_ROOT, ControlPlane, free_port, write_kubeconfig
+from tests.support.kube_control_plane import REPO_ROOT, ControlPlane, free_port, write_kubeconfig
+from tests.support.waiting import wait_for
 
 BROKER_IMAGE = "registry.test/skiff/broker"
 
 
-def wait_for(condition: Callable[[], Any], what: str, deadline_s: float = 90.0) -> Any:
-    end = time.monotonic() + deadline_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.3)
+def handled(broker: dict | None) -> bool:
+    """The operator wrote the Broker's Ready condition (it does for every Broker it serves)."""
+    conditions = ((broker or {}).get("status") or {}).get("conditions") or []
+    return any(condition.get("type") == "Ready" for condition in conditions)
 
 
 def broker_watches(plane: ControlPlane) -> dict[str, int]:
@@ -127,7 +120,9 @@ def test_the_chart_deployment_runs_the_operator(
         crds.apply([{**broker, "metadata": {"name": "charted", "namespace": watched}}])
         crds.apply([{**broker, "metadata": {"name": "ignored", "namespace": not_watched}}])
         stateful_set = wait_for(
-            lambda: crds.get("statefulset", "charted-a", watched), "the operator to render"
+            lambda: crds.get("statefulset", "charted-a", watched),
+            "the operator to render",
+            deadline_s=90.0,
         )
         assert crds.get("networkpolicy", "charted-a", watched) is not None
         image = stateful_set["spec"]["template"]["spec"]["containers"][0]["image"]
@@ -143,7 +138,6 @@ def test_the_chart_deployment_runs_the_operator(
         watches = broker_watches(crds)
         assert watches.get("namespace", 0) >= 1, watches
         assert watches.get("cluster", 0) == 0, watches
-        assert crds.get("statefulset", "ignored-a", not_watched) is None
 
         # Node ports need a host for clients outside; without the right to read nodes
         # the Broker's status tells the user to name it.
@@ -166,11 +160,24 @@ def test_the_chart_deployment_runs_the_operator(
 
         if cluster_wide:
             wait_for(
-                lambda: crds.get("service", "edge-a-external", watched), "the external Service"
+                lambda: crds.get("service", "edge-a-external", watched),
+                "the external Service",
+                deadline_s=90.0,
             )
         else:
-            note = wait_for(external_note, "the status to ask for advertisedHost")
+            note = wait_for(external_note, "the status to ask for advertisedHost", deadline_s=90.0)
             assert "may not read the nodes' addresses" in note
+        # "edge" was created after "ignored": once the operator has handled it, an operator
+        # that also served the other namespace would have handled "ignored" as well.
+        wait_for(
+            lambda: handled(crds.get("broker", "edge", watched)),
+            "the operator to write edge's status",
+            deadline_s=90.0,
+        )
+        ignored = crds.get("broker", "ignored", not_watched)
+        assert not handled(ignored), ignored
+        assert not ignored["metadata"].get("finalizers"), ignored
+        assert crds.get("statefulset", "ignored-a", not_watched) is None
         assert process.poll() is None, "the operator exited"
     finally:
         process.send_signal(signal.SIGTERM)

@@ -23,8 +23,16 @@ from pathlib import Path
 import pytest
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 from rocketmq.grpc_protocol import definition_pb2 as pb
-from tests.k8s.cluster_members import TOPIC, Cluster, pull_all, pull_placed, route, wait_for
-from tests.kube_control_plane import ControlPlane
+from tests.k8s.cluster_members import (
+    CLUSTER_DEADLINE_S,
+    TOPIC,
+    Cluster,
+    pull_all,
+    pull_placed,
+    route,
+)
+from tests.support.kube_control_plane import ControlPlane
+from tests.support.waiting import wait_for
 
 from skiff_broker.client.admin import AdminClient
 from skiff_broker.client.messaging import MessagingClient, OutgoingMessage, SendReceipt
@@ -115,7 +123,7 @@ def new_master(cluster: Cluster, group: str, old: str) -> tuple[str, dict]:
             return None
         return lease["holder"], lease
 
-    return wait_for(f"a replica to take {group} from {old}", taken)
+    return wait_for(taken, f"a replica to take {group} from {old}", deadline_s=CLUSTER_DEADLINE_S)
 
 
 def start_group(cluster: Cluster, pods: list[str], mode: str = "SYNC") -> dict:
@@ -136,25 +144,41 @@ def test_sigkill_of_the_master_passes_the_lease_and_loses_no_acknowledged_messag
     before = start_group(cluster, PODS)
     first = cluster.brokers[PODS[0]]
     assert before["endpoint"] == first.endpoint
-    wait_for("the master's label", lambda: cluster.role_label(PODS[0]) == "master")
-    assert wait_for("replica labels", lambda: {cluster.role_label(p) for p in PODS[1:]}) == {
-        "replica"
-    }
+    wait_for(
+        lambda: cluster.role_label(PODS[0]) == "master",
+        "the master's label",
+        deadline_s=CLUSTER_DEADLINE_S,
+    )
+    assert wait_for(
+        lambda: {cluster.role_label(p) for p in PODS[1:]},
+        "replica labels",
+        deadline_s=CLUSTER_DEADLINE_S,
+    ) == {"replica"}
 
     endpoints = [cluster.brokers[p].endpoint for p in PODS]
     with Producing(endpoints) as producing:
-        wait_for("load on the master", lambda: producing.count() >= 300)
+        wait_for(
+            lambda: producing.count() >= 300, "load on the master", deadline_s=CLUSTER_DEADLINE_S
+        )
         first.kill()
         successor, after = new_master(cluster, GROUP, PODS[0])
         # Producers go on against the new master once the other replica follows it.
         mark = producing.count()
-        wait_for("sends to the new master", lambda: producing.count() >= mark + 300)
+        wait_for(
+            lambda: producing.count() >= mark + 300,
+            "sends to the new master",
+            deadline_s=CLUSTER_DEADLINE_S,
+        )
 
     promoted = cluster.brokers[successor]
     assert after["epoch"] == before["epoch"] + 1
     assert epoch_of(cluster, successor) == after["epoch"]
     assert after["endpoint"] == promoted.endpoint
-    wait_for("the new master's label", lambda: cluster.role_label(successor) == "master")
+    wait_for(
+        lambda: cluster.role_label(successor) == "master",
+        "the new master's label",
+        deadline_s=CLUSTER_DEADLINE_S,
+    )
     # Any broker's route now points producers at the new master only.
     for pod in PODS[1:]:
         served = {
@@ -173,11 +197,16 @@ def test_sigkill_of_the_master_passes_the_lease_and_loses_no_acknowledged_messag
     with AdminClient(returned.endpoint) as admin:
         assert admin.broker_info().role == "REPLICA"
     wait_for(
-        "the old master to copy the new term",
         lambda: epoch_of(cluster, PODS[0]) == after["epoch"],
+        "the old master to copy the new term",
+        deadline_s=CLUSTER_DEADLINE_S,
     )
     assert pull_all(returned.endpoint).keys() >= producing.acknowledged.keys()
-    wait_for("the old master's label", lambda: cluster.role_label(PODS[0]) == "replica")
+    wait_for(
+        lambda: cluster.role_label(PODS[0]) == "replica",
+        "the old master's label",
+        deadline_s=CLUSTER_DEADLINE_S,
+    )
 
 
 def send_each_alone(endpoint: str, bodies: list[bytes]) -> list[SendReceipt | Exception]:
@@ -223,7 +252,11 @@ def test_a_frozen_master_acknowledges_nothing_once_its_lease_can_pass(
     assert all(isinstance(r, SendReceipt) for r in new_term), new_term
 
     # It steps down, follows the new master and cuts only what it never acknowledged.
-    wait_for("the old master to step down", lambda: cluster.role_label(PODS[0]) == "replica")
+    wait_for(
+        lambda: cluster.role_label(PODS[0]) == "replica",
+        "the old master to step down",
+        deadline_s=CLUSTER_DEADLINE_S,
+    )
     cluster.wait_master(GROUP, successor, in_sync=set(PODS))
     final = pull_placed(promoted.endpoint)
     for message_id, receipt in before.items():
@@ -236,8 +269,9 @@ def test_a_frozen_master_acknowledges_nothing_once_its_lease_can_pass(
     places = [(queue, offset) for _, queue, offset in final.values()]
     assert len(places) == len(set(places))
     wait_for(
-        "the old master to hold the new master's messages",
         lambda: pull_all(frozen.endpoint).keys() == final.keys(),
+        "the old master to hold the new master's messages",
+        deadline_s=CLUSTER_DEADLINE_S,
     )
     assert after["epoch"] == epoch_of(cluster, PODS[0])
 
@@ -256,8 +290,9 @@ def test_a_replica_outside_the_in_sync_set_never_takes_the_lease(cluster: Cluste
     # ... so the replica, started again while the group has no master, does not take over.
     behind = cluster.start(GROUP, pods[1], mode="ASYNC")
     wait_for(
-        "the replica to decline the expired Lease",
         lambda: any("not in its in-sync set" in r.get("msg", "") for r in behind.log_lines()),
+        "the replica to decline the expired Lease",
+        deadline_s=CLUSTER_DEADLINE_S,
     )
     lease = cluster.lease(GROUP)
     assert lease["holder"] == pods[0]
@@ -271,7 +306,11 @@ def test_a_replica_outside_the_in_sync_set_never_takes_the_lease(cluster: Cluste
     after = cluster.wait_master(GROUP, pods[0], in_sync=set(pods))
     assert after["epoch"] == lease["epoch"] + 1
     wanted = {r.message_id for r in only_on_master if isinstance(r, SendReceipt)}
-    wait_for("the replica to copy them", lambda: wanted <= pull_all(behind.endpoint).keys())
+    wait_for(
+        lambda: wanted <= pull_all(behind.endpoint).keys(),
+        "the replica to copy them",
+        deadline_s=CLUSTER_DEADLINE_S,
+    )
     assert wanted <= pull_all(returned.endpoint).keys()
 
 

@@ -22,8 +22,9 @@ from rocketmq import (
     Producer,
     SimpleConsumer,
 )
-from tests.k8s.cluster_members import CLUSTER, TOPIC, Cluster, pull_all, route, wait_for
-from tests.kube_control_plane import ControlPlane, free_port
+from tests.k8s.cluster_members import CLUSTER, CLUSTER_DEADLINE_S, TOPIC, Cluster, pull_all, route
+from tests.support.kube_control_plane import ControlPlane, free_port
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture
@@ -70,7 +71,9 @@ def receive_all(endpoint: str, wanted: set[str]) -> dict[str, bytes]:
                 consumer.ack(message)
             return wanted <= received.keys()
 
-        wait_for("every message through one bootstrap endpoint", done)
+        wait_for(
+            done, "every message through one bootstrap endpoint", deadline_s=CLUSTER_DEADLINE_S
+        )
     finally:
         consumer.shutdown()
     return received
@@ -88,7 +91,7 @@ def test_one_bootstrap_endpoint_reaches_the_queues_of_every_group(cluster: Clust
             queues.setdefault(queue.broker.name, set()).add(queue.id)
         return queues if len(queues) == 2 else {}
 
-    queues = wait_for("routes naming both groups", both_groups)
+    queues = wait_for(both_groups, "routes naming both groups", deadline_s=CLUSTER_DEADLINE_S)
     # Each group's own queue count, asked of that group.
     assert queues == {"orders-a": {0, 1, 2, 3}, "orders-b": {0, 1}}
     ports = {q.broker.name: q.broker.endpoints.addresses[0].port for q in route(a.endpoint)}
@@ -136,7 +139,10 @@ def test_clients_on_the_external_port_get_the_external_addresses(cluster: Cluste
         found = {q.broker.name: q.broker.endpoints.addresses[0].port for q in route(entry)}
         return found if len(found) == 2 else {}
 
-    assert wait_for("routes on the external port", external_ports) == external
+    assert (
+        wait_for(external_ports, "routes on the external port", deadline_s=CLUSTER_DEADLINE_S)
+        == external
+    )
     # The internal port keeps handing the internal addresses.
     internal = {
         q.broker.name: q.broker.endpoints.addresses[0].port

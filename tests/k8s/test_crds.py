@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from tests.kube_control_plane import ControlPlane
+from tests.support.kube_control_plane import ControlPlane
 
 
 def broker(name: str, **spec: object) -> dict:

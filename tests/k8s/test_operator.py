@@ -31,7 +31,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,14 +47,15 @@ from rocketmq import (
     Producer,
     SimpleConsumer,
 )
-from tests.broker_process import BrokerProcess
-from tests.kube_control_plane import (
+from tests.support.broker_process import BrokerProcess
+from tests.support.kube_control_plane import (
     REPO_ROOT,
     ControlPlane,
     free_port,
     running_controllers,
     write_kubeconfig,
 )
+from tests.support.waiting import wait_for
 
 from skiff_broker.client import credentials as skiff_credentials
 from skiff_broker.client.admin import AclEntry, AdminClient, Permission
@@ -66,17 +67,6 @@ NAMESPACE = "shop"
 OPERATOR_NAMESPACE = "skiff-system"
 BROKER = "orders"
 DEADLINE_S = 90.0
-
-
-def wait_for(condition: Callable[[], Any], what: str, deadline_s: float = DEADLINE_S) -> Any:
-    end = time.monotonic() + deadline_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.3)
 
 
 def ready_condition(obj: dict | None) -> dict:
@@ -146,7 +136,9 @@ class Cluster:
 
     def admin_keys(self, broker: str = BROKER) -> skiff_credentials.Credentials:
         """The Broker's super user, from the admin Secret the operator made (auth is on)."""
-        secret = wait_for(lambda: self.get("secret", f"{broker}-admin"), f"{broker}-admin")
+        secret = wait_for(
+            lambda: self.get("secret", f"{broker}-admin"), f"{broker}-admin", deadline_s=DEADLINE_S
+        )
         data = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
         return skiff_credentials.Credentials(data["accessKey"], data["secretKey"])
 
@@ -198,7 +190,9 @@ class Cluster:
             return None
 
         try:
-            return wait_for(matches, f"{kind} {name} Ready={status} {reason}")
+            return wait_for(
+                matches, f"{kind} {name} Ready={status} {reason}", deadline_s=DEADLINE_S
+            )
         except AssertionError:
             current = ready_condition(self.get(kind, name))
             raise AssertionError(
@@ -283,7 +277,9 @@ def broker_manifest(**spec: Any) -> dict:
 
 def test_a_broker_gets_its_children_owned_by_it(cluster: Cluster) -> None:
     cluster.apply(broker_manifest())
-    stateful_set = wait_for(lambda: cluster.get("statefulset", f"{BROKER}-a"), "the StatefulSet")
+    stateful_set = wait_for(
+        lambda: cluster.get("statefulset", f"{BROKER}-a"), "the StatefulSet", deadline_s=DEADLINE_S
+    )
     broker = cluster.get("broker", BROKER)
     assert broker is not None
     uid = broker["metadata"]["uid"]
@@ -306,7 +302,11 @@ def test_a_broker_gets_its_children_owned_by_it(cluster: Cluster) -> None:
         ("secret", f"{BROKER}-tls"),
     ]
     for kind, name in children:
-        child = wait_for(lambda kind=kind, name=name: cluster.get(kind, name), f"{kind} {name}")
+        child = wait_for(
+            lambda kind=kind, name=name: cluster.get(kind, name),
+            f"{kind} {name}",
+            deadline_s=DEADLINE_S,
+        )
         (owner,) = child["metadata"]["ownerReferences"]
         assert (owner["kind"], owner["name"], owner["uid"]) == ("Broker", BROKER, uid)
         assert owner["controller"] is True
@@ -518,8 +518,13 @@ def test_a_spec_change_rolls_out(cluster: Cluster) -> None:
             == "SYNC_FLUSH"
         ),
         "the ConfigMap to carry the new flush type",
+        deadline_s=DEADLINE_S,
     )
-    wait_for(lambda: settings_hash() != before, "a new settings hash on the pod template")
+    wait_for(
+        lambda: settings_hash() != before,
+        "a new settings hash on the pod template",
+        deadline_s=DEADLINE_S,
+    )
     # The StatefulSet has a new template the controller has not rolled out yet.
     broker = cluster.wait_ready("broker", BROKER, "False", "RollingOut")
     assert broker["metadata"]["generation"] == 2
@@ -532,6 +537,7 @@ def test_a_spec_change_rolls_out(cluster: Cluster) -> None:
             == "group a: 1/2 pods updated"
         ),
         "the Broker to report the rollout's progress",
+        deadline_s=DEADLINE_S,
     )
     report_pods(cluster, ready=2, updated=2)
     cluster.wait_ready("broker", BROKER, "True", "Ready")
@@ -586,6 +592,7 @@ def test_a_new_template_restarts_the_replicas_before_the_master(cluster: Cluster
             and s["metadata"]["generation"]
         ),
         "the new pod template",
+        deadline_s=DEADLINE_S,
     )
     new = f"{BROKER}-a-{generation}"
     status = {
@@ -600,7 +607,11 @@ def test_a_new_template_restarts_the_replicas_before_the_master(cluster: Cluster
     }
     cluster.merge_patch("statefulset", f"{BROKER}-a", {"status": status}, subresource="status")
 
-    wait_for(lambda: cluster.get("pod", replica) is None, "the replica to be restarted")
+    wait_for(
+        lambda: cluster.get("pod", replica) is None,
+        "the replica to be restarted",
+        deadline_s=DEADLINE_S,
+    )
     assert cluster.get("pod", master) is not None, "the master went before its replica"
     # The controller brings the replica back on the new template; it is ready.
     cluster.apply(broker_pod(replica, new))
@@ -613,11 +624,16 @@ def test_a_new_template_restarts_the_replicas_before_the_master(cluster: Cluster
             in ready_condition(cluster.get("broker", BROKER)).get("message", "")
         ),
         "the operator to wait for an in-sync replica",
+        deadline_s=DEADLINE_S,
     )
     assert cluster.get("pod", master) is not None
     # The replica caught up: the master may go, and the Lease can pass to the replica.
     write_lease(cluster, "a", master, 5, [master, replica], "10.0.0.7:8081")
-    wait_for(lambda: cluster.get("pod", master) is None, "the master to be restarted last")
+    wait_for(
+        lambda: cluster.get("pod", master) is None,
+        "the master to be restarted last",
+        deadline_s=DEADLINE_S,
+    )
 
     cluster.delete("pod", replica)
     report_pods(cluster, ready=2, updated=2)
@@ -716,6 +732,7 @@ def start_broker_from_stored_pod_spec(cluster: Cluster) -> BrokerProcess:
                 or any(r.get("msg", "").startswith("listening on ") for r in broker.log_lines())
             ),
             "the broker to listen",
+            deadline_s=DEADLINE_S,
         )
     except AssertionError:
         process.kill()
@@ -918,16 +935,22 @@ def test_rotation_keeps_the_previous_keys_valid_until_retired(cluster: Cluster) 
     keys = wait_for(
         lambda: (k := stored_keys(cluster, "billing")).get("previousAccessKey") == first and k,
         "the first rotation",
+        deadline_s=DEADLINE_S,
     )
     second = keys["accessKey"]
     assert second != first
     # Both pairs are valid during the grace period (an hour by default).
-    wait_for(lambda: {first, second} <= users_on_broker(cluster), "both keys on the broker")
+    wait_for(
+        lambda: {first, second} <= users_on_broker(cluster),
+        "both keys on the broker",
+        deadline_s=DEADLINE_S,
+    )
     user = wait_for(
         lambda: (
             (u := cluster.get("user", "billing")) and u["status"].get("accessKey") == second and u
         ),
         "the status to name the new key",
+        deadline_s=DEADLINE_S,
     )
     assert user["status"]["previousAccessKey"] == first
 
@@ -942,12 +965,14 @@ def test_rotation_keeps_the_previous_keys_valid_until_retired(cluster: Cluster) 
             and k
         ),
         "the second rotation to finish",
+        deadline_s=DEADLINE_S,
     )
     wait_for(
         lambda: (
             users_on_broker(cluster) & {first, second, keys["accessKey"]} == {keys["accessKey"]}
         ),
         "only the newest key on the broker",
+        deadline_s=DEADLINE_S,
     )
     cluster.wait_ready("user", "billing", "True", "Reconciled")
 
@@ -1032,7 +1057,9 @@ def test_a_broker_with_auth_off_renders_no_auth_settings(cluster: Cluster) -> No
     open_broker = broker_manifest(auth={"enabled": False})
     open_broker["metadata"]["name"] = "open"
     cluster.apply(open_broker)
-    stateful_set = wait_for(lambda: cluster.get("statefulset", "open-a"), "the StatefulSet")
+    stateful_set = wait_for(
+        lambda: cluster.get("statefulset", "open-a"), "the StatefulSet", deadline_s=DEADLINE_S
+    )
     settings = cluster.get("configmap", "open-a-settings")
     assert settings is not None
     assert not any(key.startswith("SKIFF_AUTH") for key in settings["data"])
@@ -1073,6 +1100,7 @@ def test_an_operator_restart_resumes(cluster: Cluster) -> None:
             == "16"
         ),
         "the restarted operator to render the change",
+        deadline_s=DEADLINE_S,
     )
     topic = cluster.wait_ready("topic", "events", "True", "Reconciled")
     assert topic["status"]["readQueues"] == 6
@@ -1082,14 +1110,23 @@ def test_an_operator_restart_resumes(cluster: Cluster) -> None:
 
 def test_scaling_out_adds_a_group_and_scaling_in_waits_for_its_messages(cluster: Cluster) -> None:
     cluster.merge_patch("broker", BROKER, {"spec": {"groups": 2}})
-    wait_for(lambda: cluster.get("statefulset", f"{BROKER}-b"), "the second group's StatefulSet")
-    wait_for(lambda: cluster.get("configmap", f"{BROKER}-b-settings"), "its ConfigMap")
+    wait_for(
+        lambda: cluster.get("statefulset", f"{BROKER}-b"),
+        "the second group's StatefulSet",
+        deadline_s=DEADLINE_S,
+    )
+    wait_for(
+        lambda: cluster.get("configmap", f"{BROKER}-b-settings"),
+        "its ConfigMap",
+        deadline_s=DEADLINE_S,
+    )
     # Topics follow onto the new group (here: the same local broker, see the module doc).
     topic = wait_for(
         lambda: (
             (t := cluster.get("topic", "events")) and t["status"].get("groups") == ["a", "b"] and t
         ),
         "the Topic on both groups",
+        deadline_s=DEADLINE_S,
     )
     assert ready_condition(topic)["status"] == "True"
 
@@ -1104,7 +1141,11 @@ def test_scaling_out_adds_a_group_and_scaling_in_waits_for_its_messages(cluster:
     cluster.delete("topics", "--all")
     with cluster.admin() as admin:
         admin.delete_topic("kept")
-    wait_for(lambda: cluster.get("statefulset", f"{BROKER}-b") is None, "group b to go")
+    wait_for(
+        lambda: cluster.get("statefulset", f"{BROKER}-b") is None,
+        "group b to go",
+        deadline_s=DEADLINE_S,
+    )
     for kind, name in (
         ("configmap", f"{BROKER}-b-settings"),
         ("service", f"{BROKER}-b"),
@@ -1112,7 +1153,9 @@ def test_scaling_out_adds_a_group_and_scaling_in_waits_for_its_messages(cluster:
         ("poddisruptionbudget", f"{BROKER}-b"),
     ):
         wait_for(
-            lambda kind=kind, name=name: cluster.get(kind, name) is None, f"{kind} {name} to go"
+            lambda kind=kind, name=name: cluster.get(kind, name) is None,
+            f"{kind} {name} to go",
+            deadline_s=DEADLINE_S,
         )
     assert cluster.get("statefulset", f"{BROKER}-a") is not None
 
@@ -1123,7 +1166,11 @@ def test_a_drained_group_can_be_removed_once_its_messages_are_consumed(
     """Group b resolves to the local broker (see the module doc), which holds the topic."""
     endpoint = f"127.0.0.1:{cluster.broker_port}"
     cluster.merge_patch("broker", BROKER, {"spec": {"groups": 2}})
-    wait_for(lambda: cluster.get("statefulset", f"{BROKER}-b"), "group b's StatefulSet")
+    wait_for(
+        lambda: cluster.get("statefulset", f"{BROKER}-b"),
+        "group b's StatefulSet",
+        deadline_s=DEADLINE_S,
+    )
     with cluster.admin() as admin:
         admin.create_topic("Leaving", read_queues=2)
     bodies = [f"leaving {i}".encode() for i in range(6)]
@@ -1133,6 +1180,7 @@ def test_a_drained_group_can_be_removed_once_its_messages_are_consumed(
     drained = wait_for(
         lambda: (g := group_status(cluster, "b")).get("unconsumedMessages") == len(bodies) and g,
         "the Broker status to count group b's unconsumed messages",
+        deadline_s=DEADLINE_S,
     )
     assert drained["draining"] is True
     # Writes are off on the draining group; reads go on.
@@ -1150,7 +1198,11 @@ def test_a_drained_group_can_be_removed_once_its_messages_are_consumed(
     assert sorted(
         receive(endpoint, "Leaving", "leavers", len(bodies), cluster.client_keys())
     ) == sorted(bodies)
-    wait_for(lambda: cluster.get("statefulset", f"{BROKER}-b") is None, "group b to go")
+    wait_for(
+        lambda: cluster.get("statefulset", f"{BROKER}-b") is None,
+        "group b to go",
+        deadline_s=DEADLINE_S,
+    )
     with cluster.admin() as admin:
         held = admin.queue_offsets("Leaving")
     assert sum(q.max_offset - q.min_offset for q in held) == len(bodies)
@@ -1161,6 +1213,7 @@ def test_a_drained_group_can_be_removed_once_its_messages_are_consumed(
             in ready_condition(cluster.get("broker", BROKER)).get("message", "")
         ),
         "the status to point at the leftover drainGroups entry",
+        deadline_s=DEADLINE_S,
     )
     cluster.merge_patch("broker", BROKER, {"spec": {"drainGroups": None}})
 
@@ -1195,6 +1248,7 @@ def test_external_access_exposes_each_master_and_maps_its_address(cluster: Clust
         service = wait_for(
             lambda suffix=suffix: cluster.get("service", f"edge-{suffix}-external"),
             f"the external Service of group {suffix}",
+            deadline_s=DEADLINE_S,
         )
         assert service["spec"]["type"] == "NodePort"
         assert service["spec"]["selector"] == {
@@ -1211,7 +1265,9 @@ def test_external_access_exposes_each_master_and_maps_its_address(cluster: Clust
         return (cluster.get("configmap", "edge-endpoints") or {}).get("data") or {}
 
     expected = {"edge-a": "203.0.113.10:31500", "edge-b": "203.0.113.10:31501"}
-    wait_for(lambda: endpoints() == expected, f"the endpoints map {expected}")
+    wait_for(
+        lambda: endpoints() == expected, f"the endpoints map {expected}", deadline_s=DEADLINE_S
+    )
     # The brokers may read it: their account has get on ConfigMaps.
     shown = cluster.plane.kubectl(
         "get", "configmap", "edge-endpoints", "-n", NAMESPACE, "-o", "json",
@@ -1223,12 +1279,15 @@ def test_external_access_exposes_each_master_and_maps_its_address(cluster: Clust
         "broker", "edge", {"spec": {"externalAccess": {"advertisedHost": "mq.example.test"}}}
     )
     expected = {"edge-a": "mq.example.test:31500", "edge-b": "mq.example.test:31501"}
-    wait_for(lambda: endpoints() == expected, f"the endpoints map {expected}")
+    wait_for(
+        lambda: endpoints() == expected, f"the endpoints map {expected}", deadline_s=DEADLINE_S
+    )
     wait_for(
         lambda: (
             group_status_of(cluster, "edge", "b").get("externalEndpoint") == "mq.example.test:31501"
         ),
         "the status to show group b's external endpoint",
+        deadline_s=DEADLINE_S,
     )
 
     # A load balancer: no address until the cloud assigns one.
@@ -1244,11 +1303,20 @@ def test_external_access_exposes_each_master_and_maps_its_address(cluster: Clust
             == "LoadBalancer"
         ),
         "the external Services to become load balancers",
+        deadline_s=DEADLINE_S,
     )
-    wait_for(lambda: endpoints() == {}, "the endpoints map to drop addresses not known yet")
+    wait_for(
+        lambda: endpoints() == {},
+        "the endpoints map to drop addresses not known yet",
+        deadline_s=DEADLINE_S,
+    )
     ingress = {"loadBalancer": {"ingress": [{"ip": "198.51.100.4"}]}}
     cluster.merge_patch("service", "edge-a-external", {"status": ingress}, "status")
-    wait_for(lambda: endpoints() == {"edge-a": "198.51.100.4:8082"}, "group a's load balancer")
+    wait_for(
+        lambda: endpoints() == {"edge-a": "198.51.100.4:8082"},
+        "group a's load balancer",
+        deadline_s=DEADLINE_S,
+    )
     cluster.delete("broker", "edge")
 
 
@@ -1262,6 +1330,7 @@ def test_each_group_is_fenced_by_a_network_policy_that_can_be_turned_off(
         policy = wait_for(
             lambda suffix=suffix: cluster.get("networkpolicy", f"fenced-{suffix}"),
             f"the NetworkPolicy of group {suffix}",
+            deadline_s=DEADLINE_S,
         )
         group = {"skiff.io/broker": "fenced", "skiff.io/group": suffix}
         assert policy["spec"]["podSelector"] == {"matchLabels": group}
@@ -1283,6 +1352,7 @@ def test_each_group_is_fenced_by_a_network_policy_that_can_be_turned_off(
         wait_for(
             lambda suffix=suffix: cluster.get("networkpolicy", f"fenced-{suffix}") is None,
             f"the NetworkPolicy of group {suffix} to go once turned off",
+            deadline_s=DEADLINE_S,
         )
     assert cluster.get("statefulset", "fenced-a") is not None
     cluster.delete("broker", "fenced")
@@ -1326,7 +1396,9 @@ def test_the_operators_ca_issues_a_certificate_the_pods_mount_and_renews_it(
     manifest = broker_manifest(groups=2)
     manifest["metadata"]["name"] = name
     cluster.apply(manifest)
-    stateful_set = wait_for(lambda: cluster.get("statefulset", f"{name}-b"), "the StatefulSet")
+    stateful_set = wait_for(
+        lambda: cluster.get("statefulset", f"{name}-b"), "the StatefulSet", deadline_s=DEADLINE_S
+    )
     uid = cluster.get("broker", name)["metadata"]["uid"]
     for secret_name in (f"{name}-ca", f"{name}-tls"):
         secret = cluster.get("secret", secret_name)
@@ -1360,6 +1432,7 @@ def test_the_operators_ca_issues_a_certificate_the_pods_mount_and_renews_it(
     status = wait_for(
         lambda: tls_status(cluster, name).get("notAfter") and tls_status(cluster, name),
         "status.tls",
+        deadline_s=DEADLINE_S,
     )
     assert status["source"] == "managed" and status["secretName"] == f"{name}-tls"
     assert status["notAfter"] == leaf.not_valid_after_utc.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -1384,6 +1457,7 @@ def test_the_operators_ca_issues_a_certificate_the_pods_mount_and_renews_it(
             (pem := secret_bytes(cluster, f"{name}-tls", "tls.crt")) not in (old.cert_pem,) and pem
         ),
         "the operator to re-issue the expiring certificate",
+        deadline_s=DEADLINE_S,
     )
     renewed = x509.load_pem_x509_certificate(renewed_pem)
     assert renewed.not_valid_after_utc - now > datetime.timedelta(days=89)
@@ -1399,6 +1473,7 @@ def test_the_operators_ca_issues_a_certificate_the_pods_mount_and_renews_it(
             f"{name}-c.{NAMESPACE}.svc" in _names(secret_bytes(cluster, f"{name}-tls", "tls.crt"))
         ),
         "a certificate naming the new group",
+        deadline_s=DEADLINE_S,
     )
     assert secret_bytes(cluster, f"{name}-ca", "ca.crt") == ca_pem
     cluster.delete("broker", name)
@@ -1422,7 +1497,9 @@ def test_a_users_secret_is_mounted_and_nothing_is_issued(cluster: Cluster) -> No
         in (ready_condition(broker)["message"])
     )
     # The status pass may tell before the reconcile applied the group.
-    stateful_set = wait_for(lambda: cluster.get("statefulset", f"{name}-a"), "the StatefulSet")
+    stateful_set = wait_for(
+        lambda: cluster.get("statefulset", f"{name}-a"), "the StatefulSet", deadline_s=DEADLINE_S
+    )
     pod = stateful_set["spec"]["template"]["spec"]
     (volume,) = [v for v in pod["volumes"] if v["name"] == "tls"]
     assert volume["secret"]["secretName"] == "byo-cert"
@@ -1445,6 +1522,7 @@ def test_a_users_secret_is_mounted_and_nothing_is_issued(cluster: Cluster) -> No
     status = wait_for(
         lambda: tls_status(cluster, name).get("notAfter") and tls_status(cluster, name),
         "the user's certificate in the status",
+        deadline_s=DEADLINE_S,
     )
     assert status["source"] == "secret" and status["message"] == ""
     broker = cluster.wait_ready("broker", name, "False", "PodsNotReady")
@@ -1501,7 +1579,9 @@ def test_with_an_issuer_the_operator_asks_cert_manager_for_the_certificate(
         "crd/certificates.cert-manager.io",
     )  # fmt: skip
     certificate = wait_for(
-        lambda: cluster.get("certificates.cert-manager.io", f"{name}-tls"), "the Certificate"
+        lambda: cluster.get("certificates.cert-manager.io", f"{name}-tls"),
+        "the Certificate",
+        deadline_s=DEADLINE_S,
     )
     # The chart's RBAC grants what the operator does to Certificates (known once installed).
     for verb, answer in (("create", "yes"), ("patch", "yes"), ("delete", "no")):
@@ -1549,6 +1629,7 @@ def test_with_an_issuer_the_operator_asks_cert_manager_for_the_certificate(
             in ready_condition(cluster.get("broker", name)).get("message", "")
         ),
         "cert-manager's condition in the Broker's status",
+        deadline_s=DEADLINE_S,
     )
 
     # What cert-manager would write once its issuer signed the request.
@@ -1614,7 +1695,9 @@ def test_probes_ask_the_health_service_and_a_pod_monitor_follows_the_spec(
     monitored = broker_manifest(metrics={"podMonitor": True})
     monitored["metadata"]["name"] = "monitored"
     cluster.apply(monitored)
-    stateful_set = wait_for(lambda: cluster.get("statefulset", "monitored-a"), "the StatefulSet")
+    stateful_set = wait_for(
+        lambda: cluster.get("statefulset", "monitored-a"), "the StatefulSet", deadline_s=DEADLINE_S
+    )
     (container,) = stateful_set["spec"]["template"]["spec"]["containers"]
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert container[probe]["grpc"]["port"] == 8081
@@ -1625,7 +1708,7 @@ def test_probes_ask_the_health_service_and_a_pod_monitor_follows_the_spec(
         return (broker.get("status") or {}).get("podMonitor", "")
 
     # Without the Prometheus Operator's CRDs the Broker says why it has no PodMonitor.
-    missing = wait_for(pod_monitor_status, "status.podMonitor")
+    missing = wait_for(pod_monitor_status, "status.podMonitor", deadline_s=DEADLINE_S)
     assert "no monitoring.coreos.com/v1 PodMonitor kind" in missing
 
     cluster.apply(STAND_IN_POD_MONITOR_CRD)
@@ -1635,15 +1718,25 @@ def test_probes_ask_the_health_service_and_a_pod_monitor_follows_the_spec(
     )  # fmt: skip
     # Any change of the spec reconciles the Broker again.
     cluster.merge_patch("broker", "monitored", {"spec": {"defaultReadQueues": 16}})
-    monitor = wait_for(lambda: cluster.get("podmonitor", "monitored"), "the PodMonitor")
+    monitor = wait_for(
+        lambda: cluster.get("podmonitor", "monitored"), "the PodMonitor", deadline_s=DEADLINE_S
+    )
     assert monitor["spec"]["selector"] == {"matchLabels": {"skiff.io/broker": "monitored"}}
     assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "metrics", "path": "/metrics"}]
     (owner,) = monitor["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["name"]) == ("Broker", "monitored")
-    wait_for(lambda: pod_monitor_status().startswith("PodMonitor monitored"), "the status")
+    wait_for(
+        lambda: pod_monitor_status().startswith("PodMonitor monitored"),
+        "the status",
+        deadline_s=DEADLINE_S,
+    )
 
     cluster.merge_patch("broker", "monitored", {"spec": {"metrics": {"podMonitor": False}}})
-    wait_for(lambda: cluster.get("podmonitor", "monitored") is None, "the PodMonitor to go")
+    wait_for(
+        lambda: cluster.get("podmonitor", "monitored") is None,
+        "the PodMonitor to go",
+        deadline_s=DEADLINE_S,
+    )
     cluster.delete("broker", "monitored")
 
 
@@ -1665,7 +1758,11 @@ def test_deleting_a_broker_cascades_to_its_children(cluster: Cluster) -> None:
         ("networkpolicy", "cascade-a"),
     ]
     for kind, name in children:
-        wait_for(lambda kind=kind, name=name: cluster.get(kind, name), f"{kind} {name}")
+        wait_for(
+            lambda kind=kind, name=name: cluster.get(kind, name),
+            f"{kind} {name}",
+            deadline_s=DEADLINE_S,
+        )
     # The group's Lease is the brokers' own; the operator makes the Broker its owner.
     lease = {
         "apiVersion": "coordination.k8s.io/v1",
@@ -1679,10 +1776,16 @@ def test_deleting_a_broker_cascades_to_its_children(cluster: Cluster) -> None:
     }
     cluster.plane.kubectl("create", "--as", BROKER_ACCOUNT, "-f", "-", input=json.dumps(lease))
     wait_for(
-        lambda: [o["name"] for o in cluster.get("lease", "cascade-a")["metadata"].get(
-            "ownerReferences", [])] == ["cascade"],
+        lambda: (
+            [
+                o["name"]
+                for o in cluster.get("lease", "cascade-a")["metadata"].get("ownerReferences", [])
+            ]
+            == ["cascade"]
+        ),
         "the operator to make the Broker own its group's Lease",
-    )  # fmt: skip
+        deadline_s=DEADLINE_S,
+    )
     children.append(("lease", "cascade-a"))
     with running_controllers(cluster.plane, "garbage-collector-controller"):
         cluster.delete("broker", "cascade")
@@ -1690,6 +1793,7 @@ def test_deleting_a_broker_cascades_to_its_children(cluster: Cluster) -> None:
             wait_for(
                 lambda kind=kind, name=name: cluster.get(kind, name) is None,
                 f"the garbage collector to delete {kind} {name}",
+                deadline_s=DEADLINE_S,
             )
 
 
@@ -1702,7 +1806,11 @@ def test_data_claims_are_kept_unless_asked(cluster: Cluster) -> None:
         )
         manifest["metadata"]["name"] = name
         cluster.apply(manifest)
-        wait_for(lambda name=name: cluster.get("statefulset", f"{name}-a"), f"{name}-a")
+        wait_for(
+            lambda name=name: cluster.get("statefulset", f"{name}-a"),
+            f"{name}-a",
+            deadline_s=DEADLINE_S,
+        )
     controllers = (
         "garbage-collector-controller",
         "statefulset-controller",
@@ -1714,13 +1822,19 @@ def test_data_claims_are_kept_unless_asked(cluster: Cluster) -> None:
             wait_for(
                 lambda name=name: cluster.get("persistentvolumeclaim", f"data-{name}-a-0"),
                 f"the claim of pod {name}-a-0",
+                deadline_s=DEADLINE_S,
             )
         cluster.delete("broker", "keep", "drop")
         wait_for(
             lambda: cluster.get("persistentvolumeclaim", "data-drop-a-0") is None,
             "the claim of the Broker that asked for it to be deleted",
+            deadline_s=DEADLINE_S,
         )
-        wait_for(lambda: cluster.get("statefulset", "keep-a") is None, "keep-a to go")
+        wait_for(
+            lambda: cluster.get("statefulset", "keep-a") is None,
+            "keep-a to go",
+            deadline_s=DEADLINE_S,
+        )
         claim = cluster.get("persistentvolumeclaim", "data-keep-a-0")
         assert claim is not None and not claim["metadata"].get("deletionTimestamp")
 

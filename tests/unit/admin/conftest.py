@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.store_settings import small_store
+from tests.support.store_settings import small_store
 
 from skiff_broker.config import BrokerConfig
 from skiff_broker.runtime import Broker

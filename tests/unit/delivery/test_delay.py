@@ -13,11 +13,12 @@ import asyncio
 import json
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.store_settings import small_store
+from tests.support.store_settings import small_store
+from tests.support.waiting import wait_for
 
 from skiff_broker.delivery.delay import DelayService
 from skiff_broker.store.checkpoint import Checkpoint
@@ -35,14 +36,6 @@ SMALL_STORE = small_store()
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def wait_for(condition: Callable[[], bool], what: str) -> None:
-    end = time.monotonic() + DEADLINE_S
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 class Running:

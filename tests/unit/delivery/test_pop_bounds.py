@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.store_settings import small_store
+from tests.support.store_settings import small_store
 
 from skiff_broker.delivery.pop import PopService
 from skiff_broker.delivery.tag_filter import TagFilter

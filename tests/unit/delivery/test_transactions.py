@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.store_settings import small_store
+from tests.support.store_settings import small_store
 
 from skiff_broker.delivery.transactions import TransactionRefused, TransactionService
 from skiff_broker.server.status import Code, RequestError, transaction_refused

@@ -13,7 +13,7 @@ import logging
 import time
 from pathlib import Path
 
-from tests.store_settings import small_store
+from tests.support.store_settings import small_store
 
 from skiff_broker.delivery.delay import DelayService
 from skiff_broker.store.config import StoreConfig

@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from tests.store_settings import small_store
+from tests.support.store_settings import small_store
 
 from skiff_broker.server.send_coalescing import SendCoalescer, batch_bytes_limit
 from skiff_broker.store.config import FlushType, StoreConfig

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.store_settings import small_store
+from tests.support.store_settings import small_store
 
 from skiff_broker.store.config import StoreConfig
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.store_settings import small_store
+from tests.support.store_settings import small_store
 from tests.unit.store.test_recovery import (
     HEADER_SIZE,
     QUEUES,

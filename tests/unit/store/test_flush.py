@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.store_settings import small_store
+from tests.support.store_settings import small_store
+from tests.support.waiting import wait_for
 
 from skiff_broker.store.config import FlushType, StoreConfig
 from skiff_broker.store.message import Message
@@ -83,15 +84,6 @@ def expected_per_queue(appenders: int, puts_each: int) -> dict[int, set[bytes]]:
         for n in range(puts_each):
             expected[a % 8].add(body(a, n))
     return expected
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return condition()
 
 
 def fully_flushed(store: MessageStore) -> bool:
@@ -248,7 +240,10 @@ def test_flush_slower_than_the_timeout_gives_flush_disk_timeout(
     assert "did not finish within 0.2s" in result.reason
     assert result.append is not None
     # The message is written, and the slow flush does finish.
-    assert wait_for(lambda: store.stats().flushed_offset >= result.append.next_offset)
+    wait_for(
+        lambda: store.stats().flushed_offset >= result.append.next_offset,
+        "the flush to pass the put",
+    )
     assert read_all(store, range(1))[0] == [body(0, 0)]
 
     # A timeout is not a failure: with a healthy disk again, puts succeed.
@@ -283,7 +278,7 @@ def test_async_flush_runs_in_the_background(open_store: Callable[..., MessageSto
     store = open_store(flush_interval_commit_log=0.02, flush_commit_log_least_pages=0)
     for n in range(500):
         assert store.put_messages([message(n % 8, n, repeat=10)]).ok
-    assert wait_for(lambda: fully_flushed(store))
+    wait_for(lambda: fully_flushed(store), "every written byte flushed")
     assert store.stats().flushed_offset > 2 * 64 * 1024  # across segment boundaries
 
 
@@ -299,7 +294,7 @@ def test_thorough_flush_flushes_below_least_pages(
     for n in range(5):
         assert store.put_messages([message(0, n)]).ok
     assert store.stats().wrote_offset < 4096
-    assert wait_for(lambda: fully_flushed(store))
+    wait_for(lambda: fully_flushed(store), "every written byte flushed")
 
 
 # -- transient store pool ----------------------------------------------------------------
@@ -345,8 +340,8 @@ def test_pool_commits_in_the_background(open_store: Callable[..., MessageStore])
     expected: dict[int, list[bytes]] = collections.defaultdict(list)
     for n in range(300):
         expected[n % 8].append(body(n % 8, n))
-    assert wait_for(lambda: read_all(store) == expected)
-    assert wait_for(lambda: fully_flushed(store))
+    wait_for(lambda: read_all(store) == expected, "every put readable")
+    wait_for(lambda: fully_flushed(store), "every written byte flushed")
 
 
 def ordered(s: StoreStats) -> bool:
@@ -390,7 +385,7 @@ def test_positions_keep_their_order_while_appending_concurrently(
         t.start()
     for t in threads:
         t.join()
-    assert wait_for(lambda: fully_flushed(store))
+    wait_for(lambda: fully_flushed(store), "every written byte flushed")
     done.set()
     watcher.join()
 

@@ -7,13 +7,13 @@ import os
 import subprocess
 import tempfile
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.support.waiting import wait_for
 
 from skiff_broker.store.errors import DiskFullError, StoreCorruptError
 from skiff_broker.store.mapped_file import PAGE_SIZE, MappedFile, segment_name
@@ -32,15 +32,6 @@ def on_disk(path: str | Path, start: int = 0, size: int | None = None) -> bytes:
 
 def open_fds() -> set[str]:
     return set(os.listdir("/proc/self/fd"))
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return condition()
 
 
 def check_positions(mf: MappedFile) -> None:
@@ -440,7 +431,7 @@ def test_allocator_hands_out_the_file_and_prepares_the_next(tmp_path: Path) -> N
         assert mf.wrote_position == 0
         assert os.stat(first).st_size == size
         # The next segment appears without anybody asking for it again.
-        assert wait_until(lambda: os.path.exists(second))
+        wait_for(lambda: os.path.exists(second), "the next segment prepared ahead")
         prepared_inode = os.stat(second).st_ino
         nxt = allocator.get(second, third, size)
         handed.append(nxt)
@@ -450,7 +441,7 @@ def test_allocator_hands_out_the_file_and_prepares_the_next(tmp_path: Path) -> N
         assert os.stat(second).st_ino == prepared_inode
         assert os.stat(second).st_blocks * 512 >= size
         assert on_disk(second) == bytes(size)
-        assert wait_until(lambda: os.path.exists(third))
+        wait_for(lambda: os.path.exists(third), "the next segment prepared ahead")
     finally:
         allocator.stop()
         for f in handed:
@@ -493,11 +484,11 @@ def test_allocator_reports_disk_full_and_retries_later(
     handed: list[MappedFile] = []
     try:
         handed.append(allocator.get(paths[0], paths[1], size))
-        assert wait_until(lambda: os.path.exists(paths[1]))
+        wait_for(lambda: os.path.exists(paths[1]), "the next segment prepared ahead")
         caplog.set_level(logging.WARNING, logger="skiff_broker.store.segment_allocator")
         handed.append(allocator.get(paths[1], paths[2], size))
         # Preparing the third segment in the background hits a real ENOSPC.
-        assert wait_until(lambda: "could not prepare segment" in caplog.text)
+        wait_for(lambda: "could not prepare segment" in caplog.text, "the failure logged")
         # The appender that needs it gets a readable DiskFullError.
         with pytest.raises(DiskFullError) as info:
             allocator.get(paths[2], None, size)

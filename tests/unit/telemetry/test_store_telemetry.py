@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode, TraceFlags
+from tests.support.waiting import wait_for
 from tests.unit.telemetry.pipelines import Pipelines
 
 from skiff_broker.server.send_coalescing import SendCoalescer
@@ -75,16 +76,6 @@ def telemetry_for(pipelines: Pipelines) -> StoreTelemetry:
         histograms=pipelines.histograms,
         broker_name=BROKER,
     )
-
-
-def wait_until(condition: Callable[[], Any], what: str) -> Any:
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_one_span_per_batch_under_the_callers_span(open_store, pipelines: Pipelines) -> None:
@@ -323,7 +314,7 @@ def test_async_flush_spans_are_roots_without_waiters(open_store, pipelines: Pipe
     assert result.ok
     (append,) = pipelines.spans(cv.APPEND_SPAN)
     assert append.attributes[cv.FLUSH_TYPE] == "ASYNC_FLUSH"
-    flush = wait_until(lambda: pipelines.spans(cv.FLUSH_SPAN), "an ASYNC_FLUSH flush span")[0]
+    flush = wait_for(lambda: pipelines.spans(cv.FLUSH_SPAN), "an ASYNC_FLUSH flush span")[0]
     assert flush.parent is None
     assert flush.links == ()
     assert flush.attributes[cv.FLUSH_TYPE] == "ASYNC_FLUSH"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ssl
 
 import pytest
-from tests.certificate_authority import CertificateAuthority
+from tests.support.certificate_authority import CertificateAuthority
 
 from skiff_broker.client.channels import PLAINTEXT
 from skiff_broker.tls.peers import (

@@ -7,7 +7,7 @@ same ``tmp_path`` reopens the same data directory, which is how restarts are
 tested. The broker's stderr goes to a log file under ``tmp_path`` (a pipe could
 fill up and block it); a failure message includes its tail.
 
-Import it as ``tests.broker_process``: the suite runs as ``python -m pytest`` from
+Import it as ``tests.support.broker_process``: the suite runs as ``python -m pytest`` from
 the repository root, which puts the root on ``sys.path``.
 """
 
@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from skiff_broker.metadata.topic_table import TopicConfig, TopicTable
@@ -221,13 +221,3 @@ def killed_afterwards() -> Iterator[list[BrokerProcess]]:
     finally:
         for broker in started:
             broker.kill()
-
-
-def wait_for(what: str, condition: Callable[[], bool], deadline_s: float = 60.0) -> None:
-    """Poll ``condition`` until it holds; AssertionError naming ``what`` after the deadline."""
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")

@@ -1,14 +1,14 @@
 """Span files from a real broker, as the OpenTelemetry Collector's file exporter writes them.
 
 ``produce_span_file(tmp_path, ...)`` starts a broker process that exports to an
-:class:`~tests.otlp_receiver.OtlpReceiver`, sends messages over raw gRPC, each
+:class:`~tests.support.otlp_receiver.OtlpReceiver`, sends messages over raw gRPC, each
 request carrying a W3C ``traceparent`` of its own, stops the broker (which
 exports everything it still holds) and writes what arrived as OTLP JSON lines:
 ``<tmp_path>/otlp/traces.jsonl`` and ``metrics.jsonl``. Tests of code that reads
 exported spans (append/flush latency per broker, topic, flush type) call it to
 get a realistic input.
 
-Import it as ``tests.span_files`` (the suite runs from the repository root).
+Import it as ``tests.support.span_files`` (the suite runs from the repository root).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
-from tests.broker_process import create_topics, data_dir_of, running_broker
-from tests.otlp_receiver import OtlpReceiver
+from tests.support.broker_process import create_topics, data_dir_of, running_broker
+from tests.support.otlp_receiver import OtlpReceiver
 
 from skiff_broker.metadata.topic_table import TopicConfig
 

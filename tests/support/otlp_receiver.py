@@ -11,7 +11,7 @@ the OpenTelemetry Collector's file exporter does: one export request per line, a
 OTLP JSON (the protobuf JSON mapping with lowerCamelCase names; trace and span ids
 as hex strings and enums as integers, as the OTLP specification requires).
 
-Run as ``python -m tests.otlp_receiver`` it serves until SIGTERM/SIGINT, keeping only
+Run as ``python -m tests.support.otlp_receiver`` it serves until SIGTERM/SIGINT, keeping only
 counts (``--keep`` keeps everything), prints ``listening on PORT`` and, at the end, the
 counts as one JSON line.
 """
@@ -26,7 +26,6 @@ import json
 import signal
 import sys
 import threading
-import time
 import zlib
 from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -39,6 +38,7 @@ from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from tests.support.waiting import wait_for
 
 # OTLP JSON writes these byte fields as hex, not base64 as the plain protobuf mapping would.
 _ID_FIELDS = frozenset({"traceId", "spanId", "parentSpanId"})
@@ -196,18 +196,13 @@ class OtlpReceiver:
                             return metric.unit
         return None
 
-    def wait_for(self, condition: Callable[[], Any], timeout: float, what: str) -> Any:
-        """Poll ``condition`` as data arrives until it returns something truthy."""
-        deadline = time.monotonic() + timeout
-        while True:
-            result = condition()
-            if result:
-                return result
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-            with self._arrived:
-                self._arrived.wait(min(remaining, 0.5))
+    def wait_for(self, condition: Callable[[], Any], what: str, deadline_s: float) -> Any:
+        """``waiting.wait_for``, calling ``condition`` again as soon as data arrives."""
+        return wait_for(condition, what, deadline_s=deadline_s, pause=self._wait_for_arrival)
+
+    def _wait_for_arrival(self, longest_s: float) -> None:
+        with self._arrived:
+            self._arrived.wait(longest_s)
 
     # -- saving -------------------------------------------------------------
 

@@ -26,7 +26,7 @@ import yaml
 KUBE_VERSION = "v1.34.4"  # scripts/k8s-binaries builds this version
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "helm")
 ADMIN_TOKEN = "skiff-test-admin-token"
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 START_DEADLINE_S = 120.0
 
 

@@ -1,0 +1,68 @@
+"""The official RocketMQ Python client (``rocketmq``), started and stopped for a test.
+
+``started_producer`` and ``started_simple_consumer`` are context managers that start the
+client and always shut it down; ``receive_all`` receives until a count of messages came
+back or its deadline passed, and returns what came (the caller asserts on it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+
+from rocketmq import (
+    ClientConfiguration,
+    FilterExpression,
+    Message,
+    Producer,
+    SimpleConsumer,
+    TransactionChecker,
+)
+
+RECEIVE_DEADLINE_S = 90.0
+
+
+@contextlib.contextmanager
+def started_producer(
+    config: ClientConfiguration, *topics: str, checker: TransactionChecker | None = None
+) -> Iterator[Producer]:
+    """A started producer, told ``topics`` up front (it fetches their routes at start)."""
+    client = Producer(config, topics or None, checker=checker)
+    client.startup()
+    try:
+        yield client
+    finally:
+        client.shutdown()
+
+
+@contextlib.contextmanager
+def started_simple_consumer(
+    config: ClientConfiguration, group: str, topic: str, expression: str = "*", await_s: int = 5
+) -> Iterator[SimpleConsumer]:
+    """A started SimpleConsumer of ``group`` on ``topic``, long-polling ``await_s`` seconds."""
+    client = SimpleConsumer(config, group, {topic: FilterExpression(expression)}, await_s)
+    client.startup()
+    try:
+        yield client
+    finally:
+        client.shutdown()
+
+
+def receive_all(
+    consumer: SimpleConsumer,
+    count: int,
+    invisible_s: int = 30,
+    *,
+    ack: bool = True,
+    deadline_s: float = RECEIVE_DEADLINE_S,
+) -> list[Message]:
+    """Receive until ``count`` messages came back (acking them unless told not to)."""
+    received: list[Message] = []
+    end = time.monotonic() + deadline_s
+    while len(received) < count and time.monotonic() < end:
+        for msg in consumer.receive(32, invisible_s):
+            received.append(msg)
+            if ack:
+                consumer.ack(msg)
+    return received
