@@ -46,6 +46,21 @@ _INBOUND_LIMIT_MIN = 16 * 1024 * 1024
 MAX_CONCURRENT_STREAMS = 1000
 
 
+def server_options(inbound: int) -> list[tuple[str, int]]:
+    """gRPC options of every client-facing server (the cluster's and the external one)."""
+    return [
+        ("grpc.max_receive_message_length", inbound),
+        ("grpc.max_send_message_length", -1),
+        ("grpc.so_reuseport", 0),
+        ("grpc.max_concurrent_streams", MAX_CONCURRENT_STREAMS),
+        # Bandwidth probing widens a stream's receive window when the broker looks slow
+        # (a busy event loop): data a client sends on a stream the broker never reads
+        # (the Telemetry command stream) would then be buffered without bound. The
+        # default window keeps that memory at a fixed size per stream.
+        ("grpc.http2.bdp_probe", 0),
+    ]
+
+
 class BrokerServer:
     def __init__(self, config: BrokerConfig) -> None:
         config.validate()
@@ -166,12 +181,7 @@ class BrokerServer:
         )
         server = grpc.aio.server(
             interceptors=interceptors,
-            options=[
-                ("grpc.max_receive_message_length", inbound),
-                ("grpc.max_send_message_length", -1),
-                ("grpc.so_reuseport", 0),
-                ("grpc.max_concurrent_streams", MAX_CONCURRENT_STREAMS),
-            ],
+            options=server_options(inbound),
         )
         # RocketMQ RPCs get SERVER spans; the admin service's rare calls go untraced.
         add_to_server(self.messaging, server, trace=self.telemetry.handler_tracer())
@@ -193,7 +203,7 @@ class BrokerServer:
             # Same services; its routes carry the groups' external addresses.
             external = grpc.aio.server(
                 interceptors=interceptors,
-                options=[("grpc.max_receive_message_length", inbound)],
+                options=server_options(inbound),
             )
             add_to_server(
                 MessagingService(
