@@ -616,8 +616,7 @@ class MessageStore:
         config = self.config
         queue = self.commit_log.queue
         self._allocator = SegmentAllocator(warm=config.warm_mapped_files)
-        # Set only now: recovery must not have segments prepared ahead of it.
-        queue._allocator = self._allocator
+        queue.use_allocator(self._allocator)
         # The first append must not wait for a segment to be allocated: get the one
         # it writes to ready now (which also starts preparing its successor).
         try:
