@@ -29,8 +29,6 @@ log = logging.getLogger(__name__)
 # Units read at a time when a filter may skip most of them.
 _FILTER_READ_UNITS = 256
 _SCAN_BATCH = 256
-# What ``_matching_units`` yields for an offset with nothing stored (no record spans it).
-_HOLE = -1
 
 
 def out_of_bounds(cq: ConsumeQueue | None, offset: int) -> tuple[GetStatus, int, int, int] | None:
@@ -57,13 +55,13 @@ def _matching_units(
     ``tag_codes`` (every unit when None), reading ``batch`` units at a time.
 
     An offset with nothing stored (a blank stretch or a deleted file) yields commit-log
-    offset ``_HOLE``. Exhausted, the scan has looked at every offset below ``end``.
+    offset -1. Exhausted, the scan has looked at every offset below ``end``.
     """
     offset = start
     while offset < end:
         units = cq.read_units(offset, min(batch, end - offset))
         if not units:
-            yield offset, _HOLE, 0
+            yield offset, -1, 0
             offset += 1
             continue
         for physical, size, tag_code in units:
@@ -168,7 +166,7 @@ class QueueReader:
             batch = _FILTER_READ_UNITS if filtering else max_count
             commit_log = self.commit_log
             for queue_offset, physical, size in _matching_units(cq, offset, end, batch, tag_codes):
-                if physical == _HOLE:
+                if physical < 0:
                     continue
                 message = read_message(commit_log, physical, size)
                 if message is None or (accept is not None and not accept(message)):
@@ -268,7 +266,7 @@ class QueueReader:
         if max_count > 0 and max_bytes > 0 and end > offset:
             next_offset = end
             for queue_offset, physical, size in _matching_units(cq, offset, end, batch, tag_codes):
-                if physical == _HOLE:
+                if physical < 0:
                     # No run spans an offset with nothing stored.
                     if run_start >= 0:
                         runs.append([run_start, run_end - run_start, run_count, run_first])

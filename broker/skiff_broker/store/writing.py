@@ -74,26 +74,9 @@ class _Waiter(Protocol):
     async def wait_async(self, *args: Any) -> Any: ...
 
 
-# A put's steps yield (what to wait on, its arguments) and are sent what the wait returned.
+# A put's steps yield (what to wait on, its arguments) and are sent what the wait returned:
+# ``put_messages`` blocks on ``wait``, ``_put_async`` awaits ``wait_async``.
 _PutSteps = Generator[tuple[_Waiter, tuple[Any, ...]], Any, PutResult]
-
-
-def _run_blocking(steps: _PutSteps) -> PutResult:
-    try:
-        waiter, args = next(steps)
-        while True:
-            waiter, args = steps.send(waiter.wait(*args))
-    except StopIteration as finished:
-        return finished.value
-
-
-async def _run_awaiting(steps: _PutSteps) -> PutResult:
-    try:
-        waiter, args = next(steps)
-        while True:
-            waiter, args = steps.send(await waiter.wait_async(*args))
-    except StopIteration as finished:
-        return finished.value
 
 
 def caller_share(result: PutResult, caller: AppendCaller) -> PutResult:
@@ -275,11 +258,15 @@ class StoreWriter:
     def put_messages(self, messages: Sequence[Message]) -> PutResult:
         topic, queue_id = batch_place(messages)
         with self._observer.append(topic, queue_id, len(messages), self._flush_type) as observed:
-            return _run_blocking(
-                self._put_steps(
-                    observed, lambda: self.commit_log.append(messages), message_needs(messages)
-                )
+            steps = self._put_steps(
+                observed, lambda: self.commit_log.append(messages), message_needs(messages)
             )
+            try:
+                waiter, args = next(steps)
+                while True:
+                    waiter, args = steps.send(waiter.wait(*args))
+            except StopIteration as finished:
+                return finished.value
 
     async def put_messages_async(
         self, messages: Sequence[Message], callers: Sequence[AppendCaller] = ()
@@ -315,7 +302,13 @@ class StoreWriter:
         needs: LogicsNeeds,
     ) -> PutResult:
         with observation as observed:
-            return await _run_awaiting(self._put_steps(observed, append, needs))
+            steps = self._put_steps(observed, append, needs)
+            try:
+                waiter, args = next(steps)
+                while True:
+                    waiter, args = steps.send(await waiter.wait_async(*args))
+            except StopIteration as finished:
+                return finished.value
 
     def _put_steps(
         self, observed: AppendScope, append: Callable[[], AppendResult], needs: LogicsNeeds
