@@ -37,8 +37,9 @@ from skiff_broker.store.config import FlushType, StoreConfig
 from skiff_broker.store.mapped_file import PAGE_SIZE
 from skiff_broker.store.mapped_file_queue import MappedFileQueue
 from skiff_broker.store.message import Message, Property
-from skiff_broker.store.message_store import MessageStore, PutResult
+from skiff_broker.store.message_store import MessageStore
 from skiff_broker.store.recovery import scan_from
+from skiff_broker.store.results import PutResult
 
 KiB = 1024
 MiB = 1024**2

@@ -29,7 +29,8 @@ if _BROKER not in sys.path:
 
 from skiff_broker.store.config import FlushType, StoreConfig  # noqa: E402
 from skiff_broker.store.message import Message  # noqa: E402
-from skiff_broker.store.message_store import MessageStore, PutResult  # noqa: E402
+from skiff_broker.store.message_store import MessageStore  # noqa: E402
+from skiff_broker.store.results import PutResult  # noqa: E402
 
 TOPIC = "crash-test"
 QUEUES = 4

@@ -27,7 +27,8 @@ import pytest
 from skiff_broker.store.config import FlushType
 from skiff_broker.store.errors import StoreError
 from skiff_broker.store.message import Message, StoredMessage
-from skiff_broker.store.message_store import GetStatus, MessageStore
+from skiff_broker.store.message_store import MessageStore
+from skiff_broker.store.results import GetStatus
 
 pytestmark = pytest.mark.crash
 

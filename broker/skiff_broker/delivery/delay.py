@@ -39,7 +39,8 @@ import time
 
 from ..metadata.state_file import StateFile
 from ..store.message import Message, StoredMessage
-from ..store.message_store import MessageStore, PutResult, PutStatus
+from ..store.message_store import MessageStore
+from ..store.results import PutResult, PutStatus
 from ..store.service_thread import ConditionServiceThread
 from ..wire import property_names as prop
 

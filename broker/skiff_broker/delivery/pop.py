@@ -28,7 +28,8 @@ from collections.abc import Callable, Iterable
 from ..metadata.consumer_offsets import ConsumerOffsetTable
 from ..metadata.state_file import StateFile
 from ..store.message import Message, StoredMessage
-from ..store.message_store import GetStatus, MessageStore, PutStatus
+from ..store.message_store import MessageStore
+from ..store.results import GetStatus, PutStatus
 from ..wire import property_names as prop
 from .tag_filter import TagFilter
 

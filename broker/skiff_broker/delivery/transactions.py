@@ -45,7 +45,8 @@ from ..store.message import (
     Message,
     StoredMessage,
 )
-from ..store.message_store import MessageStore, PutResult, PutStatus
+from ..store.message_store import MessageStore
+from ..store.results import PutResult, PutStatus
 from ..store.service_thread import ServiceThread
 from ..wire import property_names as prop
 

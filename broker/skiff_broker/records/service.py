@@ -34,8 +34,8 @@ from ..runtime import Broker
 from ..store.commit_log import AppendRejected
 from ..store.hashing import tag_hash
 from ..store.message import encode_host
-from ..store.message_store import NOT_WRITTEN_YET, GetStatus, PutResult, PutStatus
 from ..store.prepared_records import prepare_records
+from ..store.results import NOT_WRITTEN_YET, GetStatus, PutResult, PutStatus
 from ..wire import property_names as prop
 from .v1 import records_pb2 as rpb
 from .v1 import records_pb2_grpc

@@ -9,7 +9,7 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 
 from ..delivery.long_polling import ArrivalHub
 from ..runtime import Broker
-from ..store.message_store import NOT_WRITTEN_YET, GetStatus
+from ..store.results import NOT_WRITTEN_YET, GetStatus
 from ..telemetry.traffic import NO_TRAFFIC, TrafficObserver
 from .convert import millis, to_proto
 from .receiving import Receiver

@@ -26,8 +26,9 @@ import contextvars
 from collections.abc import Sequence
 
 from ..store.message import Message
-from ..store.message_store import MessageStore, PutResult
+from ..store.message_store import MessageStore
 from ..store.observer import AppendCaller
+from ..store.results import PutResult
 
 # Room a record takes beyond its body (header, topic, properties), for the size estimate.
 RECORD_OVERHEAD_ESTIMATE = 512

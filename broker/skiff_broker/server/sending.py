@@ -26,7 +26,7 @@ from ..metadata.topic_table import TopicConfig
 from ..runtime import Broker
 from ..store.hashing import java_string_hash
 from ..store.message import Message, StoredMessage
-from ..store.message_store import PutResult
+from ..store.results import PutResult
 from ..telemetry.traffic import NO_TRAFFIC, TrafficObserver
 from ..wire import property_names as prop
 from ..wire.compressed_body import compressed_body_problem

@@ -15,7 +15,7 @@ from ..delivery.transactions import (
     UnknownTransaction,
 )
 from ..error_text import bounded
-from ..store.message_store import PutStatus
+from ..store.results import PutStatus
 
 Code = pb.Code
 

@@ -43,6 +43,13 @@ class MappedFileQueue:
         # fdatasync calls made, for the fsyncs-per-message figure.
         self.flush_count = 0
 
+    def use_allocator(self, allocator: SegmentAllocator | None) -> None:
+        """Have new segments made by ``allocator`` (which prepares each one's successor).
+
+        Set once recovery is done: recovery must not have segments prepared ahead of it.
+        """
+        self._allocator = allocator
+
     # -- loading ------------------------------------------------------------
 
     def load(self) -> None:

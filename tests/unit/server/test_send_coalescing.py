@@ -11,8 +11,9 @@ from tests.support.store_settings import small_store
 from skiff_broker.server.send_coalescing import SendCoalescer, batch_bytes_limit
 from skiff_broker.store.config import FlushType, StoreConfig
 from skiff_broker.store.message import Message
-from skiff_broker.store.message_store import MessageStore, PutStatus
+from skiff_broker.store.message_store import MessageStore
 from skiff_broker.store.observer import AppendScope, StoreObserver
+from skiff_broker.store.results import PutStatus
 
 
 class CountingObserver(StoreObserver):

@@ -16,7 +16,8 @@ from skiff_broker.store.consume_queue import ConsumeQueue
 from skiff_broker.store.consume_queue_table import ConsumeQueueTable
 from skiff_broker.store.hashing import tag_hash
 from skiff_broker.store.message import Message
-from skiff_broker.store.message_store import GetStatus, MessageStore
+from skiff_broker.store.message_store import MessageStore
+from skiff_broker.store.results import GetStatus
 
 PER_FILE = 4
 FILE_BYTES = PER_FILE * 20
@@ -509,7 +510,8 @@ def test_get_messages_over_a_gap_returns_each_message_once(store: MessageStore) 
 def test_a_filter_that_matches_nothing_scans_a_bounded_stretch(store_config):
     from skiff_broker.store.hashing import tag_hash
     from skiff_broker.store.message import Message
-    from skiff_broker.store.message_store import GetStatus, MessageStore
+    from skiff_broker.store.message_store import MessageStore
+    from skiff_broker.store.results import GetStatus
 
     config = store_config(max_filter_message_count=50)
     with MessageStore(config) as store:

@@ -40,8 +40,9 @@ from tests.unit.store.test_recovery import (
 from skiff_broker.store.config import StoreConfig
 from skiff_broker.store.damage_report import REPORT_NAME
 from skiff_broker.store.message import StoredMessage, encode_properties
-from skiff_broker.store.message_store import GetStatus, MessageStore
+from skiff_broker.store.message_store import MessageStore
 from skiff_broker.store.recovery import record_problem_at
+from skiff_broker.store.results import GetStatus
 
 # Byte ranges of a record with IPv4 hosts, by field (RocketMQ's layout).
 HEADER_FIELDS = {

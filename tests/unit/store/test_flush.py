@@ -19,13 +19,8 @@ from tests.support.waiting import wait_for
 
 from skiff_broker.store.config import FlushType, StoreConfig
 from skiff_broker.store.message import Message
-from skiff_broker.store.message_store import (
-    GetStatus,
-    MessageStore,
-    PutResult,
-    PutStatus,
-    StoreStats,
-)
+from skiff_broker.store.message_store import MessageStore
+from skiff_broker.store.results import GetStatus, PutResult, PutStatus, StoreStats
 
 APPENDERS = 64
 PUTS_EACH = 8

@@ -11,7 +11,8 @@ from skiff_broker.client.records import CorruptRecords, decode_records
 from skiff_broker.store.config import FlushType, StoreConfig
 from skiff_broker.store.hashing import tag_hash
 from skiff_broker.store.message import Message, SysFlag
-from skiff_broker.store.message_store import GetStatus, MessageStore
+from skiff_broker.store.message_store import MessageStore
+from skiff_broker.store.results import GetStatus
 
 
 @pytest.fixture

@@ -31,7 +31,8 @@ from skiff_broker.store.message import (
     header_struct,
     record_length,
 )
-from skiff_broker.store.message_store import GetStatus, MessageStore
+from skiff_broker.store.message_store import MessageStore
+from skiff_broker.store.results import GetStatus
 
 TOPIC = "orders"
 QUEUES = 3

@@ -24,7 +24,8 @@ from skiff_broker.store.config import FlushType, StoreConfig
 from skiff_broker.store.consume_queue import UNIT_SIZE
 from skiff_broker.store.mapped_file import segment_name
 from skiff_broker.store.message import Message, StoredMessage
-from skiff_broker.store.message_store import GetStatus, MessageStore, PutResult, PutStatus
+from skiff_broker.store.message_store import MessageStore
+from skiff_broker.store.results import GetStatus, PutResult, PutStatus
 from skiff_broker.store.retention import RetentionService, is_delete_hour
 
 KiB = 1024
@@ -178,7 +179,7 @@ def retention_for(store: MessageStore, hour: int) -> RetentionService:
         store.config,
         delete_commit_log=store._delete_expired_commit_log,
         delete_logic_files=store._delete_expired_logic_files,
-        on_disk_state=store._set_disk_state,
+        on_disk_state=store._writer.set_disk_state,
         clock=lambda: now,
     )
 

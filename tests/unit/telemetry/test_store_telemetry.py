@@ -19,8 +19,9 @@ from tests.unit.telemetry.pipelines import Pipelines
 from skiff_broker.server.send_coalescing import SendCoalescer
 from skiff_broker.store.config import FlushType, StoreConfig
 from skiff_broker.store.message import Message
-from skiff_broker.store.message_store import MessageStore, PutStatus
+from skiff_broker.store.message_store import MessageStore
 from skiff_broker.store.observer import MAX_FLUSH_CONTEXTS, FlushReport
+from skiff_broker.store.results import PutStatus
 from skiff_broker.telemetry import conventions as cv
 from skiff_broker.telemetry.store_observer import StoreTelemetry
 

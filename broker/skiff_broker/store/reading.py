@@ -1,0 +1,329 @@
+"""Reading a consume queue: its messages, or its raw records as the commit log holds them.
+
+Invariants:
+
+- Both reads walk the queue with one scan (``_matching_units``): from the offset asked
+  for, at most ``max_filter_message_count`` units when a filter may skip most of them,
+  stepping over blank units and deleted files one offset at a time.
+- A read never returns a record that fails its checks: it is logged and left out, and
+  its offset counts as read, so ``next_offset`` moves past it.
+- A read answers with the queue's bounds as it found them; ``next_offset`` is the first
+  offset it did not look at (or, when it found nothing readable, where to look next).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+
+from ..wire.record_check import check_run
+from .commit_log import CommitLog
+from .config import StoreConfig
+from .consume_queue import ConsumeQueue
+from .consume_queue_table import ConsumeQueueTable
+from .message import CorruptRecordError, StoredMessage
+from .results import GetResult, GetStatus, RecordsResult
+
+log = logging.getLogger(__name__)
+
+# Units read at a time when a filter may skip most of them.
+_FILTER_READ_UNITS = 256
+_SCAN_BATCH = 256
+
+
+def out_of_bounds(cq: ConsumeQueue | None, offset: int) -> tuple[GetStatus, int, int, int] | None:
+    """What a read of ``cq`` at ``offset`` answers when it finds nothing to read there:
+    the status, where to read next, and the queue's bounds. None when it can read."""
+    if cq is None:
+        return GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0
+    min_offset, max_offset = cq.min_offset, cq.max_offset
+    if max_offset == 0:
+        return GetStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset
+    if offset < min_offset:
+        return GetStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset
+    if offset == max_offset:
+        return GetStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset
+    if offset > max_offset:
+        return GetStatus.OFFSET_OVERFLOW_BADLY, max_offset, min_offset, max_offset
+    return None
+
+
+def _matching_units(
+    cq: ConsumeQueue, start: int, end: int, batch: int, tag_codes: set[int] | None
+) -> Iterator[tuple[int, int, int]]:
+    """(queue offset, commit-log offset, size) of each unit in [start, end) whose tag is in
+    ``tag_codes`` (every unit when None), reading ``batch`` units at a time.
+
+    An offset with nothing stored (a blank stretch or a deleted file) yields commit-log
+    offset -1. Exhausted, the scan has looked at every offset below ``end``.
+    """
+    offset = start
+    while offset < end:
+        units = cq.read_units(offset, min(batch, end - offset))
+        if not units:
+            yield offset, -1, 0
+            offset += 1
+            continue
+        for physical, size, tag_code in units:
+            queue_offset = offset
+            offset += 1
+            if tag_codes is not None and tag_code not in tag_codes:
+                continue
+            yield queue_offset, physical, size
+
+
+def _intact_records(run: bytes, physical: int) -> tuple[list[bytes], int, int | None]:
+    """Check every record of ``run`` (whole records from commit-log offset ``physical``).
+
+    Returns the parts that passed, how many records failed a check whose framing
+    still holds and were left out, and, if a record's framing is broken (nothing
+    after it in the run can be found), its index in the run: the parts end before it.
+    """
+    end = len(run)
+    position = 0
+    good_from = 0
+    index = 0
+    parts: list[bytes] = []
+    dropped = 0
+    while True:
+        # Text was checked when each record entered the log; a read checks framing,
+        # offsets and body CRC, which is what a disk can break since.
+        checked = check_run(run, position, end, base=physical, text=False)
+        index += checked.records
+        problem = checked.problem
+        if problem is None:
+            break
+        position = checked.stop
+        log.error(
+            "skipping corrupt record at commit-log offset %d: %s", problem.position, problem.reason
+        )
+        if position > good_from:
+            parts.append(run[good_from:position])
+        if not problem.framing_holds:
+            return parts, dropped, index
+        position += int.from_bytes(run[position : position + 4], "big", signed=True)
+        good_from = position
+        dropped += 1
+        index += 1
+    if good_from == 0:
+        return [run], 0, None
+    if good_from < end:
+        parts.append(run[good_from:end])
+    return parts, dropped, None
+
+
+def read_message(commit_log: CommitLog, physical: int, size: int) -> StoredMessage | None:
+    """The message stored at ``physical``; None (logged) if it fails its checks."""
+    try:
+        return commit_log.get_message(physical, size)
+    except CorruptRecordError as exc:
+        log.error("skipping corrupt record: %s", exc)
+        return None
+
+
+class QueueReader:
+    """Reads the consume queues of one store and the records their units point at."""
+
+    def __init__(
+        self, config: StoreConfig, commit_log: CommitLog, consume_queues: ConsumeQueueTable
+    ) -> None:
+        self.config = config
+        self.commit_log = commit_log
+        self.consume_queues = consume_queues
+
+    def get_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        *,
+        max_bytes: int = 4 * 1024 * 1024,
+        tag_codes: set[int] | None = None,
+        accept: Callable[[StoredMessage], bool] | None = None,
+    ) -> GetResult:
+        """Messages of one queue from ``offset``.
+
+        ``tag_codes`` filters on the consume queue's tag hash without reading the
+        commit log; ``accept`` then checks the message itself (hash collisions).
+        A record that fails its CRC is logged and skipped, never returned.
+        """
+        cq = self.consume_queues.get(topic, queue_id)
+        refused = out_of_bounds(cq, offset)
+        if refused is not None:
+            status, next_offset, min_offset, max_offset = refused
+            return GetResult(status, [], next_offset, min_offset, max_offset)
+        assert cq is not None
+        min_offset, max_offset = cq.min_offset, cq.max_offset
+        messages: list[StoredMessage] = []
+        next_offset = offset
+        size_total = 0
+        filtering = tag_codes is not None or accept is not None
+        # A filter that matches nothing must not turn one read into a scan of the queue.
+        end = min(max_offset, offset + self.config.max_filter_message_count)
+        if max_count > 0 and max_bytes > 0 and end > offset:
+            next_offset = end
+            batch = _FILTER_READ_UNITS if filtering else max_count
+            commit_log = self.commit_log
+            for queue_offset, physical, size in _matching_units(cq, offset, end, batch, tag_codes):
+                if physical < 0:
+                    continue
+                message = read_message(commit_log, physical, size)
+                if message is None or (accept is not None and not accept(message)):
+                    continue
+                messages.append(message)
+                size_total += size
+                if size_total >= max_bytes or len(messages) >= max_count:
+                    next_offset = queue_offset + 1
+                    break
+        status = GetStatus.FOUND if messages else GetStatus.NO_MATCHED_MESSAGE
+        return GetResult(status, messages, next_offset, min_offset, max_offset)
+
+    def get_records(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        *,
+        max_bytes: int = 4 * 1024 * 1024,
+        tag_codes: set[int] | None = None,
+    ) -> RecordsResult:
+        """Raw records of one queue from ``offset``, back to back, as the commit log holds them.
+
+        Records that sit next to each other in the log are copied as one run.
+        Each record's body CRC is checked; one that fails is logged and left out,
+        as :meth:`get_messages` does.
+        """
+        # [commit-log offset, length, records before it, its first queue offset] per run
+        runs: list[list[int]] = []
+        status, next_offset, min_offset, max_offset, count = self._runs_of(
+            topic, queue_id, offset, max_count, max_bytes, tag_codes, runs
+        )
+        chunks = []
+        dropped = 0
+        deleted = False
+        for physical, length, before, first_queue_offset in runs:
+            chunk = self.commit_log.read(physical, length)
+            if chunk is None:
+                # Retention deleted the rest while it was read: end before it, and
+                # let the next fetch find out where the queue starts now.
+                count, next_offset, deleted = before - dropped, first_queue_offset, True
+                break
+            good, failed, broken_at = _intact_records(chunk, physical)
+            chunks += good
+            dropped += failed
+            if broken_at is not None:
+                # Past a record with broken framing nothing of its run can be found:
+                # end here; the next fetch starts after it.
+                count = before + broken_at - dropped
+                next_offset = first_queue_offset + broken_at + 1
+                break
+        else:
+            count -= dropped
+        data = b"".join(chunks)
+        if status is GetStatus.FOUND and not data:
+            if deleted and not chunks:
+                # Retention took every record found: point at the queue's start now.
+                status, next_offset = GetStatus.OFFSET_TOO_SMALL, self.min_offset(topic, queue_id)
+            else:
+                status = GetStatus.NO_MATCHED_MESSAGE
+        return RecordsResult(status, data, count, next_offset, min_offset, max_offset)
+
+    def _runs_of(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        max_bytes: int,
+        tag_codes: set[int] | None,
+        runs: list[list[int]],
+    ) -> tuple[GetStatus, int, int, int, int]:
+        """The units from ``offset`` whose tag matches, as runs of adjacent records.
+
+        Fills ``runs`` as ``get_records`` wants them. Returns the status, the offset
+        after the last unit scanned, the queue's bounds and the number of records.
+        """
+        cq = self.consume_queues.get(topic, queue_id)
+        refused = out_of_bounds(cq, offset)
+        if refused is not None:
+            return (*refused, 0)
+        assert cq is not None
+        min_offset, max_offset = cq.min_offset, cq.max_offset
+        segment_size = self.config.commit_log_file_size
+        if tag_codes is None:
+            end = min(max_offset, offset + max_count)
+            batch = end - offset
+        else:
+            # A filter that matches nothing must not turn one read into a scan of the queue.
+            end = min(max_offset, offset + self.config.max_filter_message_count)
+            batch = _FILTER_READ_UNITS
+        next_offset = offset
+        size_total = 0
+        run_start = run_end = segment_end = -1
+        run_count = run_first = records = 0
+        if max_count > 0 and max_bytes > 0 and end > offset:
+            next_offset = end
+            for queue_offset, physical, size in _matching_units(cq, offset, end, batch, tag_codes):
+                if physical < 0:
+                    # No run spans an offset with nothing stored.
+                    if run_start >= 0:
+                        runs.append([run_start, run_end - run_start, run_count, run_first])
+                        run_start = -1
+                    continue
+                # A record the tag filter skipped stands between its neighbours: they are
+                # not adjacent, so no run spans it.
+                if physical == run_end and physical + size <= segment_end:
+                    run_end += size
+                else:
+                    if run_start >= 0:
+                        runs.append([run_start, run_end - run_start, run_count, run_first])
+                    run_start, run_end, run_count = physical, physical + size, records
+                    run_first = queue_offset
+                    segment_end = (physical // segment_size + 1) * segment_size
+                records += 1
+                size_total += size
+                if size_total >= max_bytes or records >= max_count:
+                    next_offset = queue_offset + 1
+                    break
+        if run_start >= 0:
+            runs.append([run_start, run_end - run_start, run_count, run_first])
+        return GetStatus.FOUND, next_offset, min_offset, max_offset, records
+
+    def scan_queue(
+        self, topic: str, queue_id: int, start: int
+    ) -> Iterator[tuple[int, StoredMessage | None]]:
+        """Every offset of a queue from ``start`` to its end, with its message.
+
+        The message is None where nothing readable is stored (a blank unit or a
+        record that fails its CRC). Offsets retention already deleted are skipped.
+        """
+        offset = start
+        while True:
+            got = self.get_messages(topic, queue_id, offset, _SCAN_BATCH)
+            if got.status is GetStatus.OFFSET_TOO_SMALL:
+                offset = got.next_offset
+                continue
+            if got.status not in (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE):
+                return
+            by_offset = {message.queue_offset: message for message in got.messages}
+            for position in range(offset, got.next_offset):
+                yield position, by_offset.get(position)
+            if got.next_offset <= offset:
+                return
+            offset = got.next_offset
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.consume_queues.get(topic, queue_id)
+        return cq.min_offset if cq is not None else 0
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.consume_queues.get(topic, queue_id)
+        return cq.max_offset if cq is not None else 0
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        cq = self.consume_queues.get(topic, queue_id)
+        if cq is None:
+            return 0
+        return cq.offset_by_time(timestamp_ms, self.commit_log.store_timestamp_at)
