@@ -2,8 +2,9 @@
 
 Starts one Skiff broker (ASYNC_FLUSH or SYNC_FLUSH, TLS permissive as by default) per code tree
 and per round, drives it with the Java client's ``sendAsync`` (256 in flight) and 16 threads of
-blocking ``send`` (1 KiB bodies), and prints broker CPU µs per message and msg/s for each tree,
-with the ratio of the candidate to the baseline. Rounds alternate the trees so that load from
+blocking ``send`` (1 KiB bodies), and prints broker CPU µs per message (all threads, and the
+event loop's thread alone) and msg/s for each tree, with the ratio of the candidate to the
+baseline. Rounds alternate the trees so that load from
 other processes on the machine falls on both. ``--profile DIR`` records each broker with py-spy
 (``pip install py-spy``) and writes a collapsed-stack file per tree and workload.
 
@@ -52,11 +53,18 @@ def _workloads(driver: peer_clients.JavaClientDriver, count: int) -> dict:
     }
 
 
+def _event_loop_seconds(pid: int) -> float:
+    """CPU of the broker's main thread (its event loop): the task whose id is the pid."""
+    with open(f"/proc/{pid}/task/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _measure(
     tree: Path, root: str, durability: str, count: int, profile: Path | None, tag: str
-) -> dict[str, tuple[float, float]]:
+) -> dict[str, tuple[float, float, float]]:
     broker = TreeBroker(root, durability, tree)
-    results: dict[str, tuple[float, float]] = {}
+    results: dict[str, tuple[float, float, float]] = {}
     try:
         broker.start()
         driver = peer_clients.JavaClientDriver(broker.endpoint, broker.data_dir / "java-logs")
@@ -83,14 +91,20 @@ def _measure(
                     stderr=subprocess.DEVNULL,
                 )
             cpu = stats.cpu_seconds()
+            loop_cpu = _event_loop_seconds(broker.procs[0].pid)
             sample = run()
             cpu = stats.cpu_seconds() - cpu
+            loop_cpu = _event_loop_seconds(broker.procs[0].pid) - loop_cpu
             if spy is not None:
                 spy.send_signal(signal.SIGINT)
                 spy.wait(30)
             if sample.errors or not sample.messages:
                 raise RuntimeError(f"{tag} {name}: {sample.errors} errors: {sample.last_error}")
-            results[name] = (cpu / sample.messages * 1e6, sample.messages / sample.seconds)
+            results[name] = (
+                cpu / sample.messages * 1e6,
+                sample.messages / sample.seconds,
+                loop_cpu / sample.messages * 1e6,
+            )
     finally:
         broker.stop()
     return results
@@ -108,7 +122,7 @@ def main() -> None:
     parser.add_argument("--profile", type=Path)
     args = parser.parse_args()
     trees = {"baseline": args.baseline.resolve(), "candidate": args.candidate.resolve()}
-    figures: dict[str, dict[str, list[tuple[float, float]]]] = {t: {} for t in trees}
+    figures: dict[str, dict[str, list[tuple[float, float, float]]]] = {t: {} for t in trees}
     print(f"load average before: {os.getloadavg()}", flush=True)
     for round_ in range(args.rounds):
         order = list(trees) if round_ % 2 == 0 else list(reversed(trees))
@@ -119,13 +133,14 @@ def main() -> None:
                 figures[tag].setdefault(name, []).append(figure)
                 print(
                     f"round {round_ + 1} {tag:9} {name:8} {figure[0]:7.0f} µs/msg "
-                    f"{figure[1]:8.0f} msg/s",
+                    f"{figure[1]:8.0f} msg/s {figure[2]:7.0f} µs/msg on the event loop",
                     flush=True,
                 )
     print(f"load average after: {os.getloadavg()}")
     print(
-        "\n| workload | baseline µs/msg | candidate µs/msg | ratio | baseline msg/s | "
-        "candidate msg/s | ratio |\n|---|---|---|---|---|---|---|"
+        "\n| workload | baseline µs/msg | candidate µs/msg | ratio | event loop baseline | "
+        "candidate | ratio | baseline msg/s | candidate msg/s | ratio |\n"
+        "|---|---|---|---|---|---|---|---|---|---|"
     )
     for name in figures["baseline"]:
         base = figures["baseline"][name]
@@ -134,9 +149,12 @@ def main() -> None:
         c_cpu = statistics.median(f[0] for f in cand)
         b_rate = statistics.median(f[1] for f in base)
         c_rate = statistics.median(f[1] for f in cand)
+        b_loop = statistics.median(f[2] for f in base)
+        c_loop = statistics.median(f[2] for f in cand)
         print(
-            f"| {name} | {b_cpu:.0f} | {c_cpu:.0f} | {c_cpu / b_cpu:.2f}x | {b_rate:.0f} | "
-            f"{c_rate:.0f} | {c_rate / b_rate:.2f}x |"
+            f"| {name} | {b_cpu:.0f} | {c_cpu:.0f} | {c_cpu / b_cpu:.2f}x | {b_loop:.0f} | "
+            f"{c_loop:.0f} | {c_loop / b_loop:.2f}x | {b_rate:.0f} | {c_rate:.0f} | "
+            f"{c_rate / b_rate:.2f}x |"
         )
 
 
