@@ -22,6 +22,7 @@ import fcntl
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 
 from .checkpoint import Checkpoint
@@ -45,7 +46,13 @@ from .queue_check import QueueCheck
 from .reading import QueueReader, read_message
 from .recovery import Damage, Recovered, describe, recover_commit_log
 from .results import GetResult, PutResult, RecordsResult, StoreStats
-from .retention import ConsumerProgress, RetentionService, unread_below, warn_deleted_unread
+from .retention import (
+    ConsumerProgress,
+    DiskState,
+    RetentionService,
+    unread_below,
+    warn_deleted_unread,
+)
 from .segment_allocator import SegmentAllocator
 from .transient_store_pool import TransientStorePool
 from .writing import ReplicationGate, StoreWriter
@@ -356,12 +363,7 @@ class MessageStore:
         )
         self._logics_flusher.start()
         self.dispatcher.start()
-        self._retention = RetentionService(
-            config,
-            delete_commit_log=self._delete_expired_commit_log,
-            delete_logic_files=self._delete_expired_logic_files,
-            on_disk_state=self._writer.set_disk_state,
-        )
+        self._retention = self.make_retention_service()
         self._retention.check_disk()
         self._retention.start()
 
@@ -557,6 +559,67 @@ class MessageStore:
         writer = self._writer
         refusal = writer.refusal() if writer.running else None
         return sample_stats(self.config, self.commit_log, self.dispatcher, refusal)
+
+    # -- retention and flushing on demand -------------------------------------
+
+    def make_retention_service(self, clock: Callable[[], float] = time.time) -> RetentionService:
+        """A retention service (not started) that deletes this store's expired files.
+
+        The store runs one on the real clock; another, say with ``clock`` fixed at a
+        delete hour, runs single passes with ``step()`` when its caller decides.
+        """
+        return RetentionService(
+            self.config,
+            delete_commit_log=self._delete_expired_commit_log,
+            delete_logic_files=self._delete_expired_logic_files,
+            on_disk_state=self._writer.set_disk_state,
+            clock=clock,
+        )
+
+    def run_retention(self) -> None:
+        """Run one pass of the store's own retention now rather than after its interval.
+
+        It deletes what the configuration says is due at this hour and disk use, and
+        re-checks the disk, as the background pass every ``clean_resource_interval`` does.
+        """
+        self._started_retention().step()
+
+    def check_disk(self) -> DiskState:
+        """Measure disk use now: past the warning ratio writes are refused, below it accepted.
+
+        The store does this every ``clean_resource_interval``; call it to have freed space
+        noticed at once.
+        """
+        return self._started_retention().check_disk()
+
+    def delete_expired(self, *, regardless_of_age: bool = False) -> int:
+        """Delete commit-log segments past ``file_reserved_time_hours`` (with
+        ``regardless_of_age``, the oldest whatever their age), and the consume-queue and
+        index files that only covered them; return how many segments went.
+
+        Never deletes the segment being written, nor past what is flushed and dispatched.
+        """
+        deleted = self._delete_expired_commit_log(regardless_of_age)
+        self._delete_expired_logic_files()
+        return deleted
+
+    def request_flush(self) -> None:
+        """Run the background commit-log flush now rather than at its next interval.
+
+        It flushes as a timed pass would (a segment that filled up, or at least
+        ``flush_commit_log_least_pages`` dirty pages) and returns at once;
+        ``stats().flushed_offset`` shows the progress. Under SYNC_FLUSH every write is
+        flushed before it is acknowledged: nothing to do.
+        """
+        if self._committer is not None:
+            self._committer.wakeup()  # moves the write buffer to the file, then flushes
+        if self._flusher is not None:
+            self._flusher.wakeup()
+
+    def _started_retention(self) -> RetentionService:
+        if self._retention is None:
+            raise StoreError("the store is not started: call start() first")
+        return self._retention
 
     # -- background work ----------------------------------------------------
 

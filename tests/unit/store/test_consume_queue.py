@@ -463,8 +463,7 @@ def test_get_messages_statuses(store: MessageStore) -> None:
     # Retention deletes every segment but the newest; the queue's minimum follows.
     segments = len(store.commit_log.queue.files)
     assert segments >= 3
-    assert store._delete_expired_commit_log(True) == segments - 1
-    store._delete_expired_logic_files()
+    assert store.delete_expired(regardless_of_age=True) == segments - 1
     cl_min = store.commit_log.min_offset
     first_left = sum(1 for at, _ in placed if at < cl_min)
     assert 0 < first_left < 150

@@ -175,13 +175,7 @@ def assert_readable(store: MessageStore, expected: list[Sent]) -> None:
 def retention_for(store: MessageStore, hour: int) -> RetentionService:
     """A retention service wired to ``store`` whose clock always says ``hour``."""
     now = at_local_hour(hour)
-    return RetentionService(
-        store.config,
-        delete_commit_log=store._delete_expired_commit_log,
-        delete_logic_files=store._delete_expired_logic_files,
-        on_disk_state=store._writer.set_disk_state,
-        clock=lambda: now,
-    )
+    return store.make_retention_service(clock=lambda: now)
 
 
 def set_age(path: str, hours: float) -> None:
@@ -356,7 +350,7 @@ def test_the_store_runs_its_own_retention_at_the_configured_hour(tmp_path: Path)
         for mf in segments[:-1]:
             set_age(mf.path, config.file_reserved_time_hours + 1)
 
-        store._retention.step()
+        store.run_retention()
 
         assert [os.path.exists(mf.path) for mf in segments] == [False, False, True]
         min_offset = segments[-1].file_from_offset
@@ -594,14 +588,14 @@ def test_disk_use_past_the_warning_ratio_refuses_writes_until_freed(tmpfs: Path)
             assert producer.put(i % 2, 2).ok
         wait_prepared_segment(store)
         assert use_ratio(tmpfs) < config.disk_space_warning_level_ratio
-        assert store._retention.check_disk().full is False
+        assert store.check_disk().full is False
         assert store.stats().writable
 
         filler = tmpfs / "filler"
         make_filler(filler, filler_to_reach(tmpfs, 0.95))
         ratio = use_ratio(tmpfs)
         assert ratio > config.disk_space_warning_level_ratio
-        state = store._retention.check_disk()
+        state = store.check_disk()
         assert state.full and state.ratio == ratio
 
         result = producer.put(0, 1)
@@ -617,7 +611,7 @@ def test_disk_use_past_the_warning_ratio_refuses_writes_until_freed(tmpfs: Path)
         os.unlink(filler)
         # Still refused until the next check sees the freed space.
         assert producer.put(0, 1).status is PutStatus.DISK_FULL
-        state = store._retention.check_disk()
+        state = store.check_disk()
         assert not state.full and state.ratio < config.disk_space_warning_level_ratio
         result = producer.put(0, 1)
         assert result.ok, result.reason
@@ -681,7 +675,7 @@ def test_disk_use_past_the_cleaning_ratios_deletes_regardless_of_age(
         else:
             assert refused.ok, refused.reason
 
-        store._flusher.wakeup()
+        store.request_flush()
         deadline = time.monotonic() + DEADLINE
         while store.stats().flushed_offset < segments[-1].file_from_offset:
             assert time.monotonic() < deadline, "the commit log was never flushed"
