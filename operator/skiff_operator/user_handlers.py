@@ -132,8 +132,8 @@ async def _reconcile_user(
     except AdminSecretMissing as exc:
         set_ready(False, "AdminSecretMissing", exc.message)
         raise kopf.TemporaryError(exc.message, delay=state.retry_delay) from None
-    broker_spec = broker.get("spec") or {}
-    groups = int(broker_spec.get("groups", 1))
+    broker_spec = BrokerSpec.from_manifest(broker.get("spec") or {})
+    groups = broker_spec.groups
     masters = await group_masters(state, namespace, desired.broker, groups)
     leaving = retiring(keys, token, now)
     kept = [pair for pair in keys.pairs() if pair != leaving]
@@ -186,7 +186,7 @@ async def _reconcile_user(
             f"{format_time(keys.previous_expires_at)}"
         )
     placed = f"user {keys.current.access_key} is on {groups}/{groups} group(s)"
-    if not BrokerSpec.from_manifest(broker_spec).auth.enabled:
+    if not broker_spec.auth.enabled:
         set_ready(
             True,
             "AuthDisabled",
@@ -298,7 +298,7 @@ async def _delete_user(
             access_keys = [pair.access_key for pair in Keys.from_secret(secret).pairs()]
         except (KeyError, ValueError):
             access_keys = []
-        groups = int((broker.get("spec") or {}).get("groups", 1))
+        groups = BrokerSpec.from_manifest(broker.get("spec") or {}).groups
         try:
             access = await state.admin.access(broker)
             for index, master in await group_masters(state, namespace, broker_name, groups):
