@@ -26,6 +26,7 @@ from typing import Any
 import grpc
 
 from .credentials import Credentials, signed_channel
+from .environment import TLS_CA_ENV, TLS_ENV, TLS_INSECURE_ENV
 
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -45,9 +46,9 @@ class ClientTls:
 
     @classmethod
     def from_env(cls) -> ClientTls:
-        ca = os.environ.get("SKIFF_TLS_CA", "")
-        insecure = os.environ.get("SKIFF_TLS_INSECURE", "").lower() in _TRUE
-        enabled = os.environ.get("SKIFF_TLS", "").lower() in _TRUE or bool(ca) or insecure
+        ca = os.environ.get(TLS_CA_ENV, "")
+        insecure = os.environ.get(TLS_INSECURE_ENV, "").lower() in _TRUE
+        enabled = os.environ.get(TLS_ENV, "").lower() in _TRUE or bool(ca) or insecure
         return cls(enabled=enabled, ca_file=ca, verify=not insecure)
 
 

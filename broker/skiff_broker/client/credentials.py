@@ -17,9 +17,7 @@ from typing import Any
 import grpc
 
 from ..wire.request_signature import signed_headers
-
-ACCESS_KEY_ENV = "SKIFF_ACCESS_KEY"
-SECRET_KEY_ENV = "SKIFF_SECRET_KEY"
+from .environment import ACCESS_KEY_ENV, SECRET_KEY_ENV
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

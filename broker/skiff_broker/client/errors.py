@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import grpc
 
+from .environment import ENDPOINT_ENV, TLS_CA_ENV
+
 
 class SkiffError(Exception):
     """``code`` names the kind of failure for scripts (a gRPC or RocketMQ status name)."""
@@ -94,13 +96,13 @@ def from_rpc_error(exc: grpc.RpcError, endpoint: str) -> SkiffError:
     if code is grpc.StatusCode.UNAVAILABLE and unverified:
         return BrokerUnavailable(
             f"the TLS certificate of the broker at {endpoint} could not be verified "
-            f"({details}); give its CA with --tls-ca (or SKIFF_TLS_CA; a broker's self-signed "
+            f"({details}); give its CA with --tls-ca (or {TLS_CA_ENV}; a broker's self-signed "
             "one is <data-dir>/tls/self-signed.crt), or --tls-insecure to skip the check"
         )
     if code is grpc.StatusCode.UNAVAILABLE:
         return BrokerUnavailable(
             f"cannot reach a broker at {endpoint} ({details}); check --endpoint "
-            "(or SKIFF_ENDPOINT) and that the broker is running"
+            f"(or {ENDPOINT_ENV}) and that the broker is running"
         )
     if code is grpc.StatusCode.DEADLINE_EXCEEDED:
         return BrokerUnavailable(f"the broker at {endpoint} did not answer in time")

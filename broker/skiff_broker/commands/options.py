@@ -16,7 +16,15 @@ from typing import Any
 import click
 
 from ..client.channels import ClientTls, using
-from ..client.credentials import ACCESS_KEY_ENV, SECRET_KEY_ENV, Credentials
+from ..client.credentials import Credentials
+from ..client.environment import (
+    ACCESS_KEY_ENV,
+    ENDPOINT_ENV,
+    SECRET_KEY_ENV,
+    TLS_CA_ENV,
+    TLS_ENV,
+    TLS_INSECURE_ENV,
+)
 from ..client.errors import SkiffError
 
 DEFAULT_ENDPOINT = "127.0.0.1:8081"
@@ -45,32 +53,32 @@ def client_command(command: Callable[..., Any]) -> Callable[..., Any]:
 
     @click.option(
         "--endpoint",
-        envvar="SKIFF_ENDPOINT",
+        envvar=ENDPOINT_ENV,
         default=DEFAULT_ENDPOINT,
         show_default=True,
         callback=_check_endpoint,
-        help="The broker's gRPC address, HOST:PORT (env SKIFF_ENDPOINT).",
+        help=f"The broker's gRPC address, HOST:PORT (env {ENDPOINT_ENV}).",
     )
     @click.option(
         "--tls/--no-tls",
-        envvar="SKIFF_TLS",
+        envvar=TLS_ENV,
         default=False,
-        help="Connect with TLS (env SKIFF_TLS); a permissive broker takes either.",
+        help=f"Connect with TLS (env {TLS_ENV}); a permissive broker takes either.",
     )
     @click.option(
         "--tls-ca",
-        envvar="SKIFF_TLS_CA",
+        envvar=TLS_CA_ENV,
         default="",
         type=click.Path(dir_okay=False),
         help="PEM CA file to verify the broker's certificate with, e.g. its self-signed "
-        "<data-dir>/tls/self-signed.crt (env SKIFF_TLS_CA; implies --tls).",
+        f"<data-dir>/tls/self-signed.crt (env {TLS_CA_ENV}; implies --tls).",
     )
     @click.option(
         "--tls-insecure",
-        envvar="SKIFF_TLS_INSECURE",
+        envvar=TLS_INSECURE_ENV,
         is_flag=True,
         default=False,
-        help="TLS without verifying the broker's certificate (env SKIFF_TLS_INSECURE; "
+        help=f"TLS without verifying the broker's certificate (env {TLS_INSECURE_ENV}; "
         "implies --tls).",
     )
     @click.option(
