@@ -1537,29 +1537,41 @@ def test_a_users_secret_is_mounted_and_nothing_is_issued(cluster: Cluster) -> No
 # the API server needs to store one: cert-manager's controller cannot run against this
 # API server (no pods run here), so nothing issues the certificate; the test writes the
 # Secret as cert-manager would. A minimal stand-in for cert-manager's own CRD.
-MINIMAL_CERTIFICATE_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "certificates.cert-manager.io"},
-    "spec": {
-        "group": "cert-manager.io",
-        "names": {"kind": "Certificate", "plural": "certificates", "singular": "certificate"},
-        "scope": "Namespaced",
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "x-kubernetes-preserve-unknown-fields": True,
-                    }
-                },
-            }
-        ],
-    },
-}
+def schemaless_crd(group: str, kind: str, plural: str, singular: str) -> dict:
+    """A namespaced v1 CRD of another project's kind: its names, and no schema to check."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": singular,
+            },
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+MINIMAL_CERTIFICATE_CRD = schemaless_crd(
+    "cert-manager.io", "Certificate", "certificates", "certificate"
+)
 
 
 def test_with_an_issuer_the_operator_asks_cert_manager_for_the_certificate(
@@ -1659,34 +1671,9 @@ def test_with_an_issuer_the_operator_asks_cert_manager_for_the_certificate(
 
 # A stand-in for the Prometheus Operator's PodMonitor CRD: its group, version and names,
 # and no schema (the operator's PodMonitor is checked field by field below).
-STAND_IN_POD_MONITOR_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "podmonitors.monitoring.coreos.com"},
-    "spec": {
-        "group": "monitoring.coreos.com",
-        "scope": "Namespaced",
-        "names": {
-            "kind": "PodMonitor",
-            "listKind": "PodMonitorList",
-            "plural": "podmonitors",
-            "singular": "podmonitor",
-        },
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "x-kubernetes-preserve-unknown-fields": True,
-                    }
-                },
-            }
-        ],
-    },
-}
+STAND_IN_POD_MONITOR_CRD = schemaless_crd(
+    "monitoring.coreos.com", "PodMonitor", "podmonitors", "podmonitor"
+)
 
 
 def test_probes_ask_the_health_service_and_a_pod_monitor_follows_the_spec(

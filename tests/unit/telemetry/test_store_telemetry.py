@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode, TraceFlags
+from tests.support.store_settings import SMALL_STORE
 from tests.support.waiting import wait_for
 from tests.unit.telemetry.pipelines import Pipelines
 
@@ -33,15 +34,7 @@ DEADLINE_S = 30.0
 def make_config(tmp_path: Path, **overrides: Any) -> StoreConfig:
     settings: dict[str, Any] = {
         "data_dir": str(tmp_path / "store"),
-        "commit_log_file_size": 256 * 1024,
-        "consume_queue_units_per_file": 100,
-        "max_message_size": 16 * 1024,
-        "max_hash_slot_num": 1000,
-        "max_index_num": 4000,
-        "warm_mapped_files": False,
-        "disk_max_used_space_ratio": 100,
-        "disk_space_clean_forcibly_ratio": 1.0,
-        "disk_space_warning_level_ratio": 1.0,
+        **SMALL_STORE,
         **overrides,
     }
     config = StoreConfig(**settings)
