@@ -26,8 +26,8 @@ from tests.unit.store.test_recovery import (
     QUEUES,
     TOPIC,
     Written,
-    _fill_leaving,
     assert_same,
+    fill_leaving,
     flip,
     leave_as_crashed,
     make_message,
@@ -83,7 +83,7 @@ class Log:
         written = put_seqs(store, range(0, 40))
         seqs = iter(range(40, 10_000))
         # The first segment ends in a BLANK record of 100 bytes.
-        _fill_leaving(store, written, seqs, 100)
+        fill_leaving(store, written, seqs, 100)
         written += [put(store, make_message(next(seqs))) for _ in range(150)]
         self.written: list[Written] = written
         seg = self.config.commit_log_file_size
