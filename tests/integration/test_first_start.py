@@ -20,6 +20,7 @@ from tests.support.broker_process import (
     broker_env,
     create_topics,
     data_dir_of,
+    launch_broker,
     running_broker,
 )
 
@@ -41,22 +42,9 @@ def _start_with_defaults(tmp_path: Path, *extra: str) -> BrokerProcess:
     """``skiff broker`` with no size option and no size setting in the environment."""
     command = [*SKIFF, "broker", "--data-dir", str(data_dir_of(tmp_path))]
     command += ["--listen", "127.0.0.1:0", *extra]
-    log_path = tmp_path / "defaults.log"
-    with open(log_path, "ab") as log_file:
-        proc = subprocess.Popen(
-            command,
-            env=broker_env(NO_SIZE_SETTINGS),
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=log_file,
-        )
-    broker = BrokerProcess(proc, data_dir_of(tmp_path), log_path, command=command)
-    try:
-        broker._wait_listening()
-    except BaseException:
-        broker.kill()
-        raise
-    return broker
+    return launch_broker(
+        command, data_dir_of(tmp_path), tmp_path / "defaults.log", NO_SIZE_SETTINGS
+    )
 
 
 def _segment_sizes(data_dir: Path) -> set[int]:

@@ -181,6 +181,16 @@ def start_broker(
     """
     log_path = tmp_path / f"broker-{next(_log_numbers)}.log"
     command = broker_command(tmp_path, *extra_args, launcher=launcher, ha_listen=ha_listen)
+    return launch_broker(command, data_dir_of(tmp_path), log_path, env)
+
+
+def launch_broker(
+    command: list[str], data_dir: Path, log_path: Path, env: Mapping[str, str] | None = None
+) -> BrokerProcess:
+    """Run ``command``, a whole ``skiff broker`` line, and wait until it listens.
+
+    Its output goes to ``log_path``, which must not hold an earlier broker's lines.
+    """
     with open(log_path, "wb") as log_file:
         proc = subprocess.Popen(
             command,
@@ -189,8 +199,12 @@ def start_broker(
             stdout=log_file,
             stderr=log_file,
         )
-    broker = BrokerProcess(proc, data_dir_of(tmp_path), log_path, command=command)
-    broker._wait_listening()
+    broker = BrokerProcess(proc, data_dir, log_path, command=command)
+    try:
+        broker._wait_listening()
+    except BaseException:
+        broker.kill()
+        raise
     return broker
 
 

@@ -23,6 +23,7 @@ from ..client.credentials import Credentials
 from ..client.errors import NotFound, SkiffError
 from ..client.messaging import MessagingClient, OutgoingMessage, ReceivedMessage
 from ..client.pull_consumer import PullConsumer, PulledMessage
+from ..wire.message_size import MAX_MESSAGE_SIZE_OPTION
 from .options import Timestamp, client_command
 from .output import body_text, echo_json, plural, shown_body
 
@@ -202,8 +203,8 @@ def _next_step(exc: SkiffError, message_group: str | None) -> str:
     """What fixes a refused send, for the refusals a sender can fix from here."""
     if exc.code == "MESSAGE_BODY_TOO_LARGE":
         return (
-            "; send a smaller body, or start the broker with a larger --max-message-size "
-            "(SKIFF_MAX_MESSAGE_SIZE)"
+            "; send a smaller body, or start the broker with a larger "
+            f"{MAX_MESSAGE_SIZE_OPTION.name} ({MAX_MESSAGE_SIZE_OPTION.env})"
         )
     if "accepts FIFO messages" in exc.message and not message_group:
         return "; give the message a --message-group (its messages are consumed in order)"

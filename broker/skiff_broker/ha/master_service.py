@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import socket
 import ssl
@@ -46,6 +45,7 @@ from .liveness import Liveness
 from .peer_auth import AuthenticationFailed, RateLimitedLog, prove_to_replica
 from .replica_book import ReplicaBook
 from .replicated_broker import ReplicatedBroker
+from .replicated_metadata import metadata_document
 
 log = logging.getLogger(__name__)
 
@@ -382,7 +382,7 @@ class ReplicationMaster:
             now = time.monotonic()
             if now - metadata_at >= self.config.metadata_interval:
                 metadata_at = now
-                document = self._metadata()
+                document = metadata_document(self._broker)
                 if document != sent_metadata:
                     writer.write(framing.encode(FrameType.METADATA, document))
                     sent_metadata = document
@@ -414,15 +414,3 @@ class ReplicationMaster:
                     await session.wake.wait()
         # The ack reader ended: surface why.
         acks.result()
-
-    def _metadata(self) -> bytes:
-        return json.dumps(
-            {
-                "topics": self._broker.topics.snapshot(),
-                "offsets": self._broker.offsets.snapshot(),
-                # Secrets included: encrypted only over TLS (--tls-ca), see replication.py.
-                "auth": self._broker.users.snapshot(),
-            },
-            separators=(",", ":"),
-            sort_keys=True,
-        ).encode()

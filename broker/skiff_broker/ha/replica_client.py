@@ -47,6 +47,7 @@ from .framing import FrameType, FramingError
 from .liveness import Liveness
 from .peer_auth import AuthenticationFailed, prove_to_master
 from .replicated_broker import ReplicatedBroker
+from .replicated_metadata import apply_metadata
 
 log = logging.getLogger(__name__)
 
@@ -347,7 +348,7 @@ class ReplicaClient:
             elif frame.type is FrameType.HEARTBEAT:
                 self.master_offset = frame.offset()
             elif frame.type is FrameType.METADATA:
-                self._apply_metadata(frame.json())
+                apply_metadata(self._broker, frame.json(), self.config.master_address)
             else:
                 raise FramingError(f"unexpected {frame.type.name} frame")
 
@@ -419,24 +420,6 @@ class ReplicaClient:
             await asyncio.sleep(self.config.heartbeat_interval)
             writer.write(framing.encode_offset(FrameType.ACK, self._acknowledgeable()))
             await writer.drain()
-
-    def _apply_metadata(self, document: dict) -> None:
-        topics = document.get("topics")
-        offsets = document.get("offsets")
-        if not isinstance(topics, dict) or not isinstance(offsets, dict):
-            raise FramingError("METADATA needs topics and offsets")
-        try:
-            self._broker.topics.replace_all(topics)
-            self._broker.offsets.replace_all(offsets)
-            # A master from before users were replicated sends none: keep this broker's.
-            users = document.get("auth")
-            if users is not None:
-                if not isinstance(users, dict):
-                    raise TypeError("auth is not an object")
-                if self._broker.users.replace_all(users, keep=self._broker.bootstrap_user):
-                    log.info("took the users and ACLs of master %s", self.config.master_address)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise FramingError(f"bad METADATA: {exc}") from None
 
 
 class _Refused(Exception):

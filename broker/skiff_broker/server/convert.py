@@ -10,7 +10,6 @@ property saying why, so nothing is lost and the consumer can acknowledge it.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import ipaddress
@@ -19,17 +18,15 @@ import logging
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
-from ..store.config import StoreConfig
 from ..store.message import StoredMessage, SysFlag, encode_host, offset_message_id
 from ..wire import property_names as prop
 from ..wire.compressed_body import BodyVerdicts
+from ..wire.message_size import ROCKETMQ_MAX_MESSAGE_SIZE
 
 log = logging.getLogger(__name__)
 
 # The store's default; callers that know the broker's own limit pass it.
-DEFAULT_MAX_BODY_SIZE: int = next(
-    f.default for f in dataclasses.fields(StoreConfig) if f.name == "max_message_size"
-)
+DEFAULT_MAX_BODY_SIZE = ROCKETMQ_MAX_MESSAGE_SIZE
 # Verdicts on compressed bodies are kept for this many records (about 100 bytes each).
 _REMEMBERED_VERDICTS = 65536
 _verdicts = BodyVerdicts(_REMEMBERED_VERDICTS)

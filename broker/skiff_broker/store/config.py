@@ -11,7 +11,8 @@ import dataclasses
 import enum
 import os
 
-from ..wire.setting import option
+from ..wire.message_size import MAX_MESSAGE_SIZE_OPTION, ROCKETMQ_MAX_MESSAGE_SIZE
+from ..wire.setting import declared_field, option
 from ..wire.store_sizes import ROCKETMQ_CONSUME_QUEUE_FILE_ENTRIES
 
 
@@ -68,9 +69,7 @@ class StoreConfig:
         "message (RocketMQ's mappedFileSizeConsumeQueue / 20).",
         minimum=1,
     )
-    max_message_size: int = option(
-        4 * MiB, "--max-message-size", "SKIFF_MAX_MESSAGE_SIZE", kind="size"
-    )
+    max_message_size: int = declared_field(ROCKETMQ_MAX_MESSAGE_SIZE, MAX_MESSAGE_SIZE_OPTION)
     # Units one filtered read may scan before answering with what it found.
     max_filter_message_count: int = 16_000
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from ..wire.message_size import MAX_MESSAGE_SIZE_OPTION
 from .config import StoreConfig
 from .consume_queue import UNIT_SIZE
 from .errors import StoreError
@@ -98,10 +99,11 @@ def adopt_sizes_on_disk(config: StoreConfig) -> list[KeptSize]:
         kept.append(KeptSize("commit-log segment size", config.commit_log_file_size, segment))
         config.commit_log_file_size = segment
         if config.max_message_size + 1024 > segment:
+            option = MAX_MESSAGE_SIZE_OPTION.name
             raise StoreError(
                 f"the commit-log segments in {config.commit_log_dir} are {segment} bytes, too "
-                f"small for --max-message-size {config.max_message_size}: start this store with "
-                f"--max-message-size {segment - 1024} or less"
+                f"small for {option} {config.max_message_size}: start this store with "
+                f"{option} {segment - 1024} or less"
             )
     units = consume_queue_units_per_file(config.data_dir)
     if units is not None and units != config.consume_queue_units_per_file:

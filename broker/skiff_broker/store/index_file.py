@@ -16,10 +16,12 @@ the entry that held its slot before it, so a slot's chain runs newest to oldest.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import struct
 import threading
+from collections.abc import Iterator
 
 from .errors import DiskFullError, StoreCorruptError
 from .hashing import index_key_hash
@@ -253,18 +255,28 @@ class IndexFile:
 
     # -- reading -------------------------------------------------------------
 
-    def _acquire(self) -> mmap.mmap | None:
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[mmap.mmap | None]:
+        """The mapping, held open until the block ends (None once the file is closed).
+
+        A ``close`` meanwhile leaves it mapped for the block; the last reader unmaps it.
+        """
         with self._state_lock:
             if self._closed:
-                return None
-            self._readers += 1
-            return self._mm
-
-    def _release(self) -> None:
-        with self._state_lock:
-            self._readers -= 1
-            if self._closed and self._readers == 0:
-                self._mm.close()
+                mm = None
+            else:
+                self._readers += 1
+                mm = self._mm
+        if mm is None:
+            yield None
+            return
+        try:
+            yield mm
+        finally:
+            with self._state_lock:
+                self._readers -= 1
+                if self._closed and self._readers == 0:
+                    self._mm.close()
 
     def is_time_matched(self, begin_ms: int, end_ms: int) -> bool:
         """Whether [begin_ms, end_ms] overlaps the file's time range (never when empty)."""
@@ -286,10 +298,9 @@ class IndexFile:
         """
         if max_num <= 0:
             return []
-        mm = self._acquire()
-        if mm is None:
-            return []
-        try:
+        with self.reading() as mm:
+            if mm is None:
+                return []
             key_hash = index_key_hash(key)
             slot_pos = HEADER_SIZE + (key_hash % self.hash_slot_num) * SLOT_SIZE
             (current,) = _SLOT.unpack_from(mm, slot_pos)
@@ -314,8 +325,6 @@ class IndexFile:
                     break
                 current = prev
             return result
-        finally:
-            self._release()
 
     def contains(self, key: str, phy_offset: int) -> bool:
         """Whether an entry with ``key``'s hash points at ``phy_offset``.
@@ -323,10 +332,9 @@ class IndexFile:
         Used to skip replayed records; it stops at the first older offset because
         entries are appended in offset order.
         """
-        mm = self._acquire()
-        if mm is None:
-            return False
-        try:
+        with self.reading() as mm:
+            if mm is None:
+                return False
             key_hash = index_key_hash(key)
             slot_pos = HEADER_SIZE + (key_hash % self.hash_slot_num) * SLOT_SIZE
             (current,) = _SLOT.unpack_from(mm, slot_pos)
@@ -343,20 +351,14 @@ class IndexFile:
                 if prev <= INVALID_INDEX or prev >= current:
                     return False
                 current = prev
-        finally:
-            self._release()
 
     # -- lifecycle -----------------------------------------------------------
 
     def flush(self) -> None:
         """Write dirty pages of the mapping to disk (msync, which also syncs the data)."""
-        mm = self._acquire()
-        if mm is None:
-            return
-        try:
-            mm.flush()
-        finally:
-            self._release()
+        with self.reading() as mm:
+            if mm is not None:
+                mm.flush()
 
     def close(self) -> None:
         """Flush and unmap; safe to call twice."""
@@ -379,7 +381,7 @@ class IndexFile:
             if flush:
                 self._mm.flush()
             self._closed = True
-            # With queries still running, the last of them unmaps in _release().
+            # With queries still running, the last of them unmaps as its reading() ends.
             if self._readers == 0:
                 self._mm.close()
 

@@ -15,6 +15,7 @@ import dataclasses
 import os
 from typing import Any
 
+from ..wire.message_size import ROCKETMQ_MAX_MESSAGE_SIZE
 from .config import ROCKETMQ_CONSUME_QUEUE_FILE_ENTRIES, StoreConfig
 from .consume_queue_table import ConsumeQueueTable
 from .damage_report import DamageReport
@@ -24,8 +25,6 @@ from .mapped_file_queue import MappedFileQueue
 from .message_store import MessageStore
 from .queue_check import check_queues
 from .recovery import scan_from
-
-_DEFAULT_MAX_MESSAGE = 4 * 1024 * 1024
 
 
 def segment_size(data_dir: str, given: int | None = None) -> int:
@@ -52,7 +51,7 @@ def config_for(data_dir: str, commit_log_file_size: int | None = None) -> StoreC
         commit_log_file_size=size,
         consume_queue_units_per_file=consume_queue_units_per_file(data_dir)
         or ROCKETMQ_CONSUME_QUEUE_FILE_ENTRIES,
-        max_message_size=min(_DEFAULT_MAX_MESSAGE, size - 2048),
+        max_message_size=min(ROCKETMQ_MAX_MESSAGE_SIZE, size - 2048),
         # The index files' settings are not recorded in them: it is left as it is
         # (a look-up drops an entry that points at no matching record).
         message_index_enable=False,

@@ -232,9 +232,16 @@ class FrontDoor:
         elif self._socket is not None:
             self._socket.close()
 
+    @property
+    def open_connections(self) -> int:
+        """Client connections open through the door (waiting for a first byte or joined)."""
+        return len(self._clients)
+
     async def stop(self) -> None:
         """Close the listener and every connection still open through it."""
         self.stop_accepting()
+        if self.open_connections:
+            log.info("closing %d connection(s) open on %s", self.open_connections, self.listen)
         for client in list(self._clients):
             if client.transport is not None:
                 client.transport.close()

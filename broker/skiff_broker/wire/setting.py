@@ -42,7 +42,15 @@ class Option:
 
 def option(default: Any, name: str, env: str, help: str = "", **details: Any) -> Any:
     """A dataclass field holding ``default`` that users set with ``name`` or ``env``."""
-    metadata = {OPTION: Option(name, env, help, **details)}
+    return declared_field(default, Option(name, env, help, **details))
+
+
+def declared_field(default: Any, declaration: Option) -> Any:
+    """A dataclass field holding ``default``, set as ``declaration`` says.
+
+    For a declaration that code outside the config names too (an error hint in a client).
+    """
+    metadata = {OPTION: declaration}
     if isinstance(default, list):
         # A list default is copied for each instance, as a dataclass needs.
         return dataclasses.field(default_factory=lambda: list(default), metadata=metadata)

@@ -1,4 +1,4 @@
-"""A replica takes users and ACLs from its master's METADATA frame (a real, unstarted broker).
+"""A replica takes users and ACLs from its master's METADATA document (a real, unstarted broker).
 
 A master's document replaces the replica's users, keeping the replica's bootstrap user; a
 master from before users were replicated sends no "auth" and the replica keeps its own.
@@ -6,18 +6,20 @@ master from before users were replicated sends no "auth" and the replica keeps i
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from skiff_broker.auth.config import AuthConfig
 from skiff_broker.auth.model import User, UserType
 from skiff_broker.auth.user_store import UserStore
 from skiff_broker.config import BrokerConfig
-from skiff_broker.ha.config import ReplicationConfig, Role
-from skiff_broker.ha.epoch_file import EpochFile
 from skiff_broker.ha.framing import FramingError
-from skiff_broker.ha.replica_client import ReplicaClient
+from skiff_broker.ha.replicated_metadata import apply_metadata, metadata_document
 from skiff_broker.runtime import Broker
 from skiff_broker.store.config import StoreConfig
+
+MASTER = "127.0.0.1:1"
 
 
 @pytest.fixture
@@ -30,9 +32,7 @@ def replica(tmp_path):
     for table in (broker.topics, broker.offsets, broker.users):
         table.load()
     broker.users.apply_user(User("local", "local-secret"))
-    replication = ReplicationConfig(role=Role.REPLICA, master_address="127.0.0.1:1")
-    client = ReplicaClient(replication, broker, EpochFile(str(tmp_path / "epoch")), "replica")
-    return broker, client
+    return broker
 
 
 def masters_users(tmp_path) -> dict:
@@ -43,19 +43,26 @@ def masters_users(tmp_path) -> dict:
 
 
 def test_the_masters_users_replace_the_replicas_own_but_its_bootstrap_user(replica, tmp_path):
-    broker, client = replica
-    client._apply_metadata({"topics": {}, "offsets": {}, "auth": masters_users(tmp_path)})
-    assert [u.access_key for u in broker.users.users()] == ["alice", "keeper"]
+    document = {"topics": {}, "offsets": {}, "auth": masters_users(tmp_path)}
+    apply_metadata(replica, document, MASTER)
+    assert [u.access_key for u in replica.users.users()] == ["alice", "keeper"]
 
 
 def test_a_master_that_sends_no_users_leaves_the_replicas_alone(replica):
-    broker, client = replica
-    client._apply_metadata({"topics": {}, "offsets": {}})
-    assert broker.users.user("local") is not None
+    apply_metadata(replica, {"topics": {}, "offsets": {}}, MASTER)
+    assert replica.users.user("local") is not None
 
 
 def test_users_that_do_not_parse_are_a_bad_frame_and_change_nothing(replica):
-    broker, client = replica
     with pytest.raises(FramingError, match="bad METADATA"):
-        client._apply_metadata({"topics": {}, "offsets": {}, "auth": {"users": 7}})
-    assert broker.users.user("local") is not None
+        apply_metadata(replica, {"topics": {}, "offsets": {}, "auth": {"users": 7}}, MASTER)
+    assert replica.users.user("local") is not None
+
+
+def test_what_a_master_sends_a_replica_takes(replica, tmp_path):
+    master = Broker(BrokerConfig(store=StoreConfig(data_dir=str(tmp_path / "master"))))
+    for table in (master.topics, master.offsets, master.users):
+        table.load()
+    master.users.apply_user(User("alice", "alice-secret", UserType.SUPER))
+    apply_metadata(replica, json.loads(metadata_document(master)), MASTER)
+    assert [u.access_key for u in replica.users.users()] == ["alice", "keeper"]

@@ -67,16 +67,18 @@ def test_sessions_are_capped_forgetting_the_longest_idle_without_a_stream(
         BrokerConfig(store=StoreConfig(data_dir=str(tmp_path))),
         TopicTable(str(tmp_path / "topics.json")),
     )
+    registry.heartbeat("streaming", pb.ClientType.PUSH_CONSUMER, "billing")
     streaming = registry.session("streaming")
     streaming.outbound = TelemetryOutbox()
     for number in range(100):
-        registry.heartbeat(f"client-{number}", pb.ClientType.PRODUCER, "")
-        registry.session("streaming")  # seen all the time
-        assert len(registry._sessions) <= 20
+        registry.heartbeat(f"client-{number}", pb.ClientType.SIMPLE_CONSUMER, "billing")
+        # Every session is a consumer seen just now, so a group's consumers are all of them.
+        assert len(registry.live_consumers()) <= 20
     # The newest and the one with an open stream are remembered.
+    remembered = {s.client_id for s in registry.live_consumers()}
+    assert {"streaming", "client-99"} <= remembered
+    assert "client-0" not in remembered
     assert registry.session("streaming") is streaming
-    assert "client-99" in registry._sessions
-    assert "client-0" not in registry._sessions
 
 
 def test_live_consumers_have_a_stream_open_or_were_seen_lately(tmp_path: Path) -> None:
@@ -93,7 +95,7 @@ def test_live_consumers_have_a_stream_open_or_were_seen_lately(tmp_path: Path) -
 
     # Seen longer ago than heartbeats come: only an open stream keeps a consumer live.
     for client_id in ("streaming", "long-gone"):
-        registry._sessions[client_id].last_seen -= clients.LIVE_WITHOUT_STREAM_S + 1
+        registry.session(client_id).last_seen -= clients.LIVE_WITHOUT_STREAM_S + 1
     assert {s.client_id for s in registry.live_consumers()} == {"recent", "streaming"}
     registry.terminate("recent")
     assert {s.client_id for s in registry.live_consumers()} == {"streaming"}

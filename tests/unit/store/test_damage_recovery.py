@@ -26,8 +26,8 @@ from tests.unit.store.test_recovery import (
     QUEUES,
     TOPIC,
     Written,
-    _fill_leaving,
     assert_same,
+    fill_leaving,
     flip,
     leave_as_crashed,
     make_message,
@@ -66,17 +66,24 @@ TAIL_FIELDS = ("body", "topiclength", "topic", "propertieslength", "properties")
 MASKS = (0xFF, 0x01, 0x80)
 
 
+def log_config(data_dir: Path) -> StoreConfig:
+    """The settings every store of these cases is written and opened with."""
+    config = StoreConfig(data_dir=str(data_dir), **small_store(commit_log_file_size=64 * 1024))
+    config.validate()
+    return config
+
+
 class Log:
     """A crashed store's data directory, written once, copied per case."""
 
     def __init__(self, root: Path) -> None:
         self.pristine = root / "pristine"
-        self.config = self._config(self.pristine)
+        self.config = log_config(self.pristine)
         store = start(self.config)
         written = put_seqs(store, range(0, 40))
         seqs = iter(range(40, 10_000))
         # The first segment ends in a BLANK record of 100 bytes.
-        _fill_leaving(store, written, seqs, 100)
+        fill_leaving(store, written, seqs, 100)
         written += [put(store, make_message(next(seqs))) for _ in range(150)]
         self.written: list[Written] = written
         seg = self.config.commit_log_file_size
@@ -87,16 +94,10 @@ class Log:
         self.last_of_first = max(i for i, w in enumerate(written) if w.end <= seg)
         leave_as_crashed(store, written[0])
 
-    @staticmethod
-    def _config(data_dir: Path) -> StoreConfig:
-        config = StoreConfig(data_dir=str(data_dir), **small_store(commit_log_file_size=64 * 1024))
-        config.validate()
-        return config
-
     def copy(self, target: Path) -> StoreConfig:
         shutil.rmtree(target, ignore_errors=True)
         shutil.copytree(self.pristine, target)
-        return self._config(target)
+        return log_config(target)
 
 
 @pytest.fixture(scope="module")
@@ -358,7 +359,7 @@ def test_a_replica_dispatches_past_a_damaged_record_it_receives(
     victim = crashed_log.middle
     w = written[victim]
     flip(source, next(field_offsets(w, field)) + (1 if field == "topic" else 0))
-    replica = start(crashed_log._config(tmp_path / "replica"))
+    replica = start(log_config(tmp_path / "replica"))
     caplog.set_level("WARNING", logger="skiff_broker.store")
     try:
         seg = source.commit_log_file_size

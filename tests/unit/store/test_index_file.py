@@ -359,11 +359,11 @@ def test_queries_run_while_writing_and_closing(path: Path) -> None:
 def test_close_during_a_read_unmaps_when_the_read_ends(path: Path) -> None:
     f = IndexFile(str(path), 4, 16)
     f.put_key("T#k", 1, T0)
-    mm = f._acquire()  # what a query holds while it walks a chain
-    assert mm is not None
-    f.close()
-    # The running read can still use the mapping; new reads see a closed file.
-    assert mm[HEADER_SIZE - 4 : HEADER_SIZE] == (2).to_bytes(4, "big")
-    assert f.select_phy_offsets("T#k", 10, *ALL_TIME) == []
-    f._release()
+    with f.reading() as mm:  # what a query holds while it walks a chain
+        assert mm is not None
+        f.close()
+        # The running read can still use the mapping; new reads see a closed file.
+        assert mm[HEADER_SIZE - 4 : HEADER_SIZE] == (2).to_bytes(4, "big")
+        assert f.select_phy_offsets("T#k", 10, *ALL_TIME) == []
+        assert not mm.closed
     assert mm.closed

@@ -26,9 +26,11 @@ def store(store_config: Callable[..., StoreConfig]) -> Iterator[MessageStore]:
         yield s
 
 
-def put(store: MessageStore, messages: list[Message]) -> None:
+def put(store: MessageStore, messages: list[Message]) -> list[int]:
+    """Store ``messages``; their commit-log offsets."""
     result = store.put_messages(messages)
-    assert result.ok, result.reason
+    assert result.ok and result.append is not None, result.reason
+    return result.append.physical_offsets
 
 
 def message(i: int, queue_id: int = 0, **properties: str) -> Message:
@@ -118,7 +120,7 @@ def test_broken_framing_keeps_what_came_before(store: MessageStore) -> None:
 
 def test_compressed_bodies_and_offset_ids(store: MessageStore) -> None:
     plain = b"squeeze me " * 50
-    put(
+    _, anonymous_at = put(
         store,
         [
             Message("T", gzip.compress(plain), 0, sys_flag=int(SysFlag.COMPRESSED)),
@@ -130,7 +132,7 @@ def test_compressed_bodies_and_offset_ids(store: MessageStore) -> None:
     assert compressed.body == plain
     # Without a client ID the message ID is RocketMQ's offset ID: store host and offset.
     assert len(anonymous.message_id) == 32 and anonymous.message_id.isupper()
-    assert anonymous.message_id.endswith(f"{anonymous._physical_offset:016X}")
+    assert anonymous.message_id.endswith(f"{anonymous_at:016X}")
 
 
 def test_corrupt_records_on_disk_are_left_out_of_fetches(store: MessageStore) -> None:

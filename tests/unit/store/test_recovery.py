@@ -322,7 +322,7 @@ def test_damaged_tail_is_cut_and_stays_cut(store_config: MakeConfig, damage: str
     store.shutdown()
 
 
-def _fill_leaving(
+def fill_leaving(
     store: MessageStore, written: list[Written], seqs: Iterator[int], remaining: int
 ) -> None:
     """Append until the current segment has exactly ``remaining`` bytes left."""
@@ -350,7 +350,7 @@ def test_blank_record_of_any_size_ends_a_segment(store_config: MakeConfig, remai
     store = start(config)
     seqs = iter(range(10_000))
     written = [put(store, make_message(next(seqs)))]
-    _fill_leaving(store, written, seqs, remaining)
+    fill_leaving(store, written, seqs, remaining)
     boundary = written[-1].end + remaining
     written += [put(store, make_message(next(seqs))) for _ in range(5)]
     assert written[-5].physical == boundary
@@ -372,7 +372,7 @@ def test_bad_length_in_the_last_record_of_a_segment_is_cut(store_config: MakeCon
     store = start(config)
     seqs = iter(range(10_000))
     written = [put(store, make_message(next(seqs)))]
-    _fill_leaving(store, written, seqs, 8)
+    fill_leaving(store, written, seqs, 8)
     victim = len(written) - 1
     written += [put(store, make_message(next(seqs))) for _ in range(3)]
     leave_as_crashed(store, written[0])

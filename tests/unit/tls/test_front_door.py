@@ -16,9 +16,13 @@ from skiff_broker.tls.front_door import FrontDoor, client_peer
 SERVICE = "test.Echo"
 
 
-def _echo_server(seen_peers: list[str]) -> grpc.aio.Server:
+def _echo_server(seen_peers: list[str], door_sides: list[str] | None = None) -> grpc.aio.Server:
+    """Echoes; notes each caller's address, and the door's side of it gRPC saw."""
+
     async def echo(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         seen_peers.append(client_peer(context.peer()))
+        if door_sides is not None:
+            door_sides.append(context.peer())
         return request
 
     handlers = {"Echo": grpc.unary_unary_rpc_method_handler(echo)}
@@ -57,7 +61,8 @@ def _door_for(tmp_path, server, seen, *, plaintext: bool, timeout: float = 10.0)
 def test_tls_and_plaintext_share_the_port_and_the_client_address_is_kept(tmp_path):
     async def scenario() -> None:
         seen: list[str] = []
-        server = _echo_server(seen)
+        door_sides: list[str] = []
+        server = _echo_server(seen, door_sides)
         door, cert = _door_for(tmp_path, server, seen, plaintext=True)
         port = door.bind()
         await server.start()
@@ -75,7 +80,9 @@ def test_tls_and_plaintext_share_the_port_and_the_client_address_is_kept(tmp_pat
         assert len(seen) == 3
         assert all(p.startswith("ipv4:127.0.0.1:") for p in seen)
         assert not any(p.endswith((f":{door.tls_port}", f":{door.plaintext_port}")) for p in seen)
-        assert front_door._joined_peers == {}
+        # Once the pairs are closed, the door's sides map to no client any more.
+        assert len(door_sides) == 3 and door_sides != seen
+        assert [client_peer(side) for side in door_sides] == door_sides
 
     asyncio.run(scenario())
 
@@ -128,7 +135,8 @@ def test_enforcing_closes_plaintext_and_counts_it_in_one_log_line(tmp_path, capl
 
 def test_closing_the_client_closes_its_grpc_side(tmp_path):
     async def scenario() -> None:
-        server = _echo_server([])
+        door_sides: list[str] = []
+        server = _echo_server([], door_sides)
         door, _ = _door_for(tmp_path, server, [], plaintext=True)
         port = door.bind()
         await server.start()
@@ -136,9 +144,9 @@ def test_closing_the_client_closes_its_grpc_side(tmp_path):
         try:
             assert await _call(f"127.0.0.1:{port}", ClientTls()) == b"ping"
             # The channel is closed; the door lets go of both of its sockets.
-            while door._clients:
+            while door.open_connections:
                 await asyncio.sleep(0.05)
-            assert front_door._joined_peers == {}
+            assert [client_peer(side) for side in door_sides] == door_sides
         finally:
             await server.stop(0)
             await door.stop()
