@@ -1,12 +1,15 @@
-"""The Prometheus endpoint of a real broker process: a client sends and consumes, the
-test scrapes /metrics over HTTP and reads RocketMQ's metrics, with RocketMQ's labels,
-and the store's latency histograms."""
+"""The Prometheus endpoint of a real broker process: clients send and consume (over
+apache.rocketmq.v2, and with Skiff's batching producer and pull consumer over
+skiff.records.v1), the test scrapes /metrics over HTTP and reads RocketMQ's metrics,
+with RocketMQ's labels, and the store's latency histograms."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import urllib.request
 
+import grpc
 from prometheus_client.parser import text_string_to_metric_families
 from tests.support.broker_fixture import module_broker
 from tests.support.broker_process import (
@@ -18,16 +21,26 @@ from tests.support.broker_process import (
 from tests.support.queue_ends import wait_for_messages
 
 from skiff_broker.client.messaging import MessagingClient, OutgoingMessage
+from skiff_broker.client.producer import BatchingProducer
+from skiff_broker.client.pull_consumer import PullConsumer
 from skiff_broker.metadata.topic_table import TopicConfig
+from skiff_broker.records.v1 import records_pb2 as rpb
+from skiff_broker.records.v1 import records_pb2_grpc
 
 TOPIC = "metered"
+RECORD_TOPIC = "metered-records"
 GROUP = "billing"
 SIZES = (100, 2000, 5000)
 BROKER = {"cluster": "DefaultCluster", "node_type": "broker", "node_id": "broker-m"}
 
 
 # One queue: every message of the test is in the queue the group reads.
-broker = module_broker("metrics", "--broker-name", "broker-m", topics=[TopicConfig(TOPIC, 1, 1)])
+broker = module_broker(
+    "metrics",
+    "--broker-name",
+    "broker-m",
+    topics=[TopicConfig(TOPIC, 1, 1), TopicConfig(RECORD_TOPIC, 1, 1)],
+)
 
 
 def scrape(broker: BrokerProcess) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -80,6 +93,39 @@ def test_counters_sizes_and_backlog_follow_what_clients_do(broker: BrokerProcess
     # The store's latency histograms are on the same endpoint.
     appends = [v for labels, v in samples["skiff_store_append_duration_seconds_count"]]
     assert sum(appends) >= 2
+
+
+def test_skiff_producer_and_pull_consumer_traffic_is_counted(broker: BrokerProcess) -> None:
+    async def produce() -> None:
+        # One batch: Skiff's producer sends it as one records Append.
+        async with BatchingProducer(broker.endpoint, linger_ms=50) as producer:
+            await producer.send_batch(RECORD_TOPIC, [b"r" * size for size in SIZES])
+
+    asyncio.run(produce())
+    with PullConsumer(broker.endpoint) as consumer:
+        pulled = consumer.pull(RECORD_TOPIC, 0, 0, wait_s=5)
+    assert [len(m.body) for m in pulled.messages] == list(SIZES)
+
+    samples = scrape(broker)
+    stored = {**BROKER, "topic": RECORD_TOPIC, "message_type": "normal"}
+    assert value(samples, "rocketmq_messages_in_total", **stored) == len(SIZES)
+    # Body bytes, as for SendMessage.
+    assert value(samples, "rocketmq_throughput_in_total", **stored) == sum(SIZES)
+    assert value(samples, "rocketmq_message_size_bucket", le="1024", **stored) == 1
+    assert value(samples, "rocketmq_message_size_bucket", le="4096", **stored) == 2
+    assert value(samples, "rocketmq_message_size_count", **stored) == len(SIZES)
+
+    # A fetch names no group; it counts the whole records it returned.
+    fetched = {**BROKER, "topic": RECORD_TOPIC, "consumer_group": ""}
+    assert value(samples, "rocketmq_messages_out_total", **fetched) == len(SIZES)
+    with grpc.insecure_channel(broker.endpoint) as channel:
+        again = records_pb2_grpc.RecordServiceStub(channel).Fetch(
+            rpb.FetchRequest(topic=RECORD_TOPIC, queue_id=0, offset=0, max_records=32),
+            timeout=10,
+        )
+    assert again.record_count == len(SIZES)
+    assert value(samples, "rocketmq_throughput_out_total", **fetched) == len(again.records)
+    assert len(again.records) > sum(SIZES)
 
 
 def test_an_empty_metrics_listen_serves_no_endpoint(tmp_path) -> None:

@@ -5,6 +5,12 @@ fills in its own fields, without building a record from a protobuf. A fetch
 copies runs of records straight out of the commit log, checking each record's
 CRC; the client checks the exact tag for tag-hash collisions.
 
+Both calls report to the broker's traffic observer as the messaging service's
+SendMessage and PullMessage do, once per call: an append its records' body sizes
+(type ``normal``), a fetch its record count and the bytes it returns, under no
+consumer group (a FetchRequest names none). A fetch counts from what it already
+has in hand, so the read path does no work per record for it.
+
 A request that is not valid (bytes that do not parse, invalid UTF-8 included,
 or arguments out of range) is answered INVALID_ARGUMENT; every error message is
 bounded and echoes at most a short prefix of a name the user sent.
@@ -36,6 +42,8 @@ from ..store.hashing import tag_hash
 from ..store.message import encode_host
 from ..store.prepared_records import prepare_records
 from ..store.results import NOT_WRITTEN_YET, GetStatus, PutResult, PutStatus
+from ..telemetry import conventions as cv
+from ..telemetry.traffic import NO_TRAFFIC, TrafficObserver
 from ..wire import property_names as prop
 from .v1 import records_pb2 as rpb
 from .v1 import records_pb2_grpc
@@ -86,9 +94,13 @@ _failures_logged = rpc_boundary(_answer_failure)
 
 
 class RecordService(records_pb2_grpc.RecordServiceServicer):
-    def __init__(self, broker: Broker, hub: ArrivalHub) -> None:
+    def __init__(
+        self, broker: Broker, hub: ArrivalHub, traffic: TrafficObserver = NO_TRAFFIC
+    ) -> None:
         self._broker = broker
         self._hub = hub
+        # Hears of the messages stored and fetched (metrics).
+        self._traffic = traffic
         self._queues = QueueRotation()
 
     @_failures_logged
@@ -117,6 +129,9 @@ class RecordService(records_pb2_grpc.RecordServiceServicer):
                 context, grpc.StatusCode.INVALID_ARGUMENT, f"nothing was stored: {exc.reason}"
             )
         result = await store.put_records_async(batch)
+        if result.ok:
+            # Body bytes, as SendMessage counts them (RocketMQ counts whole stored records).
+            self._traffic.received(topic.name, cv.MESSAGE_TYPE_NORMAL, batch.body_sizes)
         return await self._answer(result, batch.queue_id, context)
 
     @staticmethod
@@ -182,6 +197,10 @@ class RecordService(records_pb2_grpc.RecordServiceServicer):
             ),
             lambda got: got.status in NOT_WRITTEN_YET,
         )
+        if got.count:
+            # The records' whole framed bytes, as RocketMQ counts a pull's; PullMessage and
+            # ReceiveMessage count bodies, which only a second walk over the records could.
+            self._traffic.delivered(request.topic, cv.NO_CONSUMER_GROUP, got.count, len(got.data))
         return rpb.FetchResponse(
             result=_RESULTS.get(got.status, rpb.FetchResponse.NO_NEW_RECORDS),
             records=got.data,

@@ -194,7 +194,7 @@ class BrokerServer:
             ),
             server,
         )
-        add_record_service(RecordService(self.broker, hub), server)
+        add_record_service(RecordService(self.broker, hub, self.traffic), server)
         # Probes reach it on the client port, through the front door like any client.
         self.health.add_to_server(server)
         await self.health.starting()
@@ -226,7 +226,7 @@ class BrokerServer:
                 ),
                 external,
             )
-            add_record_service(RecordService(self.broker, hub), external)
+            add_record_service(RecordService(self.broker, hub, self.traffic), external)
             self.health.add_to_server(external)
         try:
             try:

@@ -52,6 +52,8 @@ class PreparedRecords:
     blob: bytearray
     # Per record, as CommitLog.append_encoded takes it.
     layout: list[tuple[int, int, bool, DispatchRequest]]
+    # Per record, its body's length as stored (compressed if its SYSFLAG says so).
+    body_sizes: list[int]
 
 
 def prepare_records(
@@ -84,6 +86,7 @@ def prepare_records(
     in_place = len(born_host) == 8 and len(store_host) == 8
     blob = bytearray(data) if in_place else bytearray()
     layout: list[tuple[int, int, bool, DispatchRequest]] = []
+    body_sizes: list[int] = []
     unpack = _DOOR_FIELDS.unpack_from
     header_size = PLAIN_HEADER.size
     end = len(data)
@@ -197,9 +200,10 @@ def prepare_records(
                 ),
             )
         )
+        body_sizes.append(body_length)
         position = record_end
         index += 1
-    return PreparedRecords(topic, queue_id, blob, layout)
+    return PreparedRecords(topic, queue_id, blob, layout, body_sizes)
 
 
 def _refused(

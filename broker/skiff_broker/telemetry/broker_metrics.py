@@ -1,11 +1,15 @@
 """RocketMQ 5's broker metrics: messages and bytes in and out, message sizes, and each
 consumer group's ready, in-flight and lagging messages.
 
-Counters are added once per request with the request's totals, through attribute sets
-built once per topic (and type or group): a 32-message batch costs what one message
-does. Message sizes go into the broker's own cheap histogram (``latency_histograms``),
-one bisect per message. The consumer gauges are computed when read (a scrape or an
-export), from the queues' offsets: nothing is kept up to date on the hot path.
+Counts are added once per request with the request's totals, to plain integers kept
+per topic (and type or group), which the OpenTelemetry counters read when collected (a
+scrape or an export): a request pays two integer additions, not the SDK's per-call
+bookkeeping, and a 32-message batch costs what one message does. The tallies are
+written on the event loop's thread only and read whole from a collecting thread, so
+a collection never sees a half-made one. Message sizes go into the broker's own cheap
+histogram (``latency_histograms``), one bisect per message. The consumer gauges are
+computed when read, from the queues' offsets: nothing is kept up to date on the hot
+path.
 
 Every point carries RocketMQ's ``cluster``, ``node_type`` and ``node_id`` labels.
 """
@@ -20,6 +24,35 @@ from ..delivery.backlog import GroupBacklog
 from . import conventions as cv
 from .latency_histograms import HistogramSet
 from .traffic import TrafficObserver
+
+
+class _Tally:
+    """What one label set has counted so far."""
+
+    __slots__ = ("attributes", "bytes", "messages")
+
+    def __init__(self, attributes: dict[str, str]) -> None:
+        self.attributes = attributes
+        self.messages = 0
+        self.bytes = 0
+
+
+def _messages(tally: _Tally) -> int:
+    return tally.messages
+
+
+def _bytes(tally: _Tally) -> int:
+    return tally.bytes
+
+
+def _tally_reader(
+    tallies: dict[tuple[str, str], _Tally], value: Callable[[_Tally], int]
+) -> Callable[[CallbackOptions], Iterable[Observation]]:
+    def observe(options: CallbackOptions) -> Iterable[Observation]:
+        # One C-level copy: the event loop may add a label set meanwhile.
+        return [Observation(value(t), t.attributes) for t in list(tallies.values())]
+
+    return observe
 
 
 class BrokerMetrics(TrafficObserver):
@@ -37,18 +70,22 @@ class BrokerMetrics(TrafficObserver):
             cv.LABEL_NODE_TYPE: cv.NODE_TYPE_BROKER,
             cv.LABEL_NODE_ID: node_id,
         }
-        self._messages_in = meter.create_counter(
-            cv.MESSAGES_IN, description="Messages stored (count)"
-        )
-        self._throughput_in = meter.create_counter(
-            cv.THROUGHPUT_IN, description="Body bytes of the messages stored (bytes)"
-        )
-        self._messages_out = meter.create_counter(
-            cv.MESSAGES_OUT, description="Messages delivered to consumers (count)"
-        )
-        self._throughput_out = meter.create_counter(
-            cv.THROUGHPUT_OUT, description="Body bytes of the messages delivered (bytes)"
-        )
+        self._in: dict[tuple[str, str], _Tally] = {}
+        self._out: dict[tuple[str, str], _Tally] = {}
+        for name, description, tallies, value in (
+            (cv.MESSAGES_IN, "Messages stored (count)", self._in, _messages),
+            (cv.THROUGHPUT_IN, "Body bytes of the messages stored (bytes)", self._in, _bytes),
+            (cv.MESSAGES_OUT, "Messages delivered to consumers (count)", self._out, _messages),
+            (
+                cv.THROUGHPUT_OUT,
+                "Bytes of the messages delivered: bodies, whole records for a record fetch",
+                self._out,
+                _bytes,
+            ),
+        ):
+            meter.create_observable_counter(
+                name, callbacks=[_tally_reader(tallies, value)], description=description
+            )
         self._message_size = histograms.histogram(
             cv.MESSAGE_SIZE,
             unit="",
@@ -64,29 +101,26 @@ class BrokerMetrics(TrafficObserver):
             meter.create_observable_gauge(
                 name, callbacks=[self._observer(value)], description=description
             )
-        self._in_points: dict[tuple[str, str], dict[str, str]] = {}
-        self._out_points: dict[tuple[str, str], dict[str, str]] = {}
 
     def received(self, topic: str, message_type: str, sizes: Sequence[int]) -> None:
         key = (topic, message_type)
-        attributes = self._in_points.get(key)
-        if attributes is None:
-            attributes = self._in_points[key] = {
-                **self._common,
-                cv.LABEL_TOPIC: topic,
-                cv.LABEL_MESSAGE_TYPE: message_type,
-            }
-        self._messages_in.add(len(sizes), attributes)
-        self._throughput_in.add(sum(sizes), attributes)
+        tally = self._in.get(key)
+        if tally is None:
+            tally = self._in[key] = _Tally(
+                {**self._common, cv.LABEL_TOPIC: topic, cv.LABEL_MESSAGE_TYPE: message_type}
+            )
+        tally.messages += len(sizes)
+        tally.bytes += sum(sizes)
+        attributes = tally.attributes
         for size in sizes:
             self._message_size.record(size, key, attributes)
 
     def delivered(self, topic: str, group: str, count: int, size: int) -> None:
-        attributes = self._out_points.get((topic, group))
-        if attributes is None:
-            attributes = self._out_points[(topic, group)] = self._group_attributes(topic, group)
-        self._messages_out.add(count, attributes)
-        self._throughput_out.add(size, attributes)
+        tally = self._out.get((topic, group))
+        if tally is None:
+            tally = self._out[(topic, group)] = _Tally(self._group_attributes(topic, group))
+        tally.messages += count
+        tally.bytes += size
 
     def _group_attributes(self, topic: str, group: str) -> dict[str, str]:
         return {**self._common, cv.LABEL_TOPIC: topic, cv.LABEL_CONSUMER_GROUP: group}

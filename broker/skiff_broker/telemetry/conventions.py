@@ -78,6 +78,9 @@ LABEL_NODE_ID = "node_id"
 LABEL_TOPIC = "topic"
 LABEL_CONSUMER_GROUP = "consumer_group"
 LABEL_MESSAGE_TYPE = "message_type"  # normal | fifo | delay | transaction
+MESSAGE_TYPE_NORMAL = "normal"
+# skiff.records.v1 Fetch requests name no group: what they deliver is counted under this one.
+NO_CONSUMER_GROUP = ""
 NODE_TYPE_BROKER = "broker"
 # RocketMQ's cluster name when none is configured.
 DEFAULT_CLUSTER = "DefaultCluster"

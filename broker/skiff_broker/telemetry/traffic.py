@@ -1,4 +1,5 @@
-"""What the messaging service reports about the messages it takes in and hands out.
+"""What the messaging and record services report about the messages they take in and
+hand out.
 
 Reports are made once per request (a batch), never once per message, so that an
 observer's cost does not grow with the batch. The base class ignores everything:
@@ -19,7 +20,11 @@ class TrafficObserver:
         """
 
     def delivered(self, topic: str, group: str, count: int, size: int) -> None:
-        """``count`` messages of ``size`` body bytes in all went out to ``group``."""
+        """``count`` messages of ``size`` bytes in all went out to ``group``.
+
+        ``size`` is body bytes for the messaging service, whole records for a record
+        fetch; ``group`` is ``conventions.NO_CONSUMER_GROUP`` for a fetch, which names none.
+        """
 
 
 NO_TRAFFIC = TrafficObserver()
