@@ -44,6 +44,7 @@ class OperatorState:
 Reconcile = Callable[
     [OperatorState, kopf.Body, kopf.Spec, str, str, kopf.Patch, logging.Logger], Awaitable[None]
 ]
+Delete = Callable[[OperatorState, kopf.Spec, str, str, logging.Logger], Awaitable[None]]
 Handler = Callable[..., Awaitable[None]]
 
 
@@ -68,4 +69,24 @@ def one_at_a_time(kind: str, reconcile: Reconcile) -> Handler:
             await reconcile(state, body, spec, name, namespace, patch, logger)
 
     handler.__doc__ = reconcile.__doc__
+    return handler
+
+
+def finalizer(kind: str, delete: Delete) -> Handler:
+    """The kopf delete handler running ``delete`` under the object's lock, then dropping it."""
+
+    async def handler(
+        spec: kopf.Spec,
+        name: str,
+        namespace: str,
+        memo: kopf.Memo,
+        logger: logging.Logger,
+        **_: Any,
+    ) -> None:
+        state: OperatorState = memo.state
+        async with state.lock_for(kind, namespace, name):
+            await delete(state, spec, name, namespace, logger)
+        state.forget(kind, namespace, name)
+
+    handler.__doc__ = delete.__doc__
     return handler

@@ -25,7 +25,7 @@ from .broker_reference import broker_access, referenced_broker
 from .conditions import ready_setter
 from .group_drain import DRAINING_PERMISSION
 from .naming import group_suffix
-from .operator_state import OperatorState, one_at_a_time
+from .operator_state import OperatorState, finalizer, one_at_a_time
 from .topic_changes import plan_topic_change
 
 log = logging.getLogger(__name__)
@@ -170,22 +170,6 @@ def _topic_on_group(endpoint: str, name: str, access: AdminAccess) -> Topic | No
         return None
 
 
-async def delete_topic(
-    body: kopf.Body,
-    spec: kopf.Spec,
-    name: str,
-    namespace: str,
-    memo: kopf.Memo,
-    logger: logging.Logger,
-    **_: Any,
-) -> None:
-    """Finalizer: remove the topic from the brokers unless ``deletionPolicy: Retain``."""
-    state: OperatorState = memo.state
-    async with state.lock_for("Topic", namespace, name):
-        await _delete_topic(state, spec, name, namespace, logger)
-    state.forget("Topic", namespace, name)
-
-
 async def _delete_topic(
     state: OperatorState,
     spec: kopf.Spec,
@@ -193,6 +177,7 @@ async def _delete_topic(
     namespace: str,
     logger: logging.Logger,
 ) -> None:
+    """Finalizer: remove the topic from the brokers unless ``deletionPolicy: Retain``."""
     topic_name = spec.get("topicName") or name
     if spec.get("deletionPolicy") == "Retain":
         logger.info("keeping topic %s on the brokers (deletionPolicy Retain)", topic_name)
@@ -216,6 +201,9 @@ async def _delete_topic(
                 f"{exc.message}",
                 delay=state.retry_delay,
             ) from exc
+
+
+delete_topic = finalizer("Topic", _delete_topic)
 
 
 def _delete_on_group(endpoint: str, topic: str, access: AdminAccess) -> None:

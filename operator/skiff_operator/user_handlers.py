@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-from typing import Any
 
 import kopf
 
@@ -25,7 +24,7 @@ from .broker_spec import BrokerSpec
 from .cluster_status import read_lease
 from .conditions import ready_setter
 from .naming import group_suffix, lease_name
-from .operator_state import OperatorState, one_at_a_time
+from .operator_state import OperatorState, finalizer, one_at_a_time
 from .user_model import (
     ROTATE_ANNOTATION,
     KeyPair,
@@ -238,25 +237,10 @@ def _apply_on(
             admin.delete_user(retiring.access_key)
 
 
-async def delete_user(
-    body: kopf.Body,
-    spec: kopf.Spec,
-    name: str,
-    namespace: str,
-    memo: kopf.Memo,
-    logger: logging.Logger,
-    **_: Any,
-) -> None:
-    """Finalizer: the user leaves every group's master, then its Secret goes."""
-    state: OperatorState = memo.state
-    async with state.lock_for("User", namespace, name):
-        await _delete_user(state, spec, name, namespace, logger)
-    state.forget("User", namespace, name)
-
-
 async def _delete_user(
     state: OperatorState, spec: kopf.Spec, name: str, namespace: str, logger: logging.Logger
 ) -> None:
+    """Finalizer: the user leaves every group's master, then its Secret goes."""
     broker_name = spec["brokerRef"]["name"]
     secret = await state.api.get("Secret", namespace, credentials_secret_name(name))
     broker = await state.api.get("Broker", namespace, broker_name)
@@ -288,6 +272,9 @@ async def _delete_user(
         logger.info("Broker %s or the keys are gone; releasing user %s", broker_name, name)
     # The owner reference would do it too; deleting now leaves no usable keys behind.
     await state.api.delete("Secret", namespace, credentials_secret_name(name))
+
+
+delete_user = finalizer("User", _delete_user)
 
 
 def _delete_on(endpoint: str, access_keys: list[str], access: AdminAccess) -> None:
