@@ -199,6 +199,23 @@ def measured(
 # -- broker process ---------------------------------------------------------------
 
 
+def log_tail(path: str) -> str:
+    """The end of a broker's log, for the message of a run that failed."""
+    with open(path, errors="replace") as f:
+        return f.read()[-3000:]
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    """SIGTERM, as a broker is stopped in production; SIGKILL if it is not gone in 60 s."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 class BrokerProcess:
     def __init__(self, root: str, mode: str, segment_mib: int) -> None:
         self.mode = mode
@@ -285,17 +302,10 @@ class BrokerProcess:
         note(f"{self.mode}: the broker was still busy after {limit:.0f} s")
 
     def tail(self) -> str:
-        with open(self.log_path, errors="replace") as f:
-            return f.read()[-3000:]
+        return log_tail(self.log_path)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         shutil.rmtree(self.data_dir, ignore_errors=True)
 
 

@@ -31,7 +31,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -44,7 +43,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "broker"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from broker_bench import CpuMeter, Window, latency_of, note  # noqa: E402
+from broker_bench import (  # noqa: E402
+    CpuMeter,
+    Window,
+    latency_of,
+    log_tail,
+    note,
+    stop_process,
+)
 from skiff_broker.client.producer import BatchingProducer  # noqa: E402
 from skiff_broker.metadata.topic_table import TopicConfig, TopicTable  # noqa: E402
 
@@ -124,17 +130,10 @@ class Node:
         raise SystemExit(f"{self.name} did not start listening:\n{self.tail()}")
 
     def tail(self) -> str:
-        with open(self.log_path, errors="replace") as f:
-            return f.read()[-3000:]
+        return log_tail(self.log_path)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
 
 
 class BrokerGroup:

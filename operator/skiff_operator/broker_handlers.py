@@ -23,7 +23,7 @@ from .admin_access import AdminAccess
 from .broker_certificates import TlsState, ensure_certificate
 from .broker_spec import BrokerSpec
 from .cluster_status import GroupLease, external_endpoint, read_lease
-from .conditions import READY, ready_condition, with_condition
+from .conditions import READY, conditions_of, generation_of, write_ready
 from .group_drain import DrainProgress, drain_group
 from .kube_api import KubeApi, KubeApiError
 from .naming import (
@@ -41,7 +41,7 @@ from .naming import (
     network_policy_name,
     pod_monitor_name,
 )
-from .operator_state import OperatorState
+from .operator_state import OperatorState, one_at_a_time
 from .rendering import (
     BrokerIdentity,
     broker_labels,
@@ -59,22 +59,6 @@ CHILD_KINDS = ("PodDisruptionBudget", "StatefulSet", "Service", "ConfigMap", "Ne
 log = logging.getLogger(__name__)
 
 
-async def reconcile_broker(
-    body: kopf.Body,
-    spec: kopf.Spec,
-    name: str,
-    namespace: str,
-    patch: kopf.Patch,
-    memo: kopf.Memo,
-    logger: logging.Logger,
-    **_: Any,
-) -> None:
-    """Apply every child of the Broker; remove groups scaled away once they are drained."""
-    state: OperatorState = memo.state
-    async with state.lock_for("Broker", namespace, name):
-        await _reconcile_broker(state, body, spec, name, namespace, patch, logger)
-
-
 async def _reconcile_broker(
     state: OperatorState,
     body: kopf.Body,
@@ -84,9 +68,10 @@ async def _reconcile_broker(
     patch: kopf.Patch,
     logger: logging.Logger,
 ) -> None:
+    """Apply every child of the Broker; remove groups scaled away once they are drained."""
     api = state.api
-    generation = int(body.metadata.get("generation") or 0)
-    conditions = list(body.get("status", {}).get("conditions") or [])
+    generation = generation_of(body)
+    conditions = conditions_of(body)
     broker_spec = BrokerSpec.from_manifest(spec)
     identity = BrokerIdentity(name, namespace, str(body.metadata.uid))
 
@@ -138,6 +123,9 @@ async def _reconcile_broker(
             logger.info("removed broker group %s-%s", name, suffix)
 
     await _refresh_status(state, body, name, namespace, broker_spec, patch, conditions, tls)
+
+
+reconcile_broker = one_at_a_time("Broker", _reconcile_broker)
 
 
 async def _ensure_certificate(
@@ -208,7 +196,7 @@ async def refresh_broker_status(
     **_: Any,
 ) -> None:
     """Periodically: the certificate renewed when due, ready pods per group, Ready."""
-    conditions = list(body.get("status", {}).get("conditions") or [])
+    conditions = conditions_of(body)
     ready = next((c for c in conditions if c.get("type") == READY), None)
     state: OperatorState = memo.state
     broker_spec = BrokerSpec.from_manifest(spec)
@@ -232,7 +220,7 @@ async def _refresh_status(
     conditions: list[dict[str, Any]],
     tls: TlsState,
 ) -> None:
-    generation = int(body.metadata.get("generation") or 0)
+    generation = generation_of(body)
     identity = BrokerIdentity(name, namespace, str(body.metadata.uid))
     now = datetime.datetime.now(datetime.UTC)
     external, external_problem = await _publish_external_endpoints(state, identity, spec)
@@ -382,8 +370,7 @@ def _set_ready(
     message: str,
     generation: int,
 ) -> None:
-    condition = ready_condition(status, reason, message, generation, conditions)
-    patch.status["conditions"] = with_condition(conditions, condition)
+    write_ready(patch.status, conditions, status, reason, message, generation)
 
 
 async def _scale_in_refusal(

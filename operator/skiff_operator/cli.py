@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, TypeVar
+
 import click
 
 from . import __version__
 from .config import OperatorConfig
 
 _DEFAULTS = OperatorConfig()
+_Command = TypeVar("_Command", bound=Callable[..., Any])
+
+
+def _setting(flag: str, default: Any, **options: Any) -> Callable[[_Command], _Command]:
+    """An option with its default shown, also read from SKIFF_OPERATOR_<FLAG>."""
+    envvar = "SKIFF_OPERATOR_" + flag.removeprefix("--").replace("-", "_").upper()
+    return click.option(flag, envvar=envvar, default=default, show_default=True, **options)
+
 
 MISSING_KOPF = (
     "skiff-operator needs kopf and aiohttp: install them with "
@@ -24,64 +35,41 @@ MISSING_KOPF = (
     multiple=True,
     help="Watch only this namespace (repeatable; env: comma-separated). Default: all.",
 )
-@click.option(
+@_setting(
     "--broker-image",
-    envvar="SKIFF_OPERATOR_BROKER_IMAGE",
-    default=_DEFAULTS.default_broker_image,
-    show_default=True,
+    _DEFAULTS.default_broker_image,
     help="Broker image for Brokers that name none.",
 )
-@click.option(
-    "--cluster-domain",
-    envvar="SKIFF_OPERATOR_CLUSTER_DOMAIN",
-    default=_DEFAULTS.cluster_domain,
-    show_default=True,
-)
-@click.option(
+@_setting("--cluster-domain", _DEFAULTS.cluster_domain)
+@_setting(
     "--broker-endpoint-template",
-    envvar="SKIFF_OPERATOR_BROKER_ENDPOINT_TEMPLATE",
-    default=_DEFAULTS.broker_endpoint_template,
-    show_default=True,
+    _DEFAULTS.broker_endpoint_template,
     help="How to reach a group's master, e.g. '{group_name}.{namespace}.svc.example:{port}'.",
 )
-@click.option(
+@_setting(
     "--status-interval",
-    envvar="SKIFF_OPERATOR_STATUS_INTERVAL",
+    _DEFAULTS.status_interval_s,
     type=float,
-    default=_DEFAULTS.status_interval_s,
-    show_default=True,
     help="Seconds between Broker status refreshes.",
 )
-@click.option(
+@_setting(
     "--topic-resync-interval",
-    envvar="SKIFF_OPERATOR_TOPIC_RESYNC_INTERVAL",
+    _DEFAULTS.topic_resync_interval_s,
     type=float,
-    default=_DEFAULTS.topic_resync_interval_s,
-    show_default=True,
     help="Seconds between re-checks of each Topic on its brokers.",
 )
-@click.option(
+@_setting(
     "--retry-delay",
-    envvar="SKIFF_OPERATOR_RETRY_DELAY",
+    _DEFAULTS.retry_delay_s,
     type=float,
-    default=_DEFAULTS.retry_delay_s,
-    show_default=True,
     help="Seconds before a reconcile that waits on a broker retries.",
 )
-@click.option(
+@_setting(
     "--liveness",
-    envvar="SKIFF_OPERATOR_LIVENESS",
-    default=_DEFAULTS.liveness_endpoint,
-    show_default=True,
+    _DEFAULTS.liveness_endpoint,
     help="Health endpoint for the liveness probe ('' turns it off).",
 )
-@click.option(
-    "--log-format",
-    envvar="SKIFF_OPERATOR_LOG_FORMAT",
-    type=click.Choice(["json", "plain"]),
-    default="json",
-    show_default=True,
-)
+@_setting("--log-format", "json", type=click.Choice(["json", "plain"]))
 @click.option("--verbose", "-v", is_flag=True, envvar="SKIFF_OPERATOR_VERBOSE")
 def main(
     namespaces: tuple[str, ...],

@@ -81,11 +81,12 @@ def consumer_groups(admin: AdminClient, topic: str) -> list[str]:
     try:
         admin.consumer_lag(_PROBE_GROUP, topic)
     except NotFound as exc:
-        return _named_groups(exc.message)
+        return groups_named_in_reply(exc.message)
     return []
 
 
-def _named_groups(message: str) -> list[str]:
+def groups_named_in_reply(message: str) -> list[str]:
+    """The groups a NOT_FOUND reply of ``consumer_lag`` lists; none for any other reply."""
     start = message.find(_KNOWN_GROUPS_MARK)
     end = message.rfind(")")
     if start < 0 or end < start:

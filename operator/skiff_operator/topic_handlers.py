@@ -20,11 +20,12 @@ from skiff_broker.client.errors import (
     SkiffError,
 )
 
-from .admin_access import AdminAccess, AdminSecretMissing
-from .conditions import ready_condition, with_condition
+from .admin_access import AdminAccess
+from .broker_reference import broker_access, referenced_broker
+from .conditions import ready_setter
 from .group_drain import DRAINING_PERMISSION
 from .naming import group_suffix
-from .operator_state import OperatorState
+from .operator_state import OperatorState, finalizer, one_at_a_time
 from .topic_changes import plan_topic_change
 
 log = logging.getLogger(__name__)
@@ -80,21 +81,6 @@ def sync_topic_on_group(endpoint: str, desired: Topic, access: AdminAccess) -> T
         return current or desired
 
 
-async def reconcile_topic(
-    body: kopf.Body,
-    spec: kopf.Spec,
-    name: str,
-    namespace: str,
-    patch: kopf.Patch,
-    memo: kopf.Memo,
-    logger: logging.Logger,
-    **_: Any,
-) -> None:
-    state: OperatorState = memo.state
-    async with state.lock_for("Topic", namespace, name):
-        await _reconcile_topic(state, body, spec, name, namespace, patch, logger)
-
-
 async def _reconcile_topic(
     state: OperatorState,
     body: kopf.Body,
@@ -104,31 +90,11 @@ async def _reconcile_topic(
     patch: kopf.Patch,
     logger: logging.Logger,
 ) -> None:
-    generation = int(body.metadata.get("generation") or 0)
-    conditions = list(body.get("status", {}).get("conditions") or [])
     desired = desired_topic(name, spec)
     broker_name = spec["brokerRef"]["name"]
-
-    def set_ready(status: bool, reason: str, message: str) -> None:
-        condition = ready_condition(status, reason, message, generation, conditions)
-        patch.status["conditions"] = with_condition(conditions, condition)
-        patch.status["observedGeneration"] = generation
-        patch.status["topicName"] = desired.name
-
-    broker = await state.api.get("Broker", namespace, broker_name)
-    if broker is None:
-        message = (
-            f"Broker {broker_name!r} does not exist in namespace {namespace!r}; create it "
-            "or fix spec.brokerRef.name"
-        )
-        set_ready(False, "BrokerNotFound", message)
-        raise kopf.TemporaryError(message, delay=state.retry_delay)
-
-    try:
-        access = await state.admin.access(broker)
-    except AdminSecretMissing as exc:
-        set_ready(False, "AdminSecretMissing", exc.message)
-        raise kopf.TemporaryError(exc.message, delay=state.retry_delay) from None
+    set_ready = ready_setter(body, patch.status, topicName=desired.name)
+    broker = await referenced_broker(state, namespace, broker_name, set_ready)
+    access = await broker_access(state, broker, set_ready)
     broker_spec = broker.get("spec") or {}
     groups = int(broker_spec.get("groups", 1))
     draining = set(broker_spec.get("drainGroups") or ())
@@ -166,6 +132,9 @@ async def _reconcile_topic(
     raise kopf.TemporaryError(message, delay=state.retry_delay)
 
 
+reconcile_topic = one_at_a_time("Topic", _reconcile_topic)
+
+
 async def _sync_group(
     state: OperatorState,
     namespace: str,
@@ -201,22 +170,6 @@ def _topic_on_group(endpoint: str, name: str, access: AdminAccess) -> Topic | No
         return None
 
 
-async def delete_topic(
-    body: kopf.Body,
-    spec: kopf.Spec,
-    name: str,
-    namespace: str,
-    memo: kopf.Memo,
-    logger: logging.Logger,
-    **_: Any,
-) -> None:
-    """Finalizer: remove the topic from the brokers unless ``deletionPolicy: Retain``."""
-    state: OperatorState = memo.state
-    async with state.lock_for("Topic", namespace, name):
-        await _delete_topic(state, spec, name, namespace, logger)
-    state.forget("Topic", namespace, name)
-
-
 async def _delete_topic(
     state: OperatorState,
     spec: kopf.Spec,
@@ -224,6 +177,7 @@ async def _delete_topic(
     namespace: str,
     logger: logging.Logger,
 ) -> None:
+    """Finalizer: remove the topic from the brokers unless ``deletionPolicy: Retain``."""
     topic_name = spec.get("topicName") or name
     if spec.get("deletionPolicy") == "Retain":
         logger.info("keeping topic %s on the brokers (deletionPolicy Retain)", topic_name)
@@ -247,6 +201,9 @@ async def _delete_topic(
                 f"{exc.message}",
                 delay=state.retry_delay,
             ) from exc
+
+
+delete_topic = finalizer("Topic", _delete_topic)
 
 
 def _delete_on_group(endpoint: str, topic: str, access: AdminAccess) -> None:

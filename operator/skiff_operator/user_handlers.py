@@ -13,18 +13,18 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-from typing import Any
 
 import kopf
 
 from skiff_broker.client.errors import BrokerUnavailable, InvalidArgument, SkiffError
 
-from .admin_access import AdminAccess, AdminSecretMissing
+from .admin_access import AdminAccess
+from .broker_reference import broker_access, referenced_broker
 from .broker_spec import BrokerSpec
 from .cluster_status import read_lease
-from .conditions import ready_condition, with_condition
+from .conditions import ready_setter
 from .naming import group_suffix, lease_name
-from .operator_state import OperatorState
+from .operator_state import OperatorState, finalizer, one_at_a_time
 from .user_model import (
     ROTATE_ANNOTATION,
     KeyPair,
@@ -63,21 +63,6 @@ async def group_masters(
     return masters
 
 
-async def reconcile_user(
-    body: kopf.Body,
-    spec: kopf.Spec,
-    name: str,
-    namespace: str,
-    patch: kopf.Patch,
-    memo: kopf.Memo,
-    logger: logging.Logger,
-    **_: Any,
-) -> None:
-    state: OperatorState = memo.state
-    async with state.lock_for("User", namespace, name):
-        await _reconcile_user(state, body, spec, name, namespace, patch, logger)
-
-
 async def _reconcile_user(
     state: OperatorState,
     body: kopf.Body,
@@ -87,15 +72,8 @@ async def _reconcile_user(
     patch: kopf.Patch,
     logger: logging.Logger,
 ) -> None:
-    generation = int(body.metadata.get("generation") or 0)
-    conditions = list(body.get("status", {}).get("conditions") or [])
     secret_name = credentials_secret_name(name)
-
-    def set_ready(status: bool, reason: str, message: str) -> None:
-        condition = ready_condition(status, reason, message, generation, conditions)
-        patch.status["conditions"] = with_condition(conditions, condition)
-        patch.status["observedGeneration"] = generation
-        patch.status["secretName"] = secret_name
+    set_ready = ready_setter(body, patch.status, secretName=secret_name)
 
     try:
         desired = UserSpec.from_manifest(spec)
@@ -103,14 +81,7 @@ async def _reconcile_user(
         set_ready(False, "Invalid", f"{exc}; fix the User's spec")
         raise kopf.PermanentError(str(exc)) from None
 
-    broker = await state.api.get("Broker", namespace, desired.broker)
-    if broker is None:
-        message = (
-            f"Broker {desired.broker!r} does not exist in namespace {namespace!r}; create it "
-            "or fix spec.brokerRef.name"
-        )
-        set_ready(False, "BrokerNotFound", message)
-        raise kopf.TemporaryError(message, delay=state.retry_delay)
+    broker = await referenced_broker(state, namespace, desired.broker, set_ready)
 
     keys = await _stored_keys(state, name, namespace, str(body.metadata.get("uid")))
     now = datetime.datetime.now(datetime.UTC)
@@ -127,11 +98,7 @@ async def _reconcile_user(
         format_time(keys.previous_expires_at) if keys.previous_expires_at else None
     )
 
-    try:
-        access = await state.admin.access(broker)
-    except AdminSecretMissing as exc:
-        set_ready(False, "AdminSecretMissing", exc.message)
-        raise kopf.TemporaryError(exc.message, delay=state.retry_delay) from None
+    access = await broker_access(state, broker, set_ready)
     broker_spec = BrokerSpec.from_manifest(broker.get("spec") or {})
     groups = broker_spec.groups
     masters = await group_masters(state, namespace, desired.broker, groups)
@@ -195,6 +162,9 @@ async def _reconcile_user(
         )
         return
     set_ready(True, "Reconciled", f"{placed}{grace}")
+
+
+reconcile_user = one_at_a_time("User", _reconcile_user)
 
 
 async def _stored_keys(state: OperatorState, name: str, namespace: str, uid: str) -> Keys:
@@ -267,25 +237,10 @@ def _apply_on(
             admin.delete_user(retiring.access_key)
 
 
-async def delete_user(
-    body: kopf.Body,
-    spec: kopf.Spec,
-    name: str,
-    namespace: str,
-    memo: kopf.Memo,
-    logger: logging.Logger,
-    **_: Any,
-) -> None:
-    """Finalizer: the user leaves every group's master, then its Secret goes."""
-    state: OperatorState = memo.state
-    async with state.lock_for("User", namespace, name):
-        await _delete_user(state, spec, name, namespace, logger)
-    state.forget("User", namespace, name)
-
-
 async def _delete_user(
     state: OperatorState, spec: kopf.Spec, name: str, namespace: str, logger: logging.Logger
 ) -> None:
+    """Finalizer: the user leaves every group's master, then its Secret goes."""
     broker_name = spec["brokerRef"]["name"]
     secret = await state.api.get("Secret", namespace, credentials_secret_name(name))
     broker = await state.api.get("Broker", namespace, broker_name)
@@ -317,6 +272,9 @@ async def _delete_user(
         logger.info("Broker %s or the keys are gone; releasing user %s", broker_name, name)
     # The owner reference would do it too; deleting now leaves no usable keys behind.
     await state.api.delete("Secret", namespace, credentials_secret_name(name))
+
+
+delete_user = finalizer("User", _delete_user)
 
 
 def _delete_on(endpoint: str, access_keys: list[str], access: AdminAccess) -> None:

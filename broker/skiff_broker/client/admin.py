@@ -18,7 +18,7 @@ from ..admin.v1 import admin_pb2_grpc
 from .channels import ClientTls
 from .credentials import Credentials
 from .errors import NotFound
-from .transport import Transport
+from .transport import BrokerClient
 
 DEFAULT_TIMEOUT_S = 10.0
 
@@ -243,7 +243,7 @@ class StoredMessage:
         )
 
 
-class AdminClient:
+class AdminClient(BrokerClient):
     """``with AdminClient("127.0.0.1:8081") as admin: admin.create_topic("orders", ...)``."""
 
     def __init__(
@@ -255,20 +255,10 @@ class AdminClient:
         credentials: Credentials | None = None,
     ) -> None:
         """``credentials`` sign every request (needed where the broker enables auth)."""
-        self.endpoint = endpoint
-        self._transport = Transport(
+        super().__init__(
             endpoint, client_kind="skiff-admin", timeout=timeout, tls=tls, credentials=credentials
         )
         self._stub = admin_pb2_grpc.AdminServiceStub(self._transport.channel)
-
-    def close(self) -> None:
-        self._transport.close()
-
-    def __enter__(self) -> AdminClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- topics -------------------------------------------------------------
 

@@ -30,7 +30,7 @@ from .channels import ClientTls
 from .credentials import Credentials
 from .errors import MessagingError
 from .message_id import new_message_id
-from .transport import PendingCall, Transport
+from .transport import BrokerClient, PendingCall
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ def _decoded_body(message: pb.Message) -> tuple[bytes, str]:
     return body, problem
 
 
-class MessagingClient:
+class MessagingClient(BrokerClient):
     def __init__(
         self,
         endpoint: str,
@@ -133,20 +133,10 @@ class MessagingClient:
     ) -> None:
         """``tls``: how to connect (default: SKIFF_TLS settings of the command, or plaintext);
         ``credentials`` sign every request (needed where the broker enables auth)."""
-        self.endpoint = endpoint
-        self._transport = Transport(
+        super().__init__(
             endpoint, client_kind="skiff-cli", timeout=timeout, tls=tls, credentials=credentials
         )
         self._stub = service_pb2_grpc.MessagingServiceStub(self._transport.channel)
-
-    def close(self) -> None:
-        self._transport.close()
-
-    def __enter__(self) -> MessagingClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- routes -------------------------------------------------------------
 

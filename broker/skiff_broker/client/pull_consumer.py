@@ -34,7 +34,7 @@ from .credentials import Credentials
 from .errors import BrokerError, MessagingError
 from .messaging import _timestamp
 from .records import CorruptRecords, PulledMessage, decode_records
-from .transport import PendingCall, Transport
+from .transport import BrokerClient, PendingCall
 
 __all__ = [
     "DataLost",
@@ -113,7 +113,7 @@ def _status_error(status: pb.Status) -> MessagingError:
     return MessagingError(status.code, name, status.message or name)
 
 
-class PullConsumer:
+class PullConsumer(BrokerClient):
     """``with PullConsumer("127.0.0.1:8081") as consumer: consumer.pull("orders", 0, 0)``.
 
     One instance may be used from several threads.
@@ -132,12 +132,8 @@ class PullConsumer:
     ) -> None:
         """``check_crc`` checks each body's CRC on arrival too; the broker checks
         every record before it sends it."""
-        self.endpoint = endpoint
-        self._check_crc = check_crc
-        self.group = group
-        self._namespace = namespace
         # ``credentials`` sign every request (needed where the broker enables auth).
-        self._transport = Transport(
+        super().__init__(
             endpoint,
             client_kind="skiff-pull",
             timeout=timeout,
@@ -145,17 +141,11 @@ class PullConsumer:
             credentials=credentials,
             namespace=namespace,
         )
+        self._check_crc = check_crc
+        self.group = group
+        self._namespace = namespace
         self._stub = service_pb2_grpc.MessagingServiceStub(self._transport.channel)
         self._records = records_pb2_grpc.RecordServiceStub(self._transport.channel)
-
-    def close(self) -> None:
-        self._transport.close()
-
-    def __enter__(self) -> PullConsumer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _resource(self, name: str) -> pb.Resource:
         return pb.Resource(name=name, resource_namespace=self._namespace)

@@ -1,8 +1,9 @@
 """How every Skiff client talks to brokers: one place for channels, headers, timeouts, errors.
 
-A client (``MessagingClient``, ``PullConsumer``, ``AdminClient``) holds a :class:`Transport`
-to its one broker; the ``BatchingProducer`` holds an :class:`AioTransport`, which connects
-to every broker the producer reaches in the same way. A transport owns:
+A client (``MessagingClient``, ``PullConsumer``, ``AdminClient``) is a :class:`BrokerClient`,
+holding a :class:`Transport` to its one broker; the ``BatchingProducer`` holds an
+:class:`AioTransport`, which connects to every broker the producer reaches in the same way.
+A transport owns:
 
 - its channels, made by ``channels`` with :data:`CHANNEL_OPTIONS`, over the TLS settings
   given (or those ``channels.using`` puts in force when the transport is made);
@@ -23,7 +24,7 @@ import dataclasses
 import socket
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import grpc
 
@@ -139,6 +140,39 @@ class Transport:
             )
         except grpc.RpcError as exc:
             raise from_rpc_error(exc, self.endpoint) from None
+
+
+class BrokerClient:
+    """What every synchronous client is: a :class:`Transport` to one broker, closed by ``with``."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        client_kind: str,
+        timeout: float,
+        tls: ClientTls | None,
+        credentials: Credentials | None,
+        namespace: str = "",
+    ) -> None:
+        self.endpoint = endpoint
+        self._transport = Transport(
+            endpoint,
+            client_kind=client_kind,
+            timeout=timeout,
+            tls=tls,
+            credentials=credentials,
+            namespace=namespace,
+        )
+
+    def close(self) -> None:
+        self._transport.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class AioTransport:

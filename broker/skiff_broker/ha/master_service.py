@@ -35,6 +35,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..rate_limited_log import RateLimitedLog
 from ..tls.peers import mutual_tls, replication_server_context
 from . import framing
 from .config import ReplicationConfig, ReplicationMode, parse_host_port
@@ -42,7 +43,7 @@ from .epoch_file import EpochEntry, EpochFile, consistent_point
 from .framing import FrameType, FramingError
 from .in_sync import InSyncTracker, NameInUse, ReplicaState
 from .liveness import Liveness
-from .peer_auth import AuthenticationFailed, RateLimitedLog, prove_to_replica
+from .peer_auth import AuthenticationFailed, prove_to_replica
 from .replica_book import ReplicaBook
 from .replicated_broker import ReplicatedBroker
 from .replicated_metadata import metadata_document

@@ -30,7 +30,6 @@ import asyncio
 import hashlib
 import hmac
 import os
-import time
 
 from .framing import HEADER, FrameType, encode
 
@@ -121,22 +120,3 @@ async def prove_to_master(
         encode(FrameType.AUTH_PROOF, proof(secret, "replica", group, replica_nonce, master_nonce))
     )
     await writer.drain()
-
-
-class RateLimitedLog:
-    """At most one line per ``interval`` seconds; the next line counts those held back."""
-
-    def __init__(self, interval: float = 10.0) -> None:
-        self.interval = interval
-        self._last = -interval
-        self._held_back = 0
-
-    def line(self, text: str) -> str | None:
-        """``text`` (with the count held back) if it may be logged now, else None."""
-        now = time.monotonic()
-        if now - self._last < self.interval:
-            self._held_back += 1
-            return None
-        self._last = now
-        held, self._held_back = self._held_back, 0
-        return f"{text} ({held} more like it not logged since the last)" if held else text

@@ -179,55 +179,22 @@ class BrokerServer:
             if self.config.auth.enabled
             else []
         )
-        server = grpc.aio.server(
-            interceptors=interceptors,
-            options=server_options(inbound),
-        )
-        # RocketMQ RPCs get SERVER spans; the admin service's rare calls go untraced.
-        add_to_server(self.messaging, server, trace=self.telemetry.handler_tracer())
-        add_admin_service(
-            AdminService(
-                self.broker,
-                endpoint=self.client_endpoint,
-                replication=self.replication,
-                clients=self.messaging.clients,
-            ),
-            server,
-        )
-        add_record_service(RecordService(self.broker, hub, self.traffic), server)
-        # Probes reach it on the client port, through the front door like any client.
-        self.health.add_to_server(server)
+        server = self._server_with_every_service(self.messaging, hub, interceptors, inbound)
         await self.health.starting()
         external = None
         if self.config.cluster.external_listen:
             # Same services; its routes carry the groups' external addresses.
-            external = grpc.aio.server(
-                interceptors=interceptors,
-                options=server_options(inbound),
+            external_messaging = MessagingService(
+                self.broker,
+                hub,
+                cluster=self.routes,
+                external=True,
+                clients=self.messaging.clients,
+                traffic=self.traffic,
             )
-            add_to_server(
-                MessagingService(
-                    self.broker,
-                    hub,
-                    cluster=self.routes,
-                    external=True,
-                    clients=self.messaging.clients,
-                    traffic=self.traffic,
-                ),
-                external,
-                trace=self.telemetry.handler_tracer(),
+            external = self._server_with_every_service(
+                external_messaging, hub, interceptors, inbound
             )
-            add_admin_service(
-                AdminService(
-                    self.broker,
-                    endpoint=self.client_endpoint,
-                    replication=self.replication,
-                    clients=self.messaging.clients,
-                ),
-                external,
-            )
-            add_record_service(RecordService(self.broker, hub, self.traffic), external)
-            self.health.add_to_server(external)
         try:
             try:
                 check_carries_peer_name(self.config.tls)
@@ -267,6 +234,31 @@ class BrokerServer:
                 self.config.tls.mode,
                 self.certificate.cert_file,
             )
+
+    def _server_with_every_service(
+        self,
+        messaging: MessagingService,
+        hub: ArrivalHub,
+        interceptors: Sequence[grpc.aio.ServerInterceptor],
+        inbound: int,
+    ) -> grpc.aio.Server:
+        """A gRPC server with every service of the broker; ``messaging`` hands out its routes."""
+        server = grpc.aio.server(interceptors=interceptors, options=server_options(inbound))
+        # RocketMQ RPCs get SERVER spans; the admin service's rare calls go untraced.
+        add_to_server(messaging, server, trace=self.telemetry.handler_tracer())
+        add_admin_service(
+            AdminService(
+                self.broker,
+                endpoint=self.client_endpoint,
+                replication=self.replication,
+                clients=messaging.clients,
+            ),
+            server,
+        )
+        add_record_service(RecordService(self.broker, hub, self.traffic), server)
+        # Probes reach it on the client port, through the front door like any client.
+        self.health.add_to_server(server)
+        return server
 
     def _load_certificate(self) -> ReloadingCertificate:
         tls = self.config.tls

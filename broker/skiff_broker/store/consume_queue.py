@@ -50,13 +50,7 @@ class ConsumeQueue:
             return
         last = files[-1]
         last.set_positions(self._first_zero_unit(last) * UNIT_SIZE)
-        end = self.max_offset
-        self.max_physical_offset = 0
-        for index in range(end - 1, max(self.min_offset, end - 64) - 1, -1):
-            unit = self.get(index)
-            if unit is not None:
-                self.max_physical_offset = unit[0] + unit[1]
-                break
+        self.refresh_max_physical_offset()
         self._min_logical_offset = files[0].file_from_offset // UNIT_SIZE
 
     @staticmethod

@@ -23,7 +23,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 from .checkpoint import Checkpoint
 from .commit_log import CommitLog
@@ -45,7 +45,7 @@ from .queries import query_by_key, sample_stats
 from .queue_check import QueueCheck
 from .reading import QueueReader, read_message
 from .recovery import Damage, Recovered, describe, recover_commit_log
-from .results import GetResult, PutResult, RecordsResult, StoreStats
+from .results import PutResult, StoreStats
 from .retention import (
     ConsumerProgress,
     DiskState,
@@ -93,7 +93,14 @@ class MessageStore:
         self._writer = StoreWriter(
             config, self.commit_log, self.consume_queues, self.index, self._waiters, self._observer
         )
-        self._reader = QueueReader(config, self.commit_log, self.consume_queues)
+        # Queue reads are the reader's own methods, handed on as they are (see reading.py).
+        reader = QueueReader(config, self.commit_log, self.consume_queues)
+        self.get_messages = reader.get_messages
+        self.get_records = reader.get_records
+        self.scan_queue = reader.scan_queue
+        self.min_offset = reader.min_offset
+        self.max_offset = reader.max_offset
+        self.offset_by_time = reader.offset_by_time
         self.clean_start = False
         self.damage_report = DamageReport(config.data_dir)
         # What the last recovery found (read by ``skiff store check --repair``).
@@ -472,60 +479,8 @@ class MessageStore:
 
     # -- reading ------------------------------------------------------------
 
-    def get_messages(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_count: int,
-        *,
-        max_bytes: int = 4 * 1024 * 1024,
-        tag_codes: set[int] | None = None,
-        accept: Callable[[StoredMessage], bool] | None = None,
-    ) -> GetResult:
-        """Messages of one queue from ``offset`` (see :meth:`QueueReader.get_messages`)."""
-        return self._reader.get_messages(
-            topic,
-            queue_id,
-            offset,
-            max_count,
-            max_bytes=max_bytes,
-            tag_codes=tag_codes,
-            accept=accept,
-        )
-
-    def get_records(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_count: int,
-        *,
-        max_bytes: int = 4 * 1024 * 1024,
-        tag_codes: set[int] | None = None,
-    ) -> RecordsResult:
-        """Raw records of one queue from ``offset`` (see :meth:`QueueReader.get_records`)."""
-        return self._reader.get_records(
-            topic, queue_id, offset, max_count, max_bytes=max_bytes, tag_codes=tag_codes
-        )
-
-    def scan_queue(
-        self, topic: str, queue_id: int, start: int
-    ) -> Iterator[tuple[int, StoredMessage | None]]:
-        """Every offset of a queue from ``start`` to its end, with its message or None."""
-        return self._reader.scan_queue(topic, queue_id, start)
-
     def get_message_at(self, physical_offset: int, size: int) -> StoredMessage | None:
         return read_message(self.commit_log, physical_offset, size)
-
-    def min_offset(self, topic: str, queue_id: int) -> int:
-        return self._reader.min_offset(topic, queue_id)
-
-    def max_offset(self, topic: str, queue_id: int) -> int:
-        return self._reader.max_offset(topic, queue_id)
-
-    def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        return self._reader.offset_by_time(topic, queue_id, timestamp_ms)
 
     # -- queries ------------------------------------------------------------
 

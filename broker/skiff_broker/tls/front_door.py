@@ -23,7 +23,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import time
+
+from ..rate_limited_log import RateLimitedLog
 
 log = logging.getLogger(__name__)
 
@@ -45,31 +46,6 @@ def _peer_string(address: tuple) -> str:
     if ":" in host:
         return f"ipv6:[{host}]:{port}"
     return f"ipv4:{host}:{port}"
-
-
-class _RefusalLog:
-    """One line per interval about refused plaintext connections, with a count."""
-
-    def __init__(self, port_name: str) -> None:
-        self.port_name = port_name
-        self._last = -REFUSAL_LOG_INTERVAL_S
-        self._unlogged = 0
-
-    def refused(self, peer: str) -> None:
-        self._unlogged += 1
-        now = time.monotonic()
-        if now - self._last < REFUSAL_LOG_INTERVAL_S:
-            return
-        log.warning(
-            "refused %d plaintext connection(s) on %s (latest from %s): the broker runs with "
-            "--tls-mode enforcing; connect with TLS, or start the broker with --tls-mode "
-            "permissive to allow plaintext too",
-            self._unlogged,
-            self.port_name,
-            peer,
-        )
-        self._last = now
-        self._unlogged = 0
 
 
 class _Side(asyncio.Protocol):
@@ -147,7 +123,7 @@ class _Client(_Side):
         assert self.transport is not None
         target = self.door.tls_port if data[0] == TLS_HANDSHAKE else self.door.plaintext_port
         if target is None:
-            self.door._refusals.refused(self._peer)
+            self.door._refused_plaintext(self._peer)
             self.transport.abort()
             return
         # Nothing more is read until the pair is joined; then this chunk goes first.
@@ -206,10 +182,24 @@ class FrontDoor:
         self.plaintext_port = plaintext_port
         self.port = 0
         self.first_byte_timeout_s = first_byte_timeout_s
-        self._refusals = _RefusalLog(f"{name} {listen}")
+        self._port_name = f"{name} {listen}"
+        self._refusals = RateLimitedLog(REFUSAL_LOG_INTERVAL_S)
         self._clients: set[_Client] = set()
         self._server: asyncio.Server | None = None
         self._socket: socket.socket | None = None
+
+    def _refused_plaintext(self, peer: str) -> None:
+        count = self._refusals.due()
+        if count is None:
+            return
+        log.warning(
+            "refused %d plaintext connection(s) on %s (latest from %s): the broker runs with "
+            "--tls-mode enforcing; connect with TLS, or start the broker with --tls-mode "
+            "permissive to allow plaintext too",
+            count,
+            self._port_name,
+            peer,
+        )
 
     def bind(self) -> int:
         """Take the port now (connections wait in the backlog until ``start``)."""

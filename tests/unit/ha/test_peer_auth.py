@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
@@ -11,7 +10,6 @@ from skiff_broker.ha import framing
 from skiff_broker.ha.framing import FrameType
 from skiff_broker.ha.peer_auth import (
     AuthenticationFailed,
-    RateLimitedLog,
     proof,
     prove_to_master,
     prove_to_replica,
@@ -118,17 +116,6 @@ def test_proofs_depend_on_side_group_secret_and_both_nonces() -> None:
         proof(SECRET, "master", "g", b"r" * 32, b"n" * 32),
     ):
         assert other != base
-
-
-def test_the_rate_limited_log_counts_what_it_held_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = [1000.0]
-    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
-    limited = RateLimitedLog(interval=3600)
-    assert limited.line("first") == "first"
-    assert limited.line("second") is None
-    assert limited.line("third") is None
-    clock[0] += 3600  # the interval has passed
-    assert limited.line("fourth") == "fourth (2 more like it not logged since the last)"
 
 
 @pytest.mark.parametrize("size", [0, 31, 33])

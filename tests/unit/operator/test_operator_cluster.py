@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from skiff_broker.client.admin import MessageType, Permission, Topic
 from skiff_operator.broker_spec import BrokerSpec
 from skiff_operator.cluster_status import external_endpoint, read_lease
-from skiff_operator.group_drain import _named_groups
+from skiff_operator.group_drain import groups_named_in_reply
 from skiff_operator.rendering import BrokerIdentity, render_broker, render_cluster
 from skiff_operator.rolling_restart import REVISION_LABEL, next_restart
 from skiff_operator.topic_handlers import on_group
@@ -379,8 +379,8 @@ def test_the_groups_the_broker_names_are_read_back_exactly(groups: list[str]) ->
         f"consumer group 'probe' has not consumed from topic 'orders' "
         f"(groups that have: {known}); check the group name"
     )
-    assert _named_groups(message) == groups
+    assert groups_named_in_reply(message) == groups
 
 
 def test_an_unexpected_reply_names_no_group() -> None:
-    assert _named_groups("something else entirely") == []
+    assert groups_named_in_reply("something else entirely") == []
