@@ -2,11 +2,12 @@
 
 Starts one Skiff broker (ASYNC_FLUSH or SYNC_FLUSH, TLS permissive as by default) per code tree
 and per round, drives it with the Java client's ``sendAsync`` (256 in flight) and 16 threads of
-blocking ``send`` (1 KiB bodies), and prints broker CPU µs per message (all threads, and the
-event loop's thread alone) and msg/s for each tree, with the ratio of the candidate to the
-baseline. Rounds alternate the trees so that load from
-other processes on the machine falls on both. ``--profile DIR`` records each broker with py-spy
-(``pip install py-spy``) and writes a collapsed-stack file per tree and workload.
+blocking ``send`` (1 KiB bodies), and prints broker CPU µs per message (all threads, the
+event loop's thread alone, and the dispatcher's, its thread id from ``py-spy dump``) and msg/s
+for each tree, with the ratio of the candidate to the baseline. Rounds alternate the trees so
+that load from other processes on the machine falls on both. ``--profile DIR`` records each
+broker with py-spy (``pip install py-spy``) and writes a collapsed-stack file per tree and
+workload.
 
     python bench/java_send_ab.py --baseline /path/to/old/checkout [--rounds 3] [--messages N]
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -53,20 +55,42 @@ def _workloads(driver: peer_clients.JavaClientDriver, count: int) -> dict:
     }
 
 
-def _event_loop_seconds(pid: int) -> float:
-    """CPU of the broker's main thread (its event loop): the task whose id is the pid."""
-    with open(f"/proc/{pid}/task/{pid}/stat") as f:
+def _thread_seconds(pid: int, tid: int) -> float:
+    """CPU of one broker thread; the main thread (the event loop) is the task whose id is
+    the pid."""
+    with open(f"/proc/{pid}/task/{tid}/stat") as f:
         fields = f.read().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _py_spy() -> str:
+    """py-spy from PATH, else the one installed next to this Python (a virtualenv's)."""
+    return shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+
+
+def _dispatcher_tid(pid: int) -> int:
+    """The dispatcher thread's id: Python names threads only for itself, py-spy reads them."""
+    dump = subprocess.run(
+        [_py_spy(), "dump", "--pid", str(pid)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    found = re.search(r'^Thread (\d+) \(\w+\): "dispatcher"$', dump, re.MULTILINE)
+    if found is None:
+        raise RuntimeError(f"no dispatcher thread in the broker's py-spy dump:\n{dump}")
+    return int(found.group(1))
+
+
 def _measure(
     tree: Path, root: str, durability: str, count: int, profile: Path | None, tag: str
-) -> dict[str, tuple[float, float, float]]:
+) -> dict[str, tuple[float, float, float, float]]:
     broker = TreeBroker(root, durability, tree)
-    results: dict[str, tuple[float, float, float]] = {}
+    results: dict[str, tuple[float, float, float, float]] = {}
     try:
         broker.start()
+        pid = broker.procs[0].pid
+        dispatcher = _dispatcher_tid(pid)
         driver = peer_clients.JavaClientDriver(broker.endpoint, broker.data_dir / "java-logs")
         for name, run in _workloads(driver, count).items():
             broker.idle(5)
@@ -76,7 +100,7 @@ def _measure(
                 profile.mkdir(parents=True, exist_ok=True)
                 spy = subprocess.Popen(
                     [
-                        shutil.which("py-spy") or "py-spy",
+                        _py_spy(),
                         "record",
                         "--pid",
                         str(broker.procs[0].pid),
@@ -91,10 +115,12 @@ def _measure(
                     stderr=subprocess.DEVNULL,
                 )
             cpu = stats.cpu_seconds()
-            loop_cpu = _event_loop_seconds(broker.procs[0].pid)
+            loop_cpu = _thread_seconds(pid, pid)
+            dispatcher_cpu = _thread_seconds(pid, dispatcher)
             sample = run()
             cpu = stats.cpu_seconds() - cpu
-            loop_cpu = _event_loop_seconds(broker.procs[0].pid) - loop_cpu
+            loop_cpu = _thread_seconds(pid, pid) - loop_cpu
+            dispatcher_cpu = _thread_seconds(pid, dispatcher) - dispatcher_cpu
             if spy is not None:
                 spy.send_signal(signal.SIGINT)
                 spy.wait(30)
@@ -104,6 +130,7 @@ def _measure(
                 cpu / sample.messages * 1e6,
                 sample.messages / sample.seconds,
                 loop_cpu / sample.messages * 1e6,
+                dispatcher_cpu / sample.messages * 1e6,
             )
     finally:
         broker.stop()
@@ -122,7 +149,7 @@ def main() -> None:
     parser.add_argument("--profile", type=Path)
     args = parser.parse_args()
     trees = {"baseline": args.baseline.resolve(), "candidate": args.candidate.resolve()}
-    figures: dict[str, dict[str, list[tuple[float, float, float]]]] = {t: {} for t in trees}
+    figures: dict[str, dict[str, list[tuple[float, float, float, float]]]] = {t: {} for t in trees}
     print(f"load average before: {os.getloadavg()}", flush=True)
     for round_ in range(args.rounds):
         order = list(trees) if round_ % 2 == 0 else list(reversed(trees))
@@ -133,14 +160,16 @@ def main() -> None:
                 figures[tag].setdefault(name, []).append(figure)
                 print(
                     f"round {round_ + 1} {tag:9} {name:8} {figure[0]:7.0f} µs/msg "
-                    f"{figure[1]:8.0f} msg/s {figure[2]:7.0f} µs/msg on the event loop",
+                    f"{figure[1]:8.0f} msg/s {figure[2]:7.0f} µs/msg on the event loop "
+                    f"{figure[3]:6.0f} µs/msg in the dispatcher",
                     flush=True,
                 )
     print(f"load average after: {os.getloadavg()}")
     print(
         "\n| workload | baseline µs/msg | candidate µs/msg | ratio | event loop baseline | "
-        "candidate | ratio | baseline msg/s | candidate msg/s | ratio |\n"
-        "|---|---|---|---|---|---|---|---|---|---|"
+        "candidate | ratio | dispatcher baseline | candidate | ratio | baseline msg/s | "
+        "candidate msg/s | ratio |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     for name in figures["baseline"]:
         base = figures["baseline"][name]
@@ -151,10 +180,12 @@ def main() -> None:
         c_rate = statistics.median(f[1] for f in cand)
         b_loop = statistics.median(f[2] for f in base)
         c_loop = statistics.median(f[2] for f in cand)
+        b_disp = statistics.median(f[3] for f in base)
+        c_disp = statistics.median(f[3] for f in cand)
         print(
             f"| {name} | {b_cpu:.0f} | {c_cpu:.0f} | {c_cpu / b_cpu:.2f}x | {b_loop:.0f} | "
-            f"{c_loop:.0f} | {c_loop / b_loop:.2f}x | {b_rate:.0f} | {c_rate:.0f} | "
-            f"{c_rate / b_rate:.2f}x |"
+            f"{c_loop:.0f} | {c_loop / b_loop:.2f}x | {b_disp:.0f} | {c_disp:.0f} | "
+            f"{c_disp / b_disp:.2f}x | {b_rate:.0f} | {c_rate:.0f} | {c_rate / b_rate:.2f}x |"
         )
 
 

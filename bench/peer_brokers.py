@@ -191,6 +191,9 @@ class SkiffBroker(Broker):
                 f"127.0.0.1:{port}",
                 "--flush-type",
                 flush,
+                # Not the fixed default port: other brokers on the machine may hold it.
+                "--metrics-listen",
+                f"127.0.0.1:{free_port()}",
                 # No --ha-listen: a broker without replicas opens no replication port.
             ],
             env=env,

@@ -31,8 +31,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "broker"))
+# SKIFF_STORE_BENCH_BROKER measures another tree's store with this same bench (store_ab.py).
+sys.path.insert(
+    0,
+    os.environ.get("SKIFF_STORE_BENCH_BROKER")
+    or str(Path(__file__).resolve().parent.parent / "broker"),
+)
 
+from skiff_broker.delivery.long_polling import ArrivalHub
 from skiff_broker.store.config import FlushType, StoreConfig
 from skiff_broker.store.mapped_file import PAGE_SIZE
 from skiff_broker.store.mapped_file_queue import MappedFileQueue
@@ -53,12 +59,16 @@ BATCH = 64
 APPENDERS = 64
 SIZES = {"100B": 100, "1KiB": 1024}
 MODES = ("SYNC_FLUSH", "ASYNC_FLUSH", "ASYNC_FLUSH+pool")
-SHAPES = ("single", "batch64", "64tasks")
+SHAPES = ("single", "batch64", "64tasks", "paced")
 SHAPE_TEXT = {
     "single": "1 appender",
     "batch64": "1 appender, batch 64",
     "64tasks": "64 async appenders",
+    "paced": "1 msg per put, paced",
 }
+# The paced shape: single-message puts arriving at a broker's rate under the official
+# Java client (one SendMessage per message), each woken dispatch step handling few records.
+PACED_RATE = 2000
 
 TARGET_ASYNC_MSGS = 250_000
 TARGET_ASYNC_RATIO = 0.70
@@ -434,6 +444,10 @@ class AppendFigure:
     ratio_fdatasync: float
     drain_seconds: float | None
     dispatch_lag_seconds: float | None
+    # CPU per message from the window's start until dispatched: the dispatcher thread's,
+    # and the whole process's (appending thread, dispatcher, flush and allocator threads).
+    dispatcher_us_per_msg: float
+    process_us_per_msg: float
     failures: dict[str, int]
 
 
@@ -444,6 +458,22 @@ class Window:
     log_bytes: int
     fsyncs: int
     failures: collections.Counter[str]
+    cpu_at_start: CpuClocks
+
+
+@dataclasses.dataclass(slots=True)
+class CpuClocks:
+    """CPU seconds used so far by the dispatcher thread and by the whole process."""
+
+    dispatcher: float
+    process: float
+
+    @classmethod
+    def read(cls, store: MessageStore) -> CpuClocks:
+        thread = store.dispatcher._thread
+        assert thread is not None and thread.ident is not None, "the dispatcher is not running"
+        clock = time.pthread_getcpuclockid(thread.ident)
+        return cls(time.clock_gettime(clock), time.process_time())
 
 
 def _counters(store: MessageStore) -> tuple[int, int]:
@@ -468,6 +498,7 @@ def run_loop(
         i += 1
     profiling.begin()
     wrote0, fsync0 = _counters(store)
+    cpu0 = CpuClocks.read(store)
     messages = 0
     start = time.perf_counter()
     end = start + seconds
@@ -483,7 +514,7 @@ def run_loop(
             break
     elapsed = time.perf_counter() - start
     wrote1, fsync1 = _counters(store)
-    return Window(messages, elapsed, wrote1 - wrote0, fsync1 - fsync0, failures)
+    return Window(messages, elapsed, wrote1 - wrote0, fsync1 - fsync0, failures, cpu0)
 
 
 def run_tasks(
@@ -524,6 +555,7 @@ def run_tasks(
         profiling.begin()
         failures.clear()
         wrote0, fsync0 = _counters(store)
+        cpu0 = CpuClocks.read(store)
         done0 = done[0]
         start = time.perf_counter()
         await asyncio.sleep(seconds)
@@ -532,7 +564,70 @@ def run_tasks(
         wrote1, fsync1 = _counters(store)
         stop[0] = True
         await asyncio.gather(*tasks)
-        return Window(messages, elapsed, wrote1 - wrote0, fsync1 - fsync0, failures)
+        return Window(messages, elapsed, wrote1 - wrote0, fsync1 - fsync0, failures, cpu0)
+
+    return asyncio.run(main())
+
+
+def run_paced(
+    store: MessageStore,
+    pool: Sequence[Message],
+    rate: float,
+    warmup: float,
+    seconds: float,
+    profiling: Profiling,
+) -> Window:
+    """One message per ``put_messages_async`` at ``rate`` per second from one event loop,
+    with the broker's long-polling bridge (``ArrivalHub``) listening for arrivals."""
+
+    async def main() -> Window:
+        hub = ArrivalHub(asyncio.get_running_loop())
+        store.add_arrival_listener(hub.on_arrival)
+        failures: collections.Counter[str] = collections.Counter()
+        pending: set[asyncio.Task[PutResult]] = set()
+        counted = [False]
+        done = [0]
+
+        def finished(task: asyncio.Task[PutResult]) -> None:
+            pending.discard(task)
+            result = task.result()
+            if not counted[0]:
+                return
+            if result.ok:
+                done[0] += 1
+            else:
+                failures[result.status.value] += 1
+
+        gap = 1.0 / rate
+        n = len(pool)
+        i = 0
+
+        async def send_until(end: float) -> None:
+            nonlocal i
+            due = time.perf_counter()
+            while due < end:
+                # A task per put: under SYNC_FLUSH puts overlap while they wait for the disk.
+                task = asyncio.create_task(store.put_messages_async([pool[i % n]]))
+                task.add_done_callback(finished)
+                pending.add(task)
+                i += 1
+                due += gap
+                await asyncio.sleep(max(0.0, due - time.perf_counter()))
+
+        await send_until(time.perf_counter() + warmup)
+        if pending:
+            await asyncio.gather(*pending)
+        profiling.begin()
+        counted[0] = True
+        wrote0, fsync0 = _counters(store)
+        cpu0 = CpuClocks.read(store)
+        start = time.perf_counter()
+        await send_until(start + seconds)
+        if pending:
+            await asyncio.gather(*pending)
+        elapsed = time.perf_counter() - start
+        wrote1, fsync1 = _counters(store)
+        return Window(done[0], elapsed, wrote1 - wrote0, fsync1 - fsync0, failures, cpu0)
 
     return asyncio.run(main())
 
@@ -547,6 +642,7 @@ def run_append_workload(
     warmup: float,
     seconds: float,
     profiling: Profiling,
+    paced_rate: float = PACED_RATE,
 ) -> AppendFigure:
     key = f"{mode}/{size}/{shape}"
     data_dir = tempfile.mkdtemp(prefix="append-", dir=root)
@@ -575,6 +671,8 @@ def run_append_workload(
                 waits_for_flush=mode == "SYNC_FLUSH",
                 profiling=profiling,
             )
+        elif shape == "paced":
+            window = run_paced(store, pool, paced_rate, warmup, seconds, profiling)
         else:
             window = run_loop(store, batches, warmup, seconds, profiling)
         profiling.end(key)
@@ -584,12 +682,15 @@ def run_append_workload(
         slack = config.flush_commit_log_least_pages * PAGE_SIZE
         drain = wait_for(lambda: store.commit_log.queue.flushed_where >= wrote_stop - slack, 60.0)
         dispatch_lag = wait_for(lambda: store.dispatcher.reput_offset >= wrote_stop, 60.0)
+        cpu1 = CpuClocks.read(store)
     finally:
         store.shutdown()
         shutil.rmtree(data_dir, ignore_errors=True)
     assert window is not None
     messages = window.messages
     elapsed = window.seconds
+    cpu0 = window.cpu_at_start
+    per_msg = 1e6 / messages if messages else float("nan")
     log_rate = window.log_bytes / elapsed
     fsync_rate = window.fsyncs / elapsed
     return AppendFigure(
@@ -612,6 +713,8 @@ def run_append_workload(
         ratio_fdatasync=0.0,
         drain_seconds=drain,
         dispatch_lag_seconds=dispatch_lag,
+        dispatcher_us_per_msg=(cpu1.dispatcher - cpu0.dispatcher) * per_msg,
+        process_us_per_msg=(cpu1.process - cpu0.process) * per_msg,
         failures=dict(window.failures),
     )
 
@@ -836,6 +939,8 @@ def _verdict(ok: bool) -> str:
 
 
 def append_target(f: AppendFigure) -> tuple[str, bool] | None:
+    if f.shape == "paced":
+        return None  # its rate is set, not measured
     if f.mode.startswith("ASYNC_FLUSH") and f.size == "1KiB":
         ok = f.msg_per_s >= TARGET_ASYNC_MSGS or f.ratio_seq >= TARGET_ASYNC_RATIO
         return "250k/s|0.70 seq", ok
@@ -898,10 +1003,11 @@ def render(
     w("")
     header = (
         f"{'workload':<45} {'msg/s':>8} {'log MB/s':>9} {'x seq':>6} {'fsync/msg':>10} "
-        f"{'x sync':>7} {'drain s':>8} {'disp s':>7}  target"
+        f"{'x sync':>7} {'drain s':>8} {'disp s':>7} {'disp us':>8} {'proc us':>8}  target"
     )
     w("Appends  (x seq = log MB/s / raw sequential; x sync = fsync/s / raw fdatasync rate;")
-    w("          drain/disp s = time after the window until flushed / dispatched)")
+    w("          drain/disp s = time after the window until flushed / dispatched;")
+    w("          disp/proc us = CPU µs per message of the dispatcher thread / the process)")
     w(header)
     w("-" * len(header))
     for f in appends:
@@ -912,7 +1018,7 @@ def render(
             f"{label:<45} {_fmt_rate(f.msg_per_s):>8} {f.log_bytes_per_s / MB:>9.1f} "
             f"{f.ratio_seq:>6.2f} {f.fsync_per_msg:>10.4f} {f.ratio_fdatasync:>7.2f} "
             f"{_fmt_opt(f.drain_seconds, '.2f'):>8} {_fmt_opt(f.dispatch_lag_seconds, '.2f'):>7}"
-            f"  {target_text}"
+            f" {f.dispatcher_us_per_msg:>8.1f} {f.process_us_per_msg:>8.1f}  {target_text}"
         )
         if f.failures:
             w(f"{'':<45} failed puts: {f.failures}")
@@ -948,7 +1054,11 @@ def render(
 
 def target_summary(appends: list[AppendFigure], recovery: RecoveryFigures | None) -> list[str]:
     lines = []
-    async_rows = [f for f in appends if f.mode.startswith("ASYNC_FLUSH") and f.size == "1KiB"]
+    async_rows = [
+        f
+        for f in appends
+        if f.mode.startswith("ASYNC_FLUSH") and f.size == "1KiB" and f.shape != "paced"
+    ]
     if async_rows:
         best = max(async_rows, key=lambda f: f.msg_per_s)
         ok = best.msg_per_s >= TARGET_ASYNC_MSGS or best.ratio_seq >= TARGET_ASYNC_RATIO
@@ -1040,6 +1150,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         f"{', '.join(SIZES)}, SHAPE in {', '.join(SHAPES)})",
     )
     parser.add_argument(
+        "--paced-rate",
+        type=float,
+        default=PACED_RATE,
+        help=f"messages per second of the 'paced' shape (default {PACED_RATE})",
+    )
+    parser.add_argument(
         "--profile",
         metavar="DIR",
         help="profile each workload's measured window with pyinstrument (main thread) and a "
@@ -1051,6 +1167,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.seconds <= 0:
         parser.error("--seconds must be positive")
+    if args.paced_rate <= 0:
+        parser.error("--paced-rate must be positive")
     if args.segment_mib < 1:
         parser.error("--segment-mib must be at least 1")
     return args
@@ -1105,6 +1223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "batch": BATCH,
         "appenders": APPENDERS,
         "queues": QUEUES,
+        "paced_rate": args.paced_rate,
         "notes": notes,
     }
     note(f"data in {root}")
@@ -1123,10 +1242,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 warmup=warmup,
                 seconds=args.seconds,
                 profiling=profiling,
+                paced_rate=args.paced_rate,
             )
             note(
                 f"  {figure.msg_per_s:,.0f} msg/s, {figure.log_bytes_per_s / MB:.1f} MB/s, "
-                f"{figure.fsync_per_msg:.4f} fsync/msg"
+                f"{figure.fsync_per_msg:.4f} fsync/msg, dispatcher "
+                f"{figure.dispatcher_us_per_msg:.1f} µs/msg"
             )
             appends.append(figure)
         if want_recovery:

@@ -8,6 +8,11 @@ Memory: one event per topic with waiters, whatever their number; each waiting
 request is a suspended call, and a connection holds at most the server's
 ``MAX_CONCURRENT_STREAMS`` of them (``server/app.py``), further calls waiting in
 the client. A wait never outlives its request's deadline.
+
+No lost wake-ups, though arrivals for topics nobody waits on never reach the loop (most
+sends have no receiver waiting; a hand-over costs a syscall on each side): every arrival
+bumps ``arrivals`` before it looks for waiters, and a waiter registers before it checks
+``arrivals`` against the count it took before reading, so one of the two sees the other.
 """
 
 from __future__ import annotations
@@ -34,9 +39,15 @@ class ArrivalHub:
         self._lock = threading.Lock()
         self._arrived: set[str] = set()
         self._wake_scheduled = False
+        # Arrivals so far (written by the dispatcher thread only): see the module docstring.
+        self.arrivals = 0
 
     def on_arrival(self, touched: set[tuple[str, int]]) -> None:
         """Dispatcher listener (any thread): at most one loop callback pending at a time."""
+        self.arrivals += 1
+        events = self._events
+        if not any(topic in events for topic, _ in touched):
+            return
         with self._lock:
             self._arrived.update(topic for topic, _ in touched)
             if self._wake_scheduled:
@@ -69,19 +80,23 @@ class ArrivalHub:
         or ``seconds`` have passed; its last result."""
         deadline = time.monotonic() + max(seconds, 0.0)
         while True:
+            since = self.arrivals
             result = read()
             left = deadline - time.monotonic()
             if not empty(result) or left <= 0:
                 return result
-            await self.wait(topic, left)
+            await self.wait(topic, left, since)
 
-    async def wait(self, topic: str, timeout: float) -> bool:
-        """True if new messages arrived for ``topic`` within ``timeout`` seconds."""
+    async def wait(self, topic: str, timeout: float, since: int) -> bool:
+        """True if new messages arrived for ``topic`` within ``timeout`` seconds, or anywhere
+        since ``arrivals`` was ``since`` (take it before reading what the wait is for)."""
         if timeout <= 0:
             return False
         event = self._events.get(topic)
         if event is None:
             event = self._events[topic] = asyncio.Event()
+        if self.arrivals != since:
+            return True  # arrived while reading: the arrival may not have seen this waiter
         try:
             await asyncio.wait_for(event.wait(), timeout)
         except TimeoutError:

@@ -156,6 +156,7 @@ class Receiver:
         fifo = topic.message_type is MessageType.FIFO
         pop = self._broker.pop
         while True:
+            since = self._hub.arrivals
             deliveries = pop.pop(
                 group,
                 topic.name,
@@ -175,7 +176,7 @@ class Receiver:
             due = pop.next_visible_at(group, topic.name)
             if due is not None:
                 remaining = min(remaining, max(0.0, (due - _now_ms()) / 1000) + 0.01)
-            await self._hub.wait(topic.name, remaining)
+            await self._hub.wait(topic.name, remaining, since)
 
     # -- acknowledging ------------------------------------------------------
 

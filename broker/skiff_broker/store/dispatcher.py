@@ -178,6 +178,11 @@ def request_of(data: bytes, pos: int, size: int, topics: dict[bytes, str]) -> Di
     )
 
 
+def _end_of(batch: list[DispatchRequest]) -> int:
+    last = batch[-1]
+    return last.physical_offset + last.size
+
+
 class Dispatcher(ServiceThread):
     """Dispatches new records as soon as it is told of them, else every 0.1 s.
 
@@ -224,14 +229,14 @@ class Dispatcher(ServiceThread):
         self._listeners: list[ArrivalListener] = []
         self._handed: collections.deque[list[DispatchRequest]] = collections.deque()
         self._progress = threading.Condition()
+        self._progress_waiters = 0  # threads in wait_dispatched (changed under _progress)
 
     def add_listener(self, listener: ArrivalListener) -> None:
         self._listeners.append(listener)
 
     def notify_new_data(self) -> None:
         """Called after commits: there may be records to dispatch."""
-        if not self._wakeup.is_set():
-            self._wakeup.set()
+        self.wakeup()
 
     def hand(self, requests: list[DispatchRequest]) -> None:
         """Take an appended batch's requests, so its records need not be parsed again.
@@ -241,23 +246,31 @@ class Dispatcher(ServiceThread):
         """
         if len(self._handed) < _HANDED_BATCHES_MAX:
             self._handed.append(requests)
-        if not self._wakeup.is_set():
-            self._wakeup.set()
+        self.wakeup()
 
     # -- dispatching --------------------------------------------------------
 
     def dispatch_available(self) -> int:
         """Dispatch everything readable now; returns the number of records."""
         count = 0
-        while self.reput_offset < self._commit_log.max_offset:
-            handed = self._take_handed()
+        while self.reput_offset < (readable := self._commit_log.max_offset):
+            handed = self._take_handed(self.reput_offset, readable)
             if handed is not None:
+                # Every handed batch that is readable now, in one pass: one arrival
+                # notice and one progress notice for all of them.
+                end = _end_of(handed)
+                more = self._take_handed(end, readable)
+                if more is not None:
+                    handed = handed + more
+                    end = _end_of(more)
+                    while (more := self._take_handed(end, readable)) is not None:
+                        handed += more
+                        end = _end_of(more)
                 self._dispatch(handed)
+                # Only now: a failed dispatch is retried from where it stood.
+                self.reput_offset = end
                 count += len(handed)
-                last = handed[-1]
-                self.reput_offset = last.physical_offset + last.size
-                with self._progress:
-                    self._progress.notify_all()
+                self._announce_progress()
                 continue
             got = self._commit_log.read_segment_tail(self.reput_offset, self._read_chunk)
             if got is None:
@@ -303,9 +316,15 @@ class Dispatcher(ServiceThread):
                     self.reput_offset = known
                 elif run.consumed == 0:
                     break
+            self._announce_progress()
+        return count
+
+    def _announce_progress(self) -> None:
+        # Read without the lock: a waiter counts itself before it reads reput_offset
+        # under the lock, so it either sees the new offset or is counted here.
+        if self._progress_waiters:
             with self._progress:
                 self._progress.notify_all()
-        return count
 
     def _resume(self, mf: MappedFile, at: int, problem: str) -> int | None:
         """Where dispatch goes on after the damage at global ``at``; None to wait for more data.
@@ -354,31 +373,31 @@ class Dispatcher(ServiceThread):
             except Exception:
                 log.exception("could not record damage at %d", damage.offset)
 
-    def _take_handed(self) -> list[DispatchRequest] | None:
-        """The next handed batch if it starts where dispatch stands and is readable."""
+    def _take_handed(self, at: int, readable: int) -> list[DispatchRequest] | None:
+        """The next handed batch if it starts at commit-log offset ``at`` and is readable
+        (ends by ``readable``)."""
         handed = self._handed
         while handed:
             batch = handed[0]
             first = batch[0].physical_offset
-            if first < self.reput_offset:
+            if first < at:
                 handed.popleft()  # already dispatched by parsing
                 continue
-            if first != self.reput_offset and not self._is_next_segment(first):
+            if first != at and not self._is_next_segment(at, first):
                 return None  # some batches were not kept: parse up to this one
-            last = batch[-1]
-            if last.physical_offset + last.size > self._commit_log.max_offset:
+            if _end_of(batch) > readable:
                 return None  # not committed yet (transient store pool)
             handed.popleft()
             return batch
         return None
 
-    def _is_next_segment(self, offset: int) -> bool:
-        """True if ``offset`` starts the segment after the one dispatch stands in.
+    def _is_next_segment(self, at: int, offset: int) -> bool:
+        """True if ``offset`` starts the segment after the one holding ``at``.
 
         The batch rolled over a BLANK record, which needs no dispatching.
         """
         size = self._commit_log.queue.file_size
-        return offset % size == 0 and offset // size == self.reput_offset // size + 1
+        return offset % size == 0 and offset // size == at // size + 1
 
     def _dispatch(self, requests: list[DispatchRequest]) -> None:
         if not requests:
@@ -466,12 +485,16 @@ class Dispatcher(ServiceThread):
         """Block until everything below ``offset`` is dispatched."""
         deadline = time.monotonic() + timeout
         with self._progress:
-            while self.reput_offset < offset:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._wakeup.set()
-                self._progress.wait(min(remaining, 0.05))
+            self._progress_waiters += 1
+            try:
+                while self.reput_offset < offset:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return False
+                    self.wakeup()
+                    self._progress.wait(min(remaining, 0.05))
+            finally:
+                self._progress_waiters -= 1
         return True
 
     # -- thread -------------------------------------------------------------

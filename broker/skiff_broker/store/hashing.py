@@ -15,6 +15,9 @@ _MASK32 = 0xFFFFFFFF
 _POWERS_LEN = 512
 # _POWERS[-n:] holds 31**(n-1) … 31**0 (mod 2**32): one multiply-add per character.
 _POWERS = tuple(pow(31, k, 1 << 32) for k in range(_POWERS_LEN - 1, -1, -1))
+# Those slices by length, made once: keys of one kind (message IDs) share a length, and
+# the dispatcher hashes one per message.
+_POWERS_BY_LEN: dict[int, tuple[int, ...]] = {}
 
 
 def _code_units(s: str) -> bytes | tuple[int, ...]:
@@ -30,7 +33,10 @@ def java_string_hash(s: str) -> int:
     units = _code_units(s)
     n = len(units)
     if n <= _POWERS_LEN:
-        h = sum(map(operator.mul, units, _POWERS[_POWERS_LEN - n :])) & _MASK32
+        powers = _POWERS_BY_LEN.get(n)
+        if powers is None:
+            powers = _POWERS_BY_LEN[n] = _POWERS[_POWERS_LEN - n :]
+        h = sum(map(operator.mul, units, powers)) & _MASK32
     else:
         h = 0
         for unit in units:

@@ -20,6 +20,7 @@ ones that sleep until a deadline (delayed delivery) use it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 
@@ -37,7 +38,11 @@ class ServiceThread:
     def __init__(self, interval: float | None) -> None:
         """``interval``: seconds between steps when nobody wakes the service (None: never)."""
         self.interval = interval
-        self._wakeup = threading.Event()
+        # A wake-up signal, not an Event: set means locked means "none pending". Writers wake
+        # the dispatcher once per append, so both sides stay single C calls (an Event is a
+        # Python-level Condition: a lock allocation and several calls per wake-up).
+        self._signal = threading.Lock()
+        self._signal.acquire()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -48,7 +53,10 @@ class ServiceThread:
 
     def wakeup(self) -> None:
         """Run a step now instead of at the end of the interval."""
-        self._wakeup.set()
+        if self._signal.locked():
+            # Another thread may deliver the same wake-up first.
+            with contextlib.suppress(RuntimeError):
+                self._signal.release()
 
     @property
     def stopped(self) -> bool:
@@ -64,8 +72,7 @@ class ServiceThread:
 
     def wait_for_work(self) -> bool:
         """Block until the next step is due; False once the service is stopping."""
-        self._wakeup.wait(self.interval)
-        self._wakeup.clear()
+        self._signal.acquire(timeout=-1 if self.interval is None else self.interval)
         return not self._stopped.is_set()
 
     def _run(self) -> None:
