@@ -215,9 +215,13 @@ def server_run(
     """Messages per second, and the broker's CPU microseconds per message."""
     tmp = Path(tempfile.mkdtemp(dir=work))
     create_topics(data_dir_of(tmp), TopicConfig(TOPIC, QUEUES, QUEUES))
+    env = otel_env(mode, endpoint)
     args = ("--flush-type", flush_type, "--commit-log-file-size", "256m")
+    # On the command line: an empty SKIFF_METRICS_LISTEN counts as unset, which is the
+    # default endpoint (port 5557), not none.
+    args += ("--metrics-listen", env["SKIFF_METRICS_LISTEN"])
     try:
-        with running_broker(tmp, *args, env=otel_env(mode, endpoint)) as broker:
+        with running_broker(tmp, *args, env=env) as broker:
             if profile is not None:
                 # Started now, it samples the warm-up too: the share is what matters.
                 profile.begin(broker.proc.pid, WARMUP_S + seconds, f"{flush_type}-{mode}")

@@ -2,8 +2,10 @@
 
 The caller's ``traceparent``/``tracestate`` metadata (W3C Trace Context) become
 the span's parent; the span is current while the handler runs, so the store's
-append spans become its children. Unary and streaming handlers alike: a
-streaming RPC's span lasts as long as the stream.
+append spans become its children. Without a caller's trace, under the broker's
+default sampler, the ratio decision comes first (``root_sampling``): an unsampled
+request gets its non-recording span without a call into the SDK. Unary and streaming
+handlers alike: a streaming RPC's span lasts as long as the stream.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from . import conventions as cv
 from .messaging_attributes import method_attributes, request_reader
+from .root_sampling import RootSampling
 
 _PROPAGATED = ("traceparent", "tracestate")
 # Server-side codes that mark the span as failed (OpenTelemetry's gRPC conventions);
@@ -40,14 +43,15 @@ _CODES_BY_VALUE = {code.value[0]: code for code in grpc.StatusCode}
 _PROPAGATOR = TraceContextTextMapPropagator()
 
 
-def _parent_context(metadata: Any) -> Context:
+def _parent_context(metadata: Any) -> Context | None:
+    """The caller's trace context; None when the caller sent none."""
     carrier = {}
     for key, value in metadata or ():
         if key in _PROPAGATED:
             carrier[key] = value.decode() if isinstance(value, bytes) else value
-    # A fresh context: a request's trace never continues anything but its own caller's.
     if not carrier:
-        return Context()
+        return None
+    # A fresh context: a request's trace never continues anything but its own caller's.
     return _PROPAGATOR.extract(carrier, context=Context())
 
 
@@ -87,9 +91,19 @@ _MAX_WRAPPED = 1024
 
 
 class TracingInterceptor(grpc.aio.ServerInterceptor):
-    def __init__(self, tracer_provider: trace.TracerProvider, broker_name: str) -> None:
+    """``roots``: the ratio decision of new traces, when the provider's sampler is
+    parent-based trace-id ratio with that ratio and the provider's id generator is
+    ``roots.ids``; None leaves every decision to the SDK."""
+
+    def __init__(
+        self,
+        tracer_provider: trace.TracerProvider,
+        broker_name: str,
+        roots: RootSampling | None = None,
+    ) -> None:
         self._tracer = tracer_provider.get_tracer(cv.SERVER_SCOPE)
         self._broker_name = broker_name
+        self._roots = roots
         # Wrapping costs more than a small request; a method's handler is the same object
         # on every call, so its traced version is made once.
         self._wrapped: dict[int, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
@@ -136,13 +150,18 @@ class TracingInterceptor(grpc.aio.ServerInterceptor):
         }
         from_request = request_reader(service, method)
         tracer = self._tracer
+        roots = self._roots
+        no_parent = Context()
 
         def start(context: grpc.aio.ServicerContext, request: Any) -> Span:
-            span = tracer.start_span(
-                full_method,
-                context=_parent_context(context.invocation_metadata()),
-                kind=SpanKind.SERVER,
-            )
+            parent = _parent_context(context.invocation_metadata())
+            if parent is None:
+                if roots is not None:
+                    unsampled = roots.unsampled_span()
+                    if unsampled is not None:
+                        return unsampled
+                parent = no_parent
+            span = tracer.start_span(full_method, context=parent, kind=SpanKind.SERVER)
             # Attributes only once sampled: building them costs more than the decision
             # (the broker's samplers do not look at attributes).
             if span.is_recording():

@@ -51,6 +51,7 @@ from . import conventions as cv
 from .broker_metrics import BrokerMetrics
 from .latency_histograms import HistogramSet, PeriodicHistogramExport
 from .metrics_endpoint import MetricsEndpoint, PrometheusReader
+from .root_sampling import PresetTraceIds, RootSampling
 from .server_interceptor import TracingInterceptor
 from .store_observer import StoreTelemetry
 from .traffic import NO_TRAFFIC, TrafficObserver
@@ -65,6 +66,13 @@ DEFAULT_SERVICE_NAME = "skiff-broker"
 DEFAULT_SAMPLE_RATIO = 0.01
 _EXPORTERS = ("otlp", "console", "none")
 _PROTOCOLS = ("http/protobuf", "grpc")
+_OTHER_SAMPLERS = (
+    "always_on",
+    "always_off",
+    "traceidratio",
+    "parentbased_always_on",
+    "parentbased_always_off",
+)
 
 
 def _env(name: str) -> str:
@@ -162,7 +170,10 @@ def _ratio(default: float) -> float:
 
 
 def sampler_from_env() -> Sampler:
-    name = _env("OTEL_TRACES_SAMPLER").lower() or "parentbased_traceidratio"
+    ratio = parent_based_ratio_from_env()
+    if ratio is not None:
+        return ParentBased(TraceIdRatioBased(ratio))
+    name = _env("OTEL_TRACES_SAMPLER").lower()
     if name == "always_on":
         return ALWAYS_ON
     if name == "always_off":
@@ -171,8 +182,15 @@ def sampler_from_env() -> Sampler:
         return TraceIdRatioBased(_ratio(1.0))
     if name == "parentbased_always_on":
         return ParentBased(ALWAYS_ON)
-    if name == "parentbased_always_off":
-        return ParentBased(ALWAYS_OFF)
+    return ParentBased(ALWAYS_OFF)
+
+
+def parent_based_ratio_from_env() -> float | None:
+    """The ratio of new traces sampled when the sampler is ``parentbased_traceidratio``
+    (the default, and what an unknown name falls back to); None for the other samplers."""
+    name = _env("OTEL_TRACES_SAMPLER").lower() or "parentbased_traceidratio"
+    if name in _OTHER_SAMPLERS:
+        return None
     if name != "parentbased_traceidratio":
         log.warning(
             "OTEL_TRACES_SAMPLER=%r is not a sampler this broker knows; "
@@ -181,7 +199,7 @@ def sampler_from_env() -> Sampler:
         )
     # The specification's default ratio is 1.0 when the sampler is named explicitly.
     explicit = _env("OTEL_TRACES_SAMPLER").lower() == "parentbased_traceidratio"
-    return ParentBased(TraceIdRatioBased(_ratio(1.0 if explicit else DEFAULT_SAMPLE_RATIO)))
+    return _ratio(1.0 if explicit else DEFAULT_SAMPLE_RATIO)
 
 
 def resource_from_env(
@@ -208,6 +226,9 @@ class Telemetry:
     broker_name: str = ""
     tracer_provider: TracerProvider | None = None
     replication_mode: str = cv.REPLICATION_NONE
+    # The ratio decision of new traces, made before the SDK is asked (see root_sampling);
+    # None when the sampler is not the parent-based trace-id ratio one.
+    root_sampling: RootSampling | None = None
     meter_provider: MeterProvider | None = None
     # The store's latency histograms, aggregated outside the SDK's instruments (see
     # latency_histograms) and exported by ``histogram_export``; None when metrics are off.
@@ -258,7 +279,7 @@ class Telemetry:
         """What wraps a gRPC method handler (and its method path) in a SERVER span."""
         if self.tracer_provider is None:
             return None
-        return TracingInterceptor(self.tracer_provider, self.broker_name).trace
+        return TracingInterceptor(self.tracer_provider, self.broker_name, self.root_sampling).trace
 
     def shutdown(self) -> None:
         """Export what is buffered and stop the exporters."""
@@ -289,8 +310,14 @@ def telemetry_from_env(
         return telemetry
     resource = resource_from_env(broker_name, replication_mode)
     if span_exporters:
-        sampler = sampler_from_env()
-        provider = TracerProvider(sampler=sampler, resource=resource)
+        ids = PresetTraceIds()
+        ratio = parent_based_ratio_from_env()
+        if ratio is not None:
+            sampler: Sampler = ParentBased(TraceIdRatioBased(ratio))
+            telemetry.root_sampling = RootSampling(ratio, ids)
+        else:
+            sampler = sampler_from_env()
+        provider = TracerProvider(sampler=sampler, resource=resource, id_generator=ids)
         for exporter in span_exporters:
             provider.add_span_processor(BatchSpanProcessor(exporter))
         telemetry.tracer_provider = provider

@@ -132,15 +132,21 @@ class StoreTelemetry(StoreObserver):
             context=parent,
             kind=SpanKind.INTERNAL,
             links=[Link(c) for c in contexts[1:]],
-            attributes={
+            start_time=report.started_unix_ns,
+        )
+        # An untraced flush (every ASYNC_FLUSH one) is mostly not sampled: attributes only
+        # once it is (the broker's samplers do not look at them).
+        if not span.is_recording():
+            return
+        span.set_attributes(
+            {
                 **self._common,
                 cv.FLUSH_TYPE: report.flush_type,
                 cv.FLUSH_BYTES: report.flushed_bytes,
                 cv.FLUSH_PAGES: report.pages,
                 cv.FLUSH_WAITERS: report.waiters,
                 cv.FLUSH_OUTCOME: outcome,
-            },
-            start_time=report.started_unix_ns,
+            }
         )
         if report.error:
             span.set_status(Status(StatusCode.ERROR, report.error))

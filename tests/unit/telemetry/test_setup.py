@@ -204,3 +204,14 @@ def test_service_name_and_resource_attributes(monkeypatch: pytest.MonkeyPatch) -
     assert resource_from_env().attributes["service.name"] == "from-attributes"
     monkeypatch.setenv("OTEL_SERVICE_NAME", "from-variable")
     assert resource_from_env().attributes["service.name"] == "from-variable"
+
+
+def test_the_default_sampler_decides_new_traces_before_the_sdk(
+    monkeypatch: pytest.MonkeyPatch, telemetry: list[Telemetry]
+) -> None:
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
+    telemetry.append(telemetry_from_env())
+    assert telemetry[0].root_sampling is not None
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_always_on")
+    telemetry.append(telemetry_from_env())
+    assert telemetry[1].root_sampling is None

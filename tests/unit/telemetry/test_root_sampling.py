@@ -1,0 +1,99 @@
+"""New traces decided before the SDK is asked: untraced calls to a real grpc.aio server on
+127.0.0.1 with the tracing interceptor, spans read from the SDK's in-memory exporter."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+
+import grpc
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+from skiff_broker.telemetry.root_sampling import PresetTraceIds, RootSampling
+from skiff_broker.telemetry.server_interceptor import TracingInterceptor
+
+SERVICE = "test.Probe"
+
+
+def untraced_calls(
+    ratio: float, calls: int
+) -> tuple[list[trace.SpanContext], InMemorySpanExporter]:
+    """The span context each call's handler saw, and the spans exported, at ``ratio``."""
+    spans_out = InMemorySpanExporter()
+    ids = PresetTraceIds()
+    provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(ratio)), id_generator=ids)
+    provider.add_span_processor(SimpleSpanProcessor(spans_out))
+    seen: list[trace.SpanContext] = []
+
+    async def probe(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        seen.append(trace.get_current_span().get_span_context())
+        return b""
+
+    async def run() -> None:
+        server = grpc.aio.server(
+            interceptors=[TracingInterceptor(provider, "broker-t", RootSampling(ratio, ids))]
+        )
+        handlers = {"Unary": grpc.unary_unary_rpc_method_handler(probe)}
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                for _ in range(calls):
+                    await channel.unary_unary(f"/{SERVICE}/Unary")(b"hi")
+        finally:
+            await server.stop(None)
+
+    try:
+        asyncio.run(run())
+    finally:
+        provider.shutdown()
+    return seen, spans_out
+
+
+def test_new_traces_are_sampled_at_the_ratio_and_keep_the_id_decided_on() -> None:
+    # Seeded: the SDK draws its ids from the random module. Deciding twice (once here,
+    # once more in the SDK on a fresh id) would sample a quarter of them, not half.
+    random.seed(16)
+    seen, spans_out = untraced_calls(0.5, 200)
+    exported = spans_out.get_finished_spans()
+    assert 80 <= len(exported) <= 120
+    bound = TraceIdRatioBased(0.5).bound
+    sampled = [c for c in seen if c.trace_flags.sampled]
+    assert [(s.context.trace_id, s.context.span_id) for s in exported] == [
+        (c.trace_id, c.span_id) for c in sampled
+    ]
+    assert all(s.parent is None for s in exported)
+    assert all(s.context.trace_id & TraceIdRatioBased.TRACE_ID_LIMIT < bound for s in exported)
+
+
+def test_an_unsampled_new_trace_is_current_and_valid_but_records_nothing() -> None:
+    seen, spans_out = untraced_calls(0.0, 20)
+    assert spans_out.get_finished_spans() == ()
+    assert all(c.is_valid and not c.trace_flags.sampled for c in seen)
+    # Each request a trace of its own, so that what runs under it follows its decision.
+    assert len({c.trace_id for c in seen}) == 20
+
+
+def test_at_ratio_one_every_request_is_a_recorded_root() -> None:
+    seen, spans_out = untraced_calls(1.0, 10)
+    exported = spans_out.get_finished_spans()
+    assert [s.context.span_id for s in exported] == [c.span_id for c in seen]
+    assert all(s.parent is None for s in exported)
+
+
+def test_a_preset_trace_id_goes_to_its_own_thread_once() -> None:
+    ids = PresetTraceIds()
+    ids.preset(0x1234)
+    elsewhere: list[int] = []
+    thread = threading.Thread(target=lambda: elsewhere.append(ids.generate_trace_id()))
+    thread.start()
+    thread.join()
+    assert elsewhere[0] != 0x1234
+    assert ids.generate_trace_id() == 0x1234
+    assert ids.generate_trace_id() != 0x1234
