@@ -6,7 +6,9 @@ Starts a real broker, fills a topic with ``--messages`` messages of
 
 - ``skiff``: ``spark.read.format("skiff")`` of the whole topic, every column
   materialised (written to Spark's ``noop`` sink);
-- ``parquet``: the same rows, saved once as Parquet on local disk, read the same way.
+- ``parquet``: the same rows, saved once as Parquet on local disk, read the same way;
+- ``skiff pullBatchSize=N``: with ``--pull-batch-size N`` (repeatable), the Skiff read
+  again with that option, to compare fetch sizes in the same run.
 
 Each read runs ``--repeats`` times after one warm-up; the table shows the median,
 messages/s, MB/s of message bodies, and the ratio of the Skiff read to the
@@ -78,6 +80,13 @@ def main() -> None:
     parser.add_argument("--queues", type=int, default=4, help="queues of the topic (partitions)")
     parser.add_argument("--cores", type=int, default=2, help="Spark local[N]")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--pull-batch-size",
+        type=int,
+        action="append",
+        default=[],
+        help="also time the Skiff read with this pullBatchSize option (repeatable)",
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="skiff-spark-bench-") as scratch:
@@ -89,12 +98,18 @@ def main() -> None:
             note(f"filled in {time.perf_counter() - started:.1f} s; starting Spark ...")
             spark = local_session("skiff-spark-bench", cores=args.cores)
             try:
-                skiff = (
-                    spark.read.format("skiff")
-                    .option("endpoints", broker.endpoint)
-                    .option("topic", TOPIC)
-                    .load()
-                )
+
+                def skiff_read(**options: str):
+                    reader = (
+                        spark.read.format("skiff")
+                        .option("endpoints", broker.endpoint)
+                        .option("topic", TOPIC)
+                    )
+                    for name, value in options.items():
+                        reader = reader.option(name, value)
+                    return reader.load()
+
+                skiff = skiff_read()
                 parquet_path = str(scratch_path / "messages.parquet")
                 skiff.write.parquet(parquet_path)
                 parquet = spark.read.parquet(parquet_path)
@@ -106,7 +121,12 @@ def main() -> None:
                     return lambda: frame.write.format("noop").mode("overwrite").save()
 
                 results = {}
-                for name, frame in (("skiff", skiff), ("parquet", parquet)):
+                frames = [("skiff", skiff)]
+                frames += [
+                    (f"skiff pullBatchSize={size}", skiff_read(pullBatchSize=str(size)))
+                    for size in args.pull_batch_size
+                ]
+                for name, frame in [*frames, ("parquet", parquet)]:
                     note(f"timing {name} reads ...")
                     results[name] = timed(read_all(frame), args.repeats)
             finally:

@@ -47,11 +47,19 @@ _RESERVED = sorted(prop.RESERVED)
 _PAIR = r"(?s)^(?P<name>[^\x01]*)\x01?(?P<value>.*)$"
 
 
-def _field(data: np.ndarray, starts: np.ndarray, at: int, dtype: str) -> np.ndarray:
-    """The big-endian field ``at`` bytes into every record, as native integers."""
+def _headers(data: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """The IPv4 header of every record, one row of bytes each."""
+    return data[starts[:, None] + np.arange(PLAIN_HEADER.size)]
+
+
+def _field(headers: np.ndarray, at: int, dtype: str) -> np.ndarray:
+    """The big-endian field ``at`` bytes into every header, as native integers."""
     width = np.dtype(dtype).itemsize
-    cells = data[starts[:, None] + np.arange(at, at + width)]
-    return cells.view(dtype)[:, 0].astype(dtype.replace(">", "="))
+    return (
+        np.ascontiguousarray(headers[:, at : at + width])
+        .view(dtype)[:, 0]
+        .astype(dtype.replace(">", "="))
+    )
 
 
 def _cut(records: bytes, begins: np.ndarray, ends: np.ndarray, kind: pa.DataType) -> pa.Array:
@@ -101,16 +109,21 @@ def record_batch_of_records(
         return None
     data = np.frombuffer(records, dtype=np.uint8)
     starts = _record_starts(records)
-    queue_offsets = _field(data, starts, QUEUE_OFFSET_OFFSET, ">i8")
+    headers = _headers(data, starts)
+    queue_offsets = _field(headers, QUEUE_OFFSET_OFFSET, ">i8")
     before_end = int(np.searchsorted(queue_offsets, end))  # a queue's offsets ascend
-    starts, queue_offsets = starts[:before_end], queue_offsets[:before_end]
-    if np.any(_field(data, starts, SYSFLAG_OFFSET, ">i4") & (HOST_V6_BITS | COMPRESSED)):
+    starts, queue_offsets, headers = (
+        starts[:before_end],
+        queue_offsets[:before_end],
+        headers[:before_end],
+    )
+    if np.any(_field(headers, SYSFLAG_OFFSET, ">i4") & (HOST_V6_BITS | COMPRESSED)):
         return None
     rows = len(starts)
     body_at = starts + PLAIN_HEADER.size
-    topic_at = body_at + _field(data, starts, _BODY_LENGTH_OFFSET, ">i4")
+    topic_at = body_at + _field(headers, _BODY_LENGTH_OFFSET, ">i4")
     properties_at = topic_at + 3 + data[topic_at]
-    record_end = starts + _field(data, starts, 0, ">i4")
+    record_end = starts + _field(headers, 0, ">i4")
 
     properties = _cut(records, properties_at, record_end, pa.string())
     try:
@@ -143,7 +156,7 @@ def record_batch_of_records(
     )
     if len(without_id):
         # Records written without a client ID have RocketMQ's offset message ID.
-        physical = _field(data, starts[without_id], _PHYSICAL_OFFSET_OFFSET, ">i8")
+        physical = _field(headers[without_id], _PHYSICAL_OFFSET_OFFSET, ">i8")
         ids = message_ids.to_pylist()
         for row, physical_offset in zip(without_id.tolist(), physical.tolist(), strict=True):
             host_at = int(starts[row]) + _STORE_HOST_OFFSET
@@ -174,15 +187,15 @@ def record_batch_of_records(
     microseconds = schema.field("born_timestamp").type
     columns = [
         pa.array([topic], pa.string()).take(np.zeros(rows, dtype=np.int32)),
-        pa.array(_field(data, starts, QUEUE_ID_OFFSET, ">i4"), pa.int32()),
+        pa.array(_field(headers, QUEUE_ID_OFFSET, ">i4"), pa.int32()),
         pa.array(queue_offsets, pa.int64()),
         message_ids,
         keys,
         tags,
         _cut(records, body_at, topic_at, pa.binary()),
         user_properties,
-        pa.array(_field(data, starts, BORN_TIMESTAMP_OFFSET, ">i8") * 1000, microseconds),
-        pa.array(_field(data, starts, STORE_TIMESTAMP_OFFSET, ">i8") * 1000, microseconds),
+        pa.array(_field(headers, BORN_TIMESTAMP_OFFSET, ">i8") * 1000, microseconds),
+        pa.array(_field(headers, STORE_TIMESTAMP_OFFSET, ">i8") * 1000, microseconds),
         pa.array([group], pa.string()).take(np.zeros(rows, dtype=np.int32)),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=schema)
