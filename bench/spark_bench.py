@@ -8,7 +8,10 @@ Starts a real broker, fills a topic with ``--messages`` messages of
   materialised (written to Spark's ``noop`` sink);
 - ``parquet``: the same rows, saved once as Parquet on local disk, read the same way;
 - ``skiff pullBatchSize=N``: with ``--pull-batch-size N`` (repeatable), the Skiff read
-  again with that option, to compare fetch sizes in the same run.
+  again with that option, to compare fetch sizes in the same run;
+- ``fetch only``: no Spark, one thread fetching every queue's records with
+  ``PullConsumer.fetch_range`` (default fetch size) and decoding nothing: the floor the
+  broker's serving of the fetches sets under any Skiff read.
 
 Each read runs ``--repeats`` times after one warm-up; the table shows the median,
 messages/s, MB/s of message bodies, and the ratio of the Skiff read to the
@@ -34,6 +37,7 @@ from tests.support.queue_ends import wait_for_messages  # noqa: E402
 
 from skiff_broker.client.admin import AdminClient  # noqa: E402
 from skiff_broker.client.messaging import MessagingClient, OutgoingMessage  # noqa: E402
+from skiff_broker.client.pull_consumer import PullConsumer  # noqa: E402
 from skiff_broker.spark.session import local_session  # noqa: E402
 
 TOPIC = "bench-spark"
@@ -61,6 +65,14 @@ def fill(endpoint: str, messages: int, body_bytes: int, queues: int) -> int:
             sent += count
     wait_for_messages(endpoint, TOPIC, messages)
     return messages * body_bytes
+
+
+def fetch_everything(endpoint: str, queues: int) -> None:
+    with PullConsumer(endpoint) as consumer:
+        for queue in range(queues):
+            end = consumer.max_offset(TOPIC, queue)
+            for _ in consumer.fetch_range(TOPIC, queue, 0, end):
+                pass
 
 
 def timed(action, repeats: int) -> list[float]:
@@ -129,6 +141,10 @@ def main() -> None:
                 for name, frame in [*frames, ("parquet", parquet)]:
                     note(f"timing {name} reads ...")
                     results[name] = timed(read_all(frame), args.repeats)
+                note("timing fetches alone ...")
+                results["fetch only"] = timed(
+                    lambda: fetch_everything(broker.endpoint, args.queues), args.repeats
+                )
             finally:
                 spark.stop()
 
