@@ -6,7 +6,12 @@ Starts a real broker, fills a topic with ``--messages`` messages of
 
 - ``skiff``: ``spark.read.format("skiff")`` of the whole topic, every column
   materialised (written to Spark's ``noop`` sink);
-- ``parquet``: the same rows, saved once as Parquet on local disk, read the same way.
+- ``parquet``: the same rows, saved once as Parquet on local disk, read the same way;
+- ``skiff pullBatchSize=N``: with ``--pull-batch-size N`` (repeatable), the Skiff read
+  again with that option, to compare fetch sizes in the same run;
+- ``fetch only``: no Spark, one thread fetching every queue's records with
+  ``PullConsumer.fetch_range`` (default fetch size) and decoding nothing: the floor the
+  broker's serving of the fetches sets under any Skiff read.
 
 Each read runs ``--repeats`` times after one warm-up; the table shows the median,
 messages/s, MB/s of message bodies, and the ratio of the Skiff read to the
@@ -32,6 +37,7 @@ from tests.support.queue_ends import wait_for_messages  # noqa: E402
 
 from skiff_broker.client.admin import AdminClient  # noqa: E402
 from skiff_broker.client.messaging import MessagingClient, OutgoingMessage  # noqa: E402
+from skiff_broker.client.pull_consumer import PullConsumer  # noqa: E402
 from skiff_broker.spark.session import local_session  # noqa: E402
 
 TOPIC = "bench-spark"
@@ -61,6 +67,14 @@ def fill(endpoint: str, messages: int, body_bytes: int, queues: int) -> int:
     return messages * body_bytes
 
 
+def fetch_everything(endpoint: str, queues: int) -> None:
+    with PullConsumer(endpoint) as consumer:
+        for queue in range(queues):
+            end = consumer.max_offset(TOPIC, queue)
+            for _ in consumer.fetch_range(TOPIC, queue, 0, end):
+                pass
+
+
 def timed(action, repeats: int) -> list[float]:
     action()  # warm-up: Python workers, JIT, page cache
     times = []
@@ -78,6 +92,13 @@ def main() -> None:
     parser.add_argument("--queues", type=int, default=4, help="queues of the topic (partitions)")
     parser.add_argument("--cores", type=int, default=2, help="Spark local[N]")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--pull-batch-size",
+        type=int,
+        action="append",
+        default=[],
+        help="also time the Skiff read with this pullBatchSize option (repeatable)",
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="skiff-spark-bench-") as scratch:
@@ -89,12 +110,18 @@ def main() -> None:
             note(f"filled in {time.perf_counter() - started:.1f} s; starting Spark ...")
             spark = local_session("skiff-spark-bench", cores=args.cores)
             try:
-                skiff = (
-                    spark.read.format("skiff")
-                    .option("endpoints", broker.endpoint)
-                    .option("topic", TOPIC)
-                    .load()
-                )
+
+                def skiff_read(**options: str):
+                    reader = (
+                        spark.read.format("skiff")
+                        .option("endpoints", broker.endpoint)
+                        .option("topic", TOPIC)
+                    )
+                    for name, value in options.items():
+                        reader = reader.option(name, value)
+                    return reader.load()
+
+                skiff = skiff_read()
                 parquet_path = str(scratch_path / "messages.parquet")
                 skiff.write.parquet(parquet_path)
                 parquet = spark.read.parquet(parquet_path)
@@ -106,9 +133,18 @@ def main() -> None:
                     return lambda: frame.write.format("noop").mode("overwrite").save()
 
                 results = {}
-                for name, frame in (("skiff", skiff), ("parquet", parquet)):
+                frames = [("skiff", skiff)]
+                frames += [
+                    (f"skiff pullBatchSize={size}", skiff_read(pullBatchSize=str(size)))
+                    for size in args.pull_batch_size
+                ]
+                for name, frame in [*frames, ("parquet", parquet)]:
                     note(f"timing {name} reads ...")
                     results[name] = timed(read_all(frame), args.repeats)
+                note("timing fetches alone ...")
+                results["fetch only"] = timed(
+                    lambda: fetch_everything(broker.endpoint, args.queues), args.repeats
+                )
             finally:
                 spark.stop()
 

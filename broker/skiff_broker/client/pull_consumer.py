@@ -38,6 +38,7 @@ from .transport import BrokerClient, PendingCall
 
 __all__ = [
     "DataLost",
+    "FetchedRecords",
     "GroupQueues",
     "PullConsumer",
     "PullResult",
@@ -89,6 +90,18 @@ class PullResult:
     messages: list[PulledMessage]
     # Where to pull next: after the last message, or the queue's min offset when the
     # offset was too small, or its max offset when it was too large.
+    next_offset: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FetchedRecords:
+    """One fetch's answer, undecoded: records ``offset`` up to ``next_offset`` (exclusive)
+    of one queue, back to back in the commit-log layout (see ``records``)."""
+
+    topic: str
+    queue_id: int
+    offset: int
+    records: bytes
     next_offset: int
 
 
@@ -146,6 +159,11 @@ class PullConsumer(BrokerClient):
         self._namespace = namespace
         self._stub = service_pb2_grpc.MessagingServiceStub(self._transport.channel)
         self._records = records_pb2_grpc.RecordServiceStub(self._transport.channel)
+
+    @property
+    def checks_crc(self) -> bool:
+        """Whether this consumer checks each body's CRC on arrival (see ``__init__``)."""
+        return self._check_crc
 
     def _resource(self, name: str) -> pb.Resource:
         return pb.Resource(name=name, resource_namespace=self._namespace)
@@ -303,6 +321,22 @@ class PullConsumer(BrokerClient):
             self._records.Fetch, request, timeout=wait_s + self._transport.timeout
         )
 
+    def _messages(
+        self, records: bytes, topic: str, queue_id: int, offset: int, next_offset: int
+    ) -> list[PulledMessage]:
+        try:
+            return decode_records(records, topic=topic, check_crc=self._check_crc)
+        except CorruptRecords as exc:
+            log.error(
+                "%s/%d: skipping offsets after %d up to %d: %s",
+                topic,
+                queue_id,
+                exc.messages[-1].queue_offset if exc.messages else offset - 1,
+                next_offset - 1,
+                exc,
+            )
+            return exc.messages
+
     def _result(
         self,
         response: rpb.FetchResponse,
@@ -313,18 +347,9 @@ class PullConsumer(BrokerClient):
     ) -> PullResult:
         result = response.result
         if result == rpb.FetchResponse.FOUND:
-            try:
-                messages = decode_records(response.records, topic=topic, check_crc=self._check_crc)
-            except CorruptRecords as exc:
-                log.error(
-                    "%s/%d: skipping offsets after %d up to %d: %s",
-                    topic,
-                    queue_id,
-                    exc.messages[-1].queue_offset if exc.messages else offset - 1,
-                    response.next_offset - 1,
-                    exc,
-                )
-                messages = exc.messages
+            messages = self._messages(
+                response.records, topic, queue_id, offset, response.next_offset
+            )
             if tags is not None:
                 # The broker filters on tag hashes; two tags may share one.
                 messages = [m for m in messages if m.tag in tags]
@@ -355,6 +380,30 @@ class PullConsumer(BrokerClient):
         queue ends before ``end``. Offsets the broker skipped (records that failed
         their CRC) are simply absent.
         """
+        for fetched in self.fetch_range(
+            topic, queue_id, start, end, batch_size=batch_size, skip_lost=skip_lost, on_lost=on_lost
+        ):
+            messages = self.decode(fetched)
+            if messages and messages[-1].queue_offset >= end:
+                messages = [m for m in messages if m.queue_offset < end]
+            yield from messages
+
+    def fetch_range(
+        self,
+        topic: str,
+        queue_id: int,
+        start: int,
+        end: int,
+        *,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        skip_lost: bool = False,
+        on_lost: Callable[[DataLost], None] | None = None,
+    ) -> Iterator[FetchedRecords]:
+        """:meth:`read_range` before decoding: each fetch's records as the broker sent them.
+
+        For readers that decode records their own way (into columns, say); :meth:`decode`
+        gives the messages. The last fetch may hold records at or past ``end``.
+        """
         if start >= end:
             return
         batch_size = max(1, min(batch_size, MAX_BATCH_SIZE))
@@ -367,37 +416,46 @@ class PullConsumer(BrokerClient):
         try:
             while pending is not None:
                 response = pending.result()
-                if response.result == rpb.FetchResponse.FOUND and response.next_offset < end:
+                found = response.result == rpb.FetchResponse.FOUND
+                if found and response.next_offset < end:
                     # The next fetch travels while this one is decoded.
                     pending = pull_from(response.next_offset)
                 else:
                     pending = None
-                result = self._result(response, topic, queue_id, offset, None)
-                if result.status is PullStatus.OFFSET_TOO_SMALL:
-                    lost = DataLost(topic, queue_id, offset, result.next_offset)
+                if response.result == rpb.FetchResponse.OFFSET_TOO_SMALL:
+                    lost = DataLost(topic, queue_id, offset, response.next_offset)
                     if not skip_lost:
                         raise lost
                     if on_lost is not None:
                         on_lost(lost)
                     else:
                         log.warning("%s", lost.message)
-                    offset = result.next_offset
+                    offset = response.next_offset
                     if offset >= end:
                         return
                     pending = pull_from(offset)
                     continue
-                if result.status is PullStatus.NO_NEW_MESSAGE and offset < result.next_offset < end:
+                if (
+                    not found
+                    and response.result != rpb.FetchResponse.OFFSET_TOO_LARGE
+                    and offset < response.next_offset < end
+                ):
                     # Nothing readable here (a stretch of skipped records): step past it.
-                    offset = result.next_offset
+                    offset = response.next_offset
                     pending = pull_from(offset)
                     continue
-                if result.status is not PullStatus.FOUND:
+                if not found:
                     return
-                messages = result.messages
-                if messages and messages[-1].queue_offset >= end:
-                    messages = [m for m in messages if m.queue_offset < end]
-                yield from messages
-                offset = result.next_offset
+                yield FetchedRecords(
+                    topic, queue_id, offset, response.records, response.next_offset
+                )
+                offset = response.next_offset
         finally:
             if pending is not None:
                 pending.cancel()
+
+    def decode(self, fetched: FetchedRecords) -> list[PulledMessage]:
+        """The messages of one fetch (records whose framing breaks are logged and left out)."""
+        return self._messages(
+            fetched.records, fetched.topic, fetched.queue_id, fetched.offset, fetched.next_offset
+        )

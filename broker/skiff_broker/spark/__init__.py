@@ -1,7 +1,7 @@
 """Skiff and Spark: a PySpark data source for topics, and the trace-latency job.
 
 Needs the ``spark`` extra (``pip install 'skiff-broker[spark]'``): PySpark 4.2 or newer
-with PyArrow, and matplotlib for plots. Nothing here imports PySpark until it is
+with PyArrow and NumPy, and matplotlib for plots. Nothing here imports PySpark until it is
 used, so ``skiff`` works without the extra.
 """
 
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 MISSING_EXTRA = (
-    "this needs PySpark, PyArrow and matplotlib: install them with "
+    "this needs PySpark, PyArrow, NumPy and matplotlib: install them with "
     "pip install 'skiff-broker[spark]' "
     "(PySpark 4.2 or newer; Spark also needs Java 17 or newer on the PATH)"
 )
@@ -26,6 +26,7 @@ class SparkExtraMissing(ImportError):
 def require_spark() -> None:
     """Raise :class:`SparkExtraMissing` with what to install if PySpark cannot be imported."""
     try:
+        import numpy  # noqa: F401
         import pyarrow  # noqa: F401
         import pyspark
     except ImportError as exc:

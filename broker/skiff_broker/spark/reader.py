@@ -24,9 +24,10 @@ from pyspark.sql.streaming.datasource import (
 
 from ..client.credentials import Credentials
 from ..client.errors import BrokerUnavailable
-from ..client.pull_consumer import DataLost, PulledMessage
+from ..client.pull_consumer import DataLost, FetchedRecords, PullConsumer
 from . import offsets as off
 from .options import OptionError, SourceOptions
+from .record_columns import record_batch_of_records
 from .routes import Routes
 from .schema import arrow_schema, record_batch
 
@@ -34,6 +35,8 @@ log = logging.getLogger(__name__)
 
 # Rows per Arrow record batch handed to Spark.
 ROWS_PER_RECORD_BATCH = 4096
+# ... and about at most this many bytes of records, for large messages.
+BYTES_PER_RECORD_BATCH = 64 * 1024 * 1024
 # How long a task waits for its group's broker to hold the whole planned range.
 CATCH_UP_S = 60.0
 CATCH_UP_POLL_S = 0.5
@@ -89,8 +92,7 @@ def read_slice(task: SliceToRead) -> Iterator[pa.RecordBatch]:
     try:
         while True:
             consumer = routes.consumer(routes.endpoint_of(queue.topic, queue.group))
-            messages: list[PulledMessage] = []
-            pulled = consumer.read_range(
+            fetches = consumer.fetch_range(
                 queue.topic,
                 queue.queue_id,
                 start,
@@ -100,19 +102,16 @@ def read_slice(task: SliceToRead) -> Iterator[pa.RecordBatch]:
                 on_lost=on_lost,
             )
             try:
-                for message in pulled:
-                    messages.append(message)
-                    start = message.queue_offset + 1
-                    if len(messages) >= ROWS_PER_RECORD_BATCH:
-                        yield record_batch(messages, schema, queue.group)
-                        messages = []
+                for fetched in _grouped(fetches):
+                    for batch in _record_batches(consumer, fetched, queue, schema):
+                        if batch.num_rows:
+                            start = batch.column(2)[-1].as_py() + 1
+                            yield batch
             except DataLost as lost:
                 raise off.DataLossError(
                     f"{lost.message} (group {queue.group}). The query needs them: to go on "
                     'without them, set the option failOnDataLoss to "false"'
                 ) from None
-            if messages:
-                yield record_batch(messages, schema, queue.group)
             # Ended early: either offsets the broker skipped (records that failed their
             # CRC) end the range, or this broker does not hold the range's end yet.
             if start >= queue.end:
@@ -131,6 +130,46 @@ def read_slice(task: SliceToRead) -> Iterator[pa.RecordBatch]:
             time.sleep(CATCH_UP_POLL_S)
     finally:
         routes.close()
+
+
+def _grouped(fetches: Iterator[FetchedRecords]) -> Iterator[list[FetchedRecords]]:
+    """Consecutive fetches, about ``ROWS_PER_RECORD_BATCH`` records (or
+    ``BYTES_PER_RECORD_BATCH``) at a time."""
+    group: list[FetchedRecords] = []
+    records = size = 0
+    for fetched in fetches:
+        group.append(fetched)
+        records += fetched.next_offset - fetched.offset
+        size += len(fetched.records)
+        if records >= ROWS_PER_RECORD_BATCH or size >= BYTES_PER_RECORD_BATCH:
+            yield group
+            group, records, size = [], 0, 0
+    if group:
+        yield group
+
+
+def _record_batches(
+    consumer: PullConsumer,
+    fetched: list[FetchedRecords],
+    queue: off.QueueSlice,
+    schema: pa.Schema,
+) -> Iterator[pa.RecordBatch]:
+    """The rows of consecutive fetches of ``queue`` before its end: columns cut straight
+    from the records, or message by message where they need the decoder."""
+    batch = record_batch_of_records(
+        b"".join(f.records for f in fetched),
+        topic=queue.topic,
+        group=queue.group,
+        end=queue.end,
+        schema=schema,
+        check_crc=consumer.checks_crc,
+    )
+    if batch is not None:
+        yield batch
+        return
+    for one in fetched:
+        messages = [m for m in consumer.decode(one) if m.queue_offset < queue.end]
+        yield record_batch(messages, schema, queue.group)
 
 
 class SkiffBatchReader(DataSourceReader):
