@@ -1,15 +1,20 @@
-"""Broker CPU per message under the official Java client's sends, for two code trees in one run.
+"""Broker CPU per message under the official Java client, for two code trees in one run.
 
 Starts one Skiff broker (ASYNC_FLUSH or SYNC_FLUSH, TLS permissive as by default) per code tree
-and per round, drives it with the Java client's ``sendAsync`` (256 in flight) and 16 threads of
-blocking ``send`` (1 KiB bodies), and prints broker CPU µs per message (all threads, the
-event loop's thread alone, and the dispatcher's, its thread id from ``py-spy dump``) and msg/s
-for each tree, with the ratio of the candidate to the baseline. Rounds alternate the trees so
-that load from other processes on the machine falls on both. ``--profile DIR`` records each
-broker with py-spy (``pip install py-spy``) and writes a collapsed-stack file per tree and
-workload.
+and per round and drives it with the Java client (1 KiB bodies). ``--workload send``: its
+``sendAsync`` (256 in flight) and 16 threads of blocking ``send``. ``--workload drain``: a
+SimpleConsumer (8 threads, ``receive`` of 32, one ``ack`` per message) drains a backlog the
+client sent beforehand (not measured); the backlog holds a few batches more than are drained,
+so no receive waits on an empty queue. ``both`` runs the two. For each tree it prints broker
+CPU µs per message (all threads, the event loop's thread alone, and the dispatcher's, its
+thread id from ``py-spy dump``) and msg/s, with the ratio of the candidate to the baseline.
+Rounds alternate the trees so that load from other processes on the machine falls on both.
+``--profile DIR`` records each broker with py-spy (``pip install py-spy``; native frames,
+100 Hz) and writes a collapsed-stack file per tree and workload whose first frame is the
+thread.
 
-    python bench/java_send_ab.py --baseline /path/to/old/checkout [--rounds 3] [--messages N]
+    python bench/java_send_ab.py --baseline /path/to/old/checkout [--workload drain]
+                                 [--rounds 3] [--messages N]
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import signal
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -47,12 +53,33 @@ class TreeBroker(peer_brokers.SkiffBroker):
             peer_brokers.ROOT = saved
 
 
-def _workloads(driver: peer_clients.JavaClientDriver, count: int) -> dict:
+# Messages the drain's threads may have asked for beyond ``count`` when it ends: 8 threads
+# receiving 32 each (tests/official_clients/java/OfficialClient.java).
+_DRAIN_SLACK = 8 * 32
+
+
+def _workloads(
+    driver: peer_clients.JavaClientDriver, count: int, workload: str
+) -> dict[str, tuple[Callable[[], object] | None, Callable[[], peer_clients.Sample]]]:
+    """Name -> (unmeasured preparation or None, measured run)."""
     limit_s = 60 + count / 200
-    return {
-        "async": lambda: driver.send_async(KiB, count, limit_s),
-        "blocking": lambda: driver.send_blocking(KiB, count, limit_s),
+    sends = {
+        "async": (None, lambda: driver.send_async(KiB, count, limit_s)),
+        "blocking": (None, lambda: driver.send_blocking(KiB, count, limit_s)),
     }
+    drains = {
+        "drain": (
+            lambda: driver.send_async(KiB, count + _DRAIN_SLACK, limit_s),
+            lambda: driver.drain(count, limit_s),
+        )
+    }
+    return {"send": sends, "drain": drains, "both": sends | drains}[workload]
+
+
+def _py_spy() -> str:
+    """py-spy on the PATH, or installed next to this interpreter (a venv not activated)."""
+    beside = Path(sys.executable).parent / "py-spy"
+    return shutil.which("py-spy") or (str(beside) if beside.exists() else "py-spy")
 
 
 def _thread_seconds(pid: int, tid: int) -> float:
@@ -61,11 +88,6 @@ def _thread_seconds(pid: int, tid: int) -> float:
     with open(f"/proc/{pid}/task/{tid}/stat") as f:
         fields = f.read().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _py_spy() -> str:
-    """py-spy from PATH, else the one installed next to this Python (a virtualenv's)."""
-    return shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
 
 
 def _dispatcher_tid(pid: int) -> int:
@@ -83,7 +105,13 @@ def _dispatcher_tid(pid: int) -> int:
 
 
 def _measure(
-    tree: Path, root: str, durability: str, count: int, profile: Path | None, tag: str
+    tree: Path,
+    root: str,
+    durability: str,
+    count: int,
+    workload: str,
+    profile: Path | None,
+    tag: str,
 ) -> dict[str, tuple[float, float, float, float]]:
     broker = TreeBroker(root, durability, tree)
     results: dict[str, tuple[float, float, float, float]] = {}
@@ -92,7 +120,9 @@ def _measure(
         pid = broker.procs[0].pid
         dispatcher = _dispatcher_tid(pid)
         driver = peer_clients.JavaClientDriver(broker.endpoint, broker.data_dir / "java-logs")
-        for name, run in _workloads(driver, count).items():
+        for name, (prepare, run) in _workloads(driver, count, workload).items():
+            if prepare is not None:
+                prepare()
             broker.idle(5)
             stats = broker.stats()
             spy = None
@@ -106,8 +136,12 @@ def _measure(
                         str(broker.procs[0].pid),
                         "--format",
                         "raw",
+                        # Native frames show gRPC's C core; thread ids split the event loop
+                        # from the poller, store and dispatcher threads.
+                        "--native",
+                        "--threads",
                         "--rate",
-                        "200",
+                        "100",
                         "--output",
                         str(profile / f"{tag}-{name}.txt"),
                     ],
@@ -143,6 +177,7 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, required=True, help="root of the old checkout")
     parser.add_argument("--candidate", type=Path, default=here, help="default: this checkout")
     parser.add_argument("--durability", default="async", choices=("async", "sync"))
+    parser.add_argument("--workload", default="send", choices=("send", "drain", "both"))
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--messages", type=int, default=10000)
     parser.add_argument("--data-dir", default=".")
@@ -155,7 +190,15 @@ def main() -> None:
         order = list(trees) if round_ % 2 == 0 else list(reversed(trees))
         for tag in order:
             profile = args.profile if round_ == 0 else None
-            got = _measure(trees[tag], args.data_dir, args.durability, args.messages, profile, tag)
+            got = _measure(
+                trees[tag],
+                args.data_dir,
+                args.durability,
+                args.messages,
+                args.workload,
+                profile,
+                tag,
+            )
             for name, figure in got.items():
                 figures[tag].setdefault(name, []).append(figure)
                 print(

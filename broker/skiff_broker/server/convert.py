@@ -56,14 +56,25 @@ def host_text(host: str) -> str:
     return address.strip("[]")
 
 
+# Protobuf enum look-ups go through a Python ``__getattr__``; these are read per message.
+_TRANSACTION = pb.MessageType.TRANSACTION
+_FIFO = pb.MessageType.FIFO
+_DELAY = pb.MessageType.DELAY
+_NORMAL = pb.MessageType.NORMAL
+_MD5 = pb.DigestType.MD5
+_GZIP = pb.Encoding.GZIP
+_IDENTITY = pb.Encoding.IDENTITY
+_COMPRESSED = int(SysFlag.COMPRESSED)
+
+
 def message_type_of(properties: dict[str, str]) -> int:
     if properties.get(prop.TRANSACTION_PREPARED) == "true":
-        return pb.MessageType.TRANSACTION
+        return _TRANSACTION
     if prop.MESSAGE_GROUP in properties:
-        return pb.MessageType.FIFO
+        return _FIFO
     if prop.DELIVER_AT_MS in properties:
-        return pb.MessageType.DELAY
-    return pb.MessageType.NORMAL
+        return _DELAY
+    return _NORMAL
 
 
 def body_problem(stored: StoredMessage, max_body_size: int) -> str | None:
@@ -72,7 +83,7 @@ def body_problem(stored: StoredMessage, max_body_size: int) -> str | None:
     A bad body is logged as a WARNING each time it is read: it needs an
     operator's look, and its consumers get its stored bytes.
     """
-    if not stored.sys_flag & SysFlag.COMPRESSED:
+    if not stored.sys_flag & _COMPRESSED:
         return None
     problem = _verdicts.problem(
         stored.body, max_body_size, position=stored.physical_offset, body_crc=stored.body_crc
@@ -100,29 +111,62 @@ def to_proto(
     invisible_ms: int = 0,
     max_body_size: int = DEFAULT_MAX_BODY_SIZE,
 ) -> pb.Message:
-    """The message as a consumer receives it; the body is passed through unchanged.
+    """The message as a consumer receives it (see ``fill_message``)."""
+    message = pb.Message()
+    fill_message(
+        message,
+        stored,
+        namespace=namespace,
+        receipt_handle=receipt_handle,
+        delivery_attempt=delivery_attempt,
+        invisible_ms=invisible_ms,
+        max_body_size=max_body_size,
+    )
+    return message
+
+
+def fill_message(
+    message: pb.Message,
+    stored: StoredMessage,
+    *,
+    namespace: str = "",
+    receipt_handle: str = "",
+    delivery_attempt: int = 0,
+    invisible_ms: int = 0,
+    max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+) -> None:
+    """Write the message as a consumer receives it into an empty ``message``, in place (a
+    response's own field, so nothing is copied into the response afterwards); the body is
+    passed through unchanged.
 
     A compressed body that does not inflate within ``max_body_size`` goes out
     as IDENTITY, with the reason in the ``UNINFLATABLE_BODY`` property.
     """
     properties = stored.properties
-    digest = hashlib.md5(stored.body).hexdigest().upper()
     problem = body_problem(stored, max_body_size)
-    compressed = stored.sys_flag & SysFlag.COMPRESSED and problem is None
-    system = pb.SystemProperties(
-        # Messages written without a client ID get RocketMQ's offset message ID.
-        message_id=properties.get(prop.UNIQ_KEY)
-        or offset_message_id(encode_host(stored.store_host), stored.physical_offset),
-        body_digest=pb.Digest(type=pb.DigestType.MD5, checksum=digest),
-        body_encoding=pb.Encoding.GZIP if compressed else pb.Encoding.IDENTITY,
-        message_type=message_type_of(properties),
-        born_timestamp=timestamp(stored.born_timestamp),
-        born_host=properties.get(prop.BORN_HOST_TEXT) or host_text(stored.born_host),
-        store_timestamp=timestamp(stored.store_timestamp),
-        store_host=stored.store_host,
-        queue_id=stored.queue_id,
-        queue_offset=stored.queue_offset,
+    message.topic.name = stored.topic
+    if namespace:
+        message.topic.resource_namespace = namespace
+    system = message.system_properties
+    # Messages written without a client ID get RocketMQ's offset message ID.
+    system.message_id = properties.get(prop.UNIQ_KEY) or offset_message_id(
+        encode_host(stored.store_host), stored.physical_offset
     )
+    digest = system.body_digest
+    digest.type = _MD5
+    digest.checksum = hashlib.md5(stored.body).hexdigest().upper()
+    system.body_encoding = _GZIP if stored.sys_flag & _COMPRESSED and problem is None else _IDENTITY
+    system.message_type = message_type_of(properties)
+    born_ms = stored.born_timestamp
+    system.born_timestamp.seconds = born_ms // 1000
+    system.born_timestamp.nanos = (born_ms % 1000) * 1_000_000
+    system.born_host = properties.get(prop.BORN_HOST_TEXT) or host_text(stored.born_host)
+    store_ms = stored.store_timestamp
+    system.store_timestamp.seconds = store_ms // 1000
+    system.store_timestamp.nanos = (store_ms % 1000) * 1_000_000
+    system.store_host = stored.store_host
+    system.queue_id = stored.queue_id
+    system.queue_offset = stored.queue_offset
     if tags := properties.get(prop.TAGS):
         system.tag = tags
     if keys := properties.get(prop.KEYS):
@@ -143,12 +187,11 @@ def to_proto(
     if origin := properties.get(prop.DLQ_ORIGIN_TOPIC):
         system.dead_letter_queue.topic = origin
         system.dead_letter_queue.message_id = properties.get(prop.DLQ_ORIGIN_MESSAGE_ID, "")
-    user = {k: v for k, v in properties.items() if k not in prop.RESERVED}
+    user = message.user_properties
+    reserved = prop.RESERVED
+    for key, value in properties.items():
+        if key not in reserved:
+            user[key] = value
     if problem is not None:
         user[prop.UNINFLATABLE_BODY] = problem
-    return pb.Message(
-        topic=pb.Resource(name=stored.topic, resource_namespace=namespace),
-        user_properties=user,
-        system_properties=system,
-        body=stored.body,
-    )
+    message.body = stored.body

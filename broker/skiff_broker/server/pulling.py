@@ -11,7 +11,7 @@ from ..delivery.long_polling import ArrivalHub
 from ..runtime import Broker
 from ..store.results import NOT_WRITTEN_YET, GetStatus
 from ..telemetry.traffic import NO_TRAFFIC, TrafficObserver
-from .convert import millis, to_proto
+from .convert import fill_message, millis
 from .receiving import Receiver
 from .routing import require_group_name, require_topic_name
 from .status import OK, Code, RequestError, status
@@ -80,9 +80,11 @@ class Puller:
             yield spb.PullMessageResponse(status=OK)
             max_body_size = self._broker.config.store.max_message_size
             for message in got.messages:
-                yield spb.PullMessageResponse(
-                    message=to_proto(message, namespace=namespace, max_body_size=max_body_size)
+                response = spb.PullMessageResponse()
+                fill_message(
+                    response.message, message, namespace=namespace, max_body_size=max_body_size
                 )
+                yield response
         elif got.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):
             yield spb.PullMessageResponse(
                 status=status(

@@ -15,7 +15,7 @@ from ..delivery.tag_filter import TagFilter
 from ..metadata.topic_table import MessageType, TopicConfig
 from ..runtime import Broker
 from ..telemetry.traffic import NO_TRAFFIC, TrafficObserver
-from .convert import timestamp, to_proto
+from .convert import fill_message, timestamp
 from .receipt_handle import ReceiptHandle
 from .routing import require_group_name, require_topic_name
 from .status import OK, Code, RequestError, status
@@ -23,6 +23,7 @@ from .status import OK, Code, RequestError, status
 # Answer this long before the client's deadline, so it gets the answer, not a timeout.
 _DEADLINE_MARGIN_S = 1.0
 _MAX_BATCH = 1024
+_OK = Code.OK  # an enum look-up is a Python __getattr__; this one is made per ack
 
 
 def _now_ms() -> int:
@@ -109,13 +110,15 @@ class Receiver:
             broker_name = self._broker.config.broker_name
             max_body_size = self._broker.config.store.max_message_size
             for d in deliveries:
-                yield spb.ReceiveMessageResponse(
-                    message=self._to_proto(d, broker_name, namespace, max_body_size)
-                )
+                response = spb.ReceiveMessageResponse()
+                self._fill(response.message, d, broker_name, namespace, max_body_size)
+                yield response
         yield spb.ReceiveMessageResponse(delivery_timestamp=timestamp(_now_ms()))
 
     @staticmethod
-    def _to_proto(d: Delivery, broker_name: str, namespace: str, max_body_size: int) -> pb.Message:
+    def _fill(
+        message: pb.Message, d: Delivery, broker_name: str, namespace: str, max_body_size: int
+    ) -> None:
         handle = ReceiptHandle(
             d.queue_id,
             d.offset,
@@ -124,7 +127,8 @@ class Receiver:
             broker_name,
             d.message.physical_offset,
         )
-        return to_proto(
+        fill_message(
+            message,
             d.message,
             namespace=namespace,
             receipt_handle=handle.encode(),
@@ -183,34 +187,36 @@ class Receiver:
     def ack(self, request: spb.AckMessageRequest) -> spb.AckMessageResponse:
         group = require_group_name(request.group.name)
         topic = require_topic_name(request.topic.name)
-        entries = []
+        pop = self._broker.pop
+        # Entries are filled in place in the response: building each and copying it in
+        # cost more than the ack itself.
+        response = spb.AckMessageResponse()
+        codes = set()
         for entry in request.entries:
             try:
                 handle = ReceiptHandle.decode(entry.receipt_handle)
-                self._broker.pop.ack(
-                    group, topic, handle.queue_id, handle.offset, handle.retrieve_time
-                )
+                pop.ack(group, topic, handle.queue_id, handle.offset, handle.retrieve_time)
                 result = OK
             except RequestError as exc:
                 result = exc.to_status()
             except PopError as exc:
                 result = status(Code.INVALID_RECEIPT_HANDLE, str(exc))
-            entries.append(
-                spb.AckMessageResultEntry(
-                    message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=result
-                )
-            )
-        codes = {e.status.code for e in entries}
-        if Code.OK in codes:
+            answer = response.entries.add()
+            answer.message_id = entry.message_id
+            answer.receipt_handle = entry.receipt_handle
+            answer.status.CopyFrom(result)
+            codes.add(result.code)
+        if _OK in codes:
             # An ack can release a FIFO queue that waiting receives skipped.
             self._hub.notify(topic)
-        if not entries:
+        if not codes:
             overall = status(Code.BAD_REQUEST, "an ack request needs at least one entry")
         elif len(codes) == 1:
-            overall = entries[0].status
+            overall = response.entries[0].status
         else:
             overall = status(Code.MULTIPLE_RESULTS)
-        return spb.AckMessageResponse(status=overall, entries=entries)
+        response.status.CopyFrom(overall)
+        return response
 
     def change_invisible_duration(
         self, request: spb.ChangeInvisibleDurationRequest
