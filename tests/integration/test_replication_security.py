@@ -69,7 +69,9 @@ def test_users_reach_the_replica_and_stay_after_promotion(
     wait_for(lambda: signs_in(replica, ALICE), "alice to sign in on the replica")
     assert signs_in(replica, KEEPER), "the replica lost its own bootstrap user"
     with AdminClient(replica.endpoint, credentials=ALICE) as admin:
-        assert admin.get_acl(ALICE.access_key) == ALICE_ACL
+        # The user and its ACL were two changes on the master: a METADATA document sent
+        # between them carries alice without her ACL, and the next one carries both.
+        wait_for(lambda: admin.get_acl(ALICE.access_key) == ALICE_ACL, "alice's ACL on the replica")
         with pytest.raises(FailedPrecondition, match="apply them on the master") as refused:
             admin.apply_user("mallory", "mallory-secret")
         assert master.ha_endpoint in str(refused.value)
