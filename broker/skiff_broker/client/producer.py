@@ -43,10 +43,11 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
 
 from ..endpoints import address_of, endpoints_of
+from ..records.encoded_append import APPEND_METHOD, EncodedAppendRequest
 from ..records.v1 import records_pb2 as rpb
-from ..records.v1 import records_pb2_grpc
 from ..wire import property_names as prop
 from ..wire.properties import encode_properties, id_only_properties
+from ..wire.record_codec import client_record_pieces
 from .channels import ClientTls
 from .credentials import Credentials
 from .errors import (
@@ -58,7 +59,7 @@ from .errors import (
 )
 from .message_id import new_message_id
 from .messaging import SendReceipt
-from .records import encode_record, topic_field
+from .records import topic_field
 from .transport import AioTransport
 
 __all__ = ["BatchingProducer", "ProducerClosed", "ProducerStats", "SendReceipt"]
@@ -169,7 +170,12 @@ class _Connection:
     def __init__(self, endpoint: str, channel: grpc.aio.Channel) -> None:
         self.endpoint = endpoint
         self.stub = service_pb2_grpc.MessagingServiceStub(channel)
-        self.records = records_pb2_grpc.RecordServiceStub(channel)
+        # Append with the request already in its wire form (see records.encoded_append).
+        self.append = channel.unary_unary(
+            APPEND_METHOD,
+            request_serializer=EncodedAppendRequest.SerializeToString,
+            response_deserializer=rpb.AppendResponse.FromString,
+        )
         # Until the broker says it has no record API (it is not Skiff).
         self.appends = True
 
@@ -552,20 +558,16 @@ class BatchingProducer:
         field = self._topic_fields.get(topic)
         if field is None:
             field = self._topic_fields[topic] = topic_field(topic)
-        born = int(time.time() * 1000)
-        request = rpb.AppendRequest(
-            topic=topic,
-            records=b"".join(
-                [
-                    encode_record(field, item.body, item.record_properties, born)
-                    for item in batch.items
-                ]
-            ),
+        pieces: list[bytes] = []
+        length = client_record_pieces(
+            pieces,
+            field,
+            [(item.body, item.record_properties) for item in batch.items],
+            int(time.time() * 1000),
         )
+        request = EncodedAppendRequest(topic, pieces, length)
         try:
-            response = await self._transport.call(
-                connection.endpoint, connection.records.Append, request
-            )
+            response = await self._transport.call(connection.endpoint, connection.append, request)
         except InvalidArgument:
             if len(batch.items) == 1:
                 raise

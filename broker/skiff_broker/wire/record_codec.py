@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
+from collections.abc import Iterable
 
 from .hosts import decode_host
 from .properties import Property, decode_properties
@@ -123,6 +124,54 @@ def encode_client_record(
         blob, topic_field, body, properties, 0, 0, sys_flag, born_timestamp, no_host, no_host, 0, 0
     )
     return bytes(blob)
+
+
+def client_record_pieces(
+    pieces: list[bytes],
+    topic_field: bytes,
+    messages: Iterable[tuple[bytes, bytes]],
+    born_timestamp: int,
+) -> int:
+    """Append to ``pieces`` the records of ``messages`` (body, properties) as a client sends them.
+
+    ``b"".join(pieces)`` then holds the same bytes as ``encode_client_record``
+    for each message in turn; bodies are referenced, not copied, so the one
+    join is the only copy of a batch. Returns the bytes appended.
+    """
+    header = header_struct(0)
+    pack = header.pack
+    fixed = header.size + len(topic_field) + 2
+    magic = MESSAGE_MAGIC
+    crc32 = zlib.crc32
+    short = SHORT.pack
+    no_host = _NO_HOST
+    append = pieces.append
+    total = 0
+    for body, properties in messages:
+        length = fixed + len(body) + len(properties)
+        append(
+            pack(
+                length,
+                magic,
+                crc32(body) & 0x7FFFFFFF,
+                0,
+                0,
+                0,
+                0,
+                0,
+                born_timestamp,
+                no_host,
+                0,
+                no_host,
+                0,
+                0,
+                len(body),
+            )
+        )
+        append(body)
+        append(topic_field + short(len(properties)) + properties)
+        total += length
+    return total
 
 
 @dataclasses.dataclass(slots=True)
