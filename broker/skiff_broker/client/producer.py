@@ -57,7 +57,7 @@ from .errors import (
     MessagingError,
     SkiffError,
 )
-from .message_id import new_message_id
+from .message_id import new_message_id, new_message_ids
 from .messaging import SendReceipt
 from .records import topic_field
 from .transport import AioTransport
@@ -118,13 +118,14 @@ class _Pending:
         group: str,
         future: asyncio.Future[SendReceipt],
         size: int,
+        message_id: str,
     ) -> None:
         self.body = body
         self.tag = tag
         self.keys = keys
         self.properties = properties
         self.group = group
-        self.message_id = new_message_id()
+        self.message_id = message_id
         self.future = future
         self.size = size
         if not (tag or keys or properties):
@@ -319,6 +320,7 @@ class BatchingProducer:
             tuple(keys),
             dict(properties) if properties else {},
             message_group or "",
+            new_message_id(),
         )
         future = self._place(topic, item)
         self._dispatch()
@@ -344,7 +346,12 @@ class BatchingProducer:
         """
         tag = tag or ""
         shared = dict(properties) if properties else {}
-        items = [self._pending(topic, bytes(body), tag, (), dict(shared), "") for body in bodies]
+        bodies = list(bodies)
+        # One call makes the batch's IDs: taking them one by one cost more than encoding.
+        items = [
+            self._pending(topic, bytes(body), tag, (), dict(shared), "", message_id)
+            for body, message_id in zip(bodies, new_message_ids(len(bodies)), strict=True)
+        ]
         futures = [self._place(topic, item) for item in items]
         self._dispatch()
         results: list[SendReceipt | BaseException] = []
@@ -367,6 +374,7 @@ class BatchingProducer:
         keys: tuple[str, ...],
         properties: dict[str, str],
         group: str,
+        message_id: str,
     ) -> _Pending:
         if self._closed:
             raise ProducerClosed("the producer is closed; create a new one to send")
@@ -376,7 +384,7 @@ class BatchingProducer:
         if properties:
             size += sum(len(k) + len(v) + 4 for k, v in properties.items())
         future: asyncio.Future[SendReceipt] = self._loop().create_future()
-        return _Pending(body, tag, keys, properties, group, future, size)
+        return _Pending(body, tag, keys, properties, group, future, size, message_id)
 
     def _loop(self) -> asyncio.AbstractEventLoop:
         # Looked up once: the producer lives in one event loop.
