@@ -118,12 +118,9 @@ def encode_client_record(
     topic_field: bytes, body: bytes, properties: bytes, born_timestamp: int, sys_flag: int = 0
 ) -> bytes:
     """One record as a client sends it to Append: the broker's fields left 0 and hosts empty."""
-    blob = bytearray()
-    no_host = _NO_HOST
-    encode_record_into(
-        blob, topic_field, body, properties, 0, 0, sys_flag, born_timestamp, no_host, no_host, 0, 0
-    )
-    return bytes(blob)
+    pieces: list[bytes] = []
+    client_record_pieces(pieces, topic_field, [(body, properties)], born_timestamp, sys_flag)
+    return b"".join(pieces)
 
 
 def client_record_pieces(
@@ -131,14 +128,16 @@ def client_record_pieces(
     topic_field: bytes,
     messages: Iterable[tuple[bytes, bytes]],
     born_timestamp: int,
+    sys_flag: int = 0,
 ) -> int:
-    """Append to ``pieces`` the records of ``messages`` (body, properties) as a client sends them.
+    """Append to ``pieces`` the records of ``messages`` (body, properties) as a client sends
+    them: the broker's fields left 0, hosts empty (IPv4-sized), ``sys_flag`` on each.
 
-    ``b"".join(pieces)`` then holds the same bytes as ``encode_client_record``
-    for each message in turn; bodies are referenced, not copied, so the one
-    join is the only copy of a batch. Returns the bytes appended.
+    Bodies are referenced, not copied, so the one join of ``pieces`` is the only copy of
+    a batch. Returns the bytes appended.
     """
-    header = header_struct(0)
+    sys_flag &= ~HOST_V6_BITS
+    header = header_struct(sys_flag)
     pack = header.pack
     fixed = header.size + len(topic_field) + 2
     magic = MESSAGE_MAGIC
@@ -158,7 +157,7 @@ def client_record_pieces(
                 0,
                 0,
                 0,
-                0,
+                sys_flag,
                 born_timestamp,
                 no_host,
                 0,

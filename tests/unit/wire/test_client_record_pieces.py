@@ -1,4 +1,4 @@
-"""A batch encoded as pieces is the records ``encode_client_record`` writes, and valid records."""
+"""A batch encoded as pieces is the records the general encoder writes for a client, and valid."""
 
 from __future__ import annotations
 
@@ -10,8 +10,19 @@ from skiff_broker.wire.record_codec import (
     client_record_pieces,
     decode_record,
     encode_client_record,
+    encode_record_into,
     topic_field,
 )
+
+NO_HOST = bytes(8)  # an empty IPv4 host and port, as a client leaves them
+
+
+def general_encoding(field: bytes, body: bytes, properties: bytes, sys_flag: int = 0) -> bytes:
+    """The record as ``encode_record_into`` (the broker's encoder) writes it for a client."""
+    blob = bytearray()
+    encode_record_into(blob, field, body, properties, 0, 0, sys_flag, BORN, NO_HOST, NO_HOST, 0, 0)
+    return bytes(blob)
+
 
 BORN = 1_700_000_000_123
 MESSAGES = [
@@ -21,13 +32,13 @@ MESSAGES = [
 ]
 
 
-def test_pieces_join_to_the_records_of_encode_client_record() -> None:
+def test_pieces_join_to_the_records_the_general_encoder_writes() -> None:
     field = topic_field("topic-ü")
     pieces: list[bytes] = []
     length = client_record_pieces(pieces, field, MESSAGES, BORN)
     joined = b"".join(pieces)
     assert joined == b"".join(
-        encode_client_record(field, body, properties, BORN) for body, properties in MESSAGES
+        general_encoding(field, body, properties) for body, properties in MESSAGES
     )
     assert length == len(joined)
     checked = check_run(joined, 0, len(joined))
@@ -63,3 +74,12 @@ def test_an_empty_request_matches_protobufs_too() -> None:
         request = EncodedAppendRequest(topic, [], 0)
         assert request.wire == rpb.AppendRequest(topic=topic).SerializeToString()
         assert request.records == b""
+
+
+def test_one_client_record_carries_its_sys_flag_as_the_general_encoder_writes_it() -> None:
+    field = topic_field("t")
+    compressed = 0x1  # a body flagged compressed
+    body, properties = MESSAGES[1]
+    assert encode_client_record(field, body, properties, BORN, compressed) == general_encoding(
+        field, body, properties, compressed
+    )
