@@ -9,6 +9,10 @@ order alternates between rounds so that load from other processes falls on both.
 msg/s and client CPU µs per message of each run, the candidate's ratio to the baseline per
 round, and the median ratios.
 
+With ``--send-batch`` each of ``--senders`` producers calls ``send_batch()`` instead, with
+1024 // senders bodies at a time, as the peers benchmark's batch mode does (there ``--senders
+1`` and ``64`` are its 1 and 64 producers).
+
     python bench/producer_ab.py --baseline /path/to/old/checkout [--rounds 5] [--seconds 4]
 """
 
@@ -28,8 +32,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# Messages unacknowledged over all producers in --send-batch mode: peer_clients.BATCH_WINDOW.
+BATCH_WINDOW = 1024
+
+
 def run_client(
-    endpoint: str, topic: str, senders: int, body_bytes: int, warmup: float, seconds: float
+    endpoint: str,
+    topic: str,
+    senders: int,
+    body_bytes: int,
+    warmup: float,
+    seconds: float,
+    send_batch: bool,
 ) -> None:
     """The workload, with whatever ``skiff_broker`` PYTHONPATH names; prints one JSON line."""
     import asyncio
@@ -38,6 +52,7 @@ def run_client(
     from skiff_broker.client.producer import BatchingProducer
 
     body = os.urandom(body_bytes)
+    chunk = max(1, BATCH_WINDOW // senders) if send_batch else 1
 
     async def main() -> dict:
         counting = False
@@ -49,11 +64,14 @@ def run_client(
                 nonlocal sent, failed
                 while not stop:
                     try:
-                        await producer.send(topic, body, tag="TagA")
+                        if send_batch:
+                            await producer.send_batch(topic, [body] * chunk)
+                        else:
+                            await producer.send(topic, body, tag="TagA")
                     except Exception:
-                        failed += counting
+                        failed += counting * chunk
                         continue
-                    sent += counting
+                    sent += counting * chunk
 
             tasks = [asyncio.create_task(sender()) for _ in range(senders)]
             await asyncio.sleep(warmup)
@@ -93,6 +111,7 @@ def measure(tree: Path, endpoint: str, args: argparse.Namespace, topic: str) -> 
             str(args.warmup),
             "--seconds",
             str(args.seconds),
+            *(["--send-batch"] if args.send_batch else []),
         ],
         env=env,
         check=True,
@@ -114,11 +133,22 @@ def main() -> int:
     parser.add_argument("--senders", type=int, default=0, help="default: broker_bench's")
     parser.add_argument("--body", type=int, default=1024, help="body bytes")
     parser.add_argument("--data-dir", default=".", help="a directory on the disk to use")
+    parser.add_argument(
+        "--send-batch", action="store_true", help="producers call send_batch(), not send()"
+    )
     parser.add_argument("--client", metavar="ENDPOINT", help=argparse.SUPPRESS)
     parser.add_argument("--topic", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.client:
-        run_client(args.client, args.topic, args.senders, args.body, args.warmup, args.seconds)
+        run_client(
+            args.client,
+            args.topic,
+            args.senders,
+            args.body,
+            args.warmup,
+            args.seconds,
+            args.send_batch,
+        )
         return 0
     if args.baseline is None:
         parser.error("--baseline is required")
@@ -153,7 +183,13 @@ def main() -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
-    print(f"BatchingProducer, {args.senders} senders, {args.body} B bodies, ASYNC_FLUSH broker")
+    call = (
+        f"send_batch() of {max(1, BATCH_WINDOW // args.senders)}" if args.send_batch else "send()"
+    )
+    print(
+        f"BatchingProducer, {args.senders} senders calling {call}, {args.body} B bodies, "
+        "ASYNC_FLUSH broker"
+    )
     print(f"baseline  {trees['baseline']}\ncandidate {trees['candidate']}")
     print(f"{'round':>5} {'base msg/s':>11} {'cand msg/s':>11} {'ratio':>6} {'CPU/msg ratio':>14}")
     throughput, cpu = [], []

@@ -7,7 +7,6 @@ and a per-process sequence number (4 bytes, big-endian).
 
 from __future__ import annotations
 
-import itertools
 import os
 import threading
 import time
@@ -22,20 +21,35 @@ class MessageIdGenerator:
         mac = uuid.getnode() & 0xFFFF_FFFF_FFFF
         pid = os.getpid() & 0xFFFF
         self._prefix = f"{_VERSION_V1}{mac:012X}{pid:04X}"
-        self._sequence = itertools.count()
+        self._sequence = 0
         self._lock = threading.Lock()
         # Everything but the sequence number, built once per second.
         self._head = (-1, "")
 
-    def next(self) -> str:
+    def _current_head(self) -> str:
         now = int(time.time())
         second, head = self._head
         if now != second:
             head = f"{self._prefix}{(now - _EPOCH_2021_S) & 0xFFFF_FFFF:08X}"
             self._head = (now, head)
+        return head
+
+    def _reserve(self, count: int) -> int:
+        """The first of ``count`` sequence numbers no other ID gets."""
         with self._lock:
-            sequence = next(self._sequence) & 0xFFFF_FFFF
-        return f"{head}{sequence:08X}"
+            first = self._sequence
+            self._sequence = first + count
+        return first
+
+    def next(self) -> str:
+        head = self._current_head()
+        return f"{head}{self._reserve(1) & 0xFFFF_FFFF:08X}"
+
+    def take(self, count: int) -> list[str]:
+        """``count`` IDs, as ``next()`` called ``count`` times would make them, at once."""
+        head = self._current_head()
+        first = self._reserve(count)
+        return [f"{head}{sequence & 0xFFFF_FFFF:08X}" for sequence in range(first, first + count)]
 
 
 _generator = MessageIdGenerator()
@@ -43,3 +57,8 @@ _generator = MessageIdGenerator()
 
 def new_message_id() -> str:
     return _generator.next()
+
+
+def new_message_ids(count: int) -> list[str]:
+    """``count`` fresh IDs in sequence order: a batch's, for a fraction of the cost each."""
+    return _generator.take(count)

@@ -22,7 +22,6 @@ from ..wire.hosts import host_flags
 from ..wire.properties import ID_ONLY_PREFIX, Property, decode_properties
 from ..wire.record_check import check_run
 from ..wire.record_layout import (
-    BORN_TIMESTAMP_OFFSET,
     COMPRESSED,
     MAX_PROPERTIES_LENGTH,
     MESSAGE_MAGIC,
@@ -37,9 +36,9 @@ from .dispatch_request import DispatchRequest, index_keys
 
 # Bits a client may set in SYSFLAG; hosts and transaction state are the broker's.
 _CLIENT_SYS_FLAGS = COMPRESSED
-# BORNTIMESTAMP .. PREPARED TRANSACTION OFFSET with IPv4 hosts, written in one go.
-_BROKER_FIELDS = struct.Struct(">q8sq8siq")
-_QUEUE_ID = struct.Struct(">i")
+# QUEUEID .. PREPARED TRANSACTION OFFSET with IPv4 hosts, written in one go: FLAG and
+# SYSFLAG as read, QUEUEOFFSET and PHYSICALOFFSET zero (the commit log fills them in).
+_BROKER_FIELDS = struct.Struct(">ii16xiq8sq8siq")
 # What this door reads of a checked record: SYSFLAG, BORNTIMESTAMP, BODYLENGTH.
 _DOOR_FIELDS = struct.Struct(">iIi4xi16xiq36xi")
 assert _DOOR_FIELDS.size == PLAIN_HEADER.size
@@ -83,11 +82,16 @@ def prepare_records(
             "was stored (encode records as skiff_broker.wire.record_codec does)",
         )
     topic_bytes = topic.encode()
+    # TOPICLENGTH and TOPIC: one comparison checks both, without cutting bytes out.
+    topic_field = bytes((len(topic_bytes),)) + topic_bytes if len(topic_bytes) < 256 else None
+    topic_length = len(topic_bytes)
+    id_only_at = len(ID_ONLY_PREFIX)
     in_place = len(born_host) == 8 and len(store_host) == 8
     blob = bytearray(data) if in_place else bytearray()
     layout: list[tuple[int, int, bool, DispatchRequest]] = []
     body_sizes: list[int] = []
     unpack = _DOOR_FIELDS.unpack_from
+    pack_broker_fields = _BROKER_FIELDS.pack_into
     header_size = PLAIN_HEADER.size
     end = len(data)
     position = 0
@@ -111,9 +115,7 @@ def prepare_records(
             )
         body_at = position + header_size
         topic_at = body_at + body_length
-        topic_length = data[topic_at]
-        properties_at = topic_at + 3 + topic_length
-        if data[topic_at + 1 : topic_at + 1 + topic_length] != topic_bytes:
+        if topic_field is None or not data.startswith(topic_field, topic_at):
             raise _refused(
                 index, position, f"its topic is not {topic!r}; one append holds one topic"
             )
@@ -125,33 +127,48 @@ def prepare_records(
                     position,
                     f"{problem}; send the body uncompressed or clear SYSFLAG's compressed bit",
                 )
-        raw_properties = data[properties_at:record_end]
-        if len(raw_properties) > MAX_PROPERTIES_LENGTH:
+        properties_at = topic_at + 3 + topic_length
+        if record_end - properties_at > MAX_PROPERTIES_LENGTH:
             raise _refused(
                 index,
                 position,
-                f"properties take {len(raw_properties)} bytes; the limit is "
+                f"properties take {record_end - properties_at} bytes; the limit is "
                 f"{MAX_PROPERTIES_LENGTH}",
                 AppendStatus.PROPERTIES_SIZE_EXCEEDED,
             )
         if (
-            raw_properties.startswith(ID_ONLY_PREFIX)
-            and raw_properties.find(b"\x02") == len(raw_properties) - 1
+            data.startswith(ID_ONLY_PREFIX, properties_at)
+            and data.find(b"\x02", properties_at, record_end) == record_end - 1
         ):
             # The usual record: nothing but the message ID (the validator saw one pair).
-            properties = {Property.UNIQ_KEY: raw_properties[len(ID_ONLY_PREFIX) : -1].decode()}
+            unique_key = data[properties_at + id_only_at : record_end - 1].decode()
+            properties = {Property.UNIQ_KEY: unique_key}
+            problem = check_properties(properties)
+            tags = ""
+            keys = [unique_key] if unique_key else []
         else:
-            properties = decode_properties(raw_properties)
-        problem = check_properties(properties)
+            properties = decode_properties(data[properties_at:record_end])
+            problem = check_properties(properties)
+            tags = properties.get(Property.TAGS, "")
+            keys = index_keys(properties.get(Property.KEYS, ""), properties.get(Property.UNIQ_KEY))
         if problem is not None:
             raise _refused(index, position, problem)
 
         born = born_timestamp or born_default
         if in_place:
             start = position
-            _QUEUE_ID.pack_into(blob, start + QUEUE_ID_OFFSET, queue_id)
-            _BROKER_FIELDS.pack_into(
-                blob, start + BORN_TIMESTAMP_OFFSET, born, born_host, 0, store_host, 0, 0
+            pack_broker_fields(
+                blob,
+                start + QUEUE_ID_OFFSET,
+                queue_id,
+                flag,
+                sys_flag,
+                born,
+                born_host,
+                0,
+                store_host,
+                0,
+                0,
             )
             timestamp_at = STORE_TIMESTAMP_OFFSET
             length = size
@@ -181,7 +198,6 @@ def prepare_records(
             blob += data[body_at:record_end]
             timestamp_at = store_timestamp_offset(flags)
             sys_flag = flags
-        keys = index_keys(properties.get(Property.KEYS, ""), properties.get(Property.UNIQ_KEY))
         layout.append(
             (
                 start,
@@ -195,7 +211,7 @@ def prepare_records(
                     length,
                     sys_flag,
                     0,
-                    properties.get(Property.TAGS, ""),
+                    tags,
                     keys,
                 ),
             )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
+from collections.abc import Iterable
 
 from .hosts import decode_host
 from .properties import Property, decode_properties
@@ -117,12 +118,59 @@ def encode_client_record(
     topic_field: bytes, body: bytes, properties: bytes, born_timestamp: int, sys_flag: int = 0
 ) -> bytes:
     """One record as a client sends it to Append: the broker's fields left 0 and hosts empty."""
-    blob = bytearray()
+    pieces: list[bytes] = []
+    client_record_pieces(pieces, topic_field, [(body, properties)], born_timestamp, sys_flag)
+    return b"".join(pieces)
+
+
+def client_record_pieces(
+    pieces: list[bytes],
+    topic_field: bytes,
+    messages: Iterable[tuple[bytes, bytes]],
+    born_timestamp: int,
+    sys_flag: int = 0,
+) -> int:
+    """Append to ``pieces`` the records of ``messages`` (body, properties) as a client sends
+    them: the broker's fields left 0, hosts empty (IPv4-sized), ``sys_flag`` on each.
+
+    Bodies are referenced, not copied, so the one join of ``pieces`` is the only copy of
+    a batch. Returns the bytes appended.
+    """
+    sys_flag &= ~HOST_V6_BITS
+    header = header_struct(sys_flag)
+    pack = header.pack
+    fixed = header.size + len(topic_field) + 2
+    magic = MESSAGE_MAGIC
+    crc32 = zlib.crc32
+    short = SHORT.pack
     no_host = _NO_HOST
-    encode_record_into(
-        blob, topic_field, body, properties, 0, 0, sys_flag, born_timestamp, no_host, no_host, 0, 0
-    )
-    return bytes(blob)
+    append = pieces.append
+    total = 0
+    for body, properties in messages:
+        length = fixed + len(body) + len(properties)
+        append(
+            pack(
+                length,
+                magic,
+                crc32(body) & 0x7FFFFFFF,
+                0,
+                0,
+                0,
+                0,
+                sys_flag,
+                born_timestamp,
+                no_host,
+                0,
+                no_host,
+                0,
+                0,
+                len(body),
+            )
+        )
+        append(body)
+        append(topic_field + short(len(properties)) + properties)
+        total += length
+    return total
 
 
 @dataclasses.dataclass(slots=True)

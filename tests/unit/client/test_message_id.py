@@ -21,3 +21,17 @@ def test_ids_follow_the_official_clients_v1_layout():
         seconds = int(message_id[18:26], 16)
         assert abs(seconds - (time.time() - EPOCH_2021_S)) < 3600
     assert int(second[26:], 16) == int(first[26:], 16) + 1
+
+
+def test_ids_taken_at_once_continue_the_sequence_of_next():
+    generator = MessageIdGenerator()
+    first = generator.next()
+    taken = generator.take(3)
+    after = generator.next()
+
+    ids = [first, *taken, after]
+    assert len(set(ids)) == 5
+    assert all(len(i) == 34 and i[:18] == first[:18] for i in ids)
+    sequences = [int(i[26:], 16) for i in ids]
+    assert sequences == list(range(sequences[0], sequences[0] + 5))
+    assert generator.take(0) == []
