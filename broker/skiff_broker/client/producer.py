@@ -43,13 +43,13 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
 
 from ..endpoints import address_of, endpoints_of
-from ..records.encoded_append import APPEND_METHOD, EncodedAppendRequest
 from ..records.v1 import records_pb2 as rpb
 from ..wire import property_names as prop
 from ..wire.properties import encode_properties, id_only_properties
 from ..wire.record_codec import client_record_pieces
 from .channels import ClientTls
 from .credentials import Credentials
+from .encoded_append import APPEND_METHOD, EncodedAppendRequest
 from .errors import (
     BrokerError,
     BrokerUnavailable,

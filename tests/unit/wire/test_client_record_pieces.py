@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from skiff_broker.records.encoded_append import EncodedAppendRequest
+from skiff_broker.client.encoded_append import EncodedAppendRequest
 from skiff_broker.records.v1 import records_pb2 as rpb
 from skiff_broker.wire.properties import encode_properties, id_only_properties
 from skiff_broker.wire.record_check import check_run

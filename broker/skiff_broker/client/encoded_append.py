@@ -14,7 +14,7 @@ at a request keep working.
 
 from __future__ import annotations
 
-from .v1 import records_pb2 as rpb
+from ..records.v1 import records_pb2 as rpb
 
 APPEND_METHOD = f"/{rpb.DESCRIPTOR.services_by_name['RecordService'].full_name}/Append"
 # Protobuf keys: field number << 3 | wire type 2 (length-delimited).
