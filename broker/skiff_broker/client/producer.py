@@ -171,7 +171,7 @@ class _Connection:
     def __init__(self, endpoint: str, channel: grpc.aio.Channel) -> None:
         self.endpoint = endpoint
         self.stub = service_pb2_grpc.MessagingServiceStub(channel)
-        # Append with the request already in its wire form (see records.encoded_append).
+        # Append with the request already in its wire form (see client/encoded_append.py).
         self.append = channel.unary_unary(
             APPEND_METHOD,
             request_serializer=EncodedAppendRequest.SerializeToString,
