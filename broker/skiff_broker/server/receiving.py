@@ -160,7 +160,7 @@ class Receiver:
         fifo = topic.message_type is MessageType.FIFO
         pop = self._broker.pop
         while True:
-            since = self._hub.arrivals
+            since = self._hub.arrivals(topic.name)
             deliveries = pop.pop(
                 group,
                 topic.name,

@@ -58,7 +58,7 @@ def test_a_message_dispatched_while_waiting_ends_the_wait() -> None:
 def test_arrivals_on_other_topics_do_not_end_the_wait() -> None:
     async def main() -> bool:
         hub = ArrivalHub(asyncio.get_running_loop())
-        since = hub.arrivals
+        since = hub.arrivals("orders")
 
         async def other_topic_later() -> None:
             await asyncio.sleep(0.05)
@@ -71,3 +71,23 @@ def test_arrivals_on_other_topics_do_not_end_the_wait() -> None:
         return woken
 
     assert asyncio.run(main()) is False
+
+
+def test_arrivals_on_other_topics_during_the_read_do_not_end_the_wait() -> None:
+    async def main() -> tuple[str | None, int]:
+        hub = ArrivalHub(asyncio.get_running_loop())
+        reads: list[int] = []
+
+        def read() -> str | None:
+            reads.append(1)
+            # Every read overlaps another topic's arrival, and this topic gets none.
+            _arrive_from_dispatcher_thread(hub, "payments")
+            return None
+
+        got = await hub.poll("orders", 0.3, read, lambda r: r is None)
+        return got, len(reads)
+
+    got, reads = asyncio.run(main())
+    # Woken by nothing, the poll read once and once more at its deadline: no re-reading
+    # for other topics' messages.
+    assert got is None and reads <= 2
