@@ -137,7 +137,8 @@ def record_batch_of_records(
     pairs, pair_rows = pairs.filter(present), pair_rows[present.to_numpy(zero_copy_only=False)]
     cut_pairs = pc.extract_regex(pairs, _PAIR)
     names, values = cut_pairs.field("name"), cut_pairs.field("value")
-    if len(pairs) > rows:
+    # Parent rows come in order: a row with two pairs or more stands next to itself.
+    if len(pair_rows) > 1 and np.any(pair_rows[1:] == pair_rows[:-1]):
         # A name given twice in one record: the decoder keeps its first place and last value.
         named = pc.binary_join_element_wise(pa.array(pair_rows).cast(pa.string()), names, "\x01")
         if pc.count_distinct(named).as_py() != len(named):

@@ -90,13 +90,23 @@ def test_rows_at_or_past_the_end_offset_are_left_out():
     "data",
     [
         records(b"UNIQ_KEY\x01A\x02x\x011\x02x\x012\x02"),  # a name twice: first place, last value
+        # The same beside records without properties, so pairs are not more than rows.
+        records(b"UNIQ_KEY\x01A\x02x\x011\x02x\x012\x02", b"", b""),
         records(b"UNIQ_KEY\x01A\x02x\x01\xff\x02"),  # not UTF-8: replacement marks
         records(b"UNIQ_KEY\x01A\x02", host=HOST_V6),
         records(b"UNIQ_KEY\x01A\x02", sys_flag=COMPRESSED),
         records(*USUAL)[:-5],  # the last record cut short
         records(*USUAL).replace(b"body-0", b"bodyX0"),  # a body failing its CRC
     ],
-    ids=["duplicate-name", "not-utf8", "ipv6-host", "compressed", "cut-short", "bad-crc"],
+    ids=[
+        "duplicate-name",
+        "duplicate-name-beside-empty",
+        "not-utf8",
+        "ipv6-host",
+        "compressed",
+        "cut-short",
+        "bad-crc",
+    ],
 )
 def test_records_the_decoder_must_read_are_refused(data):
     assert columns(data) is None
