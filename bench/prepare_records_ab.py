@@ -17,11 +17,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from tree_runs import imported_tree, run_against
 
 ROOT = Path(__file__).resolve().parent.parent
 TOPIC = "bench-batch"
@@ -44,7 +45,6 @@ def encode_batch(records: int, body_bytes: int) -> bytes:
 
 def time_door(batch_path: str, records: int, seconds: float) -> None:
     """Runs in the child: whichever ``skiff_broker`` PYTHONPATH names; prints one JSON line."""
-    import skiff_broker
     from skiff_broker.store.prepared_records import prepare_records
     from skiff_broker.wire.property_names import producer_property_problem
 
@@ -74,7 +74,7 @@ def time_door(batch_path: str, records: int, seconds: float) -> None:
     print(
         json.dumps(
             {
-                "tree": str(Path(skiff_broker.__file__).resolve().parent.parent.parent),
+                "tree": imported_tree(),
                 "us_per_record": cpu / (calls * records) * 1e6,
             }
         )
@@ -82,27 +82,9 @@ def time_door(batch_path: str, records: int, seconds: float) -> None:
 
 
 def measure(tree: Path, batch_path: str, args: argparse.Namespace) -> float:
-    env = {**os.environ, "PYTHONPATH": str(tree / "broker"), "PYTHONDONTWRITEBYTECODE": "1"}
-    out = subprocess.run(
-        [
-            sys.executable,
-            __file__,
-            "--child",
-            batch_path,
-            "--records",
-            str(args.records),
-            "--seconds",
-            str(args.seconds),
-        ],
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    result = json.loads(out.strip().splitlines()[-1])
-    if Path(result["tree"]) != tree.resolve():
-        raise SystemExit(f"the child imported skiff_broker from {result['tree']}, not {tree}")
-    return result["us_per_record"]
+    argv = [__file__, "--child", batch_path]
+    argv += ["--records", str(args.records), "--seconds", str(args.seconds)]
+    return run_against(tree, argv)["us_per_record"]
 
 
 def main() -> int:

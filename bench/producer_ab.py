@@ -23,11 +23,12 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from tree_runs import imported_tree, run_against
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,7 +49,6 @@ def run_client(
     """The workload, with whatever ``skiff_broker`` PYTHONPATH names; prints one JSON line."""
     import asyncio
 
-    import skiff_broker
     from skiff_broker.client.producer import BatchingProducer
 
     body = os.urandom(body_bytes)
@@ -83,7 +83,7 @@ def run_client(
             stop = True
             await asyncio.gather(*tasks)
         return {
-            "tree": str(Path(skiff_broker.__file__).resolve().parent.parent.parent),
+            "tree": imported_tree(),
             "msg_per_s": sent / wall,
             "client_cpu_us_per_msg": cpu / sent * 1e6 if sent else float("nan"),
             "failed": failed,
@@ -93,35 +93,16 @@ def run_client(
 
 
 def measure(tree: Path, endpoint: str, args: argparse.Namespace, topic: str) -> dict:
-    # The baseline's bytecode stays out of its tree.
-    env = {**os.environ, "PYTHONPATH": str(tree / "broker"), "PYTHONDONTWRITEBYTECODE": "1"}
-    out = subprocess.run(
+    return run_against(
+        tree,
         [
-            sys.executable,
             __file__,
-            "--client",
-            endpoint,
-            "--topic",
-            topic,
-            "--senders",
-            str(args.senders),
-            "--body",
-            str(args.body),
-            "--warmup",
-            str(args.warmup),
-            "--seconds",
-            str(args.seconds),
+            *("--client", endpoint, "--topic", topic, "--senders", str(args.senders)),
+            *("--body", str(args.body), "--warmup", str(args.warmup)),
+            *("--seconds", str(args.seconds)),
             *(["--send-batch"] if args.send_batch else []),
         ],
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    result = json.loads(out.strip().splitlines()[-1])
-    if Path(result["tree"]) != tree.resolve():
-        raise SystemExit(f"the client imported skiff_broker from {result['tree']}, not {tree}")
-    return result
+    )
 
 
 def main() -> int:
