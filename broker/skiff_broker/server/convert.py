@@ -57,24 +57,25 @@ def host_text(host: str) -> str:
 
 
 # Protobuf enum look-ups go through a Python ``__getattr__``; these are read per message.
-_TRANSACTION = pb.MessageType.TRANSACTION
-_FIFO = pb.MessageType.FIFO
-_DELAY = pb.MessageType.DELAY
-_NORMAL = pb.MessageType.NORMAL
+# The message types and GZIP are the send path's too (``sending.py``).
+TRANSACTION = pb.MessageType.TRANSACTION
+FIFO = pb.MessageType.FIFO
+DELAY = pb.MessageType.DELAY
+NORMAL = pb.MessageType.NORMAL
 _MD5 = pb.DigestType.MD5
-_GZIP = pb.Encoding.GZIP
+GZIP = pb.Encoding.GZIP
 _IDENTITY = pb.Encoding.IDENTITY
 _COMPRESSED = int(SysFlag.COMPRESSED)
 
 
 def message_type_of(properties: dict[str, str]) -> int:
     if properties.get(prop.TRANSACTION_PREPARED) == "true":
-        return _TRANSACTION
+        return TRANSACTION
     if prop.MESSAGE_GROUP in properties:
-        return _FIFO
+        return FIFO
     if prop.DELIVER_AT_MS in properties:
-        return _DELAY
-    return _NORMAL
+        return DELAY
+    return NORMAL
 
 
 def body_problem(stored: StoredMessage, max_body_size: int) -> str | None:
@@ -155,7 +156,7 @@ def fill_message(
     digest = system.body_digest
     digest.type = _MD5
     digest.checksum = hashlib.md5(stored.body).hexdigest().upper()
-    system.body_encoding = _GZIP if stored.sys_flag & _COMPRESSED and problem is None else _IDENTITY
+    system.body_encoding = GZIP if stored.sys_flag & _COMPRESSED and problem is None else _IDENTITY
     system.message_type = message_type_of(properties)
     born_ms = stored.born_timestamp
     system.born_timestamp.seconds = born_ms // 1000

@@ -18,12 +18,11 @@ from ..telemetry.traffic import NO_TRAFFIC, TrafficObserver
 from .convert import fill_message, timestamp
 from .receipt_handle import ReceiptHandle
 from .routing import require_group_name, require_topic_name
-from .status import OK, Code, RequestError, status
+from .status import CODE_OK, OK, Code, RequestError, status
 
 # Answer this long before the client's deadline, so it gets the answer, not a timeout.
 _DEADLINE_MARGIN_S = 1.0
 _MAX_BATCH = 1024
-_OK = Code.OK  # an enum look-up is a Python __getattr__; this one is made per ack
 
 
 def _now_ms() -> int:
@@ -206,7 +205,7 @@ class Receiver:
             answer.receipt_handle = entry.receipt_handle
             answer.status.CopyFrom(result)
             codes.add(result.code)
-        if _OK in codes:
+        if CODE_OK in codes:
             # An ack can release a FIFO queue that waiting receives skipped.
             self._hub.notify(topic)
         if not codes:

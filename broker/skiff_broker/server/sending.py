@@ -33,22 +33,15 @@ from ..wire.compressed_body import compressed_body_problem
 from ..wire.properties import properties_problem
 from ..wire.record_layout import COMPRESSED
 from .clients import ClientRegistry
-from .convert import millis, record_host, to_proto
+from .convert import DELAY, FIFO, GZIP, NORMAL, TRANSACTION, millis, record_host, to_proto
 from .routing import accepted_types, require_topic_name
 from .send_coalescing import SendCoalescer
-from .status import OK, Code, RequestError, put_code, status, transaction_refused
+from .status import CODE_OK, OK, Code, RequestError, put_code, status, transaction_refused
 
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_GROUP_BYTES = 64
 _TYPE_NAMES = {v: k for k, v in pb.MessageType.items()}
-# Protobuf enum attributes are looked up in Python on every access; these run per message.
-_NORMAL = pb.MessageType.NORMAL
-_FIFO = pb.MessageType.FIFO
-_DELAY = pb.MessageType.DELAY
-_TRANSACTION = pb.MessageType.TRANSACTION
-_GZIP = pb.Encoding.GZIP
-_CODE_OK = Code.OK
 # Delivery timestamps this large are milliseconds in the seconds field (some clients do that).
 _SECONDS_LIMIT = 10**11
 
@@ -112,14 +105,14 @@ class Sender:
                 message, message_type, deliver_at = self._to_store_message(
                     proto, topic, peer, shared_queue
                 )
-                if message_type == _TRANSACTION:
+                if message_type == TRANSACTION:
                     result, transaction_id = await self._broker.transactions.prepare(
                         message, producer_group=topic.name
                     )
                     self._fill(entries[index], result, 0, message_id, transaction_id)
                     if result.ok:
                         stored.setdefault("transaction", []).append(len(proto.body))
-                elif message_type == _DELAY and deliver_at > _now_ms():
+                elif message_type == DELAY and deliver_at > _now_ms():
                     result = await self._broker.delays.schedule(message, deliver_at)
                     self._fill(entries[index], result, 0, message_id, "")
                     if result.ok:
@@ -140,7 +133,7 @@ class Sender:
         for kind, sizes in stored.items():
             self._traffic.received(topic.name, kind, sizes)
         codes = {entry.status.code for entry in entries}
-        if codes == {_CODE_OK}:
+        if codes == {CODE_OK}:
             response.status.CopyFrom(OK)
         elif len(codes) == 1:
             response.status.CopyFrom(entries[0].status)
@@ -176,7 +169,7 @@ class Sender:
         transaction_id: str,
     ) -> None:
         code = put_code(result.status)
-        if code == _CODE_OK and not result.reason:
+        if code == CODE_OK and not result.reason:
             entry.status.CopyFrom(OK)
         else:
             entry.status.CopyFrom(status(code, result.reason or "OK"))
@@ -228,7 +221,7 @@ class Sender:
                 f"{_TYPE_NAMES.get(message_type, message_type)}",
             )
         group = ""
-        if message_type == _FIFO:
+        if message_type == FIFO:
             group = system.message_group
             if not group:
                 raise RequestError(
@@ -241,7 +234,7 @@ class Sender:
                 )
             properties[prop.MESSAGE_GROUP] = group
         deliver_at = 0
-        if message_type == _DELAY:
+        if message_type == DELAY:
             if not system.HasField("delivery_timestamp"):
                 raise RequestError(
                     Code.ILLEGAL_DELIVERY_TIME, "a DELAY message needs a delivery timestamp"
@@ -266,7 +259,7 @@ class Sender:
         if problem is not None:
             raise RequestError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, problem)
         sys_flag = 0
-        if system.body_encoding == _GZIP:
+        if system.body_encoding == GZIP:
             problem = compressed_body_problem(proto.body, limit)
             if problem is not None:
                 raise RequestError(
@@ -291,10 +284,10 @@ class Sender:
     @staticmethod
     def _implied_type(system: pb.SystemProperties) -> int:
         if system.message_group:
-            return _FIFO
+            return FIFO
         if system.HasField("delivery_timestamp"):
-            return _DELAY
-        return _NORMAL
+            return DELAY
+        return NORMAL
 
     @staticmethod
     def _user_properties(proto: pb.Message) -> dict[str, str]:

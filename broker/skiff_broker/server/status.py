@@ -24,7 +24,9 @@ def status(code: int, message: str = "") -> pb.Status:
     return pb.Status(code=code, message=bounded(message) or pb.Code.Name(code))
 
 
-OK = status(pb.Code.OK, "OK")
+# An enum look-up is a Python ``__getattr__``; the send and ack paths read this per entry.
+CODE_OK = Code.OK
+OK = status(CODE_OK, "OK")
 
 
 class RequestError(Exception):
