@@ -170,7 +170,12 @@ def _ratio(default: float) -> float:
 
 
 def sampler_from_env() -> Sampler:
-    ratio = parent_based_ratio_from_env()
+    return _sampler(parent_based_ratio_from_env())
+
+
+def _sampler(ratio: float | None) -> Sampler:
+    """The sampler OTEL_TRACES_SAMPLER names; ``ratio``: its parent-based ratio, if it is
+    that one (``parent_based_ratio_from_env``)."""
     if ratio is not None:
         return ParentBased(TraceIdRatioBased(ratio))
     name = _env("OTEL_TRACES_SAMPLER").lower()
@@ -313,10 +318,8 @@ def telemetry_from_env(
         ids = PresetTraceIds()
         ratio = parent_based_ratio_from_env()
         if ratio is not None:
-            sampler: Sampler = ParentBased(TraceIdRatioBased(ratio))
             telemetry.root_sampling = RootSampling(ratio, ids)
-        else:
-            sampler = sampler_from_env()
+        sampler = _sampler(ratio)
         provider = TracerProvider(sampler=sampler, resource=resource, id_generator=ids)
         for exporter in span_exporters:
             provider.add_span_processor(BatchSpanProcessor(exporter))
