@@ -126,6 +126,18 @@ def _status_error(status: pb.Status) -> MessagingError:
     return MessagingError(status.code, name, status.message or name)
 
 
+_PULL_STATUSES = {
+    rpb.FetchResponse.FOUND: PullStatus.FOUND,
+    rpb.FetchResponse.OFFSET_TOO_SMALL: PullStatus.OFFSET_TOO_SMALL,
+    rpb.FetchResponse.OFFSET_TOO_LARGE: PullStatus.OFFSET_TOO_LARGE,
+}
+
+
+def _status_of(response: rpb.FetchResponse) -> PullStatus:
+    """What a fetch's answer means to a puller (anything else: nothing new there)."""
+    return _PULL_STATUSES.get(response.result, PullStatus.NO_NEW_MESSAGE)
+
+
 class PullConsumer(BrokerClient):
     """``with PullConsumer("127.0.0.1:8081") as consumer: consumer.pull("orders", 0, 0)``.
 
@@ -345,8 +357,8 @@ class PullConsumer(BrokerClient):
         offset: int,
         tags: frozenset[str] | None,
     ) -> PullResult:
-        result = response.result
-        if result == rpb.FetchResponse.FOUND:
+        pull_status = _status_of(response)
+        if pull_status is PullStatus.FOUND:
             messages = self._messages(
                 response.records, topic, queue_id, offset, response.next_offset
             )
@@ -354,11 +366,7 @@ class PullConsumer(BrokerClient):
                 # The broker filters on tag hashes; two tags may share one.
                 messages = [m for m in messages if m.tag in tags]
             return PullResult(PullStatus.FOUND, messages, response.next_offset)
-        if result == rpb.FetchResponse.OFFSET_TOO_SMALL:
-            return PullResult(PullStatus.OFFSET_TOO_SMALL, [], response.next_offset)
-        if result == rpb.FetchResponse.OFFSET_TOO_LARGE:
-            return PullResult(PullStatus.OFFSET_TOO_LARGE, [], response.next_offset)
-        return PullResult(PullStatus.NO_NEW_MESSAGE, [], response.next_offset)
+        return PullResult(pull_status, [], response.next_offset)
 
     def read_range(
         self,
@@ -416,13 +424,14 @@ class PullConsumer(BrokerClient):
         try:
             while pending is not None:
                 response = pending.result()
-                found = response.result == rpb.FetchResponse.FOUND
+                pull_status = _status_of(response)
+                found = pull_status is PullStatus.FOUND
                 if found and response.next_offset < end:
                     # The next fetch travels while this one is decoded.
                     pending = pull_from(response.next_offset)
                 else:
                     pending = None
-                if response.result == rpb.FetchResponse.OFFSET_TOO_SMALL:
+                if pull_status is PullStatus.OFFSET_TOO_SMALL:
                     lost = DataLost(topic, queue_id, offset, response.next_offset)
                     if not skip_lost:
                         raise lost
@@ -435,11 +444,7 @@ class PullConsumer(BrokerClient):
                         return
                     pending = pull_from(offset)
                     continue
-                if (
-                    not found
-                    and response.result != rpb.FetchResponse.OFFSET_TOO_LARGE
-                    and offset < response.next_offset < end
-                ):
+                if pull_status is PullStatus.NO_NEW_MESSAGE and offset < response.next_offset < end:
                     # Nothing readable here (a stretch of skipped records): step past it.
                     offset = response.next_offset
                     pending = pull_from(offset)
