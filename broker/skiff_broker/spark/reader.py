@@ -105,7 +105,7 @@ def read_slice(task: SliceToRead) -> Iterator[pa.RecordBatch]:
                 for fetched in _grouped(fetches):
                     for batch in _record_batches(consumer, fetched, queue, schema):
                         if batch.num_rows:
-                            start = batch.column(2)[-1].as_py() + 1
+                            start = batch.column("offset")[-1].as_py() + 1
                             yield batch
             except DataLost as lost:
                 raise off.DataLossError(
