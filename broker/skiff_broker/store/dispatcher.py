@@ -375,7 +375,12 @@ class Dispatcher(ServiceThread):
 
     def _take_handed(self, at: int, readable: int) -> list[DispatchRequest] | None:
         """The next handed batch if it starts at commit-log offset ``at`` and is readable
-        (ends by ``readable``)."""
+        (ends by ``readable``).
+
+        Only a batch at ``at`` itself: one that starts the next segment is taken once
+        parsing has met the BLANK that ends this one, for batches that were not kept
+        may lie in between.
+        """
         handed = self._handed
         while handed:
             batch = handed[0]
@@ -383,21 +388,13 @@ class Dispatcher(ServiceThread):
             if first < at:
                 handed.popleft()  # already dispatched by parsing
                 continue
-            if first != at and not self._is_next_segment(at, first):
-                return None  # some batches were not kept: parse up to this one
+            if first != at:
+                return None  # a segment's BLANK, or batches not kept: parse up to this one
             if _end_of(batch) > readable:
                 return None  # not committed yet (transient store pool)
             handed.popleft()
             return batch
         return None
-
-    def _is_next_segment(self, at: int, offset: int) -> bool:
-        """True if ``offset`` starts the segment after the one holding ``at``.
-
-        The batch rolled over a BLANK record, which needs no dispatching.
-        """
-        size = self._commit_log.queue.file_size
-        return offset % size == 0 and offset // size == at // size + 1
 
     def _dispatch(self, requests: list[DispatchRequest]) -> None:
         if not requests:
