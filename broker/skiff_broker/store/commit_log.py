@@ -210,7 +210,7 @@ class CommitLog:
                     f"{len(data)} replicated bytes at {offset} do not fit segment "
                     f"{mf.file_from_offset} (written to {mf.wrote_position})"
                 )
-            mf.append(data, head_last=min(8, len(data)))
+            mf.append(data, heads=(0,))
             end = mf.file_from_offset + mf.wrote_position
             # The checkpoint's flush stamp: the run's first record is old enough a bound.
             stamp = _first_store_timestamp(data)
@@ -323,9 +323,9 @@ class CommitLog:
             physical_offsets.append(base + start)
             queue_offsets.append(queue_offset)
             sizes.append(request.size)
-        # The first record's TOTALSIZE and MAGIC land last: until then recovery
-        # sees zeros where the batch starts, so a torn copy is never a record.
-        mf.append(blob, head_last=8)
+        # Every record's TOTALSIZE and MAGIC land last, in order: a torn copy
+        # leaves a prefix of the batch, then zeros where a record belongs.
+        mf.append(blob, heads=[entry[0] for entry in layout])
         self.last_store_timestamp = now
         return AppendResult(base, len(blob), now, physical_offsets, queue_offsets, sizes)
 

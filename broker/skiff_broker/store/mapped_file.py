@@ -11,6 +11,7 @@ import contextlib
 import errno
 import mmap
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .errors import DiskFullError, StoreCorruptError
@@ -211,11 +212,14 @@ class MappedFile:
         """Where appends go: the pool's write buffer, or the mapping itself."""
         return self._mm if self._write_buffer is None else self._write_buffer
 
-    def append(self, data: bytes | bytearray | memoryview, *, head_last: int = 0) -> int:
+    def append(self, data: bytes | bytearray | memoryview, *, heads: Sequence[int] = ()) -> int:
         """Append raw bytes; returns their position in the file.
 
-        The first ``head_last`` bytes are copied after the rest, so a crash in the
-        middle of the copy leaves them zero: a reader that finds them finds it all.
+        ``heads`` are where records start in ``data``, first at 0, ascending. Each
+        record's first 8 bytes (its size and magic) are copied after everything
+        else, front to back, so a crash in the middle of the copy leaves the
+        records a reader can find a whole prefix of the batch, and no record
+        found after a zero head.
         """
         pos = self.wrote_position
         end = pos + len(data)
@@ -223,9 +227,18 @@ class MappedFile:
             raise ValueError(f"{len(data)} bytes do not fit at {pos} in {self.path}")
         target = self.write_target
         with memoryview(data) as view:
-            target[pos + head_last : end] = view[head_last:]
-            if head_last:
-                target[pos : pos + head_last] = view[:head_last]
+            if len(heads) == 1:
+                head = min(8, len(data))
+                target[pos + head : end] = view[head:]
+                target[pos : pos + head] = view[:head]
+            elif heads:
+                stops = [*heads[1:], len(data)]
+                for start, stop in zip(heads, stops, strict=True):
+                    target[pos + start + 8 : pos + stop] = view[start + 8 : stop]
+                for start in heads:
+                    target[pos + start : pos + start + 8] = view[start : start + 8]
+            else:
+                target[pos:end] = view
         self.wrote_position = end
         return pos
 

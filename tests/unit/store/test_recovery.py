@@ -623,3 +623,64 @@ def test_second_store_on_the_same_directory_is_refused(store_config: MakeConfig)
     assert third.clean_start
     assert_holds_exactly(third, written)
     third.shutdown()
+
+
+def _put_batch(store: MessageStore, seqs: list[int]) -> list[Written]:
+    messages = [make_message(seq) for seq in seqs]
+    result = store.put_messages(messages)
+    assert result.ok and result.append is not None
+    a = result.append
+    return [
+        Written(m, a.physical_offsets[i], a.sizes[i], a.queue_offsets[i])
+        for i, m in enumerate(messages)
+    ]
+
+
+@pytest.mark.parametrize("heads_landed", [0, 1, 3])
+def test_an_append_a_crash_cut_short_leaves_a_prefix_of_its_batch_and_no_damage(
+    store_config: MakeConfig, heads_landed: int
+) -> None:
+    """An append copies every record's size and magic after the rest of its batch, front to
+    back. A crash in that copy leaves the records whose heads landed, then zeros where the
+    next head belongs: the log ends there, and nothing is reported damaged."""
+    config = store_config()
+    store = start(config)
+    written = put_seqs(store, range(40))
+    # Seqs of one queue, so the batch is one queue's.
+    batch = _put_batch(store, [40 + QUEUES * i for i in range(4)])
+    leave_as_crashed(store, written[0])
+    for w in batch[heads_landed:]:
+        patch(config, w.physical, bytes(8))
+
+    store = start(config)
+    kept = written + batch[:heads_landed]
+    assert store.commit_log.max_offset == batch[heads_landed].physical
+    assert store.last_recovery is not None and store.last_recovery.damages == []
+    assert store.damage_history() == []
+    assert_holds_exactly(store, kept)
+    # The next append takes the place of the first record that did not land.
+    again = put(store, make_message(1000))
+    assert again.physical == batch[heads_landed].physical
+    store.shutdown()
+
+
+def test_a_lost_head_before_a_later_append_is_still_damage_stepped_over(
+    store_config: MakeConfig,
+) -> None:
+    """Zeros where a record's size and magic belong, followed by records of another append,
+    are damage, not a torn tail: the records after it are kept."""
+    config = store_config()
+    store = start(config)
+    written = put_seqs(store, range(40))
+    first = _put_batch(store, [40 + QUEUES * i for i in range(3)])
+    written += first
+    written.append(put(store, make_message(100)))
+    leave_as_crashed(store, written[0])
+    patch(config, first[0].physical, bytes(8))
+
+    store = start(config)
+    assert store.commit_log.max_offset == written[-1].end
+    assert store.last_recovery is not None
+    assert [d.offset for d in store.last_recovery.damages] == [first[0].physical]
+    assert_holds_all_but(store, written, {written.index(first[0])})
+    store.shutdown()
