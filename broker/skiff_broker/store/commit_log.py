@@ -28,6 +28,7 @@ from ..wire.record_layout import (
     BLANK_MAGIC,
     END_FILE_MIN_BLANK_LENGTH,
     HOST_V6_BITS,
+    INT,
     LONG,
     MAX_PROPERTIES_LENGTH,
     MESSAGE_MAGIC,
@@ -131,6 +132,20 @@ def _first_store_timestamp(data: bytes | memoryview) -> int:
     return LONG.unpack_from(data, at)[0]
 
 
+def _record_starts(run: bytes | memoryview) -> list[int]:
+    """Where each record of a run of whole, checked records begins (zeros are one piece)."""
+    starts = []
+    pos = 0
+    end = len(run) - 8
+    while pos <= end:
+        starts.append(pos)
+        size = INT.unpack_from(run, pos)[0]
+        if size < 8:
+            break  # zero padding, which the replica writes after a BLANK's head
+        pos += size
+    return starts or [0]
+
+
 class CommitLog:
     def __init__(
         self,
@@ -210,7 +225,7 @@ class CommitLog:
                     f"{len(data)} replicated bytes at {offset} do not fit segment "
                     f"{mf.file_from_offset} (written to {mf.wrote_position})"
                 )
-            mf.append(data, heads=(0,))
+            mf.append(data, heads=_record_starts(data))
             end = mf.file_from_offset + mf.wrote_position
             # The checkpoint's flush stamp: the run's first record is old enough a bound.
             stamp = _first_store_timestamp(data)

@@ -235,8 +235,9 @@ class MappedFile:
                 stops = [*heads[1:], len(data)]
                 for start, stop in zip(heads, stops, strict=True):
                     target[pos + start + 8 : pos + stop] = view[start + 8 : stop]
-                for start in heads:
-                    target[pos + start : pos + start + 8] = view[start : start + 8]
+                for start, stop in zip(heads, stops, strict=True):
+                    head_end = min(start + 8, stop)  # a last piece may be shorter
+                    target[pos + start : pos + head_end] = view[start:head_end]
             else:
                 target[pos:end] = view
         self.wrote_position = end

@@ -152,6 +152,28 @@ def test_append_returns_positions_and_read_returns_the_bytes(tmp_path: Path) -> 
         mf.close()
 
 
+@pytest.mark.parametrize(
+    "heads",
+    [(0,), (0, 40), (0, 12, 40, 95), (0, 96)],
+    ids=["one", "two", "four", "short-last"],
+)
+def test_an_append_of_records_lands_byte_for_byte_whatever_its_pieces(
+    tmp_path: Path, heads: tuple[int, ...]
+) -> None:
+    """Heads copied after the rest, in any layout (a last piece shorter than a head too),
+    still leave exactly the appended bytes."""
+    path = tmp_path / segment_name(0)
+    mf = MappedFile.create(str(path), 64 * 1024)
+    data = bytes(range(100))
+    try:
+        assert mf.append(b"x" * 7) == 0
+        assert mf.append(data, heads=heads) == 7
+        assert mf.read(0, 107) == b"x" * 7 + data
+        assert on_disk(path, 0, 107) == b"x" * 7 + data
+    finally:
+        mf.close()
+
+
 def test_read_never_returns_bytes_past_the_written_end(tmp_path: Path) -> None:
     mf = MappedFile.create(str(tmp_path / segment_name(0)), 64 * 1024)
     try:
