@@ -72,7 +72,9 @@ def test_analyze_reports_append_and_flush_latency_of_real_spans(tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     # Only the command's own line: Spark's JVM writes to a log beside the report.
-    (line,) = done.stderr.splitlines()
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr[-3000:]
+    line = lines[0]
     assert line.startswith("analysing ") and line.endswith(" with a local Spark job ...")
     assert (out / "spark.log").is_file()
     report = json.loads(done.stdout)

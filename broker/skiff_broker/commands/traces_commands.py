@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import json
+import logging
 import os
 import re
 from pathlib import Path
@@ -104,6 +105,9 @@ def analyze(
     from ..spark.traces import analyze as run_analysis
 
     click.echo(f"analysing {len(files)} span file(s) with a local Spark job ...", err=True)
+    # On a machine's first plot matplotlib logs that it builds its font cache; the line
+    # above already says the command is busy.
+    logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
     # Spark's JVM writes there, not between this command's lines.
     spark_log = Path(output) / "spark.log"
     try:
