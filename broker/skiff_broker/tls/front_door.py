@@ -84,9 +84,16 @@ class _Side(asyncio.Protocol):
 
 
 class _Backend(_Side):
-    def __init__(self, joined_as: list[str]) -> None:
+    """The door's connection to a gRPC port: what gRPC sends goes to the client at once.
+
+    gRPC speaks first (its SETTINGS), possibly before the door's join resumes, so the
+    partner is set from the start.
+    """
+
+    def __init__(self, joined_as: list[str], client: _Client) -> None:
         super().__init__()
         self._joined_as = joined_as
+        self.partner = client
 
     def connection_lost(self, exc: Exception | None) -> None:
         for key in self._joined_as:
@@ -134,7 +141,7 @@ class _Client(_Side):
         joined_as: list[str] = []
         try:
             _, backend = await asyncio.get_running_loop().create_connection(
-                lambda: _Backend(joined_as), "127.0.0.1", port
+                lambda: _Backend(joined_as, self), "127.0.0.1", port
             )
         except OSError as exc:
             log.warning("cannot reach the broker's own gRPC port %d: %s", port, exc)
@@ -150,7 +157,7 @@ class _Client(_Side):
             key = _peer_string(local)
             joined_as.append(key)
             _joined_peers[key] = self._peer
-        self.partner, backend.partner = backend, self
+        self.partner = backend
         backend.transport.write(first)
         if self.transport is not None:
             self.transport.resume_reading()

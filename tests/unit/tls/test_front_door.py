@@ -158,3 +158,42 @@ def test_closing_the_client_closes_its_grpc_side(tmp_path):
             await door.stop()
 
     asyncio.run(scenario())
+
+
+class _SpeaksFirst(asyncio.Protocol):
+    """A backend that greets each connection at once, as gRPC sends its SETTINGS."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.write(b"greeting")  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_what_the_grpc_side_sends_before_the_join_completes_reaches_the_client(
+    tmp_path, loop: str
+) -> None:
+    """gRPC speaks first on a new connection; the door must not drop that while its join
+    is still resuming. The broker runs on uvloop, where that data can come first."""
+
+    async def scenario() -> None:
+        running = asyncio.get_running_loop()
+        backend = await running.create_server(_SpeaksFirst, "127.0.0.1", 0)
+        backend_port = backend.sockets[0].getsockname()[1]
+        door = FrontDoor("127.0.0.1:0", backend_port, backend_port)
+        port = door.bind()
+        await door.start()
+        try:
+            for _ in range(100):
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(b"P")
+                assert await asyncio.wait_for(reader.readexactly(8), 10) == b"greeting"
+                writer.close()
+        finally:
+            await door.stop()
+            backend.close()
+
+    if loop == "uvloop":
+        import uvloop
+
+        uvloop.run(scenario())
+    else:
+        asyncio.run(scenario())
