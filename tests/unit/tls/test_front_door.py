@@ -169,7 +169,7 @@ class _SpeaksFirst(asyncio.Protocol):
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 def test_what_the_grpc_side_sends_before_the_join_completes_reaches_the_client(
-    tmp_path, loop: str
+    loop: str,
 ) -> None:
     """gRPC speaks first on a new connection; the door must not drop that while its join
     is still resuming. The broker runs on uvloop, where that data can come first."""
