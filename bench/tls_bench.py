@@ -3,9 +3,9 @@
 
 Starts two real brokers (``--tls-mode disabled`` and ``--tls-mode permissive``) and drives
 each with the same load in interleaved rounds: SendMessage calls from concurrent callers on
-one gRPC channel, with small bodies (per-call cost) and large bodies (bytes copied through
-the front door). Prints messages/s, MiB/s and the broker's CPU time per message for each
-configuration, with the ratio of each to disabled measured in this run.
+one gRPC channel, with small bodies (per-call cost) and large bodies (bytes through TLS).
+Prints messages/s, MiB/s and the broker's CPU time per message for each configuration, with
+the ratio of each to disabled measured in this run.
 Run ``python bench/tls_bench.py --help``.
 """
 

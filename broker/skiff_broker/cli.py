@@ -75,9 +75,8 @@ def broker(**options: Any) -> None:
         sys.exit(USAGE_EXIT_CODE)
     try:
         server = BrokerServer(config)
-        # uvloop: the event loop's own work (socket callbacks, timers, wake-ups) in native
-        # code. The gRPC server's per-call handling and the TLS front door's relay run on it
-        # (bench/java_send_ab.py: broker CPU per message 0.89-0.95x of asyncio's loop).
+        # uvloop: the event loop's own work (socket callbacks, timers, wake-ups, TLS) in
+        # native code; the client port's gRPC server runs on it.
         uvloop.run(server.serve_until_signalled(on_listening=lambda: _announce(server)))
     except (
         StoreError,

@@ -1,5 +1,5 @@
 """grpc.health.v1.Health on the client port of real broker processes: over plaintext
-and TLS through the front door, and unsigned where authentication refuses unsigned
+and TLS on the same port, and unsigned where authentication refuses unsigned
 messaging."""
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from ..error_text import bounded, quoted, shortened
 from ..ha.replication import PromotionRefused, Replication
 from ..metadata.topic_table import MessageType, Permission, TopicConfig, validate_topic_name
 from ..rpc.boundary import rpc_boundary
+from ..rpc.server import RpcServer
 from ..rpc.undecodable import lenient_rpc_handler
 from ..runtime import Broker
 from ..store.message import StoredMessage, encode_host, offset_message_id
@@ -156,7 +157,7 @@ def _topic_name(value: str) -> str:
     return value
 
 
-def add_to_server(service: AdminService, server: grpc.aio.Server) -> None:
+def add_to_server(service: AdminService, server: RpcServer) -> None:
     """Register ``service``; undecodable requests reach its handlers as Undecodable."""
     server.add_generic_rpc_handlers(
         (

@@ -35,6 +35,7 @@ from ..error_text import bounded
 from ..metadata.topic_table import MessageType, TopicConfig, validate_topic_name
 from ..rpc.boundary import rpc_boundary
 from ..rpc.peers import peer_host
+from ..rpc.server import RpcServer
 from ..rpc.undecodable import lenient_rpc_handler
 from ..runtime import Broker
 from ..store.commit_log import AppendRejected
@@ -239,7 +240,7 @@ class RecordService(records_pb2_grpc.RecordServiceServicer):
         return None
 
 
-def add_to_server(service: RecordService, server: grpc.aio.Server) -> None:
+def add_to_server(service: RecordService, server: RpcServer) -> None:
     """Register ``service``; undecodable requests reach its methods as Undecodable."""
     server.add_generic_rpc_handlers(
         (

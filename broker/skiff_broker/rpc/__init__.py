@@ -1,7 +1,10 @@
-"""What every gRPC service of the broker shares at its edge.
+"""The broker's gRPC edge: its own server over ``http2``, and what every service shares.
 
-undecodable  requests that do not parse reach handlers as values
-boundary     the one place a handler's failure becomes an answer
-peers        the caller's address, as records store it
+server          the gRPC server: registrations as grpc.aio's, connections from listeners
+call            one call on one stream: its messages, handler, context and answer
+grpc_headers    what gRPC's headers and trailers say (path, deadline, status, metadata)
+undecodable     requests that do not parse reach handlers as values
+boundary        the one place a handler's failure becomes an answer
+peers           the caller's address, as records store it
 health_service  the standard health service's name (served, and passed unsigned)
 """

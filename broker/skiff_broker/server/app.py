@@ -24,11 +24,12 @@ from ..ha.config import Role
 from ..ha.replication import Replication
 from ..records.service import RecordService
 from ..records.service import add_to_server as add_record_service
+from ..rpc.server import RpcServer
 from ..runtime import Broker
 from ..telemetry import conventions as cv
 from ..telemetry import telemetry_from_env
 from ..tls.certificates import ReloadingCertificate, names_to_cover, self_signed
-from ..tls.front_door import FrontDoor
+from ..tls.listener import ClientListener
 from ..tls.peers import check_carries_peer_name, peer_client_tls
 from ..tls.settings import TlsMode
 from .health import BrokerHealth
@@ -38,27 +39,12 @@ from .sending import transaction_check_sender
 log = logging.getLogger(__name__)
 
 # Requests up to this many times the message size limit reach the broker, which
-# answers MESSAGE_BODY_TOO_LARGE; larger ones are refused by gRPC itself.
+# answers MESSAGE_BODY_TOO_LARGE; larger ones are refused by the server itself.
 _INBOUND_LIMIT_FACTOR = 4
 _INBOUND_LIMIT_MIN = 16 * 1024 * 1024
 # Open RPCs per connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS): bounds the long
 # polls and streams one client can keep waiting; further calls wait in the client.
 MAX_CONCURRENT_STREAMS = 1000
-
-
-def server_options(inbound: int) -> list[tuple[str, int]]:
-    """gRPC options of every client-facing server (the cluster's and the external one)."""
-    return [
-        ("grpc.max_receive_message_length", inbound),
-        ("grpc.max_send_message_length", -1),
-        ("grpc.so_reuseport", 0),
-        ("grpc.max_concurrent_streams", MAX_CONCURRENT_STREAMS),
-        # Bandwidth probing widens a stream's receive window when the broker looks slow
-        # (a busy event loop): data a client sends on a stream the broker never reads
-        # (the Telemetry command stream) would then be buffered without bound. The
-        # default window keeps that memory at a fixed size per stream.
-        ("grpc.http2.bdp_probe", 0),
-    ]
 
 
 class BrokerServer:
@@ -90,10 +76,9 @@ class BrokerServer:
         self.messaging: MessagingService | None = None
         self.port = 0
         self.external_port = 0
-        self._server: grpc.aio.Server | None = None
-        self._external_server: grpc.aio.Server | None = None
-        # TLS on (permissive or enforcing): the listeners clients connect to.
-        self._front_doors: list[FrontDoor] = []
+        self._servers: list[RpcServer] = []
+        # The client port(s): each hands its connections to its server.
+        self._listeners: list[ClientListener] = []
         self.certificate: ReloadingCertificate | None = None
         cluster = config.cluster
         self.kube: KubeApi | None = None
@@ -210,18 +195,14 @@ class BrokerServer:
             await self.replication.start()
             self.metrics_port = self.telemetry.start_metrics_endpoint()
         except OSError:
-            for door in self._front_doors:
-                door.stop_accepting()
+            for listener in self._listeners:
+                listener.stop_accepting()
             self.broker.stop()
             self.telemetry.shutdown()
             raise
-        await server.start()
-        self._server = server
-        if external is not None:
-            await external.start()
-            self._external_server = external
-        for door in self._front_doors:
-            await door.start()
+        self._servers = [server] if external is None else [server, external]
+        for listener in self._listeners:
+            await listener.start()
         if external is not None:
             log.info("external clients on port %d", self.external_port)
         if self.elector is not None:
@@ -241,9 +222,13 @@ class BrokerServer:
         hub: ArrivalHub,
         interceptors: Sequence[grpc.aio.ServerInterceptor],
         inbound: int,
-    ) -> grpc.aio.Server:
+    ) -> RpcServer:
         """A gRPC server with every service of the broker; ``messaging`` hands out its routes."""
-        server = grpc.aio.server(interceptors=interceptors, options=server_options(inbound))
+        server = RpcServer(
+            interceptors=interceptors,
+            max_message=inbound,
+            max_concurrent_streams=MAX_CONCURRENT_STREAMS,
+        )
         # RocketMQ RPCs get SERVER spans; the admin service's rare calls go untraced.
         add_to_server(messaging, server, trace=self.telemetry.handler_tracer())
         add_admin_service(
@@ -256,7 +241,7 @@ class BrokerServer:
             server,
         )
         add_record_service(RecordService(self.broker, hub, self.traffic), server)
-        # Probes reach it on the client port, through the front door like any client.
+        # Probes reach it on the client port, like any client.
         self.health.add_to_server(server)
         return server
 
@@ -278,35 +263,31 @@ class BrokerServer:
         cert_file, key_file = self_signed(self.config.store.data_dir, names)
         return ReloadingCertificate(cert_file, key_file)
 
-    def _open_client_port(self, server: grpc.aio.Server, listen: str, option: str) -> int:
-        """The port clients reach ``server`` at (its front door's when TLS is on)."""
-        try:
-            if self.certificate is None:
-                return server.add_insecure_port(listen)
-            # gRPC listens on loopback only; the front door on ``listen`` routes to it.
-            tls_port = server.add_secure_port("127.0.0.1:0", self.certificate.credentials())
-            plaintext_port = None
-            if self.config.tls.mode is TlsMode.PERMISSIVE:
-                plaintext_port = server.add_insecure_port("127.0.0.1:0")
-        except RuntimeError as exc:
-            raise OSError(f"cannot listen on {listen}: {exc}") from exc
-        door = FrontDoor(listen, tls_port, plaintext_port, name=option)
-        self._front_doors.append(door)
-        return door.bind()
+    def _open_client_port(self, server: RpcServer, listen: str, option: str) -> int:
+        """The port clients reach ``server`` at; TLS and plaintext as the mode says."""
+        certificate = self.certificate
+        listener = ClientListener(
+            listen,
+            server.protocol,
+            tls_context=certificate.ssl_context if certificate is not None else None,
+            plaintext=self.config.tls.mode is not TlsMode.ENFORCING,
+            name=option,
+        )
+        self._listeners.append(listener)
+        return listener.bind()
 
     async def stop(self, grace: float = 5.0) -> None:
         # Probes see it first: the pod leaves its Service's endpoints while calls drain.
         await self.health.stopping()
-        # No new connections; those open get gRPC's graceful stop, then are closed.
-        for door in self._front_doors:
-            door.stop_accepting()
-        for server in (self._external_server, self._server):
-            if server is not None:
-                await server.stop(grace)
-        for door in self._front_doors:
-            await door.stop()
-        self._front_doors = []
-        self._server = self._external_server = None
+        # No new connections; those open are told to go (GOAWAY), their calls get
+        # ``grace`` to finish, then the rest are cancelled.
+        for listener in self._listeners:
+            listener.stop_accepting()
+        await asyncio.gather(*(server.stop(grace) for server in self._servers))
+        for listener in self._listeners:
+            await listener.stop()
+        self._listeners = []
+        self._servers = []
         # No writes arrive any more: the Lease can pass to an in-sync replica at once.
         if self.elector is not None:
             await self.elector.stop()

@@ -11,10 +11,11 @@ Probes carry no request signature, so the authentication gate lets this service
 
 from __future__ import annotations
 
-import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio
 from rocketmq.grpc_protocol import service_pb2 as spb
+
+from ..rpc.server import RpcServer
 
 MESSAGING_SERVICE = spb.DESCRIPTOR.services_by_name["MessagingService"].full_name
 _REPORTED = ("", MESSAGING_SERVICE)
@@ -25,7 +26,7 @@ class BrokerHealth:
         self._servicer = aio.HealthServicer()
         self._started = False
 
-    def add_to_server(self, server: grpc.aio.Server) -> None:
+    def add_to_server(self, server: RpcServer) -> None:
         health_pb2_grpc.add_HealthServicer_to_server(self._servicer, server)
 
     async def starting(self) -> None:

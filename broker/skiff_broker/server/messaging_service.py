@@ -17,6 +17,7 @@ from ..endpoints import endpoints_of
 from ..metadata.topic_table import TopicConfig
 from ..rpc.boundary import Answer, rpc_boundary, rpc_stream_boundary
 from ..rpc.peers import peer_host
+from ..rpc.server import RpcServer
 from ..rpc.undecodable import Undecodable, lenient_rpc_handler
 from ..rpc.undecodable import refuse as _refuse
 from ..runtime import Broker
@@ -35,7 +36,7 @@ _SERVICE = spb.DESCRIPTOR.services_by_name["MessagingService"]
 
 def add_to_server(
     service: MessagingService,
-    server: grpc.aio.Server,
+    server: RpcServer,
     *,
     trace: Callable[[grpc.RpcMethodHandler, str], grpc.RpcMethodHandler] | None = None,
 ) -> None:

@@ -1,2 +1,2 @@
-"""TLS on the client port: settings, certificates and the front door that tells TLS from
+"""TLS on the client port: settings, certificates, and the listener that tells TLS from
 plaintext by a connection's first byte."""

@@ -7,6 +7,8 @@ Invariants:
 - Certificate files are looked at on every TLS handshake (one ``stat`` each); when they
   change, the next handshake uses the new pair. A pair that cannot be read (say, half
   written) leaves the previous one in use and is logged.
+- The server's TLS offers HTTP/2 by ALPN (gRPC clients require it) and nothing older
+  than TLS 1.2.
 """
 
 from __future__ import annotations
@@ -16,10 +18,9 @@ import ipaddress
 import logging
 import os
 import socket
+import ssl
 import threading
 from typing import TYPE_CHECKING
-
-import grpc
 
 if TYPE_CHECKING:
     # For annotations only; the functions import cryptography where they use it.
@@ -144,7 +145,7 @@ def _check_pair(cert_pem: bytes, key_pem: bytes) -> None:
 
 
 class ReloadingCertificate:
-    """gRPC server credentials that follow the certificate and key files."""
+    """The server's TLS context, following the certificate and key files."""
 
     def __init__(self, cert_file: str, key_file: str) -> None:
         self.cert_file = cert_file
@@ -162,7 +163,7 @@ class ReloadingCertificate:
             stamps.append((st.st_ino, st.st_size, st.st_mtime_ns))
         return tuple(stamps)
 
-    def _load(self) -> grpc.ServerCertificateConfiguration:
+    def _load(self) -> ssl.SSLContext:
         with open(self.key_file, "rb") as f:
             key = f.read()
         with open(self.cert_file, "rb") as f:
@@ -172,7 +173,14 @@ class ReloadingCertificate:
                 f"{self.cert_file} and {self.key_file} must be a PEM certificate and key"
             )
         _check_pair(cert, key)
-        return grpc.ssl_server_certificate_configuration([(key, cert)])
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.set_alpn_protocols(["h2"])
+        try:
+            context.load_cert_chain(self.cert_file, self.key_file)
+        except ssl.SSLError as exc:
+            raise ValueError(str(exc)) from None
+        return context
 
     def _refresh(self) -> int:
         """The generation of the pair in use, after re-reading the files if they changed."""
@@ -196,16 +204,7 @@ class ReloadingCertificate:
                 self._unreadable = stamp
             return self.loads
 
-    def credentials(self) -> grpc.ServerCredentials:
-        """Credentials for one gRPC port; each port follows the files on its own."""
-        served = [self.loads]
-
-        def fetch() -> grpc.ServerCertificateConfiguration | None:
-            # Called per handshake: a configuration when it changed, else None (keep).
-            generation = self._refresh()
-            if generation == served[0]:
-                return None
-            served[0] = generation
-            return self._current
-
-        return grpc.dynamic_ssl_server_credentials(self._current, fetch)
+    def ssl_context(self) -> ssl.SSLContext:
+        """The context for the next handshake: the files' current pair."""
+        self._refresh()
+        return self._current

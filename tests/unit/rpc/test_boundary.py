@@ -1,4 +1,4 @@
-"""The one RPC error boundary, on a real grpc.aio server on 127.0.0.1.
+"""The one RPC error boundary, on the broker's gRPC server on 127.0.0.1.
 
 A client of any service sees the same: a request that does not parse is
 INVALID_ARGUMENT, an error the service expects is answered in the service's own
@@ -16,6 +16,7 @@ import pytest
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
+from tests.support.rpc_serving import serving
 
 from skiff_broker.rpc.boundary import (
     UNEXPECTED_MESSAGE,
@@ -56,24 +57,17 @@ class Service(service_pb2_grpc.MessagingServiceServicer):
 
 
 async def serve_and_call(scenario) -> None:  # type: ignore[no-untyped-def]
-    server = grpc.aio.server()
-    server.add_generic_rpc_handlers(
-        (
-            lenient_rpc_handler(
-                spb.DESCRIPTOR.services_by_name["MessagingService"],
-                Service(),
-                spb,
-                hint="send it with the apache.rocketmq.v2 protobuf definitions",
-            ),
-        )
+    handler = lenient_rpc_handler(
+        spb.DESCRIPTOR.services_by_name["MessagingService"],
+        Service(),
+        spb,
+        hint="send it with the apache.rocketmq.v2 protobuf definitions",
     )
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            await scenario(channel)
-    finally:
-        await server.stop(None)
+    async with (
+        serving(lambda server: server.add_generic_rpc_handlers((handler,))) as port,
+        grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel,
+    ):
+        await scenario(channel)
 
 
 def query_route(channel: grpc.aio.Channel, topic: str):  # type: ignore[no-untyped-def]

@@ -1,4 +1,4 @@
-"""The broker's health states on a real grpc.aio server on 127.0.0.1: NOT_SERVING while
+"""The broker's health states on the broker's gRPC server on 127.0.0.1: NOT_SERVING while
 starting, SERVING once started, NOT_SERVING for good once stopping."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ import asyncio
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from tests.support.rpc_serving import serving
 
 from skiff_broker.server.health import MESSAGING_SERVICE, BrokerHealth
 
@@ -16,12 +17,11 @@ STATUS = health_pb2.HealthCheckResponse
 def test_the_states_of_a_broker_from_start_to_stop() -> None:
     async def scenario() -> list[tuple[int, int]]:
         health = BrokerHealth()
-        server = grpc.aio.server()
-        health.add_to_server(server)
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
         seen = []
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        async with (
+            serving(health.add_to_server) as port,
+            grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel,
+        ):
             stub = health_pb2_grpc.HealthStub(channel)
 
             async def check() -> tuple[int, int]:
@@ -40,7 +40,6 @@ def test_the_states_of_a_broker_from_start_to_stop() -> None:
             # A broker that began to stop never reports SERVING again.
             await health.serving()
             seen.append(await check())
-        await server.stop(None)
         return seen
 
     assert asyncio.run(scenario()) == [

@@ -1,4 +1,4 @@
-"""New traces decided before the SDK is asked: untraced calls to a real grpc.aio server on
+"""New traces decided before the SDK is asked: untraced calls to the broker's gRPC server on
 127.0.0.1 with the tracing interceptor, spans read from the SDK's in-memory exporter."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from tests.support.rpc_serving import serving
 
 from skiff_broker.telemetry.root_sampling import PresetTraceIds, RootSampling
 from skiff_broker.telemetry.server_interceptor import TracingInterceptor
@@ -35,19 +36,17 @@ def untraced_calls(
         return b""
 
     async def run() -> None:
-        server = grpc.aio.server(
-            interceptors=[TracingInterceptor(provider, "broker-t", RootSampling(ratio, ids))]
-        )
         handlers = {"Unary": grpc.unary_unary_rpc_method_handler(probe)}
-        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
-        try:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                for _ in range(calls):
-                    await channel.unary_unary(f"/{SERVICE}/Unary")(b"hi")
-        finally:
-            await server.stop(None)
+        generic = grpc.method_handlers_generic_handler(SERVICE, handlers)
+        async with (
+            serving(
+                lambda server: server.add_generic_rpc_handlers((generic,)),
+                interceptors=[TracingInterceptor(provider, "broker-t", RootSampling(ratio, ids))],
+            ) as port,
+            grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel,
+        ):
+            for _ in range(calls):
+                await channel.unary_unary(f"/{SERVICE}/Unary")(b"hi")
 
     try:
         asyncio.run(run())

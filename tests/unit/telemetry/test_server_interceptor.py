@@ -1,4 +1,4 @@
-"""SERVER spans from the tracing interceptor, on a real grpc.aio server on 127.0.0.1."""
+"""SERVER spans from the tracing interceptor, on the broker's gRPC server on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
+from tests.support.rpc_serving import serving
 from tests.unit.telemetry.pipelines import Pipelines
 
 from skiff_broker.telemetry import conventions as cv
@@ -70,28 +71,26 @@ def call(pipelines: Pipelines) -> Iterator:
     }
 
     async def run(method: str, metadata: tuple = (), kind: str = "unary") -> list[bytes]:
-        server = grpc.aio.server(
-            interceptors=[TracingInterceptor(pipelines.tracer_provider, "broker-t")]
-        )
-        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
-        try:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                path = f"/{SERVICE}/{method}"
-                if kind == "unary":
-                    return [await channel.unary_unary(path)(b"hi", metadata=metadata)]
-                if kind == "stream":
-                    return [r async for r in channel.unary_stream(path)(b"hi", metadata=metadata)]
+        generic = grpc.method_handlers_generic_handler(SERVICE, handlers)
+        async with (
+            serving(
+                lambda server: server.add_generic_rpc_handlers((generic,)),
+                interceptors=[TracingInterceptor(pipelines.tracer_provider, "broker-t")],
+            ) as port,
+            grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel,
+        ):
+            path = f"/{SERVICE}/{method}"
+            if kind == "unary":
+                return [await channel.unary_unary(path)(b"hi", metadata=metadata)]
+            if kind == "stream":
+                return [r async for r in channel.unary_stream(path)(b"hi", metadata=metadata)]
 
-                async def requests() -> AsyncIterator[bytes]:
-                    for word in (b"a", b"b"):
-                        yield word
+            async def requests() -> AsyncIterator[bytes]:
+                for word in (b"a", b"b"):
+                    yield word
 
-                bidi = channel.stream_stream(path)(requests(), metadata=metadata)
-                return [r async for r in bidi]
-        finally:
-            await server.stop(None)
+            bidi = channel.stream_stream(path)(requests(), metadata=metadata)
+            return [r async for r in bidi]
 
     yield run
 

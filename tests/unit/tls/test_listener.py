@@ -1,0 +1,232 @@
+"""The client port's listener with the broker's gRPC server and real client sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import ssl
+import warnings
+
+import grpc
+import pytest
+import uvloop
+
+from skiff_broker.client.channels import ClientTls, aio_channel, channel
+from skiff_broker.rpc.server import RpcServer
+from skiff_broker.tls import listener as listener_module
+from skiff_broker.tls.certificates import ReloadingCertificate, self_signed
+from skiff_broker.tls.listener import ClientListener
+
+SERVICE = "test.Echo"
+LOOPS = ["asyncio", "uvloop"]
+
+
+def _run(loop: str, scenario) -> None:  # type: ignore[no-untyped-def]
+    if loop == "uvloop":
+        uvloop.run(scenario())
+    else:
+        asyncio.run(scenario())
+
+
+def _echo_server(seen_peers: list[str]) -> RpcServer:
+    """Echoes; notes each caller's address as the service sees it."""
+
+    async def echo(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        seen_peers.append(context.peer())
+        return request
+
+    handlers = {"Echo": grpc.unary_unary_rpc_method_handler(echo)}
+    server = RpcServer()
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    return server
+
+
+async def _call(endpoint: str, tls: ClientTls) -> bytes:
+    if not tls.verify:
+        # Fetching the certificate to trust blocks; the server runs on this loop.
+        return await asyncio.to_thread(_blocking_call, endpoint, tls)
+    async with aio_channel(endpoint, tls=tls) as ch:
+        echo = ch.unary_unary(f"/{SERVICE}/Echo")
+        return await echo(b"ping", timeout=30)
+
+
+def _blocking_call(endpoint: str, tls: ClientTls) -> bytes:
+    with channel(endpoint, tls=tls) as ch:
+        return ch.unary_unary(f"/{SERVICE}/Echo")(b"ping", timeout=30)
+
+
+async def _closed_by_peer(sock: socket.socket) -> bool:
+    loop = asyncio.get_running_loop()
+    try:
+        while await loop.sock_recv(sock, 4096):
+            pass
+    except ConnectionResetError:
+        pass
+    return True
+
+
+def _listener_for(tmp_path, server, *, plaintext: bool, timeout: float = 10.0):  # type: ignore[no-untyped-def]
+    cert, key = self_signed(str(tmp_path), ["localhost", "127.0.0.1"])
+    certificate = ReloadingCertificate(cert, key)
+    listener = ClientListener(
+        "127.0.0.1:0",
+        server.protocol,
+        tls_context=certificate.ssl_context,
+        plaintext=plaintext,
+        first_byte_timeout_s=timeout,
+    )
+    return listener, cert
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_tls_and_plaintext_share_the_port_and_the_service_sees_the_client(tmp_path, loop):
+    seen: list[str] = []
+
+    async def scenario() -> None:
+        server = _echo_server(seen)
+        listener, cert = _listener_for(tmp_path, server, plaintext=True)
+        port = listener.bind()
+        await listener.start()
+        endpoint = f"127.0.0.1:{port}"
+        try:
+            assert await _call(endpoint, ClientTls()) == b"ping"
+            assert await _call(endpoint, ClientTls(True, cert)) == b"ping"
+            assert await _call(endpoint, ClientTls(True, verify=False)) == b"ping"
+        finally:
+            await listener.stop()
+            await server.stop(0)
+
+    _run(loop, scenario)
+    # No relay in between: each call comes from the client's own socket.
+    assert len(seen) == 3
+    assert all(p.startswith("ipv4:127.0.0.1:") for p in seen)
+
+
+def test_tls_offers_http2_by_alpn_and_nothing_older_than_tls_1_2(tmp_path):
+    async def scenario() -> None:
+        server = _echo_server([])
+        listener, _ = _listener_for(tmp_path, server, plaintext=False)
+        port = listener.bind()
+        await listener.start()
+        try:
+            client = ssl.create_default_context()
+            client.check_hostname = False
+            client.verify_mode = ssl.CERT_NONE
+            client.set_alpn_protocols(["h2", "http/1.1"])
+            _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client)
+            assert writer.get_extra_info("ssl_object").selected_alpn_protocol() == "h2"
+            writer.close()
+            old = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            old.check_hostname = False
+            old.verify_mode = ssl.CERT_NONE
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)  # TLS 1.1 is, indeed
+                old.maximum_version = ssl.TLSVersion.TLSv1_1
+                old.minimum_version = ssl.TLSVersion.MINIMUM_SUPPORTED
+            with pytest.raises((ssl.SSLError, ConnectionError)):
+                await asyncio.open_connection("127.0.0.1", port, ssl=old)
+        finally:
+            await listener.stop()
+            await server.stop(0)
+
+    uvloop.run(scenario())
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_a_silent_connection_neither_blocks_others_nor_stays_open(tmp_path, loop):
+    async def scenario() -> None:
+        server = _echo_server([])
+        listener, _ = _listener_for(tmp_path, server, plaintext=True, timeout=0.5)
+        port = listener.bind()
+        await listener.start()
+        silent = socket.create_connection(("127.0.0.1", port))
+        silent.setblocking(False)
+        try:
+            # While the silent one says nothing, another client is served.
+            assert await _call(f"127.0.0.1:{port}", ClientTls()) == b"ping"
+            assert await asyncio.wait_for(_closed_by_peer(silent), 30)
+            assert listener.waiting_connections == 0
+        finally:
+            silent.close()
+            await listener.stop()
+            await server.stop(0)
+
+    _run(loop, scenario)
+
+
+def test_enforcing_closes_plaintext_and_counts_it_in_one_log_line(tmp_path, caplog):
+    async def scenario() -> None:
+        server = _echo_server([])
+        listener, cert = _listener_for(tmp_path, server, plaintext=False)
+        port = listener.bind()
+        await listener.start()
+        endpoint = f"127.0.0.1:{port}"
+        try:
+            for _ in range(3):
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await _call(endpoint, ClientTls())
+                assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
+            assert await _call(endpoint, ClientTls(True, cert)) == b"ping"
+        finally:
+            await listener.stop()
+            await server.stop(0)
+
+    caplog.set_level("WARNING", logger=listener_module.__name__)
+    uvloop.run(scenario())
+    lines = [r.getMessage() for r in caplog.records if "plaintext" in r.getMessage()]
+    assert len(lines) == 1
+    assert "--tls-mode permissive" in lines[0]
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_hostile_connections_are_closed_and_leave_nothing_open(tmp_path, loop):
+    """Garbage, truncated handshakes and early closes: each ends, none is left behind,
+    and a real client is served throughout."""
+
+    async def scenario() -> None:
+        server = _echo_server([])
+        listener, _ = _listener_for(tmp_path, server, plaintext=True, timeout=1.0)
+        port = listener.bind()
+        await listener.start()
+        endpoint = f"127.0.0.1:{port}"
+        rng = __import__("random").Random(7)
+        try:
+            assert await _call(endpoint, ClientTls()) == b"ping"
+            before = _open_descriptors()
+            for i in range(60):
+                _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                kind = i % 5
+                if kind == 1:
+                    writer.write(bytes([rng.randrange(256)]))
+                elif kind == 2:
+                    writer.write(os.urandom(rng.randrange(1, 5000)))
+                elif kind == 3:
+                    # A TLS record header, then noise.
+                    writer.write(b"\x16\x03\x01" + os.urandom(300))
+                elif kind == 4:
+                    # The HTTP/2 preface, then noise where frames belong.
+                    writer.write(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + os.urandom(200))
+                if kind:
+                    with contextlib.suppress(ConnectionError):
+                        await writer.drain()
+                writer.close()
+            assert await _call(endpoint, ClientTls()) == b"ping"
+            deadline = asyncio.get_running_loop().time() + 20
+            while (
+                listener.waiting_connections or server.connections or _open_descriptors() > before
+            ) and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.05)
+            assert listener.waiting_connections == 0
+            assert not server.connections
+            assert _open_descriptors() <= before
+        finally:
+            await listener.stop()
+            await server.stop(0)
+
+    _run(loop, scenario)
