@@ -1,0 +1,57 @@
+"""h2spec, the HTTP/2 conformance suite (RFC 7540/9113 and HPACK), against a real broker's
+client port: plaintext and TLS on the same port, every case including the strict ones.
+
+Each case sends frames a client may or must not send (bad lengths, streams in the wrong
+state, floods of settings, broken header blocks, flow-control abuse) and checks the
+broker answers as the RFC says: a stream error, a connection error, or an answer.
+The broker then still serves a real client.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from tests.http2_conformance import h2spec_binary
+from tests.official_clients import ClientsUnavailable
+from tests.support.broker_process import running_broker
+
+from skiff_broker.client.admin import AdminClient
+
+
+@pytest.fixture(scope="module")
+def h2spec() -> Path:
+    try:
+        return h2spec_binary()
+    except ClientsUnavailable as exc:
+        if os.environ.get("SKIFF_REQUIRE_K8S"):
+            pytest.fail(f"SKIFF_REQUIRE_K8S is set: {exc}")
+        pytest.skip(str(exc))
+
+
+def _run(h2spec: Path, port: str, *flags: str) -> str:
+    done = subprocess.run(
+        [str(h2spec), "--strict", "--timeout", "5", "-h", "127.0.0.1", "-p", port, *flags],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["plaintext", "tls"])
+def test_every_h2spec_case_passes_and_the_broker_serves_on(h2spec, tmp_path, tls):
+    with running_broker(tmp_path) as broker:
+        port = broker.endpoint.rpartition(":")[2]
+        report = _run(h2spec, port, *(("--tls", "--insecure") if tls else ()))
+        summary = re.search(r"(\d+) tests, (\d+) passed, (\d+) skipped, (\d+) failed", report)
+        assert summary is not None, report
+        total, passed, skipped, failed = (int(n) for n in summary.groups())
+        assert failed == 0 and skipped == 0, report
+        assert passed == total > 140
+        with AdminClient(broker.endpoint) as admin:
+            assert admin.list_topics() is not None
+        assert broker.proc.poll() is None
