@@ -43,13 +43,14 @@ from .grpc_headers import (
     trailers,
     trailers_only,
 )
+from .message_framing import PREFIX as _PREFIX
+from .message_framing import MessageReader, MessageTooLarge
 
 if TYPE_CHECKING:
     from .server import ServedConnection
 
 log = logging.getLogger(__name__)
 
-_PREFIX = struct.Struct(">BI")
 _OK = grpc.StatusCode.OK
 
 # A response's headers frame and the header of its one DATA frame, for a unary answer.
@@ -60,7 +61,6 @@ _TRAILERS_FRAME_HEADER = struct.Struct(">IBI")
 
 class ServerCall:
     __slots__ = (
-        "_buffer",
         "_cancelled",
         "_code",
         "_connection",
@@ -75,6 +75,7 @@ class ServerCall:
         "_intercepted",
         "_message",
         "_metadata",
+        "_reader",
         "_requests",
         "_task",
         "_trailing_metadata",
@@ -101,7 +102,7 @@ class ServerCall:
         self._handler = handler
         self._intercepted = intercepted
         self._cancelled = False
-        self._buffer = b""
+        self._reader = MessageReader(connection.server.max_message)
         self._message: bytes | None = None
         self._ended = False
         self._task: asyncio.Task[None] | None = None
@@ -134,34 +135,31 @@ class ServerCall:
         if self._requests is not None:
             self._requests.received(data, end_stream)
             return
-        buffer = self._buffer + data if self._buffer else data
-        if len(buffer) >= 5 and self._message is None:
-            flags, length = _PREFIX.unpack_from(buffer)
-            limit = self._connection.server.max_message
-            if length > limit:
-                self._refuse_large(length, limit)
-                return
-            if len(buffer) - 5 >= length:
-                if len(buffer) - 5 > length:
-                    self._fail_now(grpc.StatusCode.INTERNAL, "a unary call carried two messages")
-                    return
-                self._message = self._inflate(flags, buffer[5:])
-                if self._message is None:
-                    return
-                buffer = b""
-            else:
-                # Room for the whole message at once, rather than a window update per frame.
-                missing = length + 5 - len(buffer) - self.stream.recv_window
-                if missing > 0:
-                    self.stream.grant(missing)
-        elif self._message is not None and buffer:
-            self._fail_now(grpc.StatusCode.INTERNAL, "a unary call carried two messages")
+        try:
+            messages = self._reader.feed(data)
+        except MessageTooLarge as large:
+            self._refuse_large(large.length)
             return
-        self._buffer = buffer
+        if messages:
+            if len(messages) > 1 or self._message is not None:
+                self._fail_now(grpc.StatusCode.INTERNAL, "a unary call carried two messages")
+                return
+            flags, message = messages[0]
+            self._message = self._inflate(flags, message)
+            if self._message is None:
+                return
+        else:
+            # Room for the whole message at once, rather than a window update per frame.
+            missing = self._reader.awaited - self.stream.recv_window
+            if missing > 0:
+                self.stream.grant(missing)
         if end_stream:
             self._ended = True
             if self._message is None:
                 self._fail_now(grpc.StatusCode.INTERNAL, "the request ended without its message")
+                return
+            if not self._reader.between_messages:
+                self._fail_now(grpc.StatusCode.INTERNAL, "a unary call carried two messages")
                 return
             self._start()
 
@@ -307,11 +305,11 @@ class ServerCall:
 
     def _fail_now(self, code: grpc.StatusCode, details: str) -> None:
         """End a call whose request broke the rules before a handler ran."""
-        self._buffer = b""
         self._finish(code, details)
         self._cancel_work()
 
-    def _refuse_large(self, length: int, limit: int) -> None:
+    def _refuse_large(self, length: int) -> None:
+        limit = self._connection.server.max_message
         self._fail_now(
             grpc.StatusCode.RESOURCE_EXHAUSTED,
             f"the request message is {length} bytes, over the broker's limit of {limit}",
@@ -339,7 +337,7 @@ class ServerCall:
             self._fail_now(grpc.StatusCode.INTERNAL, f"the compressed message is corrupt: {exc}")
             return None
         if inflated is None:
-            self._refuse_large(limit + 1, limit)
+            self._refuse_large(limit + 1)
         return inflated
 
     def _deadline_passed(self) -> None:
@@ -509,7 +507,7 @@ class _RequestStream:
 
     def __init__(self, call: ServerCall) -> None:
         self._call = call
-        self._buffer = b""
+        self._reader = MessageReader(call._connection.server.max_message)
         self._messages: collections.deque[tuple[bytes, int]] = collections.deque()
         self._queued = 0  # octets of the messages waiting to be taken
         self._ended = False
@@ -517,31 +515,25 @@ class _RequestStream:
         self._waiter: asyncio.Future[None] | None = None
 
     def received(self, data: bytes, end_stream: bool) -> None:
-        buffer = self._buffer + data if self._buffer else data
         call = self._call
-        limit = call._connection.server.max_message
-        while len(buffer) >= 5:
-            flags, length = _PREFIX.unpack_from(buffer)
-            if length > limit:
-                call._refuse_large(length, limit)
+        try:
+            messages = self._reader.feed(data)
+        except MessageTooLarge as large:
+            call._refuse_large(large.length)
+            return
+        for flags, message in messages:
+            inflated = call._inflate(flags, message)
+            if inflated is None:
                 return
-            if len(buffer) - 5 < length:
-                break
-            message = call._inflate(flags, buffer[5 : 5 + length])
-            if message is None:
-                return
-            self._messages.append((message, length + 5))
-            self._queued += length + 5
-            buffer = buffer[5 + length :]
-        self._buffer = buffer
-        if len(buffer) >= 5:
-            # A message larger than the window: room for the rest of it, no more.
-            missing = 5 + length - len(buffer) - call.stream.recv_window
-            if missing > 0:
-                call.stream.grant(missing)
+            self._messages.append((inflated, len(message) + 5))
+            self._queued += len(message) + 5
+        # A message larger than the window: room for the rest of it, no more.
+        missing = self._reader.awaited - call.stream.recv_window
+        if missing > 0:
+            call.stream.grant(missing)
         if end_stream:
             self._ended = True
-            if buffer:
+            if not self._reader.between_messages:
                 call._fail_now(grpc.StatusCode.INTERNAL, "the request ended inside a message")
                 return
         self._wake()
@@ -574,7 +566,7 @@ class _RequestStream:
         # Taken: the client may send again, as far as what waits here and what it may
         # still send stay within the stream's usual window.
         stream = self._call.stream
-        stream.grant(fr.DEFAULT_WINDOW - stream.recv_window - self._queued - len(self._buffer))
+        stream.grant(fr.DEFAULT_WINDOW - stream.recv_window - self._queued - self._reader.buffered)
         handler = self._call._handler
         deserialize = handler.request_deserializer
         if deserialize is None:
