@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 START_DEADLINE_S = 120.0
 STOP_DEADLINE_S = 30.0
 QUEUES = 8  # queues, partitions: the same for every system
-TOPICS = ("bench", "backlog-1k", "backlog-100", "e2e", "e2e-official", "java")
+TOPICS = ("bench", "backlog-1k", "backlog-100", "e2e", "e2e-official", "java", "java-push")
 JVM_HEAP = "1g"
 
 ASYNC = "async"

@@ -951,6 +951,7 @@ class JavaClientDriver:
 
     client = "official Java client 5.2.0 (TLS)"
     topic = "java"
+    push_topic = "java-push"  # empty until the push workload: no backlog to deliver first
     IN_FLIGHT = 256  # sendAsync calls unacknowledged at once
     THREADS = 16  # threads of blocking send
 
@@ -965,15 +966,18 @@ class JavaClientDriver:
     def _run(self, mode: str, limit_s: float, **options: object) -> Sample:
         from tests.official_clients import run_client
 
-        command = self.program.command(
-            mode, self.log_dir, endpoint=self.endpoint, topic=self.topic, **options
-        )
+        options.setdefault("topic", self.topic)
+        command = self.program.command(mode, self.log_dir, endpoint=self.endpoint, **options)
         summary = run_client(command, self.log_dir, timeout_s=limit_s + 120).summary
+        messages = summary["messages"]
+        client_us = summary["cpu_seconds"] / messages * 1e6 if messages else 0.0
         return Sample(
-            summary["messages"],
+            messages,
             summary["seconds"],
             latencies=summary["latencies_s"],
             errors=summary["errors"],
+            # What the client itself spends per message, on the same CPUs as the broker.
+            note=f"client {client_us:,.0f} µs/msg",
             last_error=summary["last_error"][:200],
         )
 
@@ -986,6 +990,19 @@ class JavaClientDriver:
     def drain(self, count: int, limit_s: float) -> Sample:
         group = f"bench-java-{os.getpid()}"
         return self._run("drain", limit_s, count=count, group=group, deadline_s=int(limit_s))
+
+    def push_e2e(self, size: int, count: int, rate: float, limit_s: float) -> Sample:
+        """A PushConsumer on an empty topic; ``count`` sends paced at ``rate`` per second."""
+        return self._run(
+            "push-e2e",
+            limit_s,
+            topic=self.push_topic,
+            count=count,
+            size=size,
+            rate=rate,
+            group=f"bench-java-push-{os.getpid()}",
+            deadline_s=int(limit_s),
+        )
 
 
 class BatchingProducerDriver(BatchingDriver):

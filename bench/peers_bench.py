@@ -60,10 +60,11 @@ class Plan:
     drain_limit_s: float
     e2e_seconds: float
     idle_limit_s: float
+    java_push_seconds: float  # how long the Java PushConsumer's paced sends last
 
 
-QUICK = Plan(0.5, 1.0, ("1KiB",), ("1KiB",), 32 * MiB, 200_000, 30, 10, 3, 2)
-FULL = Plan(0.5, 2.5, ("100B", "1KiB"), ("100B", "1KiB"), GiB, 500_000, 75, 30, 6, 5)
+QUICK = Plan(0.5, 1.0, ("1KiB",), ("1KiB",), 32 * MiB, 200_000, 30, 10, 3, 2, 5)
+FULL = Plan(0.5, 2.5, ("100B", "1KiB"), ("100B", "1KiB"), GiB, 500_000, 75, 30, 6, 5, 20)
 
 
 @dataclasses.dataclass
@@ -296,7 +297,8 @@ class Runner:
             broker.stop()
 
     def _java(self, broker: peer_brokers.Broker) -> None:
-        """sendAsync, then blocking sends in threads, then a SimpleConsumer drains both."""
+        """sendAsync, then blocking sends in threads, then a SimpleConsumer drains both; last
+        a PushConsumer's end-to-end latency at half the sendAsync rate."""
         count = self.java_messages
         limit_s = self.plan.drain_limit_s + count / 1000  # generous: ends when the work does
         driver = peer_clients.JavaClientDriver(broker.endpoint, broker.data_dir / "java-logs")
@@ -310,28 +312,54 @@ class Runner:
             ),
             ("drain", None, "Simple", lambda: driver.drain(2 * count, limit_s)),
         )
+        peak = 0.0
         for workload, producers, mode, run in workloads:
-            broker.idle(self.plan.idle_limit_s)
-            stats = broker.stats()
-            cpu = stats.cpu_seconds()
-            sample = run()
-            cpu = stats.cpu_seconds() - cpu
-            # The JVM's start-up is outside the sample's seconds but inside the CPU figure;
-            # the broker does little for it (one route query, one telemetry stream).
-            row = self._row(
+            row = self._java_row(broker, driver, workload, producers, mode, run)
+            if mode == "async":
+                peak = row.rate
+        rate = peak / 2
+        if rate >= 1:
+            pushed = max(1, min(count, int(rate * self.plan.java_push_seconds)))
+            self._java_row(
                 broker,
-                driver,  # type: ignore[arg-type]
-                workload,
-                "1KiB",
-                producers,
-                mode,
-                sample,
-                cpu,
-                sample.seconds,
-                latency=workload == "produce",
+                driver,
+                "e2e",
+                1,
+                f"Push {rate:,.0f}/s",
+                lambda: driver.push_e2e(KiB, pushed, rate, limit_s),
             )
-            if sample.messages:
-                row.cpu_us_per_msg = cpu / sample.messages * 1e6
+
+    def _java_row(
+        self,
+        broker: peer_brokers.Broker,
+        driver: peer_clients.JavaClientDriver,
+        workload: str,
+        producers: int | None,
+        mode: str,
+        run: Any,
+    ) -> Row:
+        broker.idle(self.plan.idle_limit_s)
+        stats = broker.stats()
+        cpu = stats.cpu_seconds()
+        sample = run()
+        cpu = stats.cpu_seconds() - cpu
+        # The JVM's start-up is outside the sample's seconds but inside the CPU figure;
+        # the broker does little for it (one route query, one telemetry stream).
+        row = self._row(
+            broker,
+            driver,  # type: ignore[arg-type]
+            workload,
+            "1KiB",
+            producers,
+            mode,
+            sample,
+            cpu,
+            sample.seconds,
+            latency=workload in ("produce", "e2e"),
+        )
+        if sample.messages:
+            row.cpu_us_per_msg = cpu / sample.messages * 1e6
+        return row
 
     def _backlogs(self, broker: peer_brokers.Broker, drivers: list[peer_clients.Driver]) -> None:
         plan = self.plan
@@ -384,13 +412,14 @@ class Runner:
 
 
 def add_ratios(rows: list[Row]) -> None:
-    """x_skiff: a row's rate ÷ Skiff's best rate for the same workload (e2e: p99 ÷ Skiff's)."""
+    """x_skiff: a row's rate ÷ Skiff's best rate for the same workload (e2e: p99 ÷ Skiff's
+    with the same client)."""
     best: dict[tuple, float] = {}
     for row in rows:
         if row.system != "skiff":
             continue
         if row.workload == "e2e":
-            key = ("e2e",)
+            key = ("e2e", row.client)
             if row.p99_ms is not None:
                 best[key] = min(best.get(key, float("inf")), row.p99_ms)
             continue
@@ -398,7 +427,7 @@ def add_ratios(rows: list[Row]) -> None:
         best[key] = max(best.get(key, 0.0), row.rate)
     for row in rows:
         if row.workload == "e2e":
-            base = best.get(("e2e",))
+            base = best.get(("e2e", row.client))
             if base and row.p99_ms is not None:
                 row.x_skiff = row.p99_ms / base
             continue
@@ -487,6 +516,7 @@ def targets(rows: list[Row]) -> list[dict[str, Any]]:
                     "met": ratio >= 1.0,
                 }
             )
+    results.extend(java_targets(rows))
     drain = best(find(rows, system="skiff", workload="drain", size="100B"))
     if drain:
         results.append(
@@ -498,6 +528,68 @@ def targets(rows: list[Row]) -> list[dict[str, Any]]:
                 "met": drain.rate >= 500_000,
             }
         )
+    return results
+
+
+def _java_row(
+    rows: list[Row], system: str, durability: str, workload: str, mode: str
+) -> Row | None:
+    """The official Java client's row of ``system`` for a workload (mode's first word)."""
+    client = peer_clients.JavaClientDriver.client
+    found = find(rows, system=system, client=client, workload=workload, durability=durability)
+    return next((r for r in found if r.mode.split()[0] == mode), None)
+
+
+def java_targets(rows: list[Row]) -> list[dict[str, Any]]:
+    """The official Java client's targets: Skiff against RocketMQ 5, the same workload."""
+    results = []
+
+    def add(durability: str, target: str, skiff: float, peer: float, ratio: float) -> None:
+        met = ratio <= 1.0 if "<=" in target else ratio >= 1.0
+        results.append(
+            {
+                "target": f"Java client {durability}: {target}",
+                "skiff": round(skiff, 2),
+                "peer": round(peer, 2),
+                "ratio": round(ratio, 2),
+                "met": met,
+            }
+        )
+
+    for durability in (ASYNC, SYNC):
+        for workload, mode, what in (
+            ("produce", "async", "sendAsync"),
+            ("produce", "blocking", "16-thread blocking send"),
+            ("drain", "Simple", "SimpleConsumer drain"),
+        ):
+            skiff = _java_row(rows, "skiff", durability, workload, mode)
+            rocketmq = _java_row(rows, "rocketmq", durability, workload, mode)
+            if skiff is None or rocketmq is None or not rocketmq.rate:
+                continue
+            ratio = skiff.rate / rocketmq.rate
+            add(durability, f"{what} msg/s >= 1.0x RocketMQ", skiff.rate, rocketmq.rate, ratio)
+            if skiff.cpu_us_per_msg and rocketmq.cpu_us_per_msg:
+                cpu_ratio = skiff.cpu_us_per_msg / rocketmq.cpu_us_per_msg
+                add(
+                    durability,
+                    f"{what} broker CPU per message <= RocketMQ's",
+                    skiff.cpu_us_per_msg,
+                    rocketmq.cpu_us_per_msg,
+                    cpu_ratio,
+                )
+        blocking = _java_row(rows, "skiff", durability, "produce", "blocking")
+        if blocking is not None and blocking.p50_ms is not None:
+            add(durability, "blocking send p50 <= 2 ms", blocking.p50_ms, 2.0, blocking.p50_ms / 2)
+        skiff = _java_row(rows, "skiff", durability, "e2e", "Push")
+        rocketmq = _java_row(rows, "rocketmq", durability, "e2e", "Push")
+        if skiff and rocketmq and skiff.p99_ms is not None and rocketmq.p99_ms:
+            add(
+                durability,
+                "PushConsumer e2e p99 at half of peak <= RocketMQ's",
+                skiff.p99_ms,
+                rocketmq.p99_ms,
+                skiff.p99_ms / rocketmq.p99_ms,
+            )
     return results
 
 

@@ -2,7 +2,7 @@
 //
 // java OfficialClient MODE --endpoint HOST:PORT --topic T [--group G] [--count N]
 //     [--access-key K --secret-key S] [--tls on|off] [--size BYTES] [--in-flight N]
-//     [--threads N] [--deadline-s S]
+//     [--threads N] [--deadline-s S] [--rate R]
 //
 // Modes:
 //   roundtrip      send COUNT messages one by one, then receive them with a SimpleConsumer
@@ -11,8 +11,13 @@
 //   send-async     COUNT sendAsync calls, IN_FLIGHT unacknowledged at most
 //   send-blocking  COUNT blocking sends spread over THREADS threads
 //   drain          receive and ack COUNT messages with THREADS threads
-//                  the last three print {"messages", "seconds", "latencies_s", "errors",
-//                  "last_error"}; latencies are per send, empty for drain.
+//   push-e2e       a PushConsumer of GROUP on TOPIC, then COUNT sendAsync
+//                  calls paced at RATE per second, once a few warm-up messages came back;
+//                  latencies are from each send to its delivery to the consumer's
+//                  listener, in this one process
+//                  the last four print {"messages", "seconds", "cpu_seconds",
+//                  "latencies_s", "errors", "last_error"}; latencies are per send, empty
+//                  for drain; cpu_seconds is this JVM's CPU over the measured work.
 // The client configuration keeps the client's defaults (TLS on, the server certificate not
 // verified) unless --tls off or credentials are given. Exit status 0 when no error occurred.
 
@@ -25,14 +30,20 @@ import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.nio.ByteBuffer;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.locks.LockSupport;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.rocketmq.client.apis.ClientConfiguration;
 import org.apache.rocketmq.client.apis.ClientConfigurationBuilder;
 import org.apache.rocketmq.client.apis.ClientServiceProvider;
 import org.apache.rocketmq.client.apis.StaticSessionCredentialsProvider;
+import org.apache.rocketmq.client.apis.consumer.ConsumeResult;
 import org.apache.rocketmq.client.apis.consumer.FilterExpression;
+import org.apache.rocketmq.client.apis.consumer.PushConsumer;
 import org.apache.rocketmq.client.apis.consumer.SimpleConsumer;
 import org.apache.rocketmq.client.apis.message.Message;
 import org.apache.rocketmq.client.apis.message.MessageView;
@@ -46,6 +57,8 @@ public final class OfficialClient {
 
     private final Map<String, String> options;
     private final List<String> errors = Collections.synchronizedList(new ArrayList<>());
+    // This JVM's CPU time when the measured work began (all its threads, the client's own).
+    private long cpuAtStart;
 
     private OfficialClient(Map<String, String> options) {
         this.options = options;
@@ -70,6 +83,9 @@ public final class OfficialClient {
                 break;
             case "drain":
                 json = client.drain();
+                break;
+            case "push-e2e":
+                json = client.pushEndToEnd();
                 break;
             default:
                 throw new IllegalArgumentException("unknown mode " + args[0]);
@@ -171,7 +187,7 @@ public final class OfficialClient {
         CountDownLatch finished = new CountDownLatch(count);
         long start;
         try (Producer producer = producer()) {
-            start = System.nanoTime();
+            start = begin();
             for (int i = 0; i < count; i++) {
                 window.acquire();
                 int index = i;
@@ -204,7 +220,7 @@ public final class OfficialClient {
         long start;
         try (Producer producer = producer()) {
             List<Thread> workers = new ArrayList<>();
-            start = System.nanoTime();
+            start = begin();
             for (int t = 0; t < threads; t++) {
                 Thread worker = new Thread(() -> {
                     for (int i = next.getAndIncrement(); i < count; i = next.getAndIncrement()) {
@@ -238,7 +254,7 @@ public final class OfficialClient {
         long start;
         try (SimpleConsumer consumer = consumer()) {
             List<Thread> workers = new ArrayList<>();
-            start = System.nanoTime();
+            start = begin();
             for (int t = 0; t < threads; t++) {
                 Thread worker = new Thread(() -> {
                     while (got.get() < count && System.nanoTime() < deadline) {
@@ -263,8 +279,108 @@ public final class OfficialClient {
         return rates(Math.min(got.get(), count), start, new double[0], failed.get());
     }
 
+    // Each body starts with its index and the nanoTime of its send; the listener, in the same
+    // JVM, notes the first delivery of each index.
+    private String pushEndToEnd() throws Exception {
+        int count = number("count", 1000);
+        double rate = Double.parseDouble(option("rate", "1000"));
+        int size = Math.max(20, number("size", 1024));
+        // Messages of earlier runs on the topic (a new group reads from the start) are
+        // told apart by this run's number in the body.
+        long run = new java.util.Random().nextLong();
+        long deadline = System.nanoTime() + number("deadline-s", 60) * 1_000_000_000L;
+        double[] latencies = new double[count];
+        Set<Integer> delivered = ConcurrentHashMap.newKeySet();
+        AtomicInteger warmed = new AtomicInteger();
+        CountDownLatch all = new CountDownLatch(count);
+        AtomicInteger failed = new AtomicInteger();
+        long start;
+        long end;
+        try (PushConsumer consumer = PROVIDER.newPushConsumerBuilder()
+                        .setClientConfiguration(configuration())
+                        .setConsumerGroup(option("group", ""))
+                        .setSubscriptionExpressions(
+                                Collections.singletonMap(
+                                        option("topic", ""), FilterExpression.SUB_ALL))
+                        .setMessageListener(view -> {
+                            long now = System.nanoTime();
+                            ByteBuffer body = view.getBody();
+                            if (body.remaining() < 20 || body.getLong(12) != run) {
+                                return ConsumeResult.SUCCESS; // another run's message
+                            }
+                            int index = body.getInt(0);
+                            if (index < 0) {
+                                warmed.incrementAndGet();
+                            } else if (index < count && delivered.add(index)) {
+                                latencies[index] = (now - body.getLong(4)) / 1e9;
+                                all.countDown();
+                            }
+                            return ConsumeResult.SUCCESS;
+                        })
+                        .build();
+                Producer producer = producer()) {
+            // Warm-up: the consumer has found its queues and is polling before the
+            // measured sends begin (its start-up is not end-to-end latency).
+            long warmDeadline = System.nanoTime() + 30_000_000_000L;
+            for (int w = 1; System.nanoTime() < warmDeadline; w++) {
+                ByteBuffer body = ByteBuffer.allocate(size);
+                body.putInt(0, -w).putLong(4, System.nanoTime()).putLong(12, run);
+                producer.send(message(body.array()));
+                if (warmed.get() >= 3) {
+                    break;
+                }
+                Thread.sleep(100);
+            }
+            long interval = (long) (1e9 / rate);
+            start = begin();
+            for (int i = 0; i < count; i++) {
+                long due = start + i * interval;
+                long wait = due - System.nanoTime();
+                if (wait > 0) {
+                    LockSupport.parkNanos(wait);
+                }
+                ByteBuffer body = ByteBuffer.allocate(size);
+                body.putInt(0, i).putLong(4, System.nanoTime()).putLong(12, run);
+                producer.sendAsync(message(body.array())).whenComplete((receipt, failure) -> {
+                    if (failure != null) {
+                        failed.incrementAndGet();
+                        error("sendAsync", failure);
+                    }
+                });
+            }
+            long left = deadline - System.nanoTime();
+            all.await(Math.max(left, 0), TimeUnit.NANOSECONDS);
+            end = System.nanoTime();
+        }
+        double[] seen = new double[delivered.size()];
+        int n = 0;
+        for (int index : delivered) {
+            seen[n++] = latencies[index];
+        }
+        return rates(seen.length, start, end, seen, failed.get() + (count - seen.length));
+    }
+
+    private long begin() {
+        cpuAtStart = processCpuNanos();
+        return System.nanoTime();
+    }
+
+    private static long processCpuNanos() {
+        java.lang.management.OperatingSystemMXBean os =
+                java.lang.management.ManagementFactory.getOperatingSystemMXBean();
+        if (os instanceof com.sun.management.OperatingSystemMXBean) {
+            return ((com.sun.management.OperatingSystemMXBean) os).getProcessCpuTime();
+        }
+        return 0;
+    }
+
     private String rates(int messages, long start, double[] latencies, int failed) {
-        double seconds = (System.nanoTime() - start) / 1e9;
+        return rates(messages, start, System.nanoTime(), latencies, failed);
+    }
+
+    private String rates(int messages, long start, long end, double[] latencies, int failed) {
+        double seconds = (end - start) / 1e9;
+        double cpuSeconds = (processCpuNanos() - cpuAtStart) / 1e9;
         StringBuilder list = new StringBuilder("[");
         for (int i = 0; i < latencies.length; i++) {
             list.append(i == 0 ? "" : ",").append(latencies[i]);
@@ -273,8 +389,9 @@ public final class OfficialClient {
         String last = errors.isEmpty() ? "" : errors.get(errors.size() - 1);
         // Errors are counted, not failed on: the benchmark reports them in its table.
         errors.clear();
-        return "{\"messages\": " + messages + ", \"seconds\": " + seconds + ", \"latencies_s\": "
-                + list + ", \"errors\": " + failed + ", \"last_error\": " + quoted(last) + "}";
+        return "{\"messages\": " + messages + ", \"seconds\": " + seconds + ", \"cpu_seconds\": "
+                + cpuSeconds + ", \"latencies_s\": " + list + ", \"errors\": " + failed
+                + ", \"last_error\": " + quoted(last) + "}";
     }
 
     private static String strings(Iterable<String> values) {
