@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -22,7 +24,7 @@ def test_messages_come_out_whole_and_in_order_however_the_data_is_cut(messages, 
     points = sorted({0, len(wire), *(c for c in cuts if c < len(wire))})
     reader = MessageReader(limit=300)
     out = []
-    for start, end in zip(points, points[1:], strict=False):
+    for start, end in itertools.pairwise(points):
         out.extend(m for _, m in reader.feed(wire[start:end]))
     assert out == messages
     assert reader.between_messages and reader.buffered == 0 and reader.awaited == 0
