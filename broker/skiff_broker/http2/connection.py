@@ -17,8 +17,8 @@ Invariants:
   set, every open stream is reset, and nothing more is read. A stream error resets that
   stream alone.
 - A peer that makes the server work without making requests (resets of open streams,
-  PINGs, SETTINGS, empty frames) spends a budget that refills with time; past it the
-  connection ends with ENHANCE_YOUR_CALM.
+  PINGs with no answer sent since the last one, SETTINGS, empty frames) spends a budget
+  that refills with time; past it the connection ends with ENHANCE_YOUR_CALM.
 """
 
 from __future__ import annotations
@@ -196,6 +196,7 @@ class Stream:
         self.send_window -= data_length
         connection.send_window -= data_length
         self.local_closed = True
+        connection._answered_since_ping = True
         connection._write(frames_bytes)
         connection._stream_done(self)
         return True
@@ -276,6 +277,8 @@ class ServerConnection:
         self._reset_here: dict[int, None] = {}
         # A stream whose HEADERS made it depend on itself (a stream error once decoded).
         self._self_dependent = 0
+        # Whether HEADERS or DATA went out since the last PING (see _ping).
+        self._answered_since_ping = False
         self._recv_unacked = 0
         self._budget = _Budget(limits.control_budget, limits.control_refill_per_s)
         self._write(
@@ -307,6 +310,7 @@ class ServerConnection:
         return data
 
     def _send_block(self, stream_id: int, block: bytes, end_stream: bool) -> None:
+        self._answered_since_ping = True
         flags = fr.END_STREAM if end_stream else 0
         limit = self.peer_max_frame_size
         if len(block) <= limit:
@@ -321,6 +325,7 @@ class ServerConnection:
 
     def _send_data(self, stream: Stream, data: bytes, end_stream: bool) -> bool:
         """Send as much of ``data`` as the windows allow; queue the rest on the stream."""
+        self._answered_since_ping = True
         sent = 0
         total = len(data)
         limit = self.peer_max_frame_size
@@ -771,7 +776,11 @@ class ServerConnection:
             raise ConnectionFault(ErrorCode.FRAME_SIZE_ERROR, "PING not 8 octets")
         if flags & fr.ACK:
             return
-        self._spend("PING frames")
+        # Clients measure bandwidth with a PING per burst of data they read (gRPC's BDP
+        # estimate): a PING after an answer is work done, not a flood.
+        if not self._answered_since_ping:
+            self._spend("PING frames without requests")
+        self._answered_since_ping = False
         self._write(fr.ping_ack(payload))
 
 

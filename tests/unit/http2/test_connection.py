@@ -262,6 +262,19 @@ def test_control_frames_without_end_spend_a_budget(noise):
     assert struct.unpack(">II", frames[-1][3][:8])[1] == ErrorCode.ENHANCE_YOUR_CALM
 
 
+def test_a_ping_after_each_answer_is_no_flood():
+    """gRPC clients send a PING per burst of data they read, to size their windows."""
+    peer = Peer(Limits(control_budget=50, control_refill_per_s=0.0))
+    peer.frames()
+    for stream_id in range(1, 1000, 2):
+        peer.send(peer.request(stream_id, end_stream=True))
+        stream = peer.app.requests[-1][0]
+        stream.send_headers(encode_headers([(":status", "200")]), end_stream=True)
+        peer.send(fr.frame(fr.PING, 0, 0, b"12345678"))
+    assert not peer.conn.closed
+    assert sum(f[0] == fr.PING for f in peer.frames()) == 500
+
+
 def test_a_header_block_that_never_ends_is_cut_off_at_its_limit():
     peer = Peer(Limits(max_header_list_size=1024))
     peer.frames()
