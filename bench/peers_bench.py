@@ -146,13 +146,20 @@ def machine(data_dir: str) -> dict[str, Any]:
 
 class Runner:
     def __init__(
-        self, plan: Plan, root: str, e2e_max_rate: float, java_messages: int, java_only: bool
+        self,
+        plan: Plan,
+        root: str,
+        e2e_max_rate: float,
+        java_messages: int,
+        java_only: bool,
+        push_rate: float = 0.0,
     ) -> None:
         self.plan = plan
         self.root = root
         self.e2e_max_rate = e2e_max_rate
         self.java_messages = java_messages
         self.java_only = java_only
+        self.push_rate = push_rate
         self.rows: list[Row] = []
         self.resources: list[dict[str, Any]] = []
         self.failures: list[str] = []
@@ -317,7 +324,7 @@ class Runner:
             row = self._java_row(broker, driver, workload, producers, mode, run)
             if mode == "async":
                 peak = row.rate
-        rate = peak / 2
+        rate = self.push_rate or peak / 2
         if rate >= 1:
             pushed = max(1, min(count, int(rate * self.plan.java_push_seconds)))
             self._java_row(
@@ -544,7 +551,9 @@ def java_targets(rows: list[Row]) -> list[dict[str, Any]]:
     """The official Java client's targets: Skiff against RocketMQ 5, the same workload."""
     results = []
 
-    def add(durability: str, target: str, skiff: float, peer: float, ratio: float) -> None:
+    def add(
+        durability: str, target: str, skiff: float, peer: float, ratio: float, unit: str
+    ) -> None:
         met = ratio <= 1.0 if "<=" in target else ratio >= 1.0
         results.append(
             {
@@ -553,6 +562,7 @@ def java_targets(rows: list[Row]) -> list[dict[str, Any]]:
                 "peer": round(peer, 2),
                 "ratio": round(ratio, 2),
                 "met": met,
+                "unit": unit,
             }
         )
 
@@ -567,7 +577,14 @@ def java_targets(rows: list[Row]) -> list[dict[str, Any]]:
             if skiff is None or rocketmq is None or not rocketmq.rate:
                 continue
             ratio = skiff.rate / rocketmq.rate
-            add(durability, f"{what} msg/s >= 1.0x RocketMQ", skiff.rate, rocketmq.rate, ratio)
+            add(
+                durability,
+                f"{what} msg/s >= 1.0x RocketMQ",
+                skiff.rate,
+                rocketmq.rate,
+                ratio,
+                "msg/s",
+            )
             if skiff.cpu_us_per_msg and rocketmq.cpu_us_per_msg:
                 cpu_ratio = skiff.cpu_us_per_msg / rocketmq.cpu_us_per_msg
                 add(
@@ -576,19 +593,28 @@ def java_targets(rows: list[Row]) -> list[dict[str, Any]]:
                     skiff.cpu_us_per_msg,
                     rocketmq.cpu_us_per_msg,
                     cpu_ratio,
+                    "µs/msg",
                 )
         blocking = _java_row(rows, "skiff", durability, "produce", "blocking")
         if blocking is not None and blocking.p50_ms is not None:
-            add(durability, "blocking send p50 <= 2 ms", blocking.p50_ms, 2.0, blocking.p50_ms / 2)
+            add(
+                durability,
+                "blocking send p50 <= 2 ms",
+                blocking.p50_ms,
+                2.0,
+                blocking.p50_ms / 2,
+                "ms",
+            )
         skiff = _java_row(rows, "skiff", durability, "e2e", "Push")
         rocketmq = _java_row(rows, "rocketmq", durability, "e2e", "Push")
         if skiff and rocketmq and skiff.p99_ms is not None and rocketmq.p99_ms:
             add(
                 durability,
-                "PushConsumer e2e p99 at half of peak <= RocketMQ's",
+                "PushConsumer e2e p99 <= RocketMQ's (rates in the mode column)",
                 skiff.p99_ms,
                 rocketmq.p99_ms,
                 skiff.p99_ms / rocketmq.p99_ms,
+                "ms",
             )
     return results
 
@@ -652,7 +678,8 @@ def table(rows: list[Row], resources: list[dict[str, Any]], goals: list[dict[str
         for goal in goals:
             lines.append(
                 f"  {'MET    ' if goal['met'] else 'NOT MET'} {goal['target']}: "
-                f"{goal['skiff']:,} vs {goal['peer']:,} msg/s (ratio {goal['ratio']:.2f})"
+                f"{goal['skiff']:,} vs {goal['peer']:,} {goal.get('unit', 'msg/s')} "
+                f"(ratio {goal['ratio']:.2f})"
             )
     return "\n".join(lines)
 
@@ -714,6 +741,13 @@ def main(argv: list[str] | None = None) -> int:
         help="messages per workload of the official Java client on Skiff and RocketMQ (0: none)",
     )
     parser.add_argument(
+        "--push-rate",
+        type=float,
+        default=0.0,
+        help="msg/s of the Java PushConsumer workload on every system (default: half the "
+        "system's own sendAsync msg/s); give half the lowest peak to compare at one rate",
+    )
+    parser.add_argument(
         "--java-only",
         action="store_true",
         help="only the official Java client's workloads (a quick check of that driver)",
@@ -741,7 +775,9 @@ def main(argv: list[str] | None = None) -> int:
     load_before = load_average()
     started = time.perf_counter()
     root = tempfile.mkdtemp(prefix="skiff-peers-", dir=args.data_dir)
-    runner = Runner(plan, root, args.e2e_max_rate, args.java_messages, args.java_only)
+    runner = Runner(
+        plan, root, args.e2e_max_rate, args.java_messages, args.java_only, args.push_rate
+    )
     try:
         for system in systems:
             for durability in durabilities:
