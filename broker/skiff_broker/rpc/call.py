@@ -214,6 +214,10 @@ class ServerCall:
         except _BadRequest as bad:
             self._finish(bad.code, bad.details)
         except Exception as exc:
+            if self.finished:
+                # The client went away or the deadline passed: nobody hears of it.
+                log.debug("%s failed after its call ended: %r", self.request_headers.path, exc)
+                return
             log.exception("%s failed", self.request_headers.path)
             self._finish(grpc.StatusCode.UNKNOWN, f"Unexpected {type(exc).__name__}: {exc}")
 
