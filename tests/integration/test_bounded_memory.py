@@ -8,14 +8,10 @@ the flooding streams must be held back by flow control, and the other client
 must be served throughout.
 
 What a never-reading stream costs is what the broker accepted from it before flow
-control held it back: its outbox and the bytes gRPC took into the stream's HTTP/2
-receive window. That window is the broker's to choose; when gRPC sizes it from the
-measured bandwidth-delay product, a slow (busy) broker measures a long delay and opens
-a wider window, so the same streams cost more under load. Measured with 4 streams:
-on a quiet machine each sent about 660 Settings before it was held back and the broker
-grew by 24 MiB; with the cores busy, about 2,900 each and 139 MiB; busy again but with
-gRPC's bandwidth-delay probing off (a fixed window), about 350 each and 6 MiB. A failure
-says how much each stream sent before it was held back.
+control held it back: its outbox and the stream's HTTP/2 receive window. The broker's
+server gives that window back only as the handler takes messages (``rpc/call.py``), so
+a stream that is not read holds at most the outbox and one window (64 KiB), however busy
+the broker is. A failure says how much each stream sent before it was held back.
 """
 
 from __future__ import annotations
@@ -48,7 +44,7 @@ MiB = 1024 * 1024
 TOPIC = "memory-orders"
 FLOODING_STREAMS = 4
 # What a never-reading stream may cost the broker (server/clients.py): its
-# bounded outbox of replies plus gRPC's buffers for one stream.
+# bounded outbox of replies plus the server's buffers for one stream.
 BUDGET_PER_STREAM = 16 * MiB
 # Each Settings names this many long topics, so each reply is about 13 KB.
 SETTINGS_TOPICS = 200

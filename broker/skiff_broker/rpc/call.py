@@ -59,7 +59,7 @@ _DATA_FRAME = struct.Struct(">IBIBI")
 _TRAILERS_FRAME_HEADER = struct.Struct(">IBI")
 
 
-class ServerCall:
+class ServerCall(grpc.aio.ServicerContext):
     __slots__ = (
         "_cancelled",
         "_code",
@@ -406,6 +406,10 @@ class ServerCall:
         if trailing_metadata:
             self._trailing_metadata = tuple(trailing_metadata)
         raise grpc.aio.AbortError(details)
+
+    async def abort_with_status(self, status: Any) -> None:
+        """``abort`` from a ``grpc.Status`` (code, details, trailing metadata)."""
+        await self.abort(status.code, status.details, status.trailing_metadata)
 
     def set_code(self, code: grpc.StatusCode) -> None:
         self._code = code

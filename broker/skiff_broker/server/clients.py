@@ -9,9 +9,9 @@ Memory per client is bounded. A stream's replies wait in a ``TelemetryOutbox``
 of at most ``TELEMETRY_OUTBOX_LIMIT`` commands: when a client sends and does not
 read, the broker stops reading its stream until there is room, so HTTP/2 flow
 control holds the client's sends back (backpressure). The budget of one
-never-reading stream is 16 MiB: its outbox plus gRPC's buffers for the stream
-(measured at about 5 MiB with 13 KB replies; tests/integration/test_bounded_memory.py
-holds the broker to it). Broker-initiated commands that find the outbox full are
+never-reading stream is 16 MiB: its outbox plus the server's buffers for the stream
+(one 64 KiB HTTP/2 window; tests/integration/test_bounded_memory.py holds the broker
+to it). Broker-initiated commands that find the outbox full are
 dropped (a transaction check is asked again later). At most ``MAX_SESSIONS``
 sessions are remembered; past that the ones seen longest ago without an open
 stream are forgotten.

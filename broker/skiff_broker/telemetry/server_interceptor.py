@@ -127,7 +127,7 @@ class TracingInterceptor(grpc.aio.ServerInterceptor):
     def trace(self, handler: grpc.RpcMethodHandler, path: str) -> grpc.RpcMethodHandler:
         """``handler`` inside a SERVER span, for a server that registers it itself.
 
-        Cheaper than intercepting: grpc.aio runs the interceptor chain as extra
+        Cheaper than intercepting: the server runs the interceptor chain as extra
         coroutines on every call, which costs a busy broker a few percent.
         """
         return _wrap(handler, self._starter(path))
