@@ -43,6 +43,8 @@ class RequestHeaders:
 
     __slots__ = ("content_type", "encoding", "headers", "method", "path", "timeout")
 
+    # Header lists are short (a dozen fields): a scan costs less than a dict per request.
+
     def __init__(self, headers: list[tuple[str, str]]) -> None:
         self.headers = headers
         self.path = ""
@@ -63,6 +65,13 @@ class RequestHeaders:
                 self.timeout = parse_timeout(value)
             elif name == "grpc-encoding":
                 self.encoding = value
+
+    def value(self, key: str) -> str | None:
+        """The first value of the (lowercase, not ``-bin``) header ``key``, or None."""
+        for name, value in self.headers:
+            if name == key:
+                return value
+        return None
 
     def metadata(self) -> tuple[Metadatum, ...]:
         """The caller's metadata, in order; ``-bin`` values decoded to bytes."""

@@ -63,6 +63,9 @@ async def _ready(value: TopicConfig | None) -> TopicConfig | None:
 
 
 def metadata_value(context: grpc.aio.ServicerContext, key: str) -> str:
+    single = getattr(context, "metadata_value", None)
+    if single is not None:
+        return single(key) or ""
     for item in context.invocation_metadata() or ():
         if item.key == key:
             return item.value if isinstance(item.value, str) else item.value.decode()

@@ -43,8 +43,23 @@ _CODES_BY_VALUE = {code.value[0]: code for code in grpc.StatusCode}
 _PROPAGATOR = TraceContextTextMapPropagator()
 
 
-def _parent_context(metadata: Any) -> Context | None:
+def _parent_context(context: Any) -> Context | None:
     """The caller's trace context; None when the caller sent none."""
+    single = getattr(context, "metadata_value", None)
+    if single is not None:
+        # The broker's own server answers one key without building the whole metadata.
+        traceparent = single("traceparent")
+        if traceparent is None:
+            return None
+        carrier = {"traceparent": traceparent}
+        tracestate = single("tracestate")
+        if tracestate is not None:
+            carrier["tracestate"] = tracestate
+        return _PROPAGATOR.extract(carrier, context=Context())
+    return _parent_from_metadata(context.invocation_metadata())
+
+
+def _parent_from_metadata(metadata: Any) -> Context | None:
     carrier = {}
     for key, value in metadata or ():
         if key in _PROPAGATED:
@@ -154,7 +169,7 @@ class TracingInterceptor(grpc.aio.ServerInterceptor):
         no_parent = Context()
 
         def start(context: grpc.aio.ServicerContext, request: Any) -> Span:
-            parent = _parent_context(context.invocation_metadata())
+            parent = _parent_context(context)
             if parent is None:
                 if roots is not None:
                     unsampled = roots.unsampled_span()
