@@ -9,14 +9,13 @@ The broker then still serves a real client.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
 from tests.http2_conformance import h2spec_binary
-from tests.official_clients import ClientsUnavailable
+from tests.official_clients import built_or_skipped
 from tests.support.broker_process import running_broker
 
 from skiff_broker.client.admin import AdminClient
@@ -24,12 +23,7 @@ from skiff_broker.client.admin import AdminClient
 
 @pytest.fixture(scope="module")
 def h2spec() -> Path:
-    try:
-        return h2spec_binary()
-    except ClientsUnavailable as exc:
-        if os.environ.get("SKIFF_REQUIRE_K8S"):
-            pytest.fail(f"SKIFF_REQUIRE_K8S is set: {exc}")
-        pytest.skip(str(exc))
+    return built_or_skipped(h2spec_binary)
 
 
 def _run(h2spec: Path, port: str, *flags: str) -> str:

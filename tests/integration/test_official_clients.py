@@ -13,17 +13,16 @@ set (CI, where scripts/test installs them) they fail instead.
 
 from __future__ import annotations
 
-import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from tests.official_clients import (
-    ClientsUnavailable,
     GoClient,
     JavaClient,
     Outcome,
+    built_or_skipped,
     go_client,
     java_client,
     run_client,
@@ -43,23 +42,14 @@ USER = ("ivy", "ivy-secret")
 AUTH_ENV = {"SKIFF_AUTH": "enabled", "SKIFF_AUTH_INIT_USER": ":".join(ROOT)}
 
 
-def _built(build: Callable[[], object]) -> object:
-    try:
-        return build()
-    except ClientsUnavailable as exc:
-        if os.environ.get("SKIFF_REQUIRE_K8S"):
-            pytest.fail(f"SKIFF_REQUIRE_K8S is set: {exc}")
-        pytest.skip(str(exc))
-
-
 @pytest.fixture(scope="session")
 def java() -> JavaClient:
-    return _built(java_client)  # type: ignore[return-value]
+    return built_or_skipped(java_client)
 
 
 @pytest.fixture(scope="session")
 def go() -> GoClient:
-    return _built(go_client)  # type: ignore[return-value]
+    return built_or_skipped(go_client)
 
 
 TOPIC_CONFIGS = [TopicConfig(name, 2, 2) for name in TOPICS]

@@ -173,9 +173,7 @@ class ServerCall(grpc.aio.ServicerContext):
         self._call_done_callbacks()
 
     def writable(self) -> None:
-        waiter = self._writable
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        _release(self._writable)
 
     # -- running the handler -----------------------------------------------------
 
@@ -196,7 +194,7 @@ class ServerCall(grpc.aio.ServicerContext):
             if handler.request_streaming:
                 request: Any = self._requests
             else:
-                request = self._parse(handler, self._message)
+                request = _deserialized(handler, self._message)
                 self._message = None
             if handler.response_streaming:
                 await self._serve_stream(handler, request)
@@ -220,17 +218,6 @@ class ServerCall(grpc.aio.ServicerContext):
                 return
             log.exception("%s failed", self.request_headers.path)
             self._finish(grpc.StatusCode.UNKNOWN, f"Unexpected {type(exc).__name__}: {exc}")
-
-    def _parse(self, handler: grpc.RpcMethodHandler, message: bytes | None) -> Any:
-        deserialize = handler.request_deserializer
-        if deserialize is None:
-            return message
-        try:
-            return deserialize(message)
-        except Exception as exc:
-            raise _BadRequest(
-                grpc.StatusCode.INTERNAL, f"the request could not be deserialized: {exc}"
-            ) from None
 
     async def _serve_unary(self, handler: grpc.RpcMethodHandler, request: Any) -> None:
         behavior = handler.stream_unary if handler.request_streaming else handler.unary_unary
@@ -498,6 +485,26 @@ class ServerCall(grpc.aio.ServicerContext):
         return None
 
 
+def _deserialized(handler: grpc.RpcMethodHandler, message: bytes | None) -> Any:
+    """A request message as the handler takes it; a message that does not parse is the
+    client's error (INTERNAL, as gRPC answers it)."""
+    deserialize = handler.request_deserializer
+    if deserialize is None:
+        return message
+    try:
+        return deserialize(message)
+    except Exception as exc:
+        raise _BadRequest(
+            grpc.StatusCode.INTERNAL, f"a request message could not be deserialized: {exc}"
+        ) from None
+
+
+def _release(waiter: asyncio.Future[None] | None) -> None:
+    """Let whoever awaits ``waiter`` go on (once)."""
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)
+
+
 class _BadRequest(Exception):
     def __init__(self, code: grpc.StatusCode, details: str) -> None:
         super().__init__(details)
@@ -556,9 +563,7 @@ class _RequestStream:
         self._wake()
 
     def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        _release(self._waiter)
 
     def __aiter__(self) -> _RequestStream:
         return self
@@ -580,13 +585,4 @@ class _RequestStream:
         # still send stay within the stream's usual window.
         stream = self._call.stream
         stream.grant(fr.DEFAULT_WINDOW - stream.recv_window - self._queued - self._reader.buffered)
-        handler = self._call._handler
-        deserialize = handler.request_deserializer
-        if deserialize is None:
-            return message
-        try:
-            return deserialize(message)
-        except Exception as exc:
-            raise _BadRequest(
-                grpc.StatusCode.INTERNAL, f"a request message could not be deserialized: {exc}"
-            ) from None
+        return _deserialized(self._call._handler, message)

@@ -325,15 +325,20 @@ def test_interceptors_see_each_call_and_may_replace_its_handler():
     assert gate.seen == [f"/{SERVICE}/Echo", f"/{SERVICE}/Echo", f"/{SERVICE}/Chat"]
 
 
-def test_stop_lets_calls_finish_within_grace_then_cancels_the_rest():
+async def _listening(rig: Rig) -> tuple[RpcServer, ClientListener, int]:
+    server = RpcServer()
+    server.add_generic_rpc_handlers((rig.handlers(),))
+    listener = ClientListener("127.0.0.1:0", server.protocol)
+    port = listener.bind()
+    await listener.start()
+    return server, listener, port
+
+
+def test_stop_lets_calls_finish_within_grace():
     rig = Rig()
 
     async def scenario() -> None:
-        server = RpcServer()
-        server.add_generic_rpc_handlers((rig.handlers(),))
-        listener = ClientListener("127.0.0.1:0", server.protocol)
-        port = listener.bind()
-        await listener.start()
+        server, listener, port = await _listening(rig)
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             wait = channel.unary_unary(f"/{SERVICE}/Wait")
             first = asyncio.ensure_future(wait(b"first"))
@@ -344,23 +349,25 @@ def test_stop_lets_calls_finish_within_grace_then_cancels_the_rest():
             rig.release.set()
             assert await first == b"first"
             await asyncio.wait_for(stopping, 10)
-            # A call still running when grace ends is cancelled.
-            rig.started.clear()
-            rig.release.clear()
-        server2 = RpcServer()
-        server2.add_generic_rpc_handlers((rig.handlers(),))
-        listener2 = ClientListener("127.0.0.1:0", server2.protocol)
-        port2 = listener2.bind()
-        await listener2.start()
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port2}") as channel:
-            late = asyncio.ensure_future(channel.unary_unary(f"/{SERVICE}/Wait")(b""))
-            await asyncio.wait_for(rig.started.wait(), 10)
-            listener2.stop_accepting()
-            await server2.stop(0.2)
-            with pytest.raises(grpc.aio.AioRpcError):
-                await late
-            assert rig.cancelled.is_set()
         await listener.stop()
-        await listener2.stop()
 
     run(scenario)
+    assert not rig.cancelled.is_set()
+
+
+def test_stop_cancels_what_still_runs_when_grace_ends():
+    rig = Rig()
+
+    async def scenario() -> None:
+        server, listener, port = await _listening(rig)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            late = asyncio.ensure_future(channel.unary_unary(f"/{SERVICE}/Wait")(b""))
+            await asyncio.wait_for(rig.started.wait(), 10)
+            listener.stop_accepting()
+            await server.stop(0.2)
+            with pytest.raises(grpc.aio.AioRpcError):
+                await late
+        await listener.stop()
+
+    run(scenario)
+    assert rig.cancelled.is_set()
