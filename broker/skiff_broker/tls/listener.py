@@ -10,7 +10,8 @@ client's own socket.
 Invariants:
 - A connection that sends nothing within its first-byte timeout is closed.
 - In enforcing mode a plaintext connection is closed before the server sees it, and the
-  broker says so in at most one log line per REFUSAL_LOG_INTERVAL_S.
+  broker says so in at most one log line per REFUSAL_LOG_INTERVAL_S; failed TLS
+  handshakes are counted the same way, in lines of their own.
 - Nothing waits on one connection at the expense of another: accepting, peeking and each
   handshake are callbacks and tasks of their own on the event loop.
 - The certificate is asked for at every handshake (``tls_context``), so a renewed one is
@@ -63,6 +64,7 @@ class ClientListener:
         self._plaintext = plaintext
         self._port_name = f"{name} {listen}"
         self._refusals = RateLimitedLog(REFUSAL_LOG_INTERVAL_S)
+        self._handshake_failures = RateLimitedLog(REFUSAL_LOG_INTERVAL_S)
         self._socket: socket.socket | None = None
         self._server: asyncio.Server | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -191,10 +193,28 @@ class ClientListener:
                     ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S,
                 )
         except (TimeoutError, OSError, ssl.SSLError, ConnectionError) as exc:
-            log.debug("connection on %s ended before it was served: %s", self._port_name, exc)
+            if context is not None:
+                self._failed_handshake(sock, exc)
             sock.close()
         finally:
             self._waiting.pop(sock, None)
+
+    def _failed_handshake(self, sock: socket.socket, exc: BaseException) -> None:
+        count = self._handshake_failures.due()
+        if count is None:
+            return
+        try:
+            peer = peer_string(sock.getpeername())
+        except OSError:
+            peer = "an unknown address"
+        log.info(
+            "%d TLS handshake(s) failed on %s (latest from %s: %s); a client that cannot "
+            "connect should offer TLS 1.2 or newer and HTTP/2 (gRPC clients do)",
+            count,
+            self._port_name,
+            peer,
+            str(exc) or type(exc).__name__,
+        )
 
     def _refused_plaintext(self, sock: socket.socket) -> None:
         count = self._refusals.due()

@@ -180,6 +180,34 @@ def test_enforcing_closes_plaintext_and_counts_it_in_one_log_line(tmp_path, capl
     assert "--tls-mode permissive" in lines[0]
 
 
+def test_failed_handshakes_are_counted_in_one_log_line(tmp_path, caplog):
+    async def scenario() -> None:
+        server = _echo_server([])
+        listener, _ = _listener_for(tmp_path, server, plaintext=False)
+        port = listener.bind()
+        await listener.start()
+        try:
+            for _ in range(3):
+                # A handshake record whose content is no ClientHello.
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(b"\x16\x03\x01\x00\x05hello")
+                # The broker answers with an alert, or closes.
+                await asyncio.wait_for(reader.read(4096), 10)
+                writer.close()
+            deadline = asyncio.get_running_loop().time() + 10
+            while listener.waiting_connections and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.02)
+        finally:
+            await listener.stop()
+            await server.stop(0)
+
+    caplog.set_level("INFO", logger=listener_module.__name__)
+    uvloop.run(scenario())
+    lines = [r.getMessage() for r in caplog.records if "handshake" in r.getMessage()]
+    assert len(lines) == 1
+    assert lines[0].startswith("1 TLS handshake(s) failed") and "TLS 1.2 or newer" in lines[0]
+
+
 def _open_descriptors() -> int:
     return len(os.listdir("/proc/self/fd"))
 
