@@ -203,16 +203,12 @@ class ClientListener:
         count = self._handshake_failures.due()
         if count is None:
             return
-        try:
-            peer = peer_string(sock.getpeername())
-        except OSError:
-            peer = "an unknown address"
         log.info(
             "%d TLS handshake(s) failed on %s (latest from %s: %s); a client that cannot "
             "connect should offer TLS 1.2 or newer and HTTP/2 (gRPC clients do)",
             count,
             self._port_name,
-            peer,
+            _peer_of(sock),
             str(exc) or type(exc).__name__,
         )
 
@@ -220,18 +216,21 @@ class ClientListener:
         count = self._refusals.due()
         if count is None:
             return
-        try:
-            peer = peer_string(sock.getpeername())
-        except OSError:
-            peer = "an unknown address"
         log.warning(
             "refused %d plaintext connection(s) on %s (latest from %s): the broker runs with "
             "--tls-mode enforcing; connect with TLS, or start the broker with --tls-mode "
             "permissive to allow plaintext too",
             count,
             self._port_name,
-            peer,
+            _peer_of(sock),
         )
+
+
+def _peer_of(sock: socket.socket) -> str:
+    try:
+        return peer_string(sock.getpeername())
+    except OSError:
+        return "an unknown address"
 
 
 def peer_string(address: tuple) -> str:
