@@ -351,14 +351,19 @@ class ServerConnection:
         return False
 
     def _stream_done(self, stream: Stream) -> None:
-        """Our side finished; the stream is gone once the peer's side is too."""
-        if stream.remote_closed and not stream._pending:
-            self._forget(stream)
-        elif not stream._pending and not stream.remote_closed:
+        """Our side finished (or will, once what waits is sent): the stream is gone now.
+
+        Every stream still in ``streams`` has output to send or its answer to come, so
+        the peer's END_STREAM alone never has to forget one."""
+        if stream._pending:
+            return
+        if not stream.remote_closed:
             # The request was not read to its end: tell the peer to stop sending it.
             self._write(fr.rst_stream(stream.id, ErrorCode.NO_ERROR))
             stream.remote_closed = True
             self._forget(stream, reset_here=True)
+        else:
+            self._forget(stream)
 
     def _forget(self, stream: Stream, *, reset_here: bool = False) -> None:
         if reset_here:
@@ -554,8 +559,6 @@ class ServerConnection:
             stream.remote_closed = True
         if stream.handler is not None:
             stream.handler.data_received(data, end_stream)
-        if end_stream and stream.local_closed and not stream._pending:
-            self._forget(stream)
 
     def _headers(self, flags: int, stream_id: int, payload: bytes) -> None:
         if stream_id == 0:
@@ -626,8 +629,6 @@ class ServerConnection:
             stream.remote_closed = True
             if stream.handler is not None:
                 stream.handler.data_received(b"", True)
-            if stream.local_closed and not stream._pending:
-                self._forget(stream)
             return
         if stream_id <= self._last_stream_id:
             raise ConnectionFault(ErrorCode.STREAM_CLOSED, f"stream {stream_id} was already used")

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import gzip
 import inspect
 import logging
 import struct
@@ -56,7 +55,6 @@ _OK = grpc.StatusCode.OK
 # A response's headers frame and the header of its one DATA frame, for a unary answer.
 _HEADERS_FRAME = struct.Struct(f">IBI{len(RESPONSE_HEADERS)}s")
 _DATA_FRAME = struct.Struct(">IBIBI")
-_TRAILERS_FRAME_HEADER = struct.Struct(">IBI")
 
 
 class ServerCall(grpc.aio.ServicerContext):
@@ -68,7 +66,6 @@ class ServerCall(grpc.aio.ServicerContext):
         "_deadline_timer",
         "_details",
         "_done_callbacks",
-        "_ended",
         "_handler",
         "_headers_sent",
         "_initial_metadata",
@@ -104,7 +101,6 @@ class ServerCall(grpc.aio.ServicerContext):
         self._cancelled = False
         self._reader = MessageReader(connection.server.max_message)
         self._message: bytes | None = None
-        self._ended = False
         self._task: asyncio.Task[None] | None = None
         self.finished = False
         self._code: grpc.StatusCode | None = None
@@ -154,7 +150,6 @@ class ServerCall(grpc.aio.ServicerContext):
             if missing > 0:
                 self.stream.grant(missing)
         if end_stream:
-            self._ended = True
             if self._message is None:
                 self._fail_now(grpc.StatusCode.INTERNAL, "the request ended without its message")
                 return
@@ -251,7 +246,7 @@ class ServerCall(grpc.aio.ServicerContext):
                     ),
                     _DATA_FRAME.pack(size << 8 | fr.DATA, 0, sid, 0, len(body)),
                     body,
-                    _TRAILERS_FRAME_HEADER.pack(
+                    fr.HEADER.pack(
                         len(OK_TRAILERS) << 8 | fr.HEADERS, fr.END_HEADERS | fr.END_STREAM, sid
                     ),
                     OK_TRAILERS,
@@ -324,7 +319,7 @@ class ServerCall(grpc.aio.ServicerContext):
                     "send gzip or uncompressed",
                 )
                 return None
-        except (zlib.error, gzip.BadGzipFile, ValueError) as exc:
+        except (zlib.error, ValueError) as exc:
             self._fail_now(grpc.StatusCode.INTERNAL, f"the compressed message is corrupt: {exc}")
             return None
         if inflated is None:

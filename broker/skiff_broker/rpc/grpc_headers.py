@@ -34,7 +34,8 @@ _TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1
 
 CODE_NUMBERS: dict[grpc.StatusCode, int] = {code: code.value[0] for code in grpc.StatusCode}
 
-RESPONSE_HEADERS = encode_headers([(":status", "200"), ("content-type", "application/grpc")])
+_RESPONSE_FIELDS = [(":status", "200"), ("content-type", "application/grpc")]
+RESPONSE_HEADERS = encode_headers(_RESPONSE_FIELDS)
 OK_TRAILERS = encode_headers([("grpc-status", "0")])
 
 
@@ -124,30 +125,30 @@ def metadata_headers(metadata: Sequence[Any] | None) -> list[tuple[str, str]]:
     return fields
 
 
-def trailers(code: int, message: str, metadata: Iterable[Any] | None = None) -> bytes:
-    """The trailer block ending a response that already sent its headers."""
-    if code == 0 and not message and not metadata:
-        return OK_TRAILERS
+def _status_fields(
+    code: int, message: str, metadata: Iterable[Any] | None
+) -> list[tuple[str, str]]:
     fields = [("grpc-status", str(code))]
     if message:
         fields.append(("grpc-message", percent_encode(message)))
     fields.extend(metadata_headers(list(metadata or ())))
-    return encode_headers(fields)
+    return fields
+
+
+def trailers(code: int, message: str, metadata: Iterable[Any] | None = None) -> bytes:
+    """The trailer block ending a response that already sent its headers."""
+    if code == 0 and not message and not metadata:
+        return OK_TRAILERS
+    return encode_headers(_status_fields(code, message, metadata))
 
 
 def trailers_only(code: int, message: str, metadata: Iterable[Any] | None = None) -> bytes:
     """A response with no message: headers and status in one block (END_STREAM)."""
-    fields = [(":status", "200"), ("content-type", "application/grpc"), ("grpc-status", str(code))]
-    if message:
-        fields.append(("grpc-message", percent_encode(message)))
-    fields.extend(metadata_headers(list(metadata or ())))
-    return encode_headers(fields)
+    return encode_headers(_RESPONSE_FIELDS + _status_fields(code, message, metadata))
 
 
 def response_headers(metadata: Sequence[Any] | None) -> bytes:
     """The response's headers, with the application's initial metadata if it sent any."""
     if not metadata:
         return RESPONSE_HEADERS
-    fields = [(":status", "200"), ("content-type", "application/grpc")]
-    fields.extend(metadata_headers(metadata))
-    return encode_headers(fields)
+    return encode_headers(_RESPONSE_FIELDS + metadata_headers(metadata))

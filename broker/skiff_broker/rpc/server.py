@@ -263,13 +263,12 @@ class ServedConnection(asyncio.Protocol):
 
     def abort(self) -> list[asyncio.Task[None]]:
         """Cancel every call still running and close the connection; their tasks."""
-        tasks = []
-        for stream in list(self.h2.streams.values()):
-            call = stream.handler
-            if isinstance(call, ServerCall) and call._task is not None:
-                tasks.append(call._task)
-            if call is not None:
-                call.reset(8)
+        tasks = [
+            call._task
+            for call in (stream.handler for stream in self.h2.streams.values())
+            if isinstance(call, ServerCall) and call._task is not None
+        ]
+        # Every stream's handler hears it ended; the calls' tasks are cancelled.
         self.h2.connection_lost()
         if self.transport is not None:
             self._flush()
@@ -289,10 +288,7 @@ class ServedConnection(asyncio.Protocol):
         server = self.server
         handler = server.method_handler(request.path)
         if handler is None:
-            stream.send_headers(
-                trailers_only(CODE_NUMBERS[grpc.StatusCode.UNIMPLEMENTED], "Method not found!"),
-                end_stream=True,
-            )
+            _answer_status(stream, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
             return
         call = ServerCall(self, stream, request, handler, intercepted=server.intercepted)
         stream.handler = call
@@ -300,10 +296,13 @@ class ServedConnection(asyncio.Protocol):
             call.data_received(b"", True)
 
     def headers_too_large(self, stream: Stream) -> None:
-        stream.send_headers(
-            trailers_only(
-                CODE_NUMBERS[grpc.StatusCode.RESOURCE_EXHAUSTED],
-                f"the request's headers are over {self.server.limits.max_header_list_size} octets",
-            ),
-            end_stream=True,
+        _answer_status(
+            stream,
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"the request's headers are over {self.server.limits.max_header_list_size} octets",
         )
+
+
+def _answer_status(stream: Stream, code: grpc.StatusCode, message: str) -> None:
+    """A call answered before it started: its status alone (trailers-only)."""
+    stream.send_headers(trailers_only(CODE_NUMBERS[code], message), end_stream=True)

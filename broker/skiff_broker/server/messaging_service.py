@@ -16,6 +16,7 @@ from ..delivery.long_polling import ArrivalHub
 from ..endpoints import endpoints_of
 from ..metadata.topic_table import TopicConfig
 from ..rpc.boundary import Answer, rpc_boundary, rpc_stream_boundary
+from ..rpc.call import ServerCall
 from ..rpc.peers import peer_host
 from ..rpc.server import RpcServer
 from ..rpc.undecodable import Undecodable, lenient_rpc_handler
@@ -62,14 +63,8 @@ async def _ready(value: TopicConfig | None) -> TopicConfig | None:
     return value
 
 
-def metadata_value(context: grpc.aio.ServicerContext, key: str) -> str:
-    single = getattr(context, "metadata_value", None)
-    if single is not None:
-        return single(key) or ""
-    for item in context.invocation_metadata() or ():
-        if item.key == key:
-            return item.value if isinstance(item.value, str) else item.value.decode()
-    return ""
+def metadata_value(context: ServerCall, key: str) -> str:
+    return context.metadata_value(key) or ""
 
 
 def _status_answer(response_type: type) -> Answer:

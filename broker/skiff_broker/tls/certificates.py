@@ -154,7 +154,6 @@ class ReloadingCertificate:
         self._seen = self._stamp()
         self._unreadable: tuple | None = None
         self._current = self._load()
-        self.loads = 1
 
     def _stamp(self) -> tuple[tuple[int, int, int], ...]:
         stamps = []
@@ -182,8 +181,8 @@ class ReloadingCertificate:
             raise ValueError(str(exc)) from None
         return context
 
-    def _refresh(self) -> int:
-        """The generation of the pair in use, after re-reading the files if they changed."""
+    def _refresh(self) -> None:
+        """Re-read the files if they changed (a pair that does not load is not taken)."""
         with self._lock:
             stamp = None
             try:
@@ -191,7 +190,6 @@ class ReloadingCertificate:
                 if stamp != self._seen and stamp != self._unreadable:
                     self._current = self._load()
                     self._seen = stamp
-                    self.loads += 1
                     log.info("TLS certificate reloaded from %s", self.cert_file)
             except (OSError, ValueError) as exc:
                 # Once per change of the files, not once per handshake.
@@ -202,7 +200,6 @@ class ReloadingCertificate:
                         exc,
                     )
                 self._unreadable = stamp
-            return self.loads
 
     def ssl_context(self) -> ssl.SSLContext:
         """The context for the next handshake: the files' current pair."""

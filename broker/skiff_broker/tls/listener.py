@@ -134,12 +134,9 @@ class ClientListener:
                 return
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            timer = loop.call_later(self.first_byte_timeout_s, self._silent, sock)
+            timer = loop.call_later(self.first_byte_timeout_s, self._drop, sock)
             self._waiting[sock] = timer
             loop.add_reader(sock.fileno(), self._first_byte, sock)
-
-    def _silent(self, sock: socket.socket) -> None:
-        self._drop(sock)
 
     def _drop(self, sock: socket.socket) -> None:
         self._waiting.pop(sock, None)
