@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
+import random
 import socket
 import ssl
 import warnings
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -67,17 +71,40 @@ async def _closed_by_peer(sock: socket.socket) -> bool:
     return True
 
 
-def _listener_for(tmp_path, server, *, plaintext: bool, timeout: float = 10.0):  # type: ignore[no-untyped-def]
+@dataclasses.dataclass
+class Served:
+    server: RpcServer
+    listener: ClientListener
+    port: int
+    cert: str
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    tmp_path: Path, *, plaintext: bool, timeout: float = 10.0, seen: list[str] | None = None
+) -> AsyncIterator[Served]:
+    """The echo server behind a listening client port: TLS with a self-signed certificate,
+    and plaintext too if ``plaintext``; ``timeout`` is the first-byte timeout."""
+    server = _echo_server(seen if seen is not None else [])
     cert, key = self_signed(str(tmp_path), ["localhost", "127.0.0.1"])
-    certificate = ReloadingCertificate(cert, key)
     listener = ClientListener(
         "127.0.0.1:0",
         server.protocol,
-        tls_context=certificate.ssl_context,
+        tls_context=ReloadingCertificate(cert, key).ssl_context,
         plaintext=plaintext,
         first_byte_timeout_s=timeout,
     )
-    return listener, cert
+    port = listener.bind()
+    await listener.start()
+    try:
+        yield Served(server, listener, port, cert)
+    finally:
+        await listener.stop()
+        await server.stop(0)
 
 
 @pytest.mark.parametrize("loop", LOOPS)
@@ -85,18 +112,10 @@ def test_tls_and_plaintext_share_the_port_and_the_service_sees_the_client(tmp_pa
     seen: list[str] = []
 
     async def scenario() -> None:
-        server = _echo_server(seen)
-        listener, cert = _listener_for(tmp_path, server, plaintext=True)
-        port = listener.bind()
-        await listener.start()
-        endpoint = f"127.0.0.1:{port}"
-        try:
-            assert await _call(endpoint, ClientTls()) == b"ping"
-            assert await _call(endpoint, ClientTls(True, cert)) == b"ping"
-            assert await _call(endpoint, ClientTls(True, verify=False)) == b"ping"
-        finally:
-            await listener.stop()
-            await server.stop(0)
+        async with serving(tmp_path, plaintext=True, seen=seen) as served:
+            assert await _call(served.endpoint, ClientTls()) == b"ping"
+            assert await _call(served.endpoint, ClientTls(True, served.cert)) == b"ping"
+            assert await _call(served.endpoint, ClientTls(True, verify=False)) == b"ping"
 
     _run(loop, scenario)
     # No relay in between: each call comes from the client's own socket.
@@ -106,11 +125,8 @@ def test_tls_and_plaintext_share_the_port_and_the_service_sees_the_client(tmp_pa
 
 def test_tls_offers_http2_by_alpn_and_nothing_older_than_tls_1_2(tmp_path):
     async def scenario() -> None:
-        server = _echo_server([])
-        listener, _ = _listener_for(tmp_path, server, plaintext=False)
-        port = listener.bind()
-        await listener.start()
-        try:
+        async with serving(tmp_path, plaintext=False) as served:
+            port = served.port
             client = ssl.create_default_context()
             client.check_hostname = False
             client.verify_mode = ssl.CERT_NONE
@@ -127,9 +143,6 @@ def test_tls_offers_http2_by_alpn_and_nothing_older_than_tls_1_2(tmp_path):
                 old.minimum_version = ssl.TLSVersion.MINIMUM_SUPPORTED
             with pytest.raises((ssl.SSLError, ConnectionError)):
                 await asyncio.open_connection("127.0.0.1", port, ssl=old)
-        finally:
-            await listener.stop()
-            await server.stop(0)
 
     uvloop.run(scenario())
 
@@ -137,41 +150,25 @@ def test_tls_offers_http2_by_alpn_and_nothing_older_than_tls_1_2(tmp_path):
 @pytest.mark.parametrize("loop", LOOPS)
 def test_a_silent_connection_neither_blocks_others_nor_stays_open(tmp_path, loop):
     async def scenario() -> None:
-        server = _echo_server([])
-        listener, _ = _listener_for(tmp_path, server, plaintext=True, timeout=0.5)
-        port = listener.bind()
-        await listener.start()
-        silent = socket.create_connection(("127.0.0.1", port))
-        silent.setblocking(False)
-        try:
-            # While the silent one says nothing, another client is served.
-            assert await _call(f"127.0.0.1:{port}", ClientTls()) == b"ping"
-            assert await asyncio.wait_for(_closed_by_peer(silent), 30)
-            assert listener.waiting_connections == 0
-        finally:
-            silent.close()
-            await listener.stop()
-            await server.stop(0)
+        async with serving(tmp_path, plaintext=True, timeout=0.5) as served:
+            with socket.create_connection(("127.0.0.1", served.port)) as silent:
+                silent.setblocking(False)
+                # While the silent one says nothing, another client is served.
+                assert await _call(served.endpoint, ClientTls()) == b"ping"
+                assert await asyncio.wait_for(_closed_by_peer(silent), 30)
+                assert served.listener.waiting_connections == 0
 
     _run(loop, scenario)
 
 
 def test_enforcing_closes_plaintext_and_counts_it_in_one_log_line(tmp_path, caplog):
     async def scenario() -> None:
-        server = _echo_server([])
-        listener, cert = _listener_for(tmp_path, server, plaintext=False)
-        port = listener.bind()
-        await listener.start()
-        endpoint = f"127.0.0.1:{port}"
-        try:
+        async with serving(tmp_path, plaintext=False) as served:
             for _ in range(3):
                 with pytest.raises(grpc.aio.AioRpcError) as refused:
-                    await _call(endpoint, ClientTls())
+                    await _call(served.endpoint, ClientTls())
                 assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
-            assert await _call(endpoint, ClientTls(True, cert)) == b"ping"
-        finally:
-            await listener.stop()
-            await server.stop(0)
+            assert await _call(served.endpoint, ClientTls(True, served.cert)) == b"ping"
 
     caplog.set_level("WARNING", logger=listener_module.__name__)
     uvloop.run(scenario())
@@ -182,11 +179,8 @@ def test_enforcing_closes_plaintext_and_counts_it_in_one_log_line(tmp_path, capl
 
 def test_failed_handshakes_are_counted_in_one_log_line(tmp_path, caplog):
     async def scenario() -> None:
-        server = _echo_server([])
-        listener, _ = _listener_for(tmp_path, server, plaintext=False)
-        port = listener.bind()
-        await listener.start()
-        try:
+        async with serving(tmp_path, plaintext=False) as served:
+            port, listener = served.port, served.listener
             for _ in range(3):
                 # A handshake record whose content is no ClientHello.
                 reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -197,9 +191,6 @@ def test_failed_handshakes_are_counted_in_one_log_line(tmp_path, caplog):
             deadline = asyncio.get_running_loop().time() + 10
             while listener.waiting_connections and asyncio.get_running_loop().time() < deadline:
                 await asyncio.sleep(0.02)
-        finally:
-            await listener.stop()
-            await server.stop(0)
 
     caplog.set_level("INFO", logger=listener_module.__name__)
     uvloop.run(scenario())
@@ -218,13 +209,14 @@ def test_hostile_connections_are_closed_and_leave_nothing_open(tmp_path, loop):
     and a real client is served throughout."""
 
     async def scenario() -> None:
-        server = _echo_server([])
-        listener, _ = _listener_for(tmp_path, server, plaintext=True, timeout=1.0)
-        port = listener.bind()
-        await listener.start()
-        endpoint = f"127.0.0.1:{port}"
-        rng = __import__("random").Random(7)
-        try:
+        rng = random.Random(7)
+        async with serving(tmp_path, plaintext=True, timeout=1.0) as served:
+            server, listener, port, endpoint = (
+                served.server,
+                served.listener,
+                served.port,
+                served.endpoint,
+            )
             assert await _call(endpoint, ClientTls()) == b"ping"
             before = _open_descriptors()
             for i in range(60):
@@ -253,8 +245,5 @@ def test_hostile_connections_are_closed_and_leave_nothing_open(tmp_path, loop):
             assert listener.waiting_connections == 0
             assert not server.connections
             assert _open_descriptors() <= before
-        finally:
-            await listener.stop()
-            await server.stop(0)
 
     _run(loop, scenario)
