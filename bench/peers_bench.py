@@ -321,13 +321,13 @@ class Runner:
         )
         peak = 0.0
         for workload, producers, mode, run in workloads:
-            row = self._java_row(broker, driver, workload, producers, mode, run)
+            row = self._measure_java(broker, driver, workload, producers, mode, run)
             if mode == "async":
                 peak = row.rate
         rate = self.push_rate or peak / 2
         if rate >= 1:
             pushed = max(1, min(count, int(rate * self.plan.java_push_seconds)))
-            self._java_row(
+            self._measure_java(
                 broker,
                 driver,
                 "e2e",
@@ -336,7 +336,7 @@ class Runner:
                 lambda: driver.push_e2e(KiB, pushed, rate, limit_s),
             )
 
-    def _java_row(
+    def _measure_java(
         self,
         broker: peer_brokers.Broker,
         driver: peer_clients.JavaClientDriver,
@@ -538,7 +538,7 @@ def targets(rows: list[Row]) -> list[dict[str, Any]]:
     return results
 
 
-def _java_row(
+def _found_java_row(
     rows: list[Row], system: str, durability: str, workload: str, mode: str
 ) -> Row | None:
     """The official Java client's row of ``system`` for a workload (mode's first word)."""
@@ -572,8 +572,8 @@ def java_targets(rows: list[Row]) -> list[dict[str, Any]]:
             ("produce", "blocking", "16-thread blocking send"),
             ("drain", "Simple", "SimpleConsumer drain"),
         ):
-            skiff = _java_row(rows, "skiff", durability, workload, mode)
-            rocketmq = _java_row(rows, "rocketmq", durability, workload, mode)
+            skiff = _found_java_row(rows, "skiff", durability, workload, mode)
+            rocketmq = _found_java_row(rows, "rocketmq", durability, workload, mode)
             if skiff is None or rocketmq is None or not rocketmq.rate:
                 continue
             ratio = skiff.rate / rocketmq.rate
@@ -595,7 +595,7 @@ def java_targets(rows: list[Row]) -> list[dict[str, Any]]:
                     cpu_ratio,
                     "µs/msg",
                 )
-        blocking = _java_row(rows, "skiff", durability, "produce", "blocking")
+        blocking = _found_java_row(rows, "skiff", durability, "produce", "blocking")
         if blocking is not None and blocking.p50_ms is not None:
             add(
                 durability,
@@ -605,8 +605,8 @@ def java_targets(rows: list[Row]) -> list[dict[str, Any]]:
                 blocking.p50_ms / 2,
                 "ms",
             )
-        skiff = _java_row(rows, "skiff", durability, "e2e", "Push")
-        rocketmq = _java_row(rows, "rocketmq", durability, "e2e", "Push")
+        skiff = _found_java_row(rows, "skiff", durability, "e2e", "Push")
+        rocketmq = _found_java_row(rows, "rocketmq", durability, "e2e", "Push")
         if skiff and rocketmq and skiff.p99_ms is not None and rocketmq.p99_ms:
             add(
                 durability,
