@@ -840,6 +840,11 @@ def batching_latency(broker: BrokerProcess, rate: float, seconds: float) -> Figu
 # -- profile of the broker ------------------------------------------------------------
 
 
+def py_spy() -> str | None:
+    """py-spy on the PATH, or installed beside this interpreter (a venv not activated)."""
+    return shutil.which("py-spy") or shutil.which("py-spy", path=os.path.dirname(sys.executable))
+
+
 class BrokerProfile:
     """py-spy sampling the broker process (whichever thread holds the GIL) in one workload."""
 
@@ -848,8 +853,9 @@ class BrokerProfile:
         self._proc: subprocess.Popen | None = None
         self.raw_path = ""
         self.summary: dict[str, Any] | None = None
+        self._py_spy = py_spy()
         if out_dir is not None:
-            if shutil.which("py-spy") is None:
+            if self._py_spy is None:
                 raise SystemExit("--profile needs py-spy: pip install py-spy")
             os.makedirs(out_dir, exist_ok=True)
 
@@ -857,9 +863,10 @@ class BrokerProfile:
         if self.out_dir is None:
             return
         self.raw_path = os.path.join(self.out_dir, f"{name}.pyspy.txt")
+        assert self._py_spy is not None
         self._proc = subprocess.Popen(
             [
-                "py-spy",
+                self._py_spy,
                 "record",
                 "--pid",
                 str(pid),

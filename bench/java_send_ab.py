@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shutil
 import signal
 import statistics
 import subprocess
@@ -33,6 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import peer_brokers
 import peer_clients
+from broker_bench import py_spy
 
 KiB = 1024
 
@@ -77,9 +77,7 @@ def _workloads(
 
 
 def _py_spy() -> str:
-    """py-spy on the PATH, or installed next to this interpreter (a venv not activated)."""
-    beside = Path(sys.executable).parent / "py-spy"
-    return shutil.which("py-spy") or (str(beside) if beside.exists() else "py-spy")
+    return py_spy() or "py-spy"
 
 
 def _thread_seconds(pid: int, tid: int) -> float:
