@@ -9,8 +9,10 @@ flush_type)`` (queue_id None when the batch spans queues) and uses
 the result as a context manager around the whole put (for SYNC_FLUSH that includes
 waiting for the disk), calling ``done(result)`` with the outcome. Its ``context`` is
 an opaque token the store hands to the group-commit service, so that the flush
-that covers the batch can name the appenders it served. Per flush the flush
-thread reports one :class:`FlushReport`.
+that covers the batch can name the appenders it served. A batch coalesced from several
+callers' calls goes to ``observer.shared_append`` instead, with each caller's share, and
+is observed as each caller's own append. Per flush the flush thread reports one
+:class:`FlushReport`.
 """
 
 from __future__ import annotations
@@ -62,48 +64,6 @@ class AppendCaller:
     context: contextvars.Context
 
 
-class SharedAppendScope(AppendScope):
-    """One append observed as each of its callers' own: a scope per caller, opened in the
-    caller's context, each told only its share of the outcome (``share(result, caller)``)."""
-
-    __slots__ = ("_callers", "_scopes", "_share")
-
-    def __init__(
-        self,
-        observer: StoreObserver,
-        topic: str,
-        callers: Sequence[AppendCaller],
-        queue_of: Callable[[AppendCaller], int | None],
-        flush_type: str,
-        share: Callable[[Any, AppendCaller], Any],
-    ) -> None:
-        self._callers = callers
-        self._share = share
-        self._scopes = [
-            c.context.run(observer.append, topic, queue_of(c), c.count, flush_type) for c in callers
-        ]
-
-    @property
-    def context(self) -> Any:
-        return self._scopes[0].context
-
-    def waiters(self) -> Sequence[Any]:
-        return [scope.context for scope in self._scopes]
-
-    def __enter__(self) -> AppendScope:
-        for scope in self._scopes:
-            scope.__enter__()
-        return self
-
-    def done(self, result: Any) -> None:
-        for scope, caller in zip(self._scopes, self._callers, strict=True):
-            scope.done(self._share(result, caller))
-
-    def __exit__(self, *exc: Any) -> None:
-        for scope in reversed(self._scopes):
-            scope.__exit__(*exc)
-
-
 @dataclasses.dataclass(slots=True)
 class FlushReport:
     """One flush of the commit log, as the flush thread saw it."""
@@ -127,8 +87,36 @@ class StoreObserver:
     def append(self, topic: str, queue_id: int | None, count: int, flush_type: str) -> AppendScope:
         return _NULL_SCOPE
 
+    def shared_append(
+        self,
+        topic: str,
+        callers: Sequence[AppendCaller],
+        queue_of: Callable[[AppendCaller], int | None],
+        flush_type: str,
+        share: Callable[[Any, AppendCaller], Any],
+    ) -> AppendScope:
+        """One append made for several callers at once (coalesced calls), to be observed as
+        each caller's own, in that caller's ``context``: ``queue_of(caller)`` is its queue
+        (None when several), ``share(result, caller)`` its part of the outcome.
+
+        Its ``waiters()`` name one token per caller, in the callers' order.
+        """
+        return _UnobservedShare(len(callers))
+
     def flush_finished(self, report: FlushReport) -> None:
         """Called on the flush thread after each flush that moved data, or failed."""
+
+
+class _UnobservedShare(AppendScope):
+    """A shared append nobody observes: still one group-commit waiter per caller."""
+
+    __slots__ = ("_callers",)
+
+    def __init__(self, callers: int) -> None:
+        self._callers = callers
+
+    def waiters(self) -> Sequence[Any]:
+        return (None,) * self._callers
 
 
 _NULL_SCOPE = AppendScope()

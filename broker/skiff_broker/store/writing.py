@@ -30,7 +30,7 @@ from .flush_waiters import FlushOutcome, FlushWaiters
 from .group_commit import GroupCommitService
 from .index_service import IndexService
 from .message import Message
-from .observer import AppendCaller, AppendScope, SharedAppendScope, StoreObserver
+from .observer import AppendCaller, AppendScope, StoreObserver
 from .prepared_records import PreparedRecords
 from .results import PutResult, PutStatus
 from .retention import DiskState
@@ -274,8 +274,7 @@ class StoreWriter:
         topic, queue_id = batch_place(messages)
         observed: AppendScope
         if callers:
-            observed = SharedAppendScope(
-                self._observer,
+            observed = self._observer.shared_append(
                 topic,
                 callers,
                 lambda c: batch_place(messages[c.first : c.first + c.count])[1],

@@ -60,15 +60,18 @@ class ExplicitBucketHistogram:
         # Appends record on the event loop and on executor threads alike.
         self._lock = threading.Lock()
 
-    def record(self, value: float, key: Any, attributes: Mapping[str, Any]) -> None:
-        """Adds ``value`` to the point of ``key``, a hashable stand-in for ``attributes``."""
+    def record(
+        self, value: float, key: Any, attributes: Mapping[str, Any], samples: int = 1
+    ) -> None:
+        """Adds ``samples`` samples of ``value`` to the point of ``key``, a hashable stand-in
+        for ``attributes``."""
         bucket = bisect.bisect_left(self.bounds, value)
         with self._lock:
             point = self._points.get(key)
             if point is None:
                 point = self._points[key] = _Point(attributes, len(self.bounds) + 1)
-            point.counts[bucket] += 1
-            point.sum += value
+            point.counts[bucket] += samples
+            point.sum += value * samples
             if value < point.min:
                 point.min = value
             if value > point.max:

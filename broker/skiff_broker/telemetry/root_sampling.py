@@ -5,7 +5,7 @@ caller's trace context is a new trace, traced when its trace id falls under the 
 bound: at the default ratio 99 in 100 are not. Asking the SDK for such a span costs
 several microseconds (sampler objects, the parent lookups of the parent-based sampler,
 a span context) to get a span that records nothing; here the same decision is one
-random draw and one comparison, and the unsampled span is made directly.
+random draw and one comparison, and an unsampled request runs in a context made once.
 
 Invariants:
 - The decision is the SDK's own: a trace id is drawn as the SDK draws it and sampled iff
@@ -13,17 +13,22 @@ Invariants:
 - A sampled trace keeps the id it was decided on: the id is handed to the SDK through
   the provider's id generator (:class:`PresetTraceIds`), whose sampler then agrees, and
   the SDK builds, records and exports the span as before.
-- An unsampled trace still gets a valid, unsampled span context, current while the
-  request runs, so that what happens under it (the store's append) follows its decision.
+- An unsampled new trace is made current as one valid, unsampled span context that all
+  of them share, so that what happens under it (the store's append) follows its
+  decision. It is never recorded, exported or sent on, so no one can tell it apart from
+  a span context of its own, which would cost the request a trace id, a span id and
+  two objects more.
 """
 
 from __future__ import annotations
 
 import threading
 
+from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
-from opentelemetry.trace import NonRecordingSpan, Span, SpanContext
+from opentelemetry.trace import NonRecordingSpan, SpanContext
 
 
 class PresetTraceIds(RandomIdGenerator):
@@ -56,12 +61,17 @@ class RootSampling:
         self.ids = ids
         self._bound = TraceIdRatioBased(ratio).bound
         self._limit = TraceIdRatioBased.TRACE_ID_LIMIT
+        self.unsampled_span = NonRecordingSpan(
+            SpanContext(ids.fresh_trace_id(), ids.generate_span_id(), is_remote=False)
+        )
+        self._unsampled = trace.set_span_in_context(self.unsampled_span, Context())
 
-    def unsampled_span(self) -> Span | None:
-        """A new trace's span when it is not sampled; None when it is, and then the next
-        span this thread asks the SDK for without a parent gets the sampled trace id."""
+    def unsampled_context(self) -> Context | None:
+        """The context to run a new trace in when it is not sampled; None when it is, and
+        then the next span this thread asks the SDK for without a parent gets the sampled
+        trace id."""
         trace_id = self.ids.fresh_trace_id()
         if trace_id & self._limit < self._bound:
             self.ids.preset(trace_id)
             return None
-        return NonRecordingSpan(SpanContext(trace_id, self.ids.generate_span_id(), is_remote=False))
+        return self._unsampled

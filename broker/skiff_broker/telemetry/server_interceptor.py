@@ -4,7 +4,7 @@ The caller's ``traceparent``/``tracestate`` metadata (W3C Trace Context) become
 the span's parent; the span is current while the handler runs, so the store's
 append spans become its children. Without a caller's trace, under the broker's
 default sampler, the ratio decision comes first (``root_sampling``): an unsampled
-request gets its non-recording span without a call into the SDK. Unary and streaming
+request runs in the one unsampled context without a call into the SDK. Unary and streaming
 handlers alike: a streaming RPC's span lasts as long as the stream.
 """
 
@@ -40,6 +40,8 @@ _SERVER_ERRORS = frozenset(
     }
 )
 _CODES_BY_VALUE = {code.value[0]: code for code in grpc.StatusCode}
+# A call's SERVER span, and the context that makes it current while the handler runs.
+_Started = tuple[Span, Context]
 _PROPAGATOR = TraceContextTextMapPropagator()
 
 
@@ -147,12 +149,13 @@ class TracingInterceptor(grpc.aio.ServerInterceptor):
         """
         return _wrap(handler, self._starter(path))
 
-    def _starter(self, path: str) -> Callable[[grpc.aio.ServicerContext, Any], Span]:
-        """What opens the SERVER span of one call of the method at ``path``.
+    def _starter(self, path: str) -> Callable[[grpc.aio.ServicerContext, Any], _Started]:
+        """What opens the SERVER span of one call of the method at ``path``: the span and the
+        context to make current while the handler runs.
 
-        The span is returned not yet current; unsampled, it is a non-recording span that
-        still has to become current, so that what the handler does under it (the store's
-        append) follows its decision instead of sampling a trace of its own.
+        Unsampled, the span is a non-recording one that still has to become current, so
+        that what the handler does under it (the store's append) follows its decision
+        instead of sampling a trace of its own.
         """
         full_method = path.lstrip("/")
         service, _, method = full_method.rpartition("/")
@@ -168,13 +171,13 @@ class TracingInterceptor(grpc.aio.ServerInterceptor):
         roots = self._roots
         no_parent = Context()
 
-        def start(context: grpc.aio.ServicerContext, request: Any) -> Span:
+        def start(context: grpc.aio.ServicerContext, request: Any) -> _Started:
             parent = _parent_context(context)
             if parent is None:
                 if roots is not None:
-                    unsampled = roots.unsampled_span()
+                    unsampled = roots.unsampled_context()
                     if unsampled is not None:
-                        return unsampled
+                        return roots.unsampled_span, unsampled
                 parent = no_parent
             span = tracer.start_span(full_method, context=parent, kind=SpanKind.SERVER)
             # Attributes only once sampled: building them costs more than the decision
@@ -183,13 +186,13 @@ class TracingInterceptor(grpc.aio.ServerInterceptor):
                 span.set_attributes(attributes)
                 if from_request is not None:
                     span.set_attributes(from_request(request))
-            return span
+            return span, trace.set_span_in_context(span)
 
         return start
 
 
 def _wrap(
-    handler: grpc.RpcMethodHandler, start: Callable[[Any, Any], Span]
+    handler: grpc.RpcMethodHandler, start: Callable[[Any, Any], _Started]
 ) -> grpc.RpcMethodHandler:
     if handler.request_streaming and handler.response_streaming:
         make, behavior = grpc.stream_stream_rpc_method_handler, handler.stream_stream
@@ -212,10 +215,10 @@ def _wrap(
     )
 
 
-def _traced_coroutine(behavior: Callable, start: Callable[[Any, Any], Span]) -> Callable:
+def _traced_coroutine(behavior: Callable, start: Callable[[Any, Any], _Started]) -> Callable:
     async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        span = start(context, request)
-        token = otel_context.attach(trace.set_span_in_context(span))
+        span, current = start(context, request)
+        token = otel_context.attach(current)
         try:
             response = await behavior(request, context)
         except BaseException as exc:
@@ -229,10 +232,10 @@ def _traced_coroutine(behavior: Callable, start: Callable[[Any, Any], Span]) -> 
     return call
 
 
-def _traced_function(behavior: Callable, start: Callable[[Any, Any], Span]) -> Callable:
+def _traced_function(behavior: Callable, start: Callable[[Any, Any], _Started]) -> Callable:
     def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        span = start(context, request)
-        token = otel_context.attach(trace.set_span_in_context(span))
+        span, current = start(context, request)
+        token = otel_context.attach(current)
         try:
             response = behavior(request, context)
         except BaseException as exc:
@@ -246,26 +249,26 @@ def _traced_function(behavior: Callable, start: Callable[[Any, Any], Span]) -> C
     return call
 
 
-def _traced_stream(behavior: Callable, start: Callable[[Any, Any], Span]) -> Callable:
+def _traced_stream(behavior: Callable, start: Callable[[Any, Any], _Started]) -> Callable:
     async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        span = start(context, request)
-        with trace.use_span(
-            span, end_on_exit=False, record_exception=False, set_status_on_exception=False
-        ):
-            try:
-                responses = behavior(request, context)
-                if inspect.isasyncgen(responses):
-                    async for response in responses:
-                        yield response
-                elif inspect.isawaitable(responses):
-                    # A handler that writes with context.write() and returns nothing.
-                    await responses
-                else:
-                    for response in responses:
-                        yield response
-            except BaseException as exc:
-                _end(span, context, exc)
-                raise
+        span, current = start(context, request)
+        token = otel_context.attach(current)
+        try:
+            responses = behavior(request, context)
+            if inspect.isasyncgen(responses):
+                async for response in responses:
+                    yield response
+            elif inspect.isawaitable(responses):
+                # A handler that writes with context.write() and returns nothing.
+                await responses
+            else:
+                for response in responses:
+                    yield response
+        except BaseException as exc:
+            _end(span, context, exc)
+            raise
+        finally:
+            otel_context.detach(token)
         _end(span, context, None)
 
     return call

@@ -17,6 +17,7 @@ append records one histogram sample into the broker's own aggregation
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from opentelemetry import trace
@@ -24,7 +25,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace.sampling import ParentBased
 from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanKind, Status, StatusCode
 
-from ..store.observer import AppendScope, FlushReport, StoreObserver
+from ..store.observer import AppendCaller, AppendScope, FlushReport, StoreObserver
 from . import conventions as cv
 from .latency_histograms import ExplicitBucketHistogram, HistogramSet
 
@@ -67,22 +68,64 @@ class StoreTelemetry(StoreObserver):
     # -- appends ------------------------------------------------------------
 
     def append(self, topic: str, queue_id: int | None, count: int, flush_type: str) -> AppendScope:
-        tracer = self._tracer
-        if tracer is not None:
-            parent = trace.get_current_span().get_span_context()
-            # Under an unsampled parent (every untraced request at the default ratio) the
-            # sampler would say no: skip asking it.
-            if not (self._follow_parent and parent.is_valid and not parent.trace_flags.sampled):
-                # Attributes only once sampled: building them costs more than the decision.
-                span = tracer.start_span(cv.APPEND_SPAN, kind=SpanKind.INTERNAL)
-                if span.is_recording():
-                    span.set_attributes(
-                        self._append_span_attributes(topic, queue_id, count, flush_type)
-                    )
-                    return _TracedAppend(self, topic, flush_type, span)
+        if self._span_wanted():
+            traced = self._traced_append(topic, queue_id, count, flush_type)
+            if traced is not None:
+                return traced
         if self._append_seconds is None:
             return _UNOBSERVED
         return _TimedAppend(self, topic, flush_type)
+
+    def shared_append(
+        self,
+        topic: str,
+        callers: Sequence[AppendCaller],
+        queue_of: Callable[[AppendCaller], int | None],
+        flush_type: str,
+        share: Callable[[Any, AppendCaller], Any],
+    ) -> AppendScope:
+        # Only a traced caller needs a scope of its own. The untraced ones (99 in 100 at
+        # the default ratio) waited for the same append: one timed scope counts them all.
+        traced: list[tuple[_TracedAppend, AppendCaller]] = []
+        tokens: list[Any] = []
+        for caller in callers:
+            scope = None
+            if caller.context.run(self._span_wanted):
+                scope = caller.context.run(
+                    self._traced_append, topic, queue_of(caller), caller.count, flush_type
+                )
+            if scope is None:
+                tokens.append(None)
+            else:
+                traced.append((scope, caller))
+                tokens.append(scope.context)
+        untraced = len(callers) - len(traced)
+        timed = None
+        if untraced and self._append_seconds is not None:
+            timed = _TimedAppend(self, topic, flush_type, untraced)
+        return _SharedAppend(timed, traced, tokens, share)
+
+    def _span_wanted(self) -> bool:
+        """Whether an append in the current context may be sampled."""
+        if self._tracer is None:
+            return False
+        # Under an unsampled parent (every untraced request at the default ratio) the
+        # sampler would say no: skip asking it.
+        parent = trace.get_current_span().get_span_context()
+        return not (self._follow_parent and parent.is_valid and not parent.trace_flags.sampled)
+
+    def _traced_append(
+        self, topic: str, queue_id: int | None, count: int, flush_type: str
+    ) -> _TracedAppend | None:
+        """The append's scope with a span, if the sampler records one under the current
+        context; None if not."""
+        assert self._tracer is not None
+        span = self._tracer.start_span(cv.APPEND_SPAN, kind=SpanKind.INTERNAL)
+        if not span.is_recording():
+            return None
+        # Attributes only once sampled: building them costs more than the decision.
+        span.set_attributes(self._append_span_attributes(topic, queue_id, count, flush_type))
+        return _TracedAppend(self, topic, flush_type, span)
 
     def _append_span_attributes(
         self, topic: str, queue_id: int | None, count: int, flush_type: str
@@ -99,7 +142,9 @@ class StoreTelemetry(StoreObserver):
                 attributes[cv.QUEUE_ID] = str(queue_id)
         return attributes
 
-    def _record_append(self, seconds: float, topic: str, flush_type: str, status: str) -> None:
+    def _record_append(
+        self, seconds: float, topic: str, flush_type: str, status: str, samples: int
+    ) -> None:
         histogram = self._append_seconds
         if histogram is None:
             return
@@ -110,7 +155,7 @@ class StoreTelemetry(StoreObserver):
             # are resource attributes of the metrics (each attribute costs per sample).
             attributes = {cv.TOPIC: topic, cv.FLUSH_TYPE: flush_type, cv.PUT_STATUS: status}
             self._append_points[key] = attributes
-        histogram.record(seconds, key, attributes)
+        histogram.record(seconds, key, attributes, samples)
 
     # -- flushes ------------------------------------------------------------
 
@@ -158,14 +203,18 @@ _UNOBSERVED = AppendScope()
 
 
 class _TimedAppend(AppendScope):
-    """An append that only feeds the histogram."""
+    """An append that only feeds the histogram: one latency sample for each of its
+    ``samples`` callers."""
 
-    __slots__ = ("_flush_type", "_observer", "_started", "_status", "_topic")
+    __slots__ = ("_flush_type", "_observer", "_samples", "_started", "_status", "_topic")
 
-    def __init__(self, observer: StoreTelemetry, topic: str, flush_type: str) -> None:
+    def __init__(
+        self, observer: StoreTelemetry, topic: str, flush_type: str, samples: int = 1
+    ) -> None:
         self._observer = observer
         self._topic = topic
         self._flush_type = flush_type
+        self._samples = samples
         self._status = ""
         self._started = 0.0
 
@@ -179,7 +228,7 @@ class _TimedAppend(AppendScope):
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         seconds = time.perf_counter() - self._started
         status = self._status or ("ERROR" if exc_type is not None else "UNKNOWN")
-        self._observer._record_append(seconds, self._topic, self._flush_type, status)
+        self._observer._record_append(seconds, self._topic, self._flush_type, status, self._samples)
 
 
 class _TracedAppend(_TimedAppend):
@@ -205,11 +254,55 @@ class _TracedAppend(_TimedAppend):
             span.set_status(Status(StatusCode.ERROR, result.reason or self._status))
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        seconds = time.perf_counter() - self._started
         span = self._span
         if isinstance(exc, BaseException):
             span.record_exception(exc)
             span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-        status = self._status or ("ERROR" if exc_type is not None else "UNKNOWN")
-        self._observer._record_append(seconds, self._topic, self._flush_type, status)
+        super().__exit__(exc_type, exc, tb)
         span.end()
+
+
+class _SharedAppend(AppendScope):
+    """A coalesced append as each caller's own: the untraced callers share one timed scope
+    (they waited for the same append), each traced caller has its own, told only its
+    share of the outcome."""
+
+    __slots__ = ("_share", "_timed", "_tokens", "_traced")
+
+    def __init__(
+        self,
+        timed: _TimedAppend | None,
+        traced: list[tuple[_TracedAppend, AppendCaller]],
+        tokens: list[Any],
+        share: Callable[[Any, AppendCaller], Any],
+    ) -> None:
+        self._timed = timed
+        self._traced = traced
+        self._tokens = tokens
+        self._share = share
+
+    @property
+    def context(self) -> Any:
+        return self._traced[0][0].context if self._traced else None
+
+    def waiters(self) -> Sequence[Any]:
+        return self._tokens
+
+    def __enter__(self) -> AppendScope:
+        if self._timed is not None:
+            self._timed.__enter__()
+        for scope, _ in self._traced:
+            scope.__enter__()
+        return self
+
+    def done(self, result: Any) -> None:
+        if self._timed is not None:
+            self._timed.done(result)
+        for scope, caller in self._traced:
+            scope.done(self._share(result, caller))
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        for scope, _ in reversed(self._traced):
+            scope.__exit__(exc_type, exc, tb)
+        if self._timed is not None:
+            self._timed.__exit__(exc_type, exc, tb)

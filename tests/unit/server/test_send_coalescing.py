@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.support.store_settings import small_store
@@ -12,7 +14,7 @@ from skiff_broker.server.send_coalescing import SendCoalescer, batch_bytes_limit
 from skiff_broker.store.config import FlushType, StoreConfig
 from skiff_broker.store.message import Message
 from skiff_broker.store.message_store import MessageStore
-from skiff_broker.store.observer import AppendScope, StoreObserver
+from skiff_broker.store.observer import AppendCaller, AppendScope, StoreObserver
 from skiff_broker.store.results import PutStatus
 
 
@@ -23,6 +25,17 @@ class CountingObserver(StoreObserver):
     def append(self, topic: str, queue_id: int | None, count: int, flush_type: str) -> AppendScope:
         self.appends.append((topic, count))
         return super().append(topic, queue_id, count, flush_type)
+
+    def shared_append(
+        self,
+        topic: str,
+        callers: Sequence[AppendCaller],
+        queue_of: Callable[[AppendCaller], int | None],
+        flush_type: str,
+        share: Callable[[Any, AppendCaller], Any],
+    ) -> AppendScope:
+        self.appends.extend((topic, caller.count) for caller in callers)
+        return super().shared_append(topic, callers, queue_of, flush_type, share)
 
 
 def _store(tmp_path: Path, observer: StoreObserver, **overrides: object) -> MessageStore:

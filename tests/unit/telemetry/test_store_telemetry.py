@@ -184,6 +184,47 @@ def test_coalesced_sends_each_get_their_own_append_span_and_latency_sample(
     assert set(named) <= {s.context.span_id for s in appends}
 
 
+def test_coalesced_untraced_sends_each_count_in_the_latency_histogram_without_spans(
+    open_store, pipelines: Pipelines
+) -> None:
+    store = open_store(flush_type=FlushType.SYNC_FLUSH)
+    tracer = pipelines.tracer_provider.get_tracer("test")
+    coalescer = SendCoalescer(store)
+    traced_rpc: list[int] = []
+
+    async def send(index: int, traced: bool) -> None:
+        if traced:
+            with tracer.start_as_current_span("rpc traced") as rpc:
+                traced_rpc.append(rpc.get_span_context().span_id)
+                assert (await coalescer.put(TOPIC, [message(b"t%d" % index)]))[0].ok
+            return
+        # An untraced request under the broker's default ratio: an unsampled parent.
+        unsampled = NonRecordingSpan(SpanContext(0xABC + index, 0xDEF + index, is_remote=False))
+        with trace.use_span(unsampled):
+            assert (await coalescer.put(TOPIC, [message(b"u%d" % index)]))[0].ok
+
+    async def run() -> None:
+        # One loop turn: the first call appends alone, the other five share an append.
+        await asyncio.gather(*(send(i, traced=i == 3) for i in range(6)))
+
+    asyncio.run(run())
+    store.shutdown()
+
+    # Only the traced call has an append span, under its own request's span.
+    (append,) = pipelines.spans(cv.APPEND_SPAN)
+    assert append.parent is not None and [append.parent.span_id] == traced_rpc
+    assert append.attributes[cv.MESSAGE_COUNT] == 1
+    # Every call waited for an append and a flush: one latency sample each.
+    (point,) = pipelines.points(cv.APPEND_DURATION)
+    assert point.count == 6
+    assert sum(point.bucket_counts) == 6
+    # The flush that served the traced call names it; the untraced ones are nobody's.
+    flushes = pipelines.spans(cv.FLUSH_SPAN)
+    named = [f.parent.span_id for f in flushes if f.parent is not None]
+    named += [link.context.span_id for f in flushes for link in f.links]
+    assert named == [append.context.span_id]
+
+
 class GatedTelemetry(StoreTelemetry):
     """Holds the flush thread in its first report, so appenders pile up behind it."""
 
