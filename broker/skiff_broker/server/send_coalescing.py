@@ -22,7 +22,6 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import contextvars
 from collections.abc import Sequence
 
 from ..store.message import Message
@@ -47,9 +46,9 @@ def _estimate(messages: Sequence[Message]) -> int:
 class _Batch:
     __slots__ = ("callers", "followers", "messages", "size")
 
-    def __init__(self, messages: Sequence[Message], size: int) -> None:
+    def __init__(self, messages: Sequence[Message], size: int, leader: AppendCaller) -> None:
         self.messages: list[Message] = list(messages)
-        self.callers = [AppendCaller(0, len(messages), contextvars.copy_context())]
+        self.callers = [leader]
         # Calls after the first: (their first message's position in the batch, their future).
         self.followers: list[tuple[int, asyncio.Future[tuple[PutResult, int]]]] = []
         self.size = size
@@ -80,9 +79,7 @@ class SendCoalescer:
         if batch is not None and batch.size + size <= self._limit:
             done = asyncio.get_running_loop().create_future()
             batch.followers.append((len(batch.messages), done))
-            batch.callers.append(
-                AppendCaller(len(batch.messages), len(messages), contextvars.copy_context())
-            )
+            batch.callers.append(self._store.caller(len(batch.messages), len(messages)))
             batch.messages.extend(messages)
             batch.size += size
             return await done
@@ -90,7 +87,7 @@ class SendCoalescer:
             self._turn_busy = True
             asyncio.get_running_loop().call_soon(self._end_turn)
             return await self._store.put_messages_async(messages), 0
-        batch = self._open[topic] = _Batch(messages, size)
+        batch = self._open[topic] = _Batch(messages, size, self._store.caller(0, len(messages)))
         try:
             await asyncio.sleep(0)
         except asyncio.CancelledError:

@@ -431,6 +431,11 @@ class MessageStore:
     def put_message(self, message: Message) -> PutResult:
         return self._writer.put_messages([message])
 
+    def caller(self, first: int, count: int) -> AppendCaller:
+        """The current caller's share of a batch that several callers' messages will make:
+        ``count`` messages from position ``first``. Called in that caller's context."""
+        return AppendCaller(first, count, self._observer.caller_token())
+
     async def put_messages_async(
         self, messages: Sequence[Message], callers: Sequence[AppendCaller] = ()
     ) -> PutResult:

@@ -17,7 +17,6 @@ is observed as each caller's own append. Per flush the flush thread reports one
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
@@ -57,11 +56,11 @@ class AppendScope:
 @dataclasses.dataclass(frozen=True, slots=True)
 class AppendCaller:
     """One caller's share of a shared append: ``count`` messages from position ``first``,
-    and the context (trace) it called from."""
+    and what the observer took from the context it called from (``caller_token``)."""
 
     first: int
     count: int
-    context: contextvars.Context
+    token: Any = None
 
 
 @dataclasses.dataclass(slots=True)
@@ -87,6 +86,12 @@ class StoreObserver:
     def append(self, topic: str, queue_id: int | None, count: int, flush_type: str) -> AppendScope:
         return _NULL_SCOPE
 
+    def caller_token(self) -> Any:
+        """What this observer needs of the current context (the caller's trace) to observe
+        the caller's share of a shared append, made later in another task; called in the
+        caller's context when it joins the batch. This base needs nothing."""
+        return None
+
     def shared_append(
         self,
         topic: str,
@@ -96,8 +101,8 @@ class StoreObserver:
         share: Callable[[Any, AppendCaller], Any],
     ) -> AppendScope:
         """One append made for several callers at once (coalesced calls), to be observed as
-        each caller's own, in that caller's ``context``: ``queue_of(caller)`` is its queue
-        (None when several), ``share(result, caller)`` its part of the outcome.
+        each caller's own, under the ``token`` taken from its context: ``queue_of(caller)``
+        is its queue (None when several), ``share(result, caller)`` its part of the outcome.
 
         Its ``waiters()`` name one token per caller, in the callers' order.
         """

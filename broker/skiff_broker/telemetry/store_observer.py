@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace.sampling import ParentBased
@@ -90,9 +91,9 @@ class StoreTelemetry(StoreObserver):
         tokens: list[Any] = []
         for caller in callers:
             scope = None
-            if caller.context.run(self._span_wanted):
-                scope = caller.context.run(
-                    self._traced_append, topic, queue_of(caller), caller.count, flush_type
+            if caller.token is not None:
+                scope = self._traced_append(
+                    topic, queue_of(caller), caller.count, flush_type, caller.token
                 )
             if scope is None:
                 tokens.append(None)
@@ -105,6 +106,10 @@ class StoreTelemetry(StoreObserver):
             timed = _TimedAppend(self, topic, flush_type, untraced)
         return _SharedAppend(timed, traced, tokens, share)
 
+    def caller_token(self) -> Context | None:
+        """The caller's trace context, when its share of an append may be sampled."""
+        return otel_context.get_current() if self._span_wanted() else None
+
     def _span_wanted(self) -> bool:
         """Whether an append in the current context may be sampled."""
         if self._tracer is None:
@@ -115,12 +120,17 @@ class StoreTelemetry(StoreObserver):
         return not (self._follow_parent and parent.is_valid and not parent.trace_flags.sampled)
 
     def _traced_append(
-        self, topic: str, queue_id: int | None, count: int, flush_type: str
+        self,
+        topic: str,
+        queue_id: int | None,
+        count: int,
+        flush_type: str,
+        parent: Context | None = None,
     ) -> _TracedAppend | None:
-        """The append's scope with a span, if the sampler records one under the current
-        context; None if not."""
+        """The append's scope with a span, if the sampler records one under ``parent``
+        (None: the current context); None if not."""
         assert self._tracer is not None
-        span = self._tracer.start_span(cv.APPEND_SPAN, kind=SpanKind.INTERNAL)
+        span = self._tracer.start_span(cv.APPEND_SPAN, context=parent, kind=SpanKind.INTERNAL)
         if not span.is_recording():
             return None
         # Attributes only once sampled: building them costs more than the decision.
