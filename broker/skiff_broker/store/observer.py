@@ -40,7 +40,7 @@ class AppendScope:
         return None
 
     def waiters(self) -> Sequence[Any]:
-        """One token per caller waiting for the flush (see :class:`SharedAppendScope`)."""
+        """One token per caller waiting for the flush (several for a shared append)."""
         return (self.context,)
 
     def __enter__(self) -> AppendScope:
