@@ -401,6 +401,9 @@ class Dispatcher(ServiceThread):
             return
         touched: set[tuple[str, int]] = set()
         index = self._index
+        # A long run's index keys are hashed at once: one key hash per message was the
+        # dispatcher's largest single cost.
+        hashes = index.key_hashes(requests) if index is not None else {}
         for r in requests:
             tx_type = r.sys_flag & TRANSACTION_MASK
             if tx_type in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
@@ -417,7 +420,7 @@ class Dispatcher(ServiceThread):
                 elif self.repair_units or self.unit_is_sound is not None:
                     self._repair(cq, r, code)
             if index is not None and tx_type != TRANSACTION_ROLLBACK_TYPE and r.keys:
-                index.build_index(r.topic, r.physical_offset, r.store_timestamp, r.keys)
+                index.build_index(r.topic, r.physical_offset, r.store_timestamp, r.keys, hashes)
         self.last_store_timestamp = requests[-1].store_timestamp
         if touched:
             for listener in self._listeners:

@@ -209,8 +209,11 @@ class IndexFile:
     def is_write_full(self) -> bool:
         return self._index_count >= self.index_num
 
-    def put_key(self, key: str, phy_offset: int, store_timestamp_ms: int) -> bool:
-        """Add one entry; returns False when the file is full.
+    def put_key(
+        self, key: str, phy_offset: int, store_timestamp_ms: int, key_hash: int | None = None
+    ) -> bool:
+        """Add one entry; returns False when the file is full. ``key_hash``: the key's
+        ``index_key_hash``, when the caller has it already.
 
         Offsets must not decrease from one call to the next: the service relies on
         chains being ordered by offset to recognise replayed records.
@@ -222,7 +225,8 @@ class IndexFile:
         if phy_offset < 0:
             raise ValueError("phy_offset must not be negative")
         mm = self._mm
-        key_hash = index_key_hash(key)
+        if key_hash is None:
+            key_hash = index_key_hash(key)
         slot_pos = HEADER_SIZE + (key_hash % self.hash_slot_num) * SLOT_SIZE
         (prev,) = _SLOT.unpack_from(mm, slot_pos)
         # Anything that is not an already written entry (a torn write before a
