@@ -75,14 +75,31 @@ def index_key_hashes(keys: Sequence[str]) -> list[int]:
     The dispatcher indexes a key per message, mostly ``topic#message-id``: ASCII keys of
     one length. Such keys are hashed at once, each in a 32-bit lane of a big integer,
     one column of characters at a time, so Python's big-integer arithmetic does the
-    multiply-adds for every key in C. Other keys are hashed one by one.
+    multiply-adds for every key in C. Keys of other lengths (a message's KEYS) are
+    grouped by length the same way; a group too small, too long or not ASCII is hashed
+    one key at a time.
     """
-    if len(keys) >= LANE_MIN_KEYS:
-        length = len(keys[0])
-        if length <= _LANE_MAX_LENGTH and all(len(k) == length for k in keys):
-            joined = "".join(keys)
-            if joined.isascii():
-                return _lane_hashes(joined, len(keys), length)
+    if len(keys) < LANE_MIN_KEYS:
+        return [index_key_hash(k) for k in keys]
+    length = len(keys[0])
+    if all(len(k) == length for k in keys):
+        return _hashes_of_one_length(keys, length)
+    by_length: dict[int, list[int]] = {}
+    for position, key in enumerate(keys):
+        by_length.setdefault(len(key), []).append(position)
+    hashes = [0] * len(keys)
+    for length, positions in by_length.items():
+        group = [keys[p] for p in positions]
+        for position, value in zip(positions, _hashes_of_one_length(group, length), strict=True):
+            hashes[position] = value
+    return hashes
+
+
+def _hashes_of_one_length(keys: Sequence[str], length: int) -> list[int]:
+    if len(keys) >= LANE_MIN_KEYS and length <= _LANE_MAX_LENGTH:
+        joined = "".join(keys)
+        if joined.isascii():
+            return _lane_hashes(joined, len(keys), length)
     return [index_key_hash(k) for k in keys]
 
 

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from skiff_broker.store import hashing
+from skiff_broker.store.config import StoreConfig
 from skiff_broker.store.hashing import index_key_hash, index_key_hashes
+from skiff_broker.store.message import Message
+from skiff_broker.store.message_store import MessageStore
 
 # Every ASCII code unit, NUL and DEL included: a lane's sums are largest for DEL.
 _ASCII = st.characters(min_codepoint=0, max_codepoint=127)
@@ -29,6 +36,17 @@ def test_any_keys_hash_as_one_by_one(keys: list[str]) -> None:
     assert index_key_hashes(keys) == [index_key_hash(k) for k in keys]
 
 
+def test_keys_of_several_lengths_are_hashed_in_groups_as_one_by_one() -> None:
+    ids = [f"T#{i:032X}" for i in range(100)]
+    orders = [f"T#o-{i:03d}" for i in range(70)]
+    # A group with one non-ASCII key is hashed one by one, in its places all the same.
+    names = [f"T#name-{i:02d}" for i in range(70)]
+    keys = [k for trio in zip(ids, orders, names, strict=False) for k in trio] + ids[70:]
+    keys.append("T#name-üü")
+    assert len({len(k) for k in [*names, "T#name-üü"]}) == 1
+    assert index_key_hashes(keys) == [index_key_hash(k) for k in keys]
+
+
 def test_the_largest_units_and_lengths_stay_in_their_lanes() -> None:
     # DEL in every place of the longest lane key: the largest sums a lane can hold.
     keys = ["\x7f" * 512] * 63 + ["\x00" * 511 + "\x7f"]
@@ -44,3 +62,37 @@ def test_integer_min_value_maps_to_slot_hash_zero_in_lanes_too() -> None:
     hashes = index_key_hashes(keys)
     assert hashes[:64] == [0] * 64
     assert hashes[64:] == [index_key_hash("polygenelubricantz")] * 64
+
+
+def test_a_long_run_is_indexed_at_once_and_every_key_finds_its_message(
+    store_config: Callable[..., StoreConfig], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    in_lanes: list[int] = []
+    lane_hashes = hashing._lane_hashes
+
+    def counting(joined: str, count: int, length: int) -> list[int]:
+        in_lanes.append(count)
+        return lane_hashes(joined, count, length)
+
+    monkeypatch.setattr(hashing, "_lane_hashes", counting)
+    # Message IDs of one length, and KEYS of other lengths and alphabets in the same run.
+    ids = [f"AC11000100002A9F0000{i:012X}" for i in range(200)]
+    keys = [f"order-{i}" if i % 3 else f"Bestellung-{i}-Köln" for i in range(200)]
+    batch = [
+        Message("T", b"body %d" % i, 0, properties={"KEYS": keys[i], "UNIQ_KEY": ids[i]})
+        for i in range(200)
+    ]
+    store = MessageStore(store_config())
+    store.start()
+    try:
+        result = store.put_messages(batch)
+        assert result.ok and result.append is not None
+        assert store.wait_dispatched(timeout=30)
+        # The 200 message IDs at least went through the lanes.
+        assert 200 in in_lanes
+        offsets = result.append.physical_offsets
+        for found_by in (ids, keys):
+            for key, offset in zip(found_by, offsets, strict=True):
+                assert [m.physical_offset for m in store.query_by_key("T", key)] == [offset]
+    finally:
+        store.shutdown()
