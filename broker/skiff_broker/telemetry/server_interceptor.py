@@ -47,29 +47,28 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 
 def _parent_context(context: Any) -> Context | None:
     """The caller's trace context; None when the caller sent none."""
-    single = getattr(context, "metadata_value", None)
-    if single is not None:
-        # The broker's own server answers one key without building the whole metadata.
-        traceparent = single("traceparent")
-        if traceparent is None:
-            return None
-        carrier = {"traceparent": traceparent}
-        tracestate = single("tracestate")
-        if tracestate is not None:
-            carrier["tracestate"] = tracestate
-        return _PROPAGATOR.extract(carrier, context=Context())
-    return _parent_from_metadata(context.invocation_metadata())
-
-
-def _parent_from_metadata(metadata: Any) -> Context | None:
-    carrier = {}
-    for key, value in metadata or ():
-        if key in _PROPAGATED:
-            carrier[key] = value.decode() if isinstance(value, bytes) else value
-    if not carrier:
+    # The broker's own server answers one key without building the whole metadata.
+    value_of = getattr(context, "metadata_value", None)
+    if value_of is None:
+        value_of = _propagated(context.invocation_metadata()).get
+    traceparent = value_of("traceparent")
+    if traceparent is None:
         return None
+    carrier = {"traceparent": traceparent}
+    tracestate = value_of("tracestate")
+    if tracestate is not None:
+        carrier["tracestate"] = tracestate
     # A fresh context: a request's trace never continues anything but its own caller's.
     return _PROPAGATOR.extract(carrier, context=Context())
+
+
+def _propagated(metadata: Any) -> dict[str, str]:
+    """The W3C Trace Context entries of a call's whole metadata."""
+    return {
+        key: value.decode() if isinstance(value, bytes) else value
+        for key, value in metadata or ()
+        if key in _PROPAGATED
+    }
 
 
 def _status_code(context: grpc.aio.ServicerContext, error: BaseException | None) -> grpc.StatusCode:

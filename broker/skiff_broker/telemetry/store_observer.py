@@ -291,10 +291,6 @@ class _SharedAppend(AppendScope):
         self._tokens = tokens
         self._share = share
 
-    @property
-    def context(self) -> Any:
-        return self._traced[0][0].context if self._traced else None
-
     def waiters(self) -> Sequence[Any]:
         return self._tokens
 
