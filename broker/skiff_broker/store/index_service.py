@@ -31,6 +31,13 @@ from .mapped_file import RESERVED_SUFFIX, reserve_file
 
 _NAME_RE = re.compile(r"\d{17}")
 _NO_HASHES: Mapping[str, int] = {}
+
+
+def _index_key(topic: str, key: str) -> str:
+    """What a key is indexed and looked up under (RocketMQ's ``topic#key``)."""
+    return f"{topic}#{key}"
+
+
 _ONE_MS = datetime.timedelta(milliseconds=1)
 
 
@@ -173,7 +180,7 @@ class IndexService:
         together, much cheaper per key than one by one; none for a run too short to gain."""
         if len(requests) < LANE_MIN_KEYS:
             return _NO_HASHES
-        index_keys = [f"{r.topic}#{key}" for r in requests for key in r.keys if key]
+        index_keys = [_index_key(r.topic, key) for r in requests for key in r.keys if key]
         return dict(zip(index_keys, index_key_hashes(index_keys), strict=True))
 
     def build_index(
@@ -198,9 +205,9 @@ class IndexService:
             raise TypeError("keys must be a collection of keys, not one string")
         if isinstance(keys, list | tuple) and len(keys) == 1:
             # The usual record: only its message ID is indexed.
-            index_keys = [f"{topic}#{keys[0]}"] if keys[0] else []
+            index_keys = [_index_key(topic, keys[0])] if keys[0] else []
         else:
-            index_keys = list(dict.fromkeys(f"{topic}#{key}" for key in keys if key))
+            index_keys = list(dict.fromkeys(_index_key(topic, key) for key in keys if key))
         if not index_keys:
             self._built_through = phy_offset
             return
@@ -324,7 +331,7 @@ class IndexService:
         """
         if max_num <= 0 or not key:
             return []
-        index_key = f"{topic}#{key}"
+        index_key = _index_key(topic, key)
         with self._lock:
             snapshot = self._files[::-1]
         result: list[int] = []
