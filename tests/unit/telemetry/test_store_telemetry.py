@@ -141,6 +141,13 @@ def test_async_appenders_get_one_span_each_and_the_flush_names_them(
     assert flush_point.count == len(flushes)
 
 
+def named_by_flushes(pipelines: Pipelines) -> list[int]:
+    """The span ids of the appends the flushes served: each flush's parent, then links."""
+    flushes = pipelines.spans(cv.FLUSH_SPAN)
+    named = [f.parent.span_id for f in flushes if f.parent is not None]
+    return named + [link.context.span_id for f in flushes for link in f.links]
+
+
 def test_coalesced_sends_each_get_their_own_append_span_and_latency_sample(
     open_store, pipelines: Pipelines
 ) -> None:
@@ -177,9 +184,7 @@ def test_coalesced_sends_each_get_their_own_append_span_and_latency_sample(
     (point,) = pipelines.points(cv.APPEND_DURATION)
     assert point.count == len(calls)
     # The flush names each caller it served, shared append or not.
-    flushes = pipelines.spans(cv.FLUSH_SPAN)
-    named = [f.parent.span_id for f in flushes if f.parent is not None]
-    named += [link.context.span_id for f in flushes for link in f.links]
+    named = named_by_flushes(pipelines)
     assert len(named) == len(set(named))
     assert set(named) <= {s.context.span_id for s in appends}
 
@@ -219,10 +224,7 @@ def test_coalesced_untraced_sends_each_count_in_the_latency_histogram_without_sp
     assert point.count == 6
     assert sum(point.bucket_counts) == 6
     # The flush that served the traced call names it; the untraced ones are nobody's.
-    flushes = pipelines.spans(cv.FLUSH_SPAN)
-    named = [f.parent.span_id for f in flushes if f.parent is not None]
-    named += [link.context.span_id for f in flushes for link in f.links]
-    assert named == [append.context.span_id]
+    assert named_by_flushes(pipelines) == [append.context.span_id]
 
 
 class GatedTelemetry(StoreTelemetry):
