@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from skiff_broker.wire.properties import encode_properties, properties_problem
-from skiff_broker.wire.record_check import RecordProblem, check_record, check_run
+from skiff_broker.wire.record_check import RecordProblem, RunCheck, check_record, check_run
 from skiff_broker.wire.record_codec import (
     CorruptRecordError,
     decode_record,
@@ -23,6 +23,7 @@ from skiff_broker.wire.record_codec import (
 )
 from skiff_broker.wire.record_layout import (
     BLANK_MAGIC,
+    LONG,
     MESSAGE_MAGIC,
     PHYSICAL_OFFSET_OFFSET,
     PLAIN_HEADER,
@@ -267,3 +268,82 @@ def test_the_read_paths_check_passes_text_it_cannot_vouch_for() -> None:
     assert "UTF-8" in problem_of(data).reason
     assert check_record(data, 0, len(data), text=False) == len(data)
     assert check_run(data, 0, len(data), text=False).records == 1
+
+
+def _record_by_record(data: bytes, base: int | None, check_crc: bool) -> RunCheck:
+    """What ``check_run(text=False)`` means: ``check_record`` on each record in turn."""
+    position = records = 0
+    while position < len(data):
+        checked = check_record(
+            data, position, len(data), base=base, check_crc=check_crc, text=False
+        )
+        if isinstance(checked, RecordProblem):
+            return RunCheck(position, records, checked)
+        position += checked
+        records += 1
+    return RunCheck(position, records, None)
+
+
+def _long_run(bodies: list[int], ipv6: set[int], base: int | None) -> tuple[bytearray, list[int]]:
+    """Records back to back (IPv6 born hosts at the indexes in ``ipv6``), placed at
+    ``base`` in the log when it is given, and where each starts."""
+    run = bytearray()
+    starts = []
+    for index, body_length in enumerate(bodies):
+        at = len(run)
+        starts.append(at)
+        run += record(
+            body=bytes([index % 251]) * body_length,
+            born_host=bytes(20) if index in ipv6 else bytes(8),
+        )
+        if base is not None:
+            LONG.pack_into(run, at + PHYSICAL_OFFSET_OFFSET, base + at)
+    return run, starts
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(0, 700), min_size=70, max_size=160),
+    st.sets(st.integers(0, 159), max_size=3),
+    # (record, from its start or its end, how far, xor): the header's fields and the
+    # topic and properties lengths at the end are where framing can break.
+    st.lists(
+        st.tuples(
+            st.integers(0, 159), st.booleans(), st.integers(0, HEADER + 4), st.integers(1, 255)
+        ),
+        max_size=3,
+    ),
+    st.one_of(st.none(), st.integers(0, 1 << 40)),
+    st.booleans(),
+    st.one_of(st.just(0), st.integers(1, 900)),
+)
+def test_a_long_runs_check_is_each_records_check_in_turn(
+    bodies: list[int],
+    ipv6: set[int],
+    flips: list[tuple[int, bool, int, int]],
+    base: int | None,
+    check_crc: bool,
+    cut: int,
+) -> None:
+    """The run check's inline loop reaches the verdict, record and count of checking one
+    record after another: damaged anywhere, cut short, with IPv6 hosts among them."""
+    data, starts = _long_run(bodies, ipv6, base)
+    ends = [*starts[1:], len(data)]
+    for index, from_end, distance, flip in flips:
+        index %= len(starts)
+        at = ends[index] - 1 - distance if from_end else starts[index] + distance
+        data[at] ^= flip
+    run = bytes(data[: len(data) - cut])
+    assert check_run(run, 0, len(run), base=base, check_crc=check_crc, text=False) == (
+        _record_by_record(run, base, check_crc)
+    )
+
+
+def test_a_long_run_with_a_bad_crc_stops_at_that_record() -> None:
+    data, _ = _long_run([300] * 100, set(), base=None)
+    second_to_last = len(data) - 2 * len(record(body=bytes(300)))
+    data[second_to_last + HEADER] ^= 1
+    checked = check_run(bytes(data), 0, len(data), text=False)
+    assert (checked.stop, checked.records) == (second_to_last, 98)
+    assert checked.problem is not None and "CRC" in checked.problem.reason
+    assert check_run(bytes(data), 0, len(data), text=False, check_crc=False).problem is None
