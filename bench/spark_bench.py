@@ -7,6 +7,10 @@ Starts a real broker, fills a topic with ``--messages`` messages of
 - ``skiff``: ``spark.read.format("skiff")`` of the whole topic, every column
   materialised (written to Spark's ``noop`` sink);
 - ``parquet``: the same rows, saved once as Parquet on local disk, read the same way;
+- ``python source floor``: the same rows again, handed to Spark as ready Arrow batches
+  (read from a local Arrow file) by a Python data source that does nothing else, with
+  the skiff source's schema and partitions: what any Python data source costs Spark
+  before it reads a byte of its own, the floor under the skiff read;
 - ``skiff pullBatchSize=N``: with ``--pull-batch-size N`` (repeatable), the Skiff read
   again with that option, to compare fetch sizes in the same run;
 - ``fetch only``: no Spark, one thread fetching every queue's records with
@@ -37,7 +41,8 @@ from tests.support.queue_ends import wait_for_messages  # noqa: E402
 
 from skiff_broker.client.admin import AdminClient  # noqa: E402
 from skiff_broker.client.messaging import MessagingClient, OutgoingMessage  # noqa: E402
-from skiff_broker.client.pull_consumer import PullConsumer  # noqa: E402
+from skiff_broker.client.pull_consumer import DEFAULT_BATCH_SIZE, PullConsumer  # noqa: E402
+from skiff_broker.spark.schema import SCHEMA_DDL, arrow_schema  # noqa: E402
 from skiff_broker.spark.session import local_session  # noqa: E402
 
 TOPIC = "bench-spark"
@@ -73,6 +78,48 @@ def fetch_everything(endpoint: str, queues: int) -> None:
             end = consumer.max_offset(TOPIC, queue)
             for _ in consumer.fetch_range(TOPIC, queue, 0, end):
                 pass
+
+
+def arrow_file_source(path: str, partitions: int) -> type:
+    """A Python data source ``arrow-file`` that yields the record batches of the Arrow file
+    at ``path``, spread over ``partitions`` partitions, and does nothing else."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    class Reader(DataSourceReader):
+        def partitions(self):
+            return [InputPartition(i) for i in range(partitions)]
+
+        def read(self, partition):
+            import pyarrow.ipc
+
+            batches = pyarrow.ipc.open_file(path)
+            for i in range(partition.value, batches.num_record_batches, partitions):
+                yield batches.get_batch(i)
+
+    class ArrowFileSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "arrow-file"
+
+        def schema(self) -> str:
+            return SCHEMA_DDL
+
+        def reader(self, schema):
+            return Reader()
+
+    return ArrowFileSource
+
+
+def write_arrow_file(parquet_path: str, path: str, rows_per_batch: int) -> None:
+    """The rows of a Parquet copy as an Arrow file in the skiff source's schema."""
+    import pyarrow.ipc
+    import pyarrow.parquet
+
+    schema = arrow_schema()
+    table = pyarrow.parquet.read_table(parquet_path).select(schema.names).cast(schema)
+    with pyarrow.ipc.new_file(path, schema) as out:
+        for batch in table.to_batches(max_chunksize=rows_per_batch):
+            out.write_batch(batch)
 
 
 def timed(action, repeats: int) -> list[float]:
@@ -129,6 +176,11 @@ def main() -> None:
                 if rows != args.messages:
                     raise SystemExit(f"parquet copy holds {rows} rows, not {args.messages}")
 
+                arrow_path = str(scratch_path / "messages.arrow")
+                write_arrow_file(parquet_path, arrow_path, DEFAULT_BATCH_SIZE)
+                spark.dataSource.register(arrow_file_source(arrow_path, args.queues))
+                floor = spark.read.format("arrow-file").load()
+
                 def read_all(frame):
                     return lambda: frame.write.format("noop").mode("overwrite").save()
 
@@ -138,7 +190,8 @@ def main() -> None:
                     (f"skiff pullBatchSize={size}", skiff_read(pullBatchSize=str(size)))
                     for size in args.pull_batch_size
                 ]
-                for name, frame in [*frames, ("parquet", parquet)]:
+                frames += [("python source floor", floor), ("parquet", parquet)]
+                for name, frame in frames:
                     note(f"timing {name} reads ...")
                     results[name] = timed(read_all(frame), args.repeats)
                 note("timing fetches alone ...")

@@ -23,7 +23,8 @@ They mirror the Kafka source's where Spark users know one:
 ``maxOffsetsPerTrigger``       streaming: at most this many messages per micro-batch
 ``failOnDataLoss``             ``true`` (default): fail when offsets to read were already
                                deleted by retention; ``false``: log a warning, skip them
-``pullBatchSize``              messages per PullMessage request (default 256, at most 1024)
+``pullBatchSize``              messages per fetch (default 8192, at most 65536; a fetch also
+                               stops at 4 MiB of records)
 ``accessKey``, ``secretKey``   sign requests as this user, for brokers with authentication
                                on (reads need Sub on the topics; writes Pub on the topics
                                and Get on them and on ``Cluster``)
@@ -37,12 +38,11 @@ import json
 from collections.abc import Mapping
 
 from ..client.credentials import Credentials
+from ..client.pull_consumer import DEFAULT_BATCH_SIZE, MAX_BATCH_SIZE
 from .queue_keys import is_plain_queue_id, split_queue_key
 
 EARLIEST = -2
 LATEST = -1
-DEFAULT_PULL_BATCH_SIZE = 256
-MAX_PULL_BATCH_SIZE = 1024
 
 
 class OptionError(ValueError):
@@ -211,9 +211,11 @@ def _boolean(options: dict[str, str], name: str, default: bool) -> bool:
 def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     lowered = _lower_keys(options)
     topics = _topics(lowered)
-    batch_size = _positive_int(lowered, "pullBatchSize") or DEFAULT_PULL_BATCH_SIZE
-    if batch_size > MAX_PULL_BATCH_SIZE:
-        raise OptionError(f"pullBatchSize must be at most {MAX_PULL_BATCH_SIZE}")
+    # The pull consumer's own default: each fetch carries a fixed cost on both ends that
+    # small fetches pay again and again.
+    batch_size = _positive_int(lowered, "pullBatchSize") or DEFAULT_BATCH_SIZE
+    if batch_size > MAX_BATCH_SIZE:
+        raise OptionError(f"pullBatchSize must be at most {MAX_BATCH_SIZE}")
     return SourceOptions(
         endpoints=parse_endpoints(options),
         topics=topics,

@@ -45,7 +45,7 @@ def test_timestamps_and_switches():
         ({"startingOffsets": "latest", "startingTimestamp": "1"}, "set only one of"),
         ({"maxOffsetsPerTrigger": "0"}, "must be a positive integer"),
         ({"failOnDataLoss": "maybe"}, "must be true or false"),
-        ({"pullBatchSize": "5000"}, "at most 1024"),
+        ({"pullBatchSize": "70000"}, "at most 65536"),
     ],
 )
 def test_bad_options_say_how_to_fix_them(extra, message):
