@@ -102,6 +102,8 @@ def test_skiff_producer_and_pull_consumer_traffic_is_counted(broker: BrokerProce
             await producer.send_batch(RECORD_TOPIC, [b"r" * size for size in SIZES])
 
     asyncio.run(produce())
+    # A pull answers with what is dispatched so far: wait for the whole batch.
+    wait_for_messages(broker.endpoint, RECORD_TOPIC, len(SIZES))
     with PullConsumer(broker.endpoint) as consumer:
         pulled = consumer.pull(RECORD_TOPIC, 0, 0, wait_s=5)
     assert [len(m.body) for m in pulled.messages] == list(SIZES)
