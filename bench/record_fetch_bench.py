@@ -44,8 +44,9 @@ from telemetry_bench import process_cpu_seconds  # noqa: E402
 TOPIC = "FetchBench"
 MESSAGES = 20_000
 BODY = b"x" * 100
-# A pull's default batch, where a fetch's fixed cost weighs most, and a large one.
-BATCH_SIZES = (32, 1024)
+# A small batch, where a fetch's fixed cost weighs most, a large one, and the pull
+# consumer's (and the Spark source's) default.
+BATCH_SIZES = (32, 1024, 8192)
 
 
 def fill(work: Path, candidate: Path) -> None:

@@ -4,7 +4,10 @@ Invariants:
 
 - Both reads walk the queue with one scan (``_matching_units``): from the offset asked
   for, at most ``max_filter_message_count`` units when a filter may skip most of them,
-  stepping over blank units and deleted files one offset at a time.
+  stepping over blank units and deleted files one offset at a time. An unfiltered read
+  of raw records whose units are all in one array (hundreds of them, none blank) finds
+  the same runs from that array at once (``_whole_runs``) and has the record check
+  start from where the units say each record is.
 - A read never returns a record that fails its checks: it is logged and left out, and
   its offset counts as read, so ``next_offset`` moves past it.
 - A read answers with the queue's bounds as it found them; ``next_offset`` is the first
@@ -14,7 +17,10 @@ Invariants:
 from __future__ import annotations
 
 import logging
+import typing
 from collections.abc import Callable, Iterator
+
+import numpy as np
 
 from ..wire.record_check import check_run
 from .commit_log import CommitLog
@@ -29,6 +35,19 @@ log = logging.getLogger(__name__)
 # Units read at a time when a filter may skip most of them.
 _FILTER_READ_UNITS = 256
 _SCAN_BATCH = 256
+# Units from which an unfiltered read finds its runs with numpy rather than unit by unit.
+_ARRAY_MIN_UNITS = 256
+
+
+class _Run(typing.NamedTuple):
+    """Records adjacent in the commit log, read as one copy."""
+
+    physical: int  # where the first starts in the log
+    length: int
+    before: int  # records of the read before it
+    first_offset: int  # the first's queue offset
+    # Where each record starts in the run, when the units were read as one array.
+    starts: np.ndarray | None = None
 
 
 def out_of_bounds(cq: ConsumeQueue | None, offset: int) -> tuple[GetStatus, int, int, int] | None:
@@ -72,8 +91,61 @@ def _matching_units(
             yield queue_offset, physical, size
 
 
-def _intact_records(run: bytes, physical: int) -> tuple[list[bytes], int, int | None]:
-    """Check every record of ``run`` (whole records from commit-log offset ``physical``).
+def _whole_runs(
+    units: np.ndarray, offset: int, end: int, max_count: int, max_bytes: int, segment_size: int
+) -> tuple[list[_Run], int, int] | None:
+    """The runs ``QueueReader._runs_of`` finds among ``units`` (read from queue offset
+    ``offset`` for an unfiltered read up to ``end``), all found at once: with the offset
+    after the last unit taken and the number of records.
+
+    None when the units are not the whole answer: too few to be worth it, a size no record
+    has, or the units stop (a blank unit, a file's end) before the read's end and limits.
+    """
+    count = len(units)
+    if count < _ARRAY_MIN_UNITS:
+        return None
+    size = units["size"].astype(np.int64)
+    if (size <= 0).any():
+        return None
+    total = np.cumsum(size)
+    # Like the unit-by-unit scan: stop after the unit that reaches either limit.
+    taken = min(count, max_count, int(np.searchsorted(total, max_bytes)) + 1)
+    limited = taken == max_count or int(total[taken - 1]) >= max_bytes
+    if not limited and offset + count < end:
+        return None
+    # Unlimited, the units reached ``end``.
+    next_offset = offset + taken
+    physical = units["physical"][:taken].astype(np.int64)
+    size = size[:taken]
+    record_end = physical + size
+    # A unit joins the run before it if its record follows that one in the log and ends
+    # within the segment that one is in.
+    breaks = np.flatnonzero(
+        (physical[1:] != record_end[:-1])
+        | (record_end[1:] > (physical[:-1] // segment_size + 1) * segment_size)
+    )
+    firsts = [0, *(breaks + 1).tolist()]
+    lasts = [*firsts[1:], taken]
+    runs = []
+    for first, last in zip(firsts, lasts, strict=True):
+        start = int(physical[first])
+        runs.append(
+            _Run(
+                start,
+                int(record_end[last - 1]) - start,
+                first,
+                offset + first,
+                physical[first:last] - start,
+            )
+        )
+    return runs, next_offset, taken
+
+
+def _intact_records(
+    run: bytes, physical: int, starts: np.ndarray | None = None
+) -> tuple[list[bytes], int, int | None]:
+    """Check every record of ``run`` (whole records from commit-log offset ``physical``,
+    where the consume queue says they start when ``starts`` is given).
 
     Returns the parts that passed, how many records failed a check whose framing
     still holds and were left out, and, if a record's framing is broken (nothing
@@ -88,7 +160,8 @@ def _intact_records(run: bytes, physical: int) -> tuple[list[bytes], int, int | 
     while True:
         # Text was checked when each record entered the log; a read checks framing,
         # offsets and body CRC, which is what a disk can break since.
-        checked = check_run(run, position, end, base=physical, text=False)
+        checked = check_run(run, position, end, base=physical, text=False, starts=starts)
+        starts = None  # past a problem, where records start is the loop's to find
         index += checked.records
         problem = checked.problem
         if problem is None:
@@ -195,22 +268,21 @@ class QueueReader:
         Each record's body CRC is checked; one that fails is logged and left out,
         as :meth:`get_messages` does.
         """
-        # [commit-log offset, length, records before it, its first queue offset] per run
-        runs: list[list[int]] = []
+        runs: list[_Run] = []
         status, next_offset, min_offset, max_offset, count = self._runs_of(
             topic, queue_id, offset, max_count, max_bytes, tag_codes, runs
         )
         chunks = []
         dropped = 0
         deleted = False
-        for physical, length, before, first_queue_offset in runs:
+        for physical, length, before, first_queue_offset, starts in runs:
             chunk = self.commit_log.read(physical, length)
             if chunk is None:
                 # Retention deleted the rest while it was read: end before it, and
                 # let the next fetch find out where the queue starts now.
                 count, next_offset, deleted = before - dropped, first_queue_offset, True
                 break
-            good, failed, broken_at = _intact_records(chunk, physical)
+            good, failed, broken_at = _intact_records(chunk, physical, starts)
             chunks += good
             dropped += failed
             if broken_at is not None:
@@ -238,7 +310,7 @@ class QueueReader:
         max_count: int,
         max_bytes: int,
         tag_codes: set[int] | None,
-        runs: list[list[int]],
+        runs: list[_Run],
     ) -> tuple[GetStatus, int, int, int, int]:
         """The units from ``offset`` whose tag matches, as runs of adjacent records.
 
@@ -265,11 +337,19 @@ class QueueReader:
         run_count = run_first = records = 0
         if max_count > 0 and max_bytes > 0 and end > offset:
             next_offset = end
+            if tag_codes is None and batch >= _ARRAY_MIN_UNITS:
+                found = _whole_runs(
+                    cq.unit_array(offset, batch), offset, end, max_count, max_bytes, segment_size
+                )
+                if found is not None:
+                    found_runs, next_offset, records = found
+                    runs += found_runs
+                    return GetStatus.FOUND, next_offset, min_offset, max_offset, records
             for queue_offset, physical, size in _matching_units(cq, offset, end, batch, tag_codes):
                 if physical < 0:
                     # No run spans an offset with nothing stored.
                     if run_start >= 0:
-                        runs.append([run_start, run_end - run_start, run_count, run_first])
+                        runs.append(_Run(run_start, run_end - run_start, run_count, run_first))
                         run_start = -1
                     continue
                 # A record the tag filter skipped stands between its neighbours: they are
@@ -278,7 +358,7 @@ class QueueReader:
                     run_end += size
                 else:
                     if run_start >= 0:
-                        runs.append([run_start, run_end - run_start, run_count, run_first])
+                        runs.append(_Run(run_start, run_end - run_start, run_count, run_first))
                     run_start, run_end, run_count = physical, physical + size, records
                     run_first = queue_offset
                     segment_end = (physical // segment_size + 1) * segment_size
@@ -288,7 +368,7 @@ class QueueReader:
                     next_offset = queue_offset + 1
                     break
         if run_start >= 0:
-            runs.append([run_start, run_end - run_start, run_count, run_first])
+            runs.append(_Run(run_start, run_end - run_start, run_count, run_first))
         return GetStatus.FOUND, next_offset, min_offset, max_offset, records
 
     def scan_queue(

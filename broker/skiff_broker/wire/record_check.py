@@ -20,6 +20,12 @@ replicated run): the usual record (IPv4 hosts, ASCII topic and properties) is
 checked inline, its topic and properties with one C-level pattern match in
 place; anything else goes through ``check_record``, with the same verdict.
 
+A reader that knows where a long run's records start (a fetch, from the consume
+queue's units; a client, from one walk over the sizes) hands ``check_run`` those
+starts, and the framing rules then run as numpy expressions over every record at
+once, with the same verdict, record and count: past the first record they do not
+accept, the loop decides.
+
 ``text=False`` leaves out every rule about the bytes of the topic and the
 properties (UTF-8, name/value pairs, the torn-write marks) and keeps the
 framing, the offsets and the body CRC. It is for bytes whose text was checked when they
@@ -36,15 +42,20 @@ import struct
 import typing
 import zlib
 
+import numpy as np
+
 from .record_layout import (
     BLANK_MAGIC,
+    BODY_CRC_OFFSET,
     HOST_V6_BITS,
     INT,
     MESSAGE_MAGIC,
     MIN_RECORD_SIZE,
+    PHYSICAL_OFFSET_OFFSET,
     PLAIN_HEADER,
     SHORT,
     SIZE_MAGIC,
+    SYSFLAG_OFFSET,
     header_struct,
 )
 
@@ -240,14 +251,18 @@ def check_run(
     base: int | None = None,
     check_crc: bool = True,
     text: bool = True,
+    starts: np.ndarray | None = None,
 ) -> RunCheck:
     """Check the records back to back in ``buf[start:end]``; stop at the first problem.
 
     A BLANK record or zeros are a problem here too (they are not messages):
     callers that walk segments look at ``problem`` and the bytes at ``stop``.
+    ``starts`` (with ``text=False``) says where the caller expects the records to start,
+    ``start`` first (a consume queue's units, or :func:`record_starts`): a long run is
+    then checked all at once. It is only a guess: the verdict is the same without it.
     """
     if not text:
-        return _check_run_framing(buf, start, end, base, check_crc)
+        return _check_run_framing(buf, start, end, base, check_crc, starts)
     unpack = _FAST.unpack_from
     short = SHORT.unpack_from
     ascii_tails = _ASCII_TAILS
@@ -293,9 +308,18 @@ def check_run(
 
 
 def _check_run_framing(
-    buf: Buffer, start: int, end: int, base: int | None, check_crc: bool
+    buf: Buffer,
+    start: int,
+    end: int,
+    base: int | None,
+    check_crc: bool,
+    starts: np.ndarray | None,
 ) -> RunCheck:
-    """``check_run`` with ``text=False``: its own loop, the read path's, kept lean."""
+    """``check_run`` with ``text=False``: its own loop, the read path's, kept lean.
+
+    With ``starts`` for a long run, ``_framed_prefix`` first applies the loop's rules to
+    every record at once; the loop takes over where that stops (the run's end, normally).
+    """
     unpack = _FAST.unpack_from
     short = SHORT.unpack_from
     crc32 = zlib.crc32
@@ -305,6 +329,8 @@ def _check_run_framing(
     pos = start
     records = 0
     with memoryview(buf) as view:
+        if starts is not None and len(starts) >= _VECTOR_MIN_RECORDS and starts[0] == start:
+            records, pos = _framed_prefix(view, starts, end, shift, check_crc)
         while pos < end:
             if pos <= last_header:
                 size, magic, crc, physical, sys_flag, body_length = unpack(buf, pos)
@@ -335,6 +361,98 @@ def _check_run_framing(
             pos += checked
             records += 1
     return RunCheck(pos, records, None)
+
+
+# Records from which ``_framed_prefix`` checks a run: below it numpy's fixed cost per
+# call outweighs the loop's per record.
+_VECTOR_MIN_RECORDS = 256
+_ARANGE = np.arange(8, dtype=np.int64)
+
+
+def record_starts(buf: Buffer, start: int, end: int) -> np.ndarray:
+    """Where the records of ``buf[start:end]`` start if each TOTALSIZE is right, up to a
+    size no record can have (``check_run`` says why) or the run's end: the ``starts``
+    of a run nothing else locates."""
+    size_of = INT.unpack_from
+    found: list[int] = []
+    append = found.append
+    pos = start
+    last = end - MIN_RECORD_SIZE
+    while pos <= last:
+        size = size_of(buf, pos)[0]
+        if size < MIN_RECORD_SIZE:
+            break
+        append(pos)
+        pos += size
+    return np.array(found, dtype=np.int64)
+
+
+def _field_at(data: np.ndarray, starts: np.ndarray, at: int, dtype: str) -> np.ndarray:
+    """The big-endian field ``at`` bytes into each record, as native 64-bit integers."""
+    width = np.dtype(dtype).itemsize
+    raw = data[starts[:, None] + (at + _ARANGE[:width])]
+    return raw.view(dtype)[:, 0].astype(np.int64)
+
+
+def _framed_prefix(
+    view: memoryview, starts: np.ndarray, end: int, shift: int | None, check_crc: bool
+) -> tuple[int, int]:
+    """How many records from ``starts[0]`` the framing loop's inline rules accept one after
+    another, and where the first one they do not (or the run's end) is: the loop's verdict
+    on those records, reached with one numpy expression per rule instead of one Python
+    step per record.
+
+    A record an inline rule sends to ``check_record`` (IPv6 hosts, or a problem), and a
+    record that does not end where the next of ``starts`` begins, are left to the loop,
+    which then goes on exactly as it would have.
+    """
+    data = np.frombuffer(view, dtype=np.uint8, count=end)
+    # Every rule reads only bytes it has shown are before ``end``; a record that fails an
+    # earlier rule reads its later fields at index 0 instead, and is refused anyway.
+    ok = (starts >= 0) & (starts <= end - _PLAIN_SIZE - 3)
+    at = np.where(ok, starts, 0)
+    size = _field_at(data, at, 0, ">i4")
+    body_length = _field_at(data, at, _PLAIN_SIZE - 4, ">i4")
+    topic_at = at + _PLAIN_SIZE + body_length
+    record_end = at + size
+    ok &= (
+        (_field_at(data, at, 4, ">u4") == MESSAGE_MAGIC)
+        & (_field_at(data, at, SYSFLAG_OFFSET, ">i4") & HOST_V6_BITS == 0)
+        & (body_length >= 0)
+        & (topic_at + 3 <= record_end)
+        & (record_end <= end)
+    )
+    if shift is not None:
+        ok &= _field_at(data, at, PHYSICAL_OFFSET_OFFSET, ">i8") - at == shift
+    properties_at = np.where(ok, topic_at + 3, 3)
+    properties_at += data[properties_at - 3]
+    ok &= properties_at <= record_end
+    length_at = np.where(ok, properties_at - 2, 0)
+    ok &= properties_at + _field_at(data, length_at, 0, ">u2") == record_end
+    # The loop steps from each record it accepts to that record's end: the run is the
+    # loop's again after the first record that does not end where the next one starts.
+    ok[1:] &= record_end[:-1] == starts[1:]
+    accepted = len(ok) if ok.all() else int(np.argmin(ok))
+    if check_crc and accepted:
+        crc32 = zlib.crc32
+        crcs = np.fromiter(
+            (
+                crc32(view[body:topic])
+                for body, topic in zip(
+                    (at[:accepted] + _PLAIN_SIZE).tolist(),
+                    topic_at[:accepted].tolist(),
+                    strict=True,
+                )
+            ),
+            dtype=np.int64,
+            count=accepted,
+        )
+        matched = (crcs & 0x7FFFFFFF) == _field_at(data, at[:accepted], BODY_CRC_OFFSET, ">i4")
+        if not matched.all():
+            accepted = int(np.argmin(matched))
+    if not accepted:
+        return 0, int(starts[0])
+    return accepted, int(record_end[accepted - 1])
 
 
 def is_blank(buf: Buffer, pos: int, end: int, segment_end: int) -> bool:

@@ -6,13 +6,17 @@ import gzip
 from collections.abc import Callable, Iterator
 
 import pytest
+from tests.unit.store.conftest import SMALL_STORE
 
 from skiff_broker.client.records import CorruptRecords, decode_records
+from skiff_broker.store import reading
 from skiff_broker.store.config import FlushType, StoreConfig
 from skiff_broker.store.hashing import tag_hash
 from skiff_broker.store.message import Message, SysFlag
 from skiff_broker.store.message_store import MessageStore
-from skiff_broker.store.results import GetStatus
+from skiff_broker.store.results import GetStatus, RecordsResult
+from skiff_broker.wire import record_check
+from skiff_broker.wire.record_layout import PHYSICAL_OFFSET_OFFSET
 
 
 @pytest.fixture
@@ -156,3 +160,73 @@ def test_corrupt_records_on_disk_are_left_out_of_fetches(store: MessageStore) ->
     assert (got.count, got.next_offset) == (5, 7)
     rest = store.get_records("T", 0, 7, 100)
     assert [m.queue_offset for m in decode_records(rest.data)] == [7, 8, 9]
+
+
+@pytest.fixture(scope="module")
+def laid_out_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MessageStore]:
+    """Three queues written in batches of uneven size (runs of every length, 64 KiB
+    segments rolling under them), then three records damaged on disk."""
+    config = StoreConfig(
+        **{
+            **SMALL_STORE,
+            "data_dir": str(tmp_path_factory.mktemp("laid-out") / "store"),
+            "flush_type": FlushType.SYNC_FLUSH,
+            "consume_queue_units_per_file": 400,
+            "clean_resource_interval": 3600,
+        }
+    )
+    config.validate()
+    with MessageStore(config) as s:
+        sizes = [1, 40, 7, 90, 3, 25, 60, 2, 33, 80, 15, 50] * 4
+        written = 0
+        for index, count in enumerate(sizes):
+            queue = index % 3
+            offsets = put(
+                s,
+                [
+                    message(i, queue_id=queue, pad="p" * ((i * 37) % 900))
+                    for i in range(written, written + count)
+                ],
+            )
+            written += count
+        assert s.wait_dispatched()
+        segments = s.commit_log.queue.files
+        # A body byte of one record, bytes of another, the size field of a third, the
+        # offset a fourth claims (segments start with a record).
+        first = offsets[0] - segments[-1].file_from_offset
+        segments[-1].mapping[first + 120] ^= 0x5A
+        segments[1].mapping[300:304] = b"\0\0\0\0"
+        segments[2].mapping[0:4] = b"\x7f\0\0\0"
+        segments[3].mapping[PHYSICAL_OFFSET_OFFSET + 7] ^= 1
+        yield s
+
+
+@pytest.mark.parametrize("queue", [0, 1, 2])
+@pytest.mark.parametrize("max_count", [1, 16, 100, 1000])
+@pytest.mark.parametrize("max_kib", [1, 20, 4096])
+def test_a_long_read_finds_its_runs_at_once_as_unit_by_unit(
+    laid_out_store: MessageStore,
+    monkeypatch: pytest.MonkeyPatch,
+    queue: int,
+    max_count: int,
+    max_kib: int,
+) -> None:
+    """Every fetch from every offset answers the same whether its units are taken as one
+    array or one at a time: records, counts, where the next fetch starts, and the damaged
+    records left out."""
+    store = laid_out_store
+    end = store.max_offset("T", queue)
+
+    def fetches() -> list[RecordsResult]:
+        return [
+            store.get_records("T", queue, offset, max_count, max_bytes=max_kib * 1024)
+            for offset in range(0, end + 1, 7)
+        ]
+
+    # Arrays and the check over every record at once for any length, then for none.
+    monkeypatch.setattr(reading, "_ARRAY_MIN_UNITS", 1)
+    monkeypatch.setattr(record_check, "_VECTOR_MIN_RECORDS", 1)
+    at_once = fetches()
+    monkeypatch.setattr(reading, "_ARRAY_MIN_UNITS", 1 << 30)
+    monkeypatch.setattr(record_check, "_VECTOR_MIN_RECORDS", 1 << 30)
+    assert at_once == fetches()

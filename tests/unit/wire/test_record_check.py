@@ -8,13 +8,22 @@ pinned to one rule.
 from __future__ import annotations
 
 import zlib
+from unittest import mock
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from skiff_broker.wire import record_check
 from skiff_broker.wire.properties import encode_properties, properties_problem
-from skiff_broker.wire.record_check import RecordProblem, RunCheck, check_record, check_run
+from skiff_broker.wire.record_check import (
+    RecordProblem,
+    RunCheck,
+    check_record,
+    check_run,
+    record_starts,
+)
 from skiff_broker.wire.record_codec import (
     CorruptRecordError,
     decode_record,
@@ -334,9 +343,20 @@ def test_a_long_runs_check_is_each_records_check_in_turn(
         at = ends[index] - 1 - distance if from_end else starts[index] + distance
         data[at] ^= flip
     run = bytes(data[: len(data) - cut])
-    assert check_run(run, 0, len(run), base=base, check_crc=check_crc, text=False) == (
-        _record_by_record(run, base, check_crc)
-    )
+    expected = _record_by_record(run, base, check_crc)
+    # Where the records are expected to start is only a guess that speeds the check: the
+    # walk's guess, the truth, one off by a byte from the middle on, one that skips a record.
+    middle = len(starts) // 2
+    shifted = np.array(starts)
+    shifted[middle:] += 1
+    skipping = np.delete(np.array(starts), middle)
+    # Checked all at once whatever the run's length.
+    with mock.patch.object(record_check, "_VECTOR_MIN_RECORDS", 1):
+        for guess in (None, record_starts(run, 0, len(run)), np.array(starts), shifted, skipping):
+            checked = check_run(
+                run, 0, len(run), base=base, check_crc=check_crc, text=False, starts=guess
+            )
+            assert checked == expected
 
 
 def test_a_long_run_with_a_bad_crc_stops_at_that_record() -> None:
@@ -347,3 +367,34 @@ def test_a_long_run_with_a_bad_crc_stops_at_that_record() -> None:
     assert (checked.stop, checked.records) == (second_to_last, 98)
     assert checked.problem is not None and "CRC" in checked.problem.reason
     assert check_run(bytes(data), 0, len(data), text=False, check_crc=False).problem is None
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["size", "magic", "crc", "physical", "sys_flag", "body_length", "topic_length", "properties"],
+)
+def test_each_framing_field_damaged_in_a_long_run_stops_the_check_at_that_record(
+    damage: str,
+) -> None:
+    data, starts = _long_run([200] * 60, set(), base=1 << 20)
+    at = starts[40]
+    end = starts[41]
+    length = HEADER + 200 + 1 + len(b"orders") + 2 + len(b"UNIQ_KEY\x01ID1\x02")
+    assert end - at == length
+    where = {
+        "size": at + 3,
+        "magic": at + 5,
+        "crc": at + 10,
+        "physical": at + PHYSICAL_OFFSET_OFFSET + 7,
+        "sys_flag": at + 39,  # a host bit
+        "body_length": at + HEADER - 1,
+        "topic_length": at + HEADER + 200,
+        "properties": end - len(b"UNIQ_KEY\x01ID1\x02") - 1,
+    }[damage]
+    data[where] ^= 0x10 if damage == "sys_flag" else 0x01
+    run = bytes(data)
+    expected = _record_by_record(run, 1 << 20, True)
+    assert expected.problem is not None and expected.stop == at
+    with mock.patch.object(record_check, "_VECTOR_MIN_RECORDS", 1):
+        checked = check_run(run, 0, len(run), base=1 << 20, text=False, starts=np.array(starts))
+    assert checked == expected
