@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import socket
@@ -305,6 +306,10 @@ class BrokerServer:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         await self.start()
+        # What was built to start (modules, the store's tables, the servers) lives as long
+        # as the broker: out of the collector's way, its full passes scan only what serving
+        # creates.
+        gc.freeze()
         if on_listening is not None:
             on_listening()
         await stop.wait()
