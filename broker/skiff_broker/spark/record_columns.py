@@ -43,8 +43,6 @@ _PHYSICAL_OFFSET_OFFSET = QUEUE_OFFSET_OFFSET + 8
 _STORE_HOST_OFFSET = STORE_TIMESTAMP_OFFSET + 8
 _BODY_LENGTH_OFFSET = PLAIN_HEADER.size - 4
 _RESERVED = sorted(prop.RESERVED)
-# A pair is "name\x01value"; decode_properties keeps everything after the first \x01.
-_PAIR = r"(?s)^(?P<name>[^\x01]*)\x01?(?P<value>.*)$"
 
 
 def _headers(data: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -77,6 +75,39 @@ def _cut(records: bytes, begins: np.ndarray, ends: np.ndarray, kind: pa.DataType
     )
     wanted = alternating.take(np.arange(0, len(bounds), 2, dtype=np.int64))
     return wanted.cast(kind)
+
+
+def _pairs(
+    text: np.ndarray, offsets: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The non-empty ``name\x01value`` pairs of every row's properties, as the decoder
+    reads them: split at ``\x02`` and at the row's end, the name up to the first ``\x01``
+    (all of the pair without one), the value after it.
+
+    ``text`` holds the rows' properties back to back, row ``i`` from ``offsets[i]`` to
+    ``offsets[i + 1]``. Returns, per pair in order: its row, where its name ends, where its
+    value starts, where it ends and where it starts.
+    """
+    separators = np.flatnonzero(text == 2)
+    row_ends = offsets[1:].astype(np.int64)
+    # Each pair ends at a separator or at its row's end; the next begins after it. A row's
+    # end sorts before a separator at the same place, which is the next row's first byte.
+    ends = np.concatenate([row_ends, separators])
+    after = np.concatenate([row_ends, separators + 1])
+    order = np.argsort(ends, kind="stable")
+    ends, after = ends[order], after[order]
+    starts = np.empty_like(ends)
+    starts[:1] = offsets[:1]
+    starts[1:] = after[:-1]
+    present = ends > starts
+    starts, ends = starts[present], ends[present]
+    rows = np.searchsorted(offsets, starts, side="right") - 1
+    marks = np.flatnonzero(text == 1)
+    first = np.searchsorted(marks, starts)
+    mark = marks[np.minimum(first, len(marks) - 1)] if len(marks) else np.full_like(ends, -1)
+    named = (first < len(marks)) & (mark < ends)
+    name_ends = np.where(named, mark, ends)
+    return rows, name_ends, np.where(named, mark + 1, ends), ends, starts
 
 
 def record_batch_of_records(
@@ -121,13 +152,15 @@ def record_batch_of_records(
         properties.validate(full=True)
     except pa.ArrowInvalid:
         return None  # not UTF-8: the decoder shows replacement marks
-    pair_lists = pc.split_pattern(properties, "\x02")
-    pairs = pair_lists.flatten()
-    pair_rows = pc.list_parent_indices(pair_lists).to_numpy()
-    present = pc.not_equal(pc.binary_length(pairs), 0)
-    pairs, pair_rows = pairs.filter(present), pair_rows[present.to_numpy(zero_copy_only=False)]
-    cut_pairs = pc.extract_regex(pairs, _PAIR)
-    names, values = cut_pairs.field("name"), cut_pairs.field("value")
+    _, offsets, text = properties.buffers()
+    row_offsets = np.frombuffer(offsets, dtype=np.int32)[
+        properties.offset : properties.offset + rows + 1
+    ]
+    pair_rows, name_ends, values_at, pair_ends, pair_starts = _pairs(
+        np.frombuffer(text, dtype=np.uint8), row_offsets
+    )
+    names = _cut(text, pair_starts, name_ends, pa.string())
+    values = _cut(text, values_at, pair_ends, pa.string())
     # Parent rows come in order: a row with two pairs or more stands next to itself.
     if len(pair_rows) > 1 and np.any(pair_rows[1:] == pair_rows[:-1]):
         # A name given twice in one record: the decoder keeps its first place and last value.

@@ -6,6 +6,8 @@ from __future__ import annotations
 import struct
 
 import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 
 pa = pytest.importorskip("pyarrow")
 
@@ -110,3 +112,24 @@ def test_rows_at_or_past_the_end_offset_are_left_out():
 )
 def test_records_the_decoder_must_read_are_refused(data):
     assert columns(data) is None
+
+
+_PROPERTY_BYTES = st.lists(
+    st.sampled_from(
+        [b"a", b"bc", b"\x01", b"\x02", b"\xc3\xa9", b"UNIQ_KEY", b"TAGS", b"KEYS", b" "]
+    ),
+    max_size=10,
+).map(b"".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_PROPERTY_BYTES, min_size=1, max_size=6))
+def test_any_properties_give_the_decoders_rows_or_are_refused(properties):
+    """Whatever the properties bytes (separators anywhere, doubled, missing, names without
+    values), the columns equal the decoder's rows unless they are refused."""
+    data = records(*properties)
+    batch = columns(data)
+    if batch is None:
+        return
+    assert batch.equals(decoded(data))
+    event("columns")
