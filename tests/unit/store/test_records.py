@@ -184,7 +184,7 @@ def laid_out_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Message
             offsets = put(
                 s,
                 [
-                    message(i, queue_id=queue, pad="p" * ((i * 37) % 900))
+                    message(i, queue_id=queue, pad="p" * ((i * 37) % 300))
                     for i in range(written, written + count)
                 ],
             )
