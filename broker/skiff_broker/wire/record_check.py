@@ -400,6 +400,9 @@ def _framed_prefix(
     which then goes on exactly as it would have.
     """
 
+    if end < _PLAIN_SIZE + 3:
+        return 0, int(starts[0])  # not one whole header: the loop says what is wrong
+
     def field(positions: np.ndarray, dtype: str) -> np.ndarray:
         return fields_at(view, end, positions, dtype)
 

@@ -398,3 +398,13 @@ def test_each_framing_field_damaged_in_a_long_run_stops_the_check_at_that_record
     with mock.patch.object(record_check, "_VECTOR_MIN_RECORDS", 1):
         checked = check_run(run, 0, len(run), base=1 << 20, text=False, starts=np.array(starts))
     assert checked == expected
+
+
+@pytest.mark.parametrize("length", [0, 5, 40, 90, 91, 95])
+def test_a_run_shorter_than_a_header_gets_the_loops_verdict_whatever_the_starts(
+    length: int,
+) -> None:
+    data = record()[:length]
+    with mock.patch.object(record_check, "_VECTOR_MIN_RECORDS", 1):
+        checked = check_run(data, 0, length, text=False, starts=np.array([0]))
+    assert checked == check_run(data, 0, length, text=False)
