@@ -6,17 +6,21 @@ duration, producers go on after asking for the route again, and no acknowledged
 message is lost; the old master comes back as a replica and copies the new
 term. A master frozen with SIGSTOP stops acknowledging before its Lease can
 pass, so none of its late acknowledgements is missing from the final log. A
-replica outside the published in-sync set never takes the Lease.
+replica outside the published in-sync set never takes the Lease. A master that stops
+gives its Lease up even when a renewal it cancelled lands just before.
 """
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
+import json
 import os
 import signal
 import threading
 import time
+import types
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +28,7 @@ import pytest
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from tests.k8s.cluster_members import (
+    CLUSTER,
     CLUSTER_DEADLINE_S,
     TOPIC,
     Cluster,
@@ -36,6 +41,10 @@ from tests.support.waiting import wait_for
 
 from skiff_broker.client.admin import AdminClient
 from skiff_broker.client.messaging import MessagingClient, OutgoingMessage, SendReceipt
+from skiff_broker.cluster.config import ClusterConfig
+from skiff_broker.cluster.kube_api import KubeApi, credentials_from_kubeconfig
+from skiff_broker.cluster.lease_elector import LeaseElector
+from skiff_broker.cluster.lease_record import LeaseRecord, now_micro
 from skiff_broker.ha.epoch_file import EpochFile
 
 pytestmark = pytest.mark.crash
@@ -331,3 +340,53 @@ def test_a_master_stopped_cleanly_hands_its_lease_to_an_in_sync_replica(
     assert after["epoch"] == before["epoch"] + 1
     stored = pull_all(cluster.brokers[PODS[1]].endpoint)
     assert {r.message_id for r in acknowledged if isinstance(r, SendReceipt)} <= stored.keys()
+
+
+class RenewalLandsBetween(KubeApi):
+    """The API server, with one renewal of the Lease landing between a read and the next
+    write: a renewal that ``stop()`` cancelled while its request was already on the wire."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        super().__init__(credentials_from_kubeconfig(str(kubeconfig)))
+        self._renewer = KubeApi(self.credentials)
+        self.renewals = 0
+
+    def replace_lease(self, namespace: str, lease: dict) -> dict:
+        if not self.renewals:
+            self.renewals += 1
+            late = LeaseRecord.from_object(self._renewer.get_lease(namespace, GROUP))
+            late.renew_time = now_micro()
+            self._renewer.replace_lease(namespace, late.to_object())
+        return super().replace_lease(namespace, lease)
+
+
+def test_a_stopping_master_releases_its_lease_though_a_late_renewal_lands_first(
+    cluster: Cluster,
+) -> None:
+    api = RenewalLandsBetween(cluster.kubeconfig)
+    held = LeaseRecord(
+        name=GROUP,
+        cluster=CLUSTER,
+        holder=PODS[0],
+        epoch=4,
+        in_sync=PODS[:2],
+        acquire_time=now_micro(),
+        renew_time=now_micro(),
+    )
+    api.create_lease(cluster.namespace, held.to_object())
+    config = ClusterConfig(name=CLUSTER, namespace=cluster.namespace, pod_name=PODS[0])
+    # Releasing touches the Lease only: this broker has no replication service running.
+    elector = LeaseElector(
+        api, config, GROUP, types.SimpleNamespace(master=None), client_endpoint=str
+    )
+    elector._holding = True
+
+    asyncio.run(elector.stop())
+
+    assert api.renewals == 1
+    lease = cluster.plane.get("lease", GROUP, cluster.namespace) or {}
+    assert not lease["spec"].get("holderIdentity"), "the stopped master still holds the Lease"
+    notes = lease["metadata"]["annotations"]
+    assert notes["skiff.io/released-by"] == PODS[0]
+    assert json.loads(notes["skiff.io/in-sync"]) == PODS[:2]
+    assert notes["skiff.io/epoch"] == "4"

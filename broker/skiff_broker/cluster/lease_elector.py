@@ -49,6 +49,8 @@ _QUIET_FAILURES = 15
 _PUBLISH_CHECK_S = 0.2
 # How soon a broker looks again at a Lease that has just expired or has no holder.
 _FAST_LOOK_S = 0.25
+# Reads and writes of the Lease a stopping holder tries before leaving it to expire.
+_RELEASE_ATTEMPTS = 3
 
 
 def pod_of(replica_name: str) -> str:
@@ -130,14 +132,30 @@ class LeaseElector:
                 await asyncio.to_thread(self._release)
 
     def _release(self) -> None:
-        record = LeaseRecord.from_object(self.api.get_lease(self.config.namespace, self.group))
-        if record.holder != self.me:
+        # A renewal cancelled by stop() may still land after the read: read again.
+        for _ in range(_RELEASE_ATTEMPTS):
+            record = LeaseRecord.from_object(self.api.get_lease(self.config.namespace, self.group))
+            if record.holder != self.me:
+                return
+            record.holder = ""
+            record.released_by = self.me
+            record.duration_s = self.config.lease_duration_s
+            try:
+                self.api.replace_lease(self.config.namespace, record.to_object())
+            except Conflict:
+                continue
+            log.info(
+                "released the Lease of group %s; in sync: %s",
+                self.group,
+                ", ".join(record.in_sync or []),
+            )
             return
-        record.holder = ""
-        record.released_by = self.me
-        record.duration_s = self.config.lease_duration_s
-        self.api.replace_lease(self.config.namespace, record.to_object())
-        log.info("released the Lease of group %s", self.group)
+        log.warning(
+            "could not release the Lease of group %s (it kept changing); it passes once "
+            "it expires, within %d s",
+            self.group,
+            self.config.lease_duration_s,
+        )
 
     async def _run(self) -> None:
         while True:
@@ -322,7 +340,14 @@ class LeaseElector:
             )
         except (Conflict, NotFound):
             return  # another broker wrote it since it was read
-        log.info("took the Lease of group %s from %r, epoch %d", self.group, record.holder, epoch)
+        log.info(
+            "took the Lease of group %s from %r%s, epoch %d; in sync were: %s",
+            self.group,
+            record.holder,
+            f" (released by {record.released_by})" if record.released_by else "",
+            epoch,
+            ", ".join(record.in_sync or []) or "(not yet published)",
+        )
         await self._took(epoch, sent)
 
     async def _took(self, epoch: int, sent: float) -> None:
