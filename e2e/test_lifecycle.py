@@ -295,6 +295,12 @@ def master_of(ns: Namespace, group: str) -> tuple[str, int]:
     )
 
 
+def in_sync_of(ns: Namespace, group: str) -> set[str]:
+    """The pods the group's Lease names as holding every acknowledged write."""
+    annotations = ns.get("lease", group)["metadata"].get("annotations", {})
+    return set(json.loads(annotations.get("skiff.io/in-sync", "[]")))
+
+
 def pods_ready(ns: Namespace, pods: tuple[str, ...]) -> bool:
     """Every pod exists and is Ready."""
     for pod in pods:
@@ -363,9 +369,11 @@ def test_install_use_break_change_uninstall(cluster: Cluster, ns: Namespace) -> 
     with ns.port_forward("svc/skiff-a", 8081) as endpoint:
         send(endpoint, "orders", bodies, ns.client_keys)
 
-    # Lose the master: its replica takes the group's Lease in a new term, and everything
-    # acknowledged is still there.
+    # Lose the master once its replica holds every acknowledged write: the replica takes
+    # the group's Lease in a new term, and everything acknowledged is still there. (A
+    # replica the Lease does not name in sync never takes it; the master comes back.)
     pods = ("skiff-a-0", "skiff-a-1")
+    ns.wait_until("the replica to be in sync", lambda: in_sync_of(ns, "skiff-a") == set(pods))
     master, epoch = master_of(ns, "skiff-a")
     assert master in pods, f"no master holds the group's Lease ({master!r})"
     uid = pod_uid(ns, master)
