@@ -401,9 +401,9 @@ class Dispatcher(ServiceThread):
             return
         touched: set[tuple[str, int]] = set()
         index = self._index
-        # A long run's index keys are hashed at once: one key hash per message was the
-        # dispatcher's largest single cost.
-        hashes = index.key_hashes(requests) if index is not None else {}
+        # Indexed together after the queues: one key at a time was the dispatcher's
+        # largest cost.
+        indexed: list[DispatchRequest] = []
         for r in requests:
             tx_type = r.sys_flag & TRANSACTION_MASK
             if tx_type in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
@@ -419,8 +419,10 @@ class Dispatcher(ServiceThread):
                     touched.add((r.topic, r.queue_id))
                 elif self.repair_units or self.unit_is_sound is not None:
                     self._repair(cq, r, code)
-            if index is not None and tx_type != TRANSACTION_ROLLBACK_TYPE and r.keys:
-                index.build_index(r.topic, r.physical_offset, r.store_timestamp, r.keys, hashes)
+            if tx_type != TRANSACTION_ROLLBACK_TYPE and r.keys:
+                indexed.append(r)
+        if index is not None and indexed:
+            index.build_run(indexed)
         self.last_store_timestamp = requests[-1].store_timestamp
         if touched:
             for listener in self._listeners:

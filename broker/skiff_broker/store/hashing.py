@@ -15,6 +15,8 @@ import operator
 import struct
 from collections.abc import Sequence
 
+import numpy as np
+
 _MASK32 = 0xFFFFFFFF
 _POWERS_LEN = 512
 # _POWERS[-n:] holds 31**(n-1) … 31**0 (mod 2**32): one multiply-add per character.
@@ -60,71 +62,44 @@ def index_key_hash(key: str) -> int:
     return 0 if h == -(1 << 31) else abs(h)
 
 
-# Batches of ASCII keys of one length are hashed in lanes (see index_key_hashes): below
-# this many keys a lane pass costs more than hashing each key; above this length a
-# lane's sum could pass 2**32 (length * 127 * 0xFFFF must stay below it).
-LANE_MIN_KEYS = 64
-_LANE_MAX_LENGTH = 512
-_POWERS_LOW = tuple(p & 0xFFFF for p in _POWERS)
-_POWERS_HIGH = tuple(p >> 16 for p in _POWERS)
+# Keys hashed together (index_key_hashes) are hashed as arrays: below this many keys the
+# arrays cost more than hashing each key; longer keys than the table of powers, one by one.
+ARRAY_MIN_KEYS = 16
+_POWERS_ARRAY = np.array(_POWERS, dtype=np.uint32)
 
 
-def index_key_hashes(keys: Sequence[str]) -> list[int]:
-    """:func:`index_key_hash` of each of ``keys``, in order, computed together.
+def index_key_hashes(keys: Sequence[str]) -> np.ndarray:
+    """:func:`index_key_hash` of each of ``keys``, in order, computed together (int64).
 
     The dispatcher indexes a key per message, mostly ``topic#message-id``: ASCII keys of
-    one length. Such keys are hashed at once, each in a 32-bit lane of a big integer,
-    one column of characters at a time, so Python's big-integer arithmetic does the
-    multiply-adds for every key in C. Keys of other lengths (a message's KEYS) are
-    grouped by length the same way; a group too small, too long or not ASCII is hashed
-    one key at a time.
+    one length. Such keys are hashed at once, as a matrix of their characters: each
+    row times the powers of 31, summed with 32-bit unsigned arithmetic, which wraps
+    exactly as Java's int does. Keys of other lengths (a message's KEYS) are grouped by
+    length the same way; a group too small, too long or not ASCII is hashed one key at
+    a time.
     """
-    if len(keys) < LANE_MIN_KEYS:
-        return [index_key_hash(k) for k in keys]
+    if len(keys) < ARRAY_MIN_KEYS:
+        return np.array([index_key_hash(k) for k in keys], dtype=np.int64)
     length = len(keys[0])
     if all(len(k) == length for k in keys):
         return _hashes_of_one_length(keys, length)
     by_length: dict[int, list[int]] = {}
     for position, key in enumerate(keys):
         by_length.setdefault(len(key), []).append(position)
-    hashes = [0] * len(keys)
+    hashes = np.empty(len(keys), dtype=np.int64)
     for length, positions in by_length.items():
-        group = [keys[p] for p in positions]
-        for position, value in zip(positions, _hashes_of_one_length(group, length), strict=True):
-            hashes[position] = value
+        hashes[positions] = _hashes_of_one_length([keys[p] for p in positions], length)
     return hashes
 
 
-def _hashes_of_one_length(keys: Sequence[str], length: int) -> list[int]:
-    if len(keys) >= LANE_MIN_KEYS and length <= _LANE_MAX_LENGTH:
+def _hashes_of_one_length(keys: Sequence[str], length: int) -> np.ndarray:
+    if len(keys) >= ARRAY_MIN_KEYS and 0 < length <= _POWERS_LEN:
         joined = "".join(keys)
         if joined.isascii():
-            return _lane_hashes(joined, len(keys), length)
-    return [index_key_hash(k) for k in keys]
-
-
-def _lane_hashes(joined: str, count: int, length: int) -> list[int]:
-    """The index hashes of ``count`` ASCII keys of ``length`` characters, ``joined``.
-
-    Java's hash is the sum of ``unit[i] * 31**(length-1-i)`` mod 2**32. Each power is
-    split into its low and high 16 bits, so that a lane's two sums of
-    ``unit * half-power`` stay below 2**32 and never carry into the next lane; the
-    halves are put back together per key at the end.
-    """
-    # One 32-bit little-endian unit per character: key k's character i is unit
-    # k * length + i, and slicing with step ``length`` takes column i of every key.
-    units = memoryview(joined.encode("utf-32-le")).cast("I")
-    first = _POWERS_LEN - length
-    low = high = 0
-    for i in range(length):
-        column = int.from_bytes(units[i::length].tobytes(), "little")
-        low += column * _POWERS_LOW[first + i]
-        high += column * _POWERS_HIGH[first + i]
-    lanes = f"<{count}I"
-    lows = struct.unpack(lanes, low.to_bytes(4 * count, "little"))
-    highs = struct.unpack(lanes, high.to_bytes(4 * count, "little"))
-    # abs() of the signed value, with Integer.MIN_VALUE (0x80000000) mapped to 0.
-    return [
-        h if h < 0x80000000 else ((1 << 32) - h) & 0x7FFFFFFF
-        for h in ((a + (b << 16)) & _MASK32 for a, b in zip(lows, highs, strict=True))
-    ]
+            units = np.frombuffer(joined.encode("ascii"), dtype=np.uint8).reshape(-1, length)
+            sums = (units * _POWERS_ARRAY[_POWERS_LEN - length :]).sum(axis=1, dtype=np.uint32)
+            # abs() of the signed value, with Integer.MIN_VALUE mapped to 0.
+            hashes = np.abs(sums.view(np.int32).astype(np.int64))
+            hashes[hashes == 1 << 31] = 0
+            return hashes
+    return np.array([index_key_hash(k) for k in keys], dtype=np.int64)

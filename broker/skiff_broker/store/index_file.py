@@ -23,6 +23,8 @@ import struct
 import threading
 from collections.abc import Iterator
 
+import numpy as np
+
 from .errors import DiskFullError, StoreCorruptError
 from .hashing import index_key_hash
 from .mapped_file import allocate_file, fsync_directory, take_reserved
@@ -36,6 +38,11 @@ INT32_MAX = 2**31 - 1
 _HEADER = struct.Struct(">qqqqii")
 _SLOT = struct.Struct(">i")
 _ENTRY = struct.Struct(">iqii")
+# The same layouts for numpy, to write many entries at once.
+_SLOT_DTYPE = np.dtype(">i4")
+_ENTRY_DTYPE = np.dtype(
+    [("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev_index", ">i4")]
+)
 
 
 def index_file_size(hash_slot_num: int, index_num: int) -> int:
@@ -209,11 +216,8 @@ class IndexFile:
     def is_write_full(self) -> bool:
         return self._index_count >= self.index_num
 
-    def put_key(
-        self, key: str, phy_offset: int, store_timestamp_ms: int, key_hash: int | None = None
-    ) -> bool:
-        """Add one entry; returns False when the file is full. ``key_hash``: the key's
-        ``index_key_hash``, when the caller has it already.
+    def put_key(self, key: str, phy_offset: int, store_timestamp_ms: int) -> bool:
+        """Add one entry; returns False when the file is full.
 
         Offsets must not decrease from one call to the next: the service relies on
         chains being ordered by offset to recognise replayed records.
@@ -225,8 +229,7 @@ class IndexFile:
         if phy_offset < 0:
             raise ValueError("phy_offset must not be negative")
         mm = self._mm
-        if key_hash is None:
-            key_hash = index_key_hash(key)
+        key_hash = index_key_hash(key)
         slot_pos = HEADER_SIZE + (key_hash % self.hash_slot_num) * SLOT_SIZE
         (prev,) = _SLOT.unpack_from(mm, slot_pos)
         # Anything that is not an already written entry (a torn write before a
@@ -256,6 +259,62 @@ class IndexFile:
         self._write_header()
         _SLOT.pack_into(mm, slot_pos, entry)
         return True
+
+    def put_keys(
+        self, key_hashes: np.ndarray, phy_offsets: np.ndarray, stamps_ms: np.ndarray
+    ) -> int:
+        """Add one entry per key, in order, as :meth:`put_key` would one by one; returns how
+        many fit (the rest belong in the next file).
+
+        Arrays of equal length (int64): the keys' ``index_key_hash``, their records'
+        offsets (not decreasing, and not below this file's end) and store timestamps.
+        The file's bytes come out exactly as from ``put_key`` calls: an entry links to
+        the batch's previous entry of its slot, else to what the slot held; each slot
+        ends up naming its newest entry.
+        """
+        if self._closed:
+            raise ValueError(f"index file {self.path} is closed")
+        first = self._index_count
+        count = min(len(key_hashes), self.index_num - first)
+        if count <= 0:
+            return 0
+        hashes = key_hashes[:count]
+        offsets = phy_offsets[:count]
+        stamps = stamps_ms[:count]
+        if offsets[0] < 0:
+            raise ValueError("phy_offset must not be negative")
+        entries = np.arange(first, first + count, dtype=np.int64)
+        slots = hashes % self.hash_slot_num
+        slot_table = np.frombuffer(self._mm, _SLOT_DTYPE, self.hash_slot_num, HEADER_SIZE)
+        # What each slot held, read as put_key reads it: anything but a written entry is empty.
+        previous = slot_table[slots].astype(np.int64)
+        previous[(previous <= INVALID_INDEX) | (previous >= first)] = INVALID_INDEX
+        # Entries grouped by slot, in entry order within a slot (a stable sort).
+        by_slot = np.argsort(slots, kind="stable")
+        sorted_slots = slots[by_slot]
+        follows = sorted_slots[1:] == sorted_slots[:-1]
+        previous[by_slot[1:][follows]] = entries[by_slot[:-1][follows]]
+
+        if first == 1 and self._begin_timestamp <= 0:
+            # First entry of a file that did not inherit a start from an older file.
+            self._begin_timestamp = int(stamps[0])
+            self._begin_phy_offset = int(offsets[0])
+        time_diffs = np.clip((stamps - self._begin_timestamp) // 1000, 0, INT32_MAX)
+        table = np.frombuffer(self._mm, _ENTRY_DTYPE, count, self._entries_pos + first * ENTRY_SIZE)
+        table["key_hash"] = hashes
+        table["phy_offset"] = offsets
+        table["time_diff"] = time_diffs
+        table["prev_index"] = previous
+        self._hash_slot_count += int(np.count_nonzero(previous == INVALID_INDEX))
+        self._end_timestamp = int(stamps[-1])
+        self._end_phy_offset = int(offsets[-1])
+        # As in put_key: the count goes up before any slot points at the new entries.
+        self._index_count = first + count
+        self._write_header()
+        newest = np.ones(count, dtype=bool)
+        newest[:-1] = ~follows
+        slot_table[sorted_slots[newest]] = entries[by_slot[newest]]
+        return count
 
     # -- reading -------------------------------------------------------------
 

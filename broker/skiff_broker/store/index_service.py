@@ -22,15 +22,18 @@ import itertools
 import os
 import re
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
+
+import numpy as np
 
 from .dispatch_request import DispatchRequest
-from .hashing import LANE_MIN_KEYS, index_key_hashes
+from .hashing import index_key_hashes
 from .index_file import IndexFile, index_file_size
 from .mapped_file import RESERVED_SUFFIX, reserve_file
 
 _NAME_RE = re.compile(r"\d{17}")
-_NO_HASHES: Mapping[str, int] = {}
+# Keys written to a file together as arrays: fewer cost more that way than one by one.
+_ARRAY_MIN_KEYS = 24
 
 
 def _index_key(topic: str, key: str) -> str:
@@ -174,14 +177,70 @@ class IndexService:
 
     # -- writing -------------------------------------------------------------
 
-    @staticmethod
-    def key_hashes(requests: Sequence[DispatchRequest]) -> Mapping[str, int]:
-        """The slot hashes of a dispatcher run's index keys, for :meth:`build_index`: computed
-        together, much cheaper per key than one by one; none for a run too short to gain."""
-        if len(requests) < LANE_MIN_KEYS:
-            return _NO_HASHES
-        index_keys = [_index_key(r.topic, key) for r in requests for key in r.keys if key]
-        return dict(zip(index_keys, index_key_hashes(index_keys), strict=True))
+    def build_run(self, requests: Sequence[DispatchRequest]) -> None:
+        """Index a dispatcher run's records, in log order: the same entries as
+        :meth:`build_index` for each record in turn, written together.
+
+        Records the index already covers (a replay) go through ``build_index`` one by
+        one. The others' keys, once there are a few dozen, are hashed and written as
+        arrays: a fraction of the cost of a key at a time.
+        """
+        with self._lock:
+            current = self._files[-1] if self._files else None
+        covered = current.end_phy_offset if current is not None else -1
+        first_new = 0
+        while first_new < len(requests) and requests[first_new].physical_offset <= covered:
+            first_new += 1
+        for r in requests[:first_new]:
+            self.build_index(r.topic, r.physical_offset, r.store_timestamp, r.keys)
+        keys: list[str] = []
+        offsets: list[int] = []
+        stamps: list[int] = []
+        for r in requests[first_new:]:
+            if isinstance(r.keys, str):
+                raise TypeError("keys must be a collection of keys, not one string")
+            if len(r.keys) == 1:
+                record_keys = [_index_key(r.topic, r.keys[0])] if r.keys[0] else []
+            else:
+                record_keys = list(dict.fromkeys(_index_key(r.topic, k) for k in r.keys if k))
+            keys += record_keys
+            offsets += [r.physical_offset] * len(record_keys)
+            stamps += [r.store_timestamp] * len(record_keys)
+        self._put_keys(keys, offsets, stamps)
+        if len(requests) > first_new:
+            # Only now: until its keys are in, the records' promise still holds space.
+            self._built_through = requests[-1].physical_offset
+
+    def _put_keys(self, keys: list[str], offsets: list[int], stamps: list[int]) -> None:
+        """Entries for ``keys`` (of records at ``offsets``, stored at ``stamps``), in order,
+        rolling to a new file whenever the newest is full."""
+        with self._lock:
+            current = self._files[-1] if self._files else None
+        if len(keys) < _ARRAY_MIN_KEYS:
+            for key, offset, stamp in zip(keys, offsets, stamps, strict=True):
+                if current is None:
+                    current = self._new_file(None)
+                if not current.put_key(key, offset, stamp):
+                    # The old file is final from now on; make it durable before moving on.
+                    current.flush()
+                    current = self._new_file(current)
+                    if not current.put_key(key, offset, stamp):
+                        raise RuntimeError(f"a new index file {current.path} refused its first key")
+            return
+        hashes = index_key_hashes(keys)
+        offset_array = np.array(offsets, dtype=np.int64)
+        stamp_array = np.array(stamps, dtype=np.int64)
+        done = 0
+        while done < len(keys):
+            if current is None:
+                current = self._new_file(None)
+            put = current.put_keys(hashes[done:], offset_array[done:], stamp_array[done:])
+            if put == 0 and current.index_count <= 1:
+                raise RuntimeError(f"a new index file {current.path} refused its first key")
+            done += put
+            if done < len(keys):
+                current.flush()
+                current = self._new_file(current)
 
     def build_index(
         self,
@@ -189,12 +248,8 @@ class IndexService:
         phy_offset: int,
         store_timestamp_ms: int,
         keys: Iterable[str],
-        hashes: Mapping[str, int] = _NO_HASHES,
     ) -> None:
         """Index one record under ``topic#key`` for each of its non-empty keys.
-
-        ``hashes``: index keys' slot hashes already computed (:meth:`key_hashes`); the
-        others are computed here.
 
         Replaying records is harmless: offsets below the newest indexed one are
         skipped, and keys of the newest record itself are only added if missing
@@ -220,16 +275,8 @@ class IndexService:
             if phy_offset == current.end_phy_offset and current.index_count > 1:
                 index_keys = [k for k in index_keys if not self._indexed(k, phy_offset)]
 
-        for index_key in index_keys:
-            key_hash = hashes.get(index_key)
-            if current is None:
-                current = self._new_file(None)
-            if not current.put_key(index_key, phy_offset, store_timestamp_ms, key_hash):
-                # The old file is final from now on; make it durable before moving on.
-                current.flush()
-                current = self._new_file(current)
-                if not current.put_key(index_key, phy_offset, store_timestamp_ms, key_hash):
-                    raise RuntimeError(f"a new index file {current.path} refused its first key")
+        count = len(index_keys)
+        self._put_keys(index_keys, [phy_offset] * count, [store_timestamp_ms] * count)
         # Only now: until its keys are in, the record's promise still holds space.
         self._built_through = phy_offset
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import struct
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from skiff_broker.store.errors import StoreCorruptError
 from skiff_broker.store.hashing import index_key_hash
@@ -367,3 +371,76 @@ def test_close_during_a_read_unmaps_when_the_read_ends(path: Path) -> None:
         assert f.select_phy_offsets("T#k", 10, *ALL_TIME) == []
         assert not mm.closed
     assert mm.closed
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    slots=st.integers(min_value=1, max_value=8),
+    capacity=st.integers(min_value=2, max_value=40),
+    before=st.integers(min_value=0, max_value=10),
+    keys=st.lists(st.text(max_size=6), min_size=1, max_size=50),
+    gaps=st.lists(st.integers(min_value=0, max_value=3), min_size=60, max_size=60),
+    seconds=st.lists(st.integers(min_value=-2, max_value=5), min_size=60, max_size=60),
+)
+def test_keys_put_together_make_the_bytes_of_keys_put_one_by_one(
+    tmp_path_factory: pytest.TempPathFactory,
+    slots: int,
+    capacity: int,
+    before: int,
+    keys: list[str],
+    gaps: list[int],
+    seconds: list[int],
+) -> None:
+    # Small slot tables, so keys share slots within the batch and with earlier entries.
+    directory = tmp_path_factory.mktemp("put")
+    offsets = list(itertools.accumulate(gaps[: before + len(keys)], initial=4096))[1:]
+    stamps = [T0 + 1000 * s for s in seconds[: before + len(keys)]]
+    earlier = [f"e{i % 3}" for i in range(before)]
+    one_by_one = IndexFile(str(directory / "one"), slots, capacity)
+    together = IndexFile(str(directory / "together"), slots, capacity)
+    try:
+        for f in (one_by_one, together):
+            for key, offset, stamp in zip(earlier, offsets, stamps, strict=False):
+                f.put_key(key, offset, stamp)
+        put = sum(
+            one_by_one.put_key(key, offset, stamp)
+            for key, offset, stamp in zip(keys, offsets[before:], stamps[before:], strict=True)
+        )
+        assert (
+            together.put_keys(
+                np.array([index_key_hash(k) for k in keys], dtype=np.int64),
+                np.array(offsets[before:], dtype=np.int64),
+                np.array(stamps[before:], dtype=np.int64),
+            )
+            == put
+        )
+        assert together.index_count == one_by_one.index_count
+        assert together.hash_slot_count == one_by_one.hash_slot_count
+    finally:
+        one_by_one.close()
+        together.close()
+    assert (directory / "together").read_bytes() == (directory / "one").read_bytes()
+
+
+def test_keys_put_together_are_found_and_a_torn_slot_is_not_followed(path: Path) -> None:
+    f = IndexFile(str(path), 4, 100)
+    try:
+        f.put_key("T#a", 100, T0)
+        # A slot naming an entry never written (a torn write) reads as empty.
+        slot = index_key_hash("T#b") % 4
+        struct.pack_into(">i", f._mm, HEADER_SIZE + slot * SLOT_SIZE, 77)
+        keys = ["T#b", "T#a", "T#b"]
+        assert (
+            f.put_keys(
+                np.array([index_key_hash(k) for k in keys], dtype=np.int64),
+                np.array([200, 300, 400], dtype=np.int64),
+                np.array([T0 + 1000, T0 + 2000, T0 + 3000], dtype=np.int64),
+            )
+            == 3
+        )
+        assert f.select_phy_offsets("T#a", 10, *ALL_TIME) == [300, 100]
+        assert f.select_phy_offsets("T#b", 10, *ALL_TIME) == [400, 200]
+        assert f.end_phy_offset == 400
+        assert f.end_timestamp == T0 + 3000
+    finally:
+        f.close()

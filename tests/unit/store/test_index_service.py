@@ -10,7 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from skiff_broker.store.dispatch_request import DispatchRequest
 from skiff_broker.store.index_service import IndexService
 
 T0 = 1_700_000_000_000
@@ -302,3 +305,49 @@ def test_queries_while_the_dispatcher_writes_and_rolls(tmp_path: Path) -> None:
     assert got == list(range(500, got[-1] - 1, -1))
     assert got[-1] in (oldest, oldest + 1)
     svc.close()
+
+
+_RECORD_KEYS = st.lists(st.sampled_from(["", "a", "b", "id-1", "id-2", "Köln"]), max_size=3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    index_num=st.integers(min_value=2, max_value=12),
+    records=st.lists(_RECORD_KEYS, min_size=1, max_size=40),
+    cut=st.integers(min_value=0, max_value=40),
+    replayed=st.integers(min_value=0, max_value=40),
+)
+def test_a_run_indexed_together_leaves_the_files_of_one_record_at_a_time(
+    tmp_path_factory: pytest.TempPathFactory,
+    index_num: int,
+    records: list[list[str]],
+    cut: int,
+    replayed: int,
+) -> None:
+    # Small files, so runs roll over into new ones; a replayed stretch before the run, as
+    # after recovery, whose records are indexed already.
+    requests = [
+        DispatchRequest("T", i % 2, i, 100 * (i + 1), 90, 0, T0 + 700 * i, "", keys)
+        for i, keys in enumerate(records)
+    ]
+    cut = min(cut, len(requests))
+    replayed = min(replayed, cut)
+    services = []
+    for name in ("one", "together"):
+        svc = make_service(tmp_path_factory.mktemp(name), index_num=index_num)
+        for r in requests[:cut]:
+            svc.build_index(r.topic, r.physical_offset, r.store_timestamp, r.keys)
+        services.append(svc)
+    one, together = services
+    for r in requests[cut - replayed :]:
+        one.build_index(r.topic, r.physical_offset, r.store_timestamp, r.keys)
+    together.build_run(requests[cut - replayed :])
+    try:
+        assert [f.index_count for f in together.files] == [f.index_count for f in one.files]
+        for key in ("a", "b", "id-1", "id-2", "Köln"):
+            assert together.query("T", key, 100, *ALL_TIME) == one.query("T", key, 100, *ALL_TIME)
+    finally:
+        one.close()
+        together.close()
+    contents = [[Path(f.path).read_bytes() for f in svc.files] for svc in (one, together)]
+    assert contents[1] == contents[0]
