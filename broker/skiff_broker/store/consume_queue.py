@@ -126,6 +126,36 @@ class ConsumeQueue:
         self.max_physical_offset = physical_offset + size
         return True
 
+    def put_run(
+        self, queue_offset: int, physical_offsets: list[int], sizes: list[int], tag_codes: list[int]
+    ) -> None:
+        """Write the units of records that follow this queue's newest unit, from
+        ``queue_offset`` (which must be :attr:`max_offset`): the bytes of :meth:`put` one
+        by one, in one write per file."""
+        expected = queue_offset * UNIT_SIZE
+        if expected != self.queue.max_offset:
+            raise ValueError(
+                f"a run from unit {queue_offset} does not follow the newest unit of "
+                f"{self.topic}/{self.queue_id} ({self.max_offset})"
+            )
+        units = np.empty(len(physical_offsets), UNIT_DTYPE)
+        units["physical"] = physical_offsets
+        units["size"] = sizes
+        units["tag_code"] = tag_codes
+        data = units.tobytes()
+        if not self.queue.files:
+            self._min_logical_offset = queue_offset
+        written = 0
+        while written < len(data):
+            mf = self.queue.last_file_for_append(start_offset=expected + written)
+            take = min(mf.remaining, len(data) - written)
+            position = mf.wrote_position
+            mf.write_target[position : position + take] = data[written : written + take]
+            # Readers see units only up to here: each file's are complete when they do.
+            mf.wrote_position = position + take
+            written += take
+        self.max_physical_offset = physical_offsets[-1] + sizes[-1]
+
     def _fill_blank(self, current: int, expected: int):
         while True:
             mf = self.queue.last_file_for_append(start_offset=current)

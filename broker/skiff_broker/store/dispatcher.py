@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 import logging
 import struct
 import threading
@@ -67,6 +68,8 @@ _MAX_RECORD_OVERHEAD = 64 * 1024
 
 # Appended batches kept for dispatch without parsing; beyond this the log is parsed.
 _HANDED_BATCHES_MAX = 4096
+# Records of one queue written to it together: shorter runs cost less one unit at a time.
+_RUN_MIN_UNITS = 8
 
 ArrivalListener = Callable[[set[tuple[str, int]]], None]
 DamageListener = Callable[[Damage], None]
@@ -181,6 +184,25 @@ def request_of(data: bytes, pos: int, size: int, topics: dict[bytes, str]) -> Di
 def _end_of(batch: list[DispatchRequest]) -> int:
     last = batch[-1]
     return last.physical_offset + last.size
+
+
+def _run_end(requests: list[DispatchRequest], start: int) -> int:
+    """One past the last of the records from ``start`` that take the next offsets of the
+    same queue in turn (none a transaction's half or rollback)."""
+    first = requests[start]
+    topic, queue_id, queue_offset = first.topic, first.queue_id, first.queue_offset
+    end = start + 1
+    for r in itertools.islice(requests, end, None):
+        queue_offset += 1
+        if (
+            r.queue_offset != queue_offset
+            or r.queue_id != queue_id
+            or r.topic != topic
+            or r.sys_flag & TRANSACTION_MASK not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
+        ):
+            break
+        end += 1
+    return end
 
 
 class Dispatcher(ServiceThread):
@@ -400,29 +422,51 @@ class Dispatcher(ServiceThread):
         if not requests:
             return
         touched: set[tuple[str, int]] = set()
-        index = self._index
-        # Indexed together after the queues: one key at a time was the dispatcher's
-        # largest cost.
-        indexed: list[DispatchRequest] = []
-        for r in requests:
+        count = len(requests)
+        i = 0
+        while i < count:
+            r = requests[i]
+            start = i
+            i += 1
             tx_type = r.sys_flag & TRANSACTION_MASK
-            if tx_type in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
-                if r.queue_id < 0 or r.queue_offset < 0:
-                    self._impossible_placement(r)
-                    continue
-                cq = self._consume_queues.find_or_create(r.topic, r.queue_id)
-                if r.queue_offset > cq.max_offset and not self._placement_possible(cq, r):
-                    self._impossible_placement(r)
-                    continue
-                code = tag_hash(r.tags)
-                if cq.put(r.physical_offset, r.size, code, r.queue_offset):
+            if tx_type not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
+                continue
+            if r.queue_id < 0 or r.queue_offset < 0:
+                self._impossible_placement(r)
+                continue
+            cq = self._consume_queues.find_or_create(r.topic, r.queue_id)
+            if r.queue_offset == cq.max_offset:
+                # A batch of one queue arrives as a run of its next offsets: written at once.
+                end = _run_end(requests, start) if count - start >= _RUN_MIN_UNITS else i
+                if end - start >= _RUN_MIN_UNITS:
+                    run = requests[start:end]
+                    cq.put_run(
+                        r.queue_offset,
+                        [x.physical_offset for x in run],
+                        [x.size for x in run],
+                        [tag_hash(x.tags) for x in run],
+                    )
                     touched.add((r.topic, r.queue_id))
-                elif self.repair_units or self.unit_is_sound is not None:
-                    self._repair(cq, r, code)
-            if tx_type != TRANSACTION_ROLLBACK_TYPE and r.keys:
-                indexed.append(r)
-        if index is not None and indexed:
-            index.build_run(indexed)
+                    i = end
+                    continue
+            elif r.queue_offset > cq.max_offset and not self._placement_possible(cq, r):
+                self._impossible_placement(r)
+                continue
+            code = tag_hash(r.tags)
+            if cq.put(r.physical_offset, r.size, code, r.queue_offset):
+                touched.add((r.topic, r.queue_id))
+            elif self.repair_units or self.unit_is_sound is not None:
+                self._repair(cq, r, code)
+        if self._index is not None:
+            # Indexed together after the queues: one key at a time was the dispatcher's
+            # largest cost.
+            indexed = [
+                r
+                for r in requests
+                if r.keys and r.sys_flag & TRANSACTION_MASK != TRANSACTION_ROLLBACK_TYPE
+            ]
+            if indexed:
+                self._index.build_run(indexed)
         self.last_store_timestamp = requests[-1].store_timestamp
         if touched:
             for listener in self._listeners:

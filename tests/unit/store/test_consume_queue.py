@@ -9,6 +9,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from skiff_broker.store.commit_log import CommitLog
 from skiff_broker.store.config import FlushType, StoreConfig
@@ -527,3 +529,38 @@ def test_a_filter_that_matches_nothing_scans_a_bounded_stretch(store_config):
         third = store.get_messages("t", 0, second.next_offset, 10, tag_codes=wanted)
         assert [m.body for m in third.messages] == [b"wanted"]
         assert third.next_offset == 121
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    first=st.integers(min_value=0, max_value=9),
+    runs=st.lists(st.integers(min_value=1, max_value=11), min_size=1, max_size=5),
+)
+def test_a_run_written_at_once_leaves_the_files_of_one_unit_at_a_time(
+    tmp_path_factory: pytest.TempPathFactory, first: int, runs: list[int]
+) -> None:
+    # Four units a file, so runs cross file boundaries; the queue may start past zero.
+    roots = [tmp_path_factory.mktemp(name) for name in ("one", "together")]
+    one, together = (ConsumeQueue("TopicA", 2, str(r), PER_FILE) for r in roots)
+    try:
+        assert one.put(*unit(first), first) and together.put(*unit(first), first)
+        offset = first + 1
+        for length in runs:
+            offsets = range(offset, offset + length)
+            put_range(one, offsets)
+            physical, sizes, codes = (list(c) for c in zip(*map(unit, offsets), strict=True))
+            together.put_run(offset, physical, sizes, codes)
+            offset += length
+            assert together.max_offset == one.max_offset == offset
+            assert together.max_physical_offset == one.max_physical_offset
+            assert together.read_units(first, 100) == one.read_units(first, 100)
+        with pytest.raises(ValueError, match="does not follow"):
+            together.put_run(offset + 1, *([value] for value in unit(offset + 1)))
+    finally:
+        one.close()
+        together.close()
+    assert files(roots[1]) == files(roots[0])
+    for name in files(roots[0]):
+        assert (queue_dir(roots[1]) / name).read_bytes() == (
+            queue_dir(roots[0]) / name
+        ).read_bytes()

@@ -684,3 +684,28 @@ def test_a_lost_head_before_a_later_append_is_still_damage_stepped_over(
     assert [d.offset for d in store.last_recovery.damages] == [first[0].physical]
     assert_holds_all_but(store, written, {written.index(first[0])})
     store.shutdown()
+
+
+def test_a_rebuild_keeps_two_topics_of_one_queue_id_apart(store_config: MakeConfig) -> None:
+    # The log holds "other" 0..9, TOPIC 0..9, "other" 10..19, all in queue 0: read in one
+    # pass, TOPIC's run is followed by records whose queue offsets go on from its own.
+    config = store_config()
+    store = start(config)
+    sent: dict[str, list[bytes]] = {"other": [], TOPIC: []}
+    for topic in ("other", TOPIC, "other"):
+        bodies = [b"%s %d" % (topic.encode(), len(sent[topic]) + i) for i in range(10)]
+        assert store.put_messages([Message(topic, body, queue_id=0) for body in bodies]).ok
+        sent[topic] += bodies
+    leave_as_crashed(store, put(store, make_message(0)))
+    sent[TOPIC].append(make_message(0).body)
+    shutil.rmtree(config.consume_queue_dir)
+    shutil.rmtree(config.index_dir)
+    store = start(config)
+    try:
+        assert store.wait_dispatched(timeout=30)
+        for topic, bodies in sent.items():
+            got = store.get_messages(topic, 0, 0, 64)
+            assert got.status is GetStatus.FOUND
+            assert [m.body for m in got.messages] == bodies, topic
+    finally:
+        store.shutdown()
