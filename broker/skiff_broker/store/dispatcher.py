@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import itertools
 import logging
 import struct
 import threading
@@ -192,7 +191,9 @@ def _run_end(requests: list[DispatchRequest], start: int) -> int:
     first = requests[start]
     topic, queue_id, queue_offset = first.topic, first.queue_id, first.queue_offset
     end = start + 1
-    for r in itertools.islice(requests, end, None):
+    count = len(requests)
+    while end < count:
+        r = requests[end]
         queue_offset += 1
         if (
             r.queue_offset != queue_offset

@@ -185,6 +185,11 @@ class IndexService:
         one. The others' keys, once there are a few dozen, are hashed and written as
         arrays: a fraction of the cost of a key at a time.
         """
+        if len(requests) < _ARRAY_MIN_KEYS:
+            # Too few keys to gain (runs of one record are the usual ones at low rates).
+            for r in requests:
+                self.build_index(r.topic, r.physical_offset, r.store_timestamp, r.keys)
+            return
         with self._lock:
             current = self._files[-1] if self._files else None
         covered = current.end_phy_offset if current is not None else -1
@@ -218,14 +223,7 @@ class IndexService:
             current = self._files[-1] if self._files else None
         if len(keys) < _ARRAY_MIN_KEYS:
             for key, offset, stamp in zip(keys, offsets, stamps, strict=True):
-                if current is None:
-                    current = self._new_file(None)
-                if not current.put_key(key, offset, stamp):
-                    # The old file is final from now on; make it durable before moving on.
-                    current.flush()
-                    current = self._new_file(current)
-                    if not current.put_key(key, offset, stamp):
-                        raise RuntimeError(f"a new index file {current.path} refused its first key")
+                current = self._put_key(current, key, offset, stamp)
             return
         hashes = index_key_hashes(keys)
         offset_array = np.array(offsets, dtype=np.int64)
@@ -241,6 +239,19 @@ class IndexService:
             if done < len(keys):
                 current.flush()
                 current = self._new_file(current)
+
+    def _put_key(self, current: IndexFile | None, key: str, offset: int, stamp: int) -> IndexFile:
+        """Put one key into ``current``, or a new file if there is none or it is full;
+        returns the file the key went into."""
+        if current is None:
+            current = self._new_file(None)
+        if not current.put_key(key, offset, stamp):
+            # The old file is final from now on; make it durable before moving on.
+            current.flush()
+            current = self._new_file(current)
+            if not current.put_key(key, offset, stamp):
+                raise RuntimeError(f"a new index file {current.path} refused its first key")
+        return current
 
     def build_index(
         self,
@@ -275,8 +286,8 @@ class IndexService:
             if phy_offset == current.end_phy_offset and current.index_count > 1:
                 index_keys = [k for k in index_keys if not self._indexed(k, phy_offset)]
 
-        count = len(index_keys)
-        self._put_keys(index_keys, [phy_offset] * count, [store_timestamp_ms] * count)
+        for index_key in index_keys:
+            current = self._put_key(current, index_key, phy_offset, store_timestamp_ms)
         # Only now: until its keys are in, the record's promise still holds space.
         self._built_through = phy_offset
 
