@@ -423,6 +423,8 @@ class Dispatcher(ServiceThread):
         if not requests:
             return
         touched: set[tuple[str, int]] = set()
+        # Records whose placement cannot be true are neither queued nor indexed.
+        unplaced: set[int] = set()
         count = len(requests)
         i = 0
         while i < count:
@@ -434,6 +436,7 @@ class Dispatcher(ServiceThread):
                 continue
             if r.queue_id < 0 or r.queue_offset < 0:
                 self._impossible_placement(r)
+                unplaced.add(start)
                 continue
             cq = self._consume_queues.find_or_create(r.topic, r.queue_id)
             if r.queue_offset == cq.max_offset:
@@ -452,6 +455,7 @@ class Dispatcher(ServiceThread):
                     continue
             elif r.queue_offset > cq.max_offset and not self._placement_possible(cq, r):
                 self._impossible_placement(r)
+                unplaced.add(start)
                 continue
             code = tag_hash(r.tags)
             if cq.put(r.physical_offset, r.size, code, r.queue_offset):
@@ -463,8 +467,10 @@ class Dispatcher(ServiceThread):
             # largest cost.
             indexed = [
                 r
-                for r in requests
-                if r.keys and r.sys_flag & TRANSACTION_MASK != TRANSACTION_ROLLBACK_TYPE
+                for n, r in enumerate(requests)
+                if r.keys
+                and r.sys_flag & TRANSACTION_MASK != TRANSACTION_ROLLBACK_TYPE
+                and n not in unplaced
             ]
             if indexed:
                 self._index.build_run(indexed)

@@ -448,3 +448,23 @@ def test_a_resync_never_reaches_past_where_writing_stopped(tmp_path: Path) -> No
         assert store.damage_history() == []
     finally:
         store.shutdown()
+
+
+def test_a_record_whose_queue_offset_cannot_be_true_is_neither_queued_nor_indexed(
+    crashed_log: Log, tmp_path: Path
+) -> None:
+    # The queue offset is outside the CRC: a flipped high byte claims an offset its queue
+    # cannot have reached, so rebuilt queues and index leave the record out.
+    w = crashed_log.written[crashed_log.middle]
+    store = recover_with_flip(
+        crashed_log, tmp_path, w.physical + HEADER_FIELDS["queueoffset"][0], 0x40, rebuild=True
+    )
+    try:
+        assert store.wait_dispatched(timeout=30)
+        assert w.physical not in [m.physical_offset for m in read_queue(store, w.message.queue_id)]
+        assert store.query_by_key(TOPIC, f"k{w.seq}") == []
+        others = [x for x in crashed_log.written if x is not w]
+        for x in others[:: max(1, len(others) // 20)]:
+            assert x.physical in [m.physical_offset for m in store.query_by_key(TOPIC, f"k{x.seq}")]
+    finally:
+        store.shutdown()
