@@ -59,8 +59,8 @@ def _parse_name(name: str) -> datetime.datetime | None:
 class IndexService:
     """Index files of one directory, oldest first.
 
-    Writers (``load``, ``build_index``, ``truncate``) are meant to run on one
-    thread, the dispatcher; ``delete_expired`` may run on another (it never
+    Writers (``load``, ``build_index``, ``build_run``, ``truncate``) are meant to run
+    on one thread, the dispatcher; ``delete_expired`` may run on another (it never
     touches the newest file); ``query`` may run on any number of threads.
     """
 
