@@ -41,6 +41,17 @@ def _index_key(topic: str, key: str) -> str:
     return f"{topic}#{key}"
 
 
+def _record_index_keys(topic: str, keys: Iterable[str]) -> list[str]:
+    """The index keys of one record: each non-empty key once, in order."""
+    if isinstance(keys, str):
+        # A str is iterable too, and would index every character.
+        raise TypeError("keys must be a collection of keys, not one string")
+    if isinstance(keys, list | tuple) and len(keys) == 1:
+        # The usual record: only its message ID is indexed.
+        return [_index_key(topic, keys[0])] if keys[0] else []
+    return list(dict.fromkeys(_index_key(topic, key) for key in keys if key))
+
+
 _ONE_MS = datetime.timedelta(milliseconds=1)
 
 
@@ -202,12 +213,7 @@ class IndexService:
         offsets: list[int] = []
         stamps: list[int] = []
         for r in requests[first_new:]:
-            if isinstance(r.keys, str):
-                raise TypeError("keys must be a collection of keys, not one string")
-            if len(r.keys) == 1:
-                record_keys = [_index_key(r.topic, r.keys[0])] if r.keys[0] else []
-            else:
-                record_keys = list(dict.fromkeys(_index_key(r.topic, k) for k in r.keys if k))
+            record_keys = _record_index_keys(r.topic, r.keys)
             keys += record_keys
             offsets += [r.physical_offset] * len(record_keys)
             stamps += [r.store_timestamp] * len(record_keys)
@@ -266,14 +272,7 @@ class IndexService:
         skipped, and keys of the newest record itself are only added if missing
         (a record may have been cut short by a crash or split over two files).
         """
-        if isinstance(keys, str):
-            # A str is iterable too, and would index every character.
-            raise TypeError("keys must be a collection of keys, not one string")
-        if isinstance(keys, list | tuple) and len(keys) == 1:
-            # The usual record: only its message ID is indexed.
-            index_keys = [_index_key(topic, keys[0])] if keys[0] else []
-        else:
-            index_keys = list(dict.fromkeys(_index_key(topic, key) for key in keys if key))
+        index_keys = _record_index_keys(topic, keys)
         if not index_keys:
             self._built_through = phy_offset
             return
