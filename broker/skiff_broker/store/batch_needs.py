@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 from .message import (
     TRANSACTION_MASK,
-    TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
+    UNQUEUED_TRANSACTION_TYPES,
     Message,
     Property,
 )
@@ -34,9 +34,6 @@ class LogicsNeeds:
     last_keyed: int
 
 
-_UNQUEUED_TRANSACTIONS = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
-
-
 class _NeedsCounter:
     """Adds up a batch's needs record by record (this runs for every message)."""
 
@@ -50,7 +47,7 @@ class _NeedsCounter:
 
     def add(self, topic: str, queue_id: int, sys_flag: int, key_count: int) -> None:
         transaction = sys_flag & TRANSACTION_MASK
-        if transaction not in _UNQUEUED_TRANSACTIONS:
+        if transaction not in UNQUEUED_TRANSACTION_TYPES:
             units = self.units
             units[(topic, queue_id)] = units.get((topic, queue_id), 0) + 1
         if key_count and transaction != TRANSACTION_ROLLBACK_TYPE:

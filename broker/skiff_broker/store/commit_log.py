@@ -37,8 +37,7 @@ from ..wire.record_layout import (
     SIZE_MAGIC,
     SYSFLAG_OFFSET,
     TRANSACTION_MASK,
-    TRANSACTION_PREPARED_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
+    UNQUEUED_TRANSACTION_TYPES,
     store_timestamp_offset,
 )
 from .config import StoreConfig
@@ -53,7 +52,6 @@ from .transient_store_pool import TransientStorePool
 # QUEUEOFFSET and PHYSICALOFFSET are adjacent in every record.
 _QUEUE_AND_PHYSICAL_OFFSET = struct.Struct(">qq")
 assert PHYSICAL_OFFSET_OFFSET == QUEUE_OFFSET_OFFSET + 8
-_UNCOUNTED_TRANSACTION_TYPES = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
 _TOPIC_CACHE_SIZE = 65536
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
@@ -305,7 +303,7 @@ class CommitLog:
             m.prepared_transaction_offset,
         )
         # Half and rolled-back transaction messages never reach a consume queue.
-        counted = (sys_flag & TRANSACTION_MASK) not in _UNCOUNTED_TRANSACTION_TYPES
+        counted = (sys_flag & TRANSACTION_MASK) not in UNQUEUED_TRANSACTION_TYPES
         properties = m.properties
         keys = index_keys(properties.get(Property.KEYS, ""), properties.get(Property.UNIQ_KEY))
         request = DispatchRequest(

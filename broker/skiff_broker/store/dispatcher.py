@@ -38,10 +38,9 @@ from .message import (
     PROPERTY_SEPARATOR,
     STORE_TIMESTAMP_OFFSET,
     STORE_TIMESTAMP_OFFSET_V6,
-    TRANSACTION_COMMIT_TYPE,
     TRANSACTION_MASK,
-    TRANSACTION_NOT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
+    UNQUEUED_TRANSACTION_TYPES,
     Property,
     header_struct,
 )
@@ -199,7 +198,7 @@ def _run_end(requests: list[DispatchRequest], start: int) -> int:
             r.queue_offset != queue_offset
             or r.queue_id != queue_id
             or r.topic != topic
-            or r.sys_flag & TRANSACTION_MASK not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
+            or r.sys_flag & TRANSACTION_MASK in UNQUEUED_TRANSACTION_TYPES
         ):
             break
         end += 1
@@ -432,7 +431,7 @@ class Dispatcher(ServiceThread):
             start = i
             i += 1
             tx_type = r.sys_flag & TRANSACTION_MASK
-            if tx_type not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
+            if tx_type in UNQUEUED_TRANSACTION_TYPES:
                 continue
             if r.queue_id < 0 or r.queue_offset < 0:
                 self._impossible_placement(r)

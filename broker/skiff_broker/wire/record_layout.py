@@ -46,6 +46,9 @@ TRANSACTION_NOT_TYPE = 0x0
 TRANSACTION_PREPARED_TYPE = 0x4
 TRANSACTION_COMMIT_TYPE = 0x8
 TRANSACTION_ROLLBACK_TYPE = 0xC
+# A transaction's half and its rollback take no queue offset and go into no consume
+# queue: only plain messages and commits do.
+UNQUEUED_TRANSACTION_TYPES = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
 
 
 def _header_struct(born_v6: bool, store_v6: bool) -> struct.Struct:
