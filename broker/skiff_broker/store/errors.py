@@ -11,3 +11,7 @@ class StoreCorruptError(StoreError):
 
 class DiskFullError(StoreError):
     """The disk holding the data directory has no room for another segment."""
+
+
+class SegmentWriteError(StoreError):
+    """Writing a segment file failed (an I/O error): the disk cannot be trusted."""

@@ -1,5 +1,8 @@
 """One fixed-size segment file: pre-allocated, memory-mapped, with its write positions.
 
+Reads go through the mapping. Large appends are written with pwrite, small ones
+copied through the mapping; both land in the same page cache.
+
 Positions only grow: ``flushed <= committed <= wrote``. Without a transient pool
 the mapping is written directly, so ``committed == wrote``. With one, appends go
 to a borrowed write buffer and ``commit()`` copies them into the file.
@@ -14,7 +17,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .errors import DiskFullError, StoreCorruptError
+from .errors import DiskFullError, SegmentWriteError, StoreCorruptError
 
 if TYPE_CHECKING:
     from .transient_store_pool import TransientStorePool
@@ -22,6 +25,13 @@ if TYPE_CHECKING:
 PAGE_SIZE = mmap.PAGESIZE
 _WARM_CHUNK = 1024 * 1024
 _ZEROS = bytes(_WARM_CHUNK)
+# Appends of at least this many bytes are written with pwrite (see _write_file). A
+# smaller one costs less copied through the mapping than two system calls, and pwrite
+# releases the interpreter lock to other threads in the middle of the append: single
+# records written that way went at half the rate.
+_PWRITE_MIN_BYTES = 16 * 1024
+# A record's size and magic: what marks it as there for a reader.
+_HEAD = 8
 
 
 def fsync_directory(path: str) -> None:
@@ -215,35 +225,63 @@ class MappedFile:
     def append(self, data: bytes | bytearray | memoryview, *, heads: Sequence[int] = ()) -> int:
         """Append raw bytes; returns their position in the file.
 
-        ``heads`` are where records start in ``data``, first at 0, ascending. Each
-        record's first 8 bytes (its size and magic) are copied after everything
-        else, front to back, so a crash in the middle of the copy leaves the
-        records a reader can find a whole prefix of the batch, and no record
-        found after a zero head.
+        ``heads`` are where records start in ``data``, first at 0, ascending. A record's
+        first 8 bytes (its size and magic) land only once the rest of it has, and the
+        records' heads land front to back, so a crash in the middle of an append leaves
+        a whole prefix of the batch that a reader can find, and no record found after a
+        zero head.
+
+        Raises SegmentWriteError when the file cannot be written (an I/O error): then
+        the batch is not in the log, though some of its bytes may be past its end.
         """
         pos = self.wrote_position
         end = pos + len(data)
         if end > self.file_size:
             raise ValueError(f"{len(data)} bytes do not fit at {pos} in {self.path}")
-        target = self.write_target
         with memoryview(data) as view:
-            if len(heads) == 1:
-                # Most appends are one record: the loop below without building its pieces
-                # (0.5 against 1.5 µs for a 1 KiB record).
-                head = min(8, len(data))
-                target[pos + head : end] = view[head:]
-                target[pos : pos + head] = view[:head]
-            elif heads:
-                stops = [*heads[1:], len(data)]
-                for start, stop in zip(heads, stops, strict=True):
-                    target[pos + start + 8 : pos + stop] = view[start + 8 : stop]
-                for start, stop in zip(heads, stops, strict=True):
-                    head_end = min(start + 8, stop)  # a last piece may be shorter
-                    target[pos + start : pos + head_end] = view[start:head_end]
+            if self._write_buffer is None and len(view) >= _PWRITE_MIN_BYTES:
+                self._write_file(view, pos, heads)
             else:
-                target[pos:end] = view
+                _copy_heads_last(self.write_target, view, pos, heads)
         self.wrote_position = end
         return pos
+
+    def _write_file(self, view: memoryview, pos: int, heads: Sequence[int]) -> None:
+        """Write ``view`` at ``pos`` with pwrite, in two passes when it holds records.
+
+        pwrite, not a copy through the mapping: once a flush has cleaned a page, the
+        mapping's next store to it takes a page fault, under the interpreter lock,
+        which made a SYNC_FLUSH append several times dearer than the bytes it copies;
+        pwrite copies in the kernel with the lock released. The page cache is the same,
+        so the mapping sees the bytes at once.
+
+        First everything but the heads (zeros where they go), then the batch again up to
+        its last head: that pass writes the heads front to back over bodies already in
+        place. The kernel copies a write front to back, so a crash inside either pass
+        leaves what the invariant allows.
+        """
+        try:
+            if not heads:
+                _pwrite_all(self._fd, view, pos)
+                return
+            first = min(_HEAD, len(view))
+            if len(heads) == 1:
+                _pwrite_all(self._fd, view[first:], pos + first)
+                _pwrite_all(self._fd, view[:first], pos)
+                return
+            staged = bytearray(view[first:])
+            for start in heads[1:]:
+                # A last piece may be shorter than a head.
+                staged[start - first : start - first + _HEAD] = _ZEROS[
+                    : min(_HEAD, len(view) - start)
+                ]
+            _pwrite_all(self._fd, staged, pos + first)
+            last = heads[-1]
+            _pwrite_all(self._fd, view[: min(last + _HEAD, len(view))], pos)
+        except OSError as exc:
+            raise SegmentWriteError(
+                f"writing {len(view)} bytes at {pos} of {self.path} failed: {exc}"
+            ) from exc
 
     def commit(self, least_pages: int) -> int:
         """Copy buffered appends into the file; returns the committed position."""
@@ -336,6 +374,35 @@ class MappedFile:
             f"MappedFile({os.path.basename(self.path)}, wrote={self.wrote_position}, "
             f"committed={self.committed_position}, flushed={self.flushed_position})"
         )
+
+
+def _pwrite_all(fd: int, data: bytes | bytearray | memoryview, pos: int) -> None:
+    """pwrite every byte of ``data`` at ``pos`` (a write may take fewer than asked)."""
+    with memoryview(data) as view:
+        done = os.pwrite(fd, view, pos)
+        while done < len(view):
+            done += os.pwrite(fd, view[done:], pos + done)
+
+
+def _copy_heads_last(target: mmap.mmap, view: memoryview, pos: int, heads: Sequence[int]) -> None:
+    """Copy ``view`` into ``target`` at ``pos``: every record's head after all the rest,
+    front to back (the order ``MappedFile.append`` promises)."""
+    end = pos + len(view)
+    if len(heads) == 1:
+        # Most appends are one record: the loop below without building its pieces
+        # (0.5 against 1.5 µs for a 1 KiB record).
+        head = min(_HEAD, len(view))
+        target[pos + head : end] = view[head:]
+        target[pos : pos + head] = view[:head]
+    elif heads:
+        stops = [*heads[1:], len(view)]
+        for start, stop in zip(heads, stops, strict=True):
+            target[pos + start + _HEAD : pos + stop] = view[start + _HEAD : stop]
+        for start, stop in zip(heads, stops, strict=True):
+            head_end = min(start + _HEAD, stop)  # a last piece may be shorter
+            target[pos + start : pos + head_end] = view[start:head_end]
+    else:
+        target[pos:end] = view
 
 
 def _enough_pages(start: int, end: int, least_pages: int, full: bool) -> bool:

@@ -25,7 +25,7 @@ from .batch_needs import LogicsNeeds, message_needs, prepared_needs
 from .commit_log import AppendRejected, AppendResult, AppendStatus, CommitLog
 from .config import StoreConfig
 from .consume_queue_table import ConsumeQueueTable
-from .errors import DiskFullError
+from .errors import DiskFullError, SegmentWriteError
 from .flush_waiters import FlushOutcome, FlushWaiters
 from .group_commit import GroupCommitService
 from .index_service import IndexService
@@ -210,6 +210,15 @@ class StoreWriter:
                 return PutResult(_APPEND_TO_PUT[exc.status], exc.reason)
             except DiskFullError:
                 return PutResult(PutStatus.DISK_FULL, self._allocation_failure)
+            except SegmentWriteError as exc:
+                # The disk failed a write: nothing later can be trusted to land either.
+                # What the failed append left past the log's end is what a crash in it
+                # leaves, which recovery handles at the next start.
+                log.error("refusing writes: %s", exc)
+                self._waiters.fail(f"writing the commit log failed: {exc}")
+                refused = self.refusal()
+                assert refused is not None
+                return refused
             if self.index is not None and needs.keys:
                 self.index.promise(result.physical_offsets[needs.last_keyed], needs.keys)
         return PutResult(PutStatus.PUT_OK, append=result)

@@ -216,6 +216,49 @@ def test_failed_flush_is_reported_and_later_puts_are_refused(
 
 
 @pytest.mark.parametrize("mode", ["thread", "asyncio"])
+def test_failed_commit_log_write_is_reported_and_later_puts_are_refused(
+    open_store: Callable[..., MessageStore],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    mode: str,
+) -> None:
+    """A batch large enough to be written with pwrite meets a disk that fails the write:
+    it is refused, so is every later put, and after a restart the log holds exactly
+    what was acknowledged before."""
+    store = open_store(flush_type=FlushType.SYNC_FLUSH)
+    before = put(store, message(0, 0), mode)
+    assert before.status is PutStatus.PUT_OK
+
+    def failing(fd: int, data: Any, pos: int) -> int:
+        # A real EIO needs a failing disk; the commit log's writes raise the one it would.
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(os, "pwrite", failing)
+    large = [message(0, n, repeat=100) for n in range(1, 20)]  # about 40 KiB
+    if mode == "thread":
+        during = store.put_messages(large)
+    else:
+        during = asyncio.run(store.put_messages_async(large))
+    monkeypatch.undo()
+    assert during.status is PutStatus.SERVICE_NOT_AVAILABLE
+    assert "writing the commit log failed" in during.reason
+    assert os.strerror(errno.EIO) in during.reason
+    later = put(store, message(0, 30), mode)
+    assert later.status is PutStatus.SERVICE_NOT_AVAILABLE
+    assert "restarted" in later.reason
+    assert not store.stats().writable
+
+    store.shutdown()
+    again = MessageStore(make_config(tmp_path, flush_type=FlushType.SYNC_FLUSH))
+    again.start()
+    try:
+        assert read_all(again, range(1)) == {0: [body(0, 0)]}
+        assert put(again, message(0, 31), mode).status is PutStatus.PUT_OK
+    finally:
+        again.shutdown()
+
+
+@pytest.mark.parametrize("mode", ["thread", "asyncio"])
 def test_flush_slower_than_the_timeout_gives_flush_disk_timeout(
     open_store: Callable[..., MessageStore], monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import subprocess
@@ -15,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.support.waiting import wait_for
 
-from skiff_broker.store.errors import DiskFullError, StoreCorruptError
+from skiff_broker.store.errors import DiskFullError, SegmentWriteError, StoreCorruptError
 from skiff_broker.store.mapped_file import PAGE_SIZE, MappedFile, segment_name
 from skiff_broker.store.segment_allocator import SegmentAllocator
 from skiff_broker.store.transient_store_pool import TransientStorePool
@@ -152,24 +153,130 @@ def test_append_returns_positions_and_read_returns_the_bytes(tmp_path: Path) -> 
         mf.close()
 
 
-@pytest.mark.parametrize(
-    "heads",
-    [(0,), (0, 40), (0, 12, 40, 95), (0, 96)],
-    ids=["one", "two", "four", "short-last"],
-)
+# Record layouts (start of each record, and the batch's length), small enough to be copied
+# through the mapping and large enough to be written with pwrite.
+LAYOUTS = {
+    "one": ((0,), 100),
+    "two": ((0, 40), 100),
+    "four": ((0, 12, 40, 95), 100),
+    "short-last": ((0, 96), 100),
+    "one-large": ((0,), 40_000),
+    "two-large": ((0, 16_000), 40_000),
+    "four-large": ((0, 120, 16_000, 39_000), 40_000),
+    "short-last-large": ((0, 39_996), 40_000),
+}
+
+
+def records_of(length: int) -> bytes:
+    """Bytes that are never zero, so that a byte not written yet shows."""
+    return bytes(1 + i % 255 for i in range(length))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS.values(), ids=LAYOUTS.keys())
 def test_an_append_of_records_lands_byte_for_byte_whatever_its_pieces(
-    tmp_path: Path, heads: tuple[int, ...]
+    tmp_path: Path, layout: tuple[tuple[int, ...], int]
 ) -> None:
-    """Heads copied after the rest, in any layout (a last piece shorter than a head too),
+    """Heads written after the rest, in any layout (a last piece shorter than a head too),
     still leave exactly the appended bytes."""
+    heads, length = layout
     path = tmp_path / segment_name(0)
     mf = MappedFile.create(str(path), 64 * 1024)
-    data = bytes(range(100))
+    data = records_of(length)
     try:
         assert mf.append(b"x" * 7) == 0
         assert mf.append(data, heads=heads) == 7
-        assert mf.read(0, 107) == b"x" * 7 + data
-        assert on_disk(path, 0, 107) == b"x" * 7 + data
+        assert mf.read(0, 7 + length) == b"x" * 7 + data
+        assert on_disk(path, 0, 7 + length) == b"x" * 7 + data
+    finally:
+        mf.close()
+
+
+class ProcessDied(BaseException):
+    """The broker process was killed at this point of a write."""
+
+
+@pytest.mark.parametrize("layout", LAYOUTS.values(), ids=LAYOUTS.keys())
+def test_an_append_cut_short_anywhere_leaves_a_whole_prefix_of_its_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: tuple[tuple[int, ...], int]
+) -> None:
+    """A kill in the middle of an append leaves, of its records, a prefix whose heads are
+    there and whose bytes are whole, and no later record with its whole head.
+
+    A SIGKILL cannot be timed to land inside one write, so this stops the appender's
+    writes after a given number of bytes, front to back as the kernel copies them: at
+    every byte near a head and at a stride through the rest. Small batches are copied
+    through the mapping in Python, where no write can be cut, so they are checked
+    whole only (the test above).
+    """
+    heads, length = layout
+    mf = MappedFile.create(str(tmp_path / segment_name(0)), 64 * 1024)
+    data = records_of(length)
+    ends = [*heads[1:], length]
+    real_pwrite = os.pwrite
+    calls: list[int] = []
+
+    def counting(fd: int, chunk: bytes | memoryview, pos: int) -> int:
+        calls.append(len(chunk))
+        return real_pwrite(fd, chunk, pos)
+
+    monkeypatch.setattr(os, "pwrite", counting)
+    try:
+        mf.append(data, heads=heads)
+        written = sum(calls)
+        if not calls:
+            assert length < 16 * 1024, "a large append was not written with pwrite"
+            return
+        # Each head's place in the first pass (everything after the first head) and the second.
+        passes = (h + d for h in heads for d in (-8, length - 8))
+        near_heads = {at + d for at in passes for d in range(-1, 10)}
+        cuts = sorted({c for c in (*range(0, written, 251), *near_heads) if 0 <= c < written})
+        left = [0]
+
+        def dying(fd: int, chunk: bytes | memoryview, pos: int) -> int:
+            n = min(len(chunk), left[0])
+            real_pwrite(fd, memoryview(chunk)[:n], pos)
+            left[0] -= n
+            if n < len(chunk):
+                raise ProcessDied
+            return n
+
+        monkeypatch.setattr(os, "pwrite", dying)
+        for cut in cuts:
+            mf.wrote_position = 0
+            real_pwrite(mf._fd, bytes(length), 0)
+            left[0] = cut
+            with pytest.raises(ProcessDied):
+                mf.append(data, heads=heads)
+            assert mf.wrote_position == 0
+            landed = on_disk(mf.path, 0, length)
+            # A reader finds a record by its whole head (size, then magic).
+            there = [landed[h : h + 8] == data[h : h + 8] for h in heads]
+            # A prefix of heads, each of a whole record.
+            assert there == sorted(there, reverse=True), f"cut after {cut} bytes"
+            for h, end, present in zip(heads, ends, there, strict=True):
+                if present:
+                    assert landed[h:end] == data[h:end], f"cut after {cut} bytes"
+    finally:
+        mf.close()
+
+
+def test_a_write_the_disk_fails_raises_and_leaves_the_end_where_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mf = MappedFile.create(str(tmp_path / segment_name(0)), 64 * 1024)
+    try:
+        mf.append(b"x" * 7)
+
+        def failing(fd: int, chunk: bytes | memoryview, pos: int) -> int:
+            # A real EIO needs a failing disk; the write raises the error one would.
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+        monkeypatch.setattr(os, "pwrite", failing)
+        with pytest.raises(SegmentWriteError, match=f"{segment_name(0)}.*{os.strerror(errno.EIO)}"):
+            mf.append(records_of(40_000), heads=(0, 16_000))
+        assert mf.wrote_position == 7
+        monkeypatch.undo()
+        assert mf.append(b"y") == 7
     finally:
         mf.close()
 
