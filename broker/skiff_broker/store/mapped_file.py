@@ -25,11 +25,11 @@ if TYPE_CHECKING:
 PAGE_SIZE = mmap.PAGESIZE
 _WARM_CHUNK = 1024 * 1024
 _ZEROS = bytes(_WARM_CHUNK)
-# Appends of at least this many bytes are written with pwrite (see _write_file). A
-# smaller one costs less copied through the mapping than two system calls, and pwrite
-# releases the interpreter lock to other threads in the middle of the append: single
-# records written that way went at half the rate.
-_PWRITE_MIN_BYTES = 16 * 1024
+# Appends of a page or more are written with pwrite (see _write_file): the faults it
+# spares are one a page. A smaller one costs less copied through the mapping than two
+# system calls, and pwrite releases the interpreter lock in the middle of the append:
+# single records written that way went at half the rate.
+_PWRITE_MIN_BYTES = PAGE_SIZE
 # A record's size and magic: what marks it as there for a reader.
 _HEAD = 8
 

@@ -224,7 +224,7 @@ def test_an_append_cut_short_anywhere_leaves_a_whole_prefix_of_its_records(
         mf.append(data, heads=heads)
         written = sum(calls)
         if not calls:
-            assert length < 16 * 1024, "a large append was not written with pwrite"
+            assert length < PAGE_SIZE, "a large append was not written with pwrite"
             return
         # Each head's place in the first pass (everything after the first head) and the second.
         passes = (h + d for h in heads for d in (-8, length - 8))
