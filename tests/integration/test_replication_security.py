@@ -9,6 +9,8 @@ refused, and the master logs it with the replica's address.
 
 from __future__ import annotations
 
+import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -146,3 +148,33 @@ def test_replication_runs_over_mutual_tls_and_refuses_a_replica_of_another_ca(
     with AdminClient(master.endpoint) as admin:
         connected = [r.name for r in admin.broker_info().replicas if r.connected]
     assert len(connected) == 1 and "stranger" not in connected[0]
+
+
+def test_a_replica_whose_handshake_waited_for_the_master_connects_at_the_first_try(
+    tmp_path: Path, started: list[BrokerProcess]
+) -> None:
+    """The master's process is stopped while a replica connects, so the replica's TLS
+    ClientHello is already waiting when the master takes the connection. The handshake
+    still completes at once: an upgrade to TLS after accepting loses bytes the plain
+    stream has read, and the handshake then hangs until it times out."""
+    ca = CertificateAuthority(tmp_path / "ca")
+    master = start_in(tmp_path, "master", "--role", "MASTER", *ca.broker_args("master"))
+    started.append(master)
+    master.proc.send_signal(signal.SIGSTOP)
+    try:
+        follow = ("--role", "REPLICA", "--master-address", master.ha_endpoint)
+        replica = start_in(tmp_path, "replica", *follow, *ca.broker_args("replica"))
+        started.append(replica)
+        # The replica dials as soon as it is up; its connection and ClientHello wait in
+        # the stopped master's backlog.
+        time.sleep(1.0)
+    finally:
+        master.proc.send_signal(signal.SIGCONT)
+
+    def connected() -> bool:
+        with AdminClient(replica.endpoint) as admin:
+            return admin.broker_info().replica_connected
+
+    wait_for(connected, "the replica to connect")
+    assert not any("interrupted" in r["msg"] for r in replica.log_lines())
+    assert not any("refused a replication" in r["msg"] for r in master.log_lines())

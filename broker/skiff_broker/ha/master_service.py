@@ -12,7 +12,8 @@ which SYNC writers wait on (:mod:`.in_sync`). Topic config, consumer offsets,
 users and ACLs follow as METADATA frames whenever they change.
 
 With --tls-ca and a certificate the connection is mutual TLS before anything else
-(:mod:`..tls.peers`): a replica whose certificate does not chain to the CA is
+(:mod:`..tls.peers`), from its first byte, through the client port's listener
+(:mod:`..tls.listener`): a replica whose certificate does not chain to the CA is
 logged with its address and dropped before the secret's proof.
 
 Outside a Lease, each replica's client endpoint from its HELLO goes into the
@@ -36,6 +37,7 @@ import time
 from collections.abc import Callable
 
 from ..rate_limited_log import RateLimitedLog
+from ..tls.listener import ClientListener
 from ..tls.peers import mutual_tls, replication_server_context
 from . import framing
 from .config import ReplicationConfig, ReplicationMode, parse_host_port
@@ -90,7 +92,7 @@ class ReplicationMaster:
         self._auth_failures = RateLimitedLog()
         self.timeout = config.sync_timeout
         self.address = ""
-        self._server: asyncio.Server | None = None
+        self._listener: ClientListener | None = None
         self._sessions: set[_Session] = set()
         self._tasks: set[asyncio.Task] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -104,32 +106,55 @@ class ReplicationMaster:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
-        host, port = parse_host_port(self.config.ha_listen, "--ha-listen")
+        host, _ = parse_host_port(self.config.ha_listen, "--ha-listen")
+        # Under mutual TLS the handshake runs in the loop's own TLS from a connection's
+        # first byte: a TLS upgrade after accepting (start_tls) loses a ClientHello that
+        # the stream read before the upgrade, and the handshake then hangs.
+        mutual = mutual_tls(self._broker.config.tls)
+        listener = ClientListener(
+            self.config.ha_listen,
+            self._stream_protocol,
+            tls_context=self._tls_context if mutual else None,
+            plaintext=not mutual,
+            name="--ha-listen",
+            on_failed_handshake=self._failed_handshake,
+            on_plaintext_refused=self._plaintext_refused,
+        )
         try:
-            self._server = await asyncio.start_server(
-                self._serve, host, port, reuse_address=True, limit=1024 * 1024
-            )
+            port = listener.bind()
         except OSError as exc:
             raise OSError(
                 f"cannot serve replication on {self.config.ha_listen}: {exc}; "
                 "choose another --ha-listen"
             ) from exc
-        bound = self._server.sockets[0].getsockname()
-        self.address = f"{host}:{bound[1]}"
+        await listener.start()
+        self._listener = listener
+        self.address = f"{host}:{port}"
         log.info("serving replication on %s", self.address)
         # Appends by delay and transaction workers are seen when dispatched.
         self._store.add_arrival_listener(lambda _queues: self.appended())
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            self._server = None
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.stop_accepting()
         for task in list(self._tasks):
             task.cancel()
         for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        if listener is not None:
+            await listener.stop()
         # Nothing will be replicated any more: writers still waiting time out.
+
+    def _stream_protocol(self) -> asyncio.StreamReaderProtocol:
+        return asyncio.StreamReaderProtocol(asyncio.StreamReader(limit=1024 * 1024), self._serve)
+
+    def _tls_context(self) -> ssl.SSLContext:
+        # Made per connection, so renewed certificate files serve the next replica.
+        context = replication_server_context(self._broker.config.tls)
+        assert context is not None, "asked for only under mutual TLS"
+        return context
 
     # -- the store's ReplicationGate -----------------------------------------
 
@@ -184,8 +209,6 @@ class ReplicationMaster:
         state: ReplicaState | None = None
         session = _Session()
         try:
-            if not await self._secure(writer, address):
-                return
             try:
                 await asyncio.wait_for(
                     prove_to_replica(
@@ -269,24 +292,20 @@ class ReplicationMaster:
                 await writer.wait_closed()
             self._tasks.discard(task)
 
-    async def _secure(self, writer: asyncio.StreamWriter, address: str) -> bool:
-        """Mutual TLS first where configured; False (and logged) if the peer fails it."""
-        tls = self._broker.config.tls
-        if not mutual_tls(tls):
-            return True
-        try:
-            # Made per connection, so renewed certificate files serve the next replica.
-            context = replication_server_context(tls)
-            await writer.start_tls(context, ssl_handshake_timeout=self.config.heartbeat_timeout)
-        except (ssl.SSLError, ConnectionError, TimeoutError) as exc:
-            line = self._auth_failures.line(
-                f"refused a replication connection from {address}: TLS failed ({exc}); every "
-                "broker of the group needs a certificate signed by --tls-ca"
-            )
-            if line is not None:
-                log.error("%s", line)
-            return False
-        return True
+    def _failed_handshake(self, address: tuple | None, exc: BaseException) -> None:
+        self._log_tls_refusal(address, str(exc) or type(exc).__name__)
+
+    def _plaintext_refused(self, address: tuple | None) -> None:
+        self._log_tls_refusal(address, "it did not start a TLS handshake")
+
+    def _log_tls_refusal(self, address: tuple | None, why: str) -> None:
+        peer = "an unknown address" if address is None else f"{address[0]}:{address[1]}"
+        line = self._auth_failures.line(
+            f"refused a replication connection from {peer}: TLS failed ({why}); "
+            "every broker of the group needs a certificate signed by --tls-ca"
+        )
+        if line is not None:
+            log.error("%s", line)
 
     async def _remember(self, name: str, hello: dict) -> None:
         """Write down where the replica's clients reach it (a failure only loses the note)."""

@@ -1,5 +1,7 @@
 """The client port: one listener; each connection's first byte says TLS or plaintext.
 
+The replication port uses it too, TLS only, under mutual TLS (``ha.master_service``).
+
 A TLS connection starts with a handshake record (first byte 0x16); an HTTP/2 (gRPC)
 plaintext connection starts with its preface ("PRI * HTTP/2.0", first byte 0x50). The
 listener peeks at that byte without taking it, then hands the socket to the event loop
@@ -38,12 +40,19 @@ REFUSAL_LOG_INTERVAL_S = 60.0
 _ACCEPT_BACKLOG = 1024
 
 ProtocolFactory = Callable[[], asyncio.Protocol]
+# What the port's owner says about a connection it refused, given the peer's address (None
+# if it was gone): the TLS handshake failed (with why), or (enforcing) the connection did
+# not start with one.
+HandshakeFailed = Callable[[tuple | None, BaseException], None]
+PlaintextRefused = Callable[[tuple | None], None]
 
 
 class ClientListener:
     """Listens on ``listen`` for ``protocol_factory``'s connections.
 
     ``tls_context`` None: plaintext only. ``plaintext`` False (enforcing): only TLS.
+    ``on_failed_handshake`` and ``on_plaintext_refused`` replace the client port's own
+    log lines for another port (replication).
     """
 
     def __init__(
@@ -55,6 +64,8 @@ class ClientListener:
         plaintext: bool = True,
         name: str = "--listen",
         first_byte_timeout_s: float = FIRST_BYTE_TIMEOUT_S,
+        on_failed_handshake: HandshakeFailed | None = None,
+        on_plaintext_refused: PlaintextRefused | None = None,
     ) -> None:
         self.listen = listen
         self.port = 0
@@ -65,6 +76,8 @@ class ClientListener:
         self._port_name = f"{name} {listen}"
         self._refusals = RateLimitedLog(REFUSAL_LOG_INTERVAL_S)
         self._handshake_failures = RateLimitedLog(REFUSAL_LOG_INTERVAL_S)
+        self._on_failed_handshake = on_failed_handshake or self._failed_handshake
+        self._on_plaintext_refused = on_plaintext_refused or self._refused_plaintext
         self._socket: socket.socket | None = None
         self._server: asyncio.Server | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -171,7 +184,7 @@ class ClientListener:
             self._waiting[sock] = loop.create_task(self._hand_over(sock, context))
             return
         if not self._plaintext:
-            self._refused_plaintext(sock)
+            self._on_plaintext_refused(_address_of(sock))
             self._drop(sock)
             return
         self._waiting[sock] = loop.create_task(self._hand_over(sock, None))
@@ -179,6 +192,8 @@ class ClientListener:
     async def _hand_over(self, sock: socket.socket, context: ssl.SSLContext | None) -> None:
         loop = self._loop
         assert loop is not None
+        # Read now: a failed handshake closes the socket.
+        address = _address_of(sock)
         try:
             if context is None:
                 await loop.connect_accepted_socket(self._factory, sock)
@@ -191,12 +206,12 @@ class ClientListener:
                 )
         except (TimeoutError, OSError, ssl.SSLError, ConnectionError) as exc:
             if context is not None:
-                self._failed_handshake(sock, exc)
+                self._on_failed_handshake(address, exc)
             sock.close()
         finally:
             self._waiting.pop(sock, None)
 
-    def _failed_handshake(self, sock: socket.socket, exc: BaseException) -> None:
+    def _failed_handshake(self, address: tuple | None, exc: BaseException) -> None:
         count = self._handshake_failures.due()
         if count is None:
             return
@@ -205,11 +220,11 @@ class ClientListener:
             "connect should offer TLS 1.2 or newer and HTTP/2 (gRPC clients do)",
             count,
             self._port_name,
-            _peer_of(sock),
+            _peer_of(address),
             str(exc) or type(exc).__name__,
         )
 
-    def _refused_plaintext(self, sock: socket.socket) -> None:
+    def _refused_plaintext(self, address: tuple | None) -> None:
         count = self._refusals.due()
         if count is None:
             return
@@ -219,15 +234,19 @@ class ClientListener:
             "permissive to allow plaintext too",
             count,
             self._port_name,
-            _peer_of(sock),
+            _peer_of(address),
         )
 
 
-def _peer_of(sock: socket.socket) -> str:
+def _address_of(sock: socket.socket) -> tuple | None:
     try:
-        return peer_string(sock.getpeername())
+        return sock.getpeername()
     except OSError:
-        return "an unknown address"
+        return None
+
+
+def _peer_of(address: tuple | None) -> str:
+    return "an unknown address" if address is None else peer_string(address)
 
 
 def peer_string(address: tuple) -> str:
