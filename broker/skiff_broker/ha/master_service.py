@@ -300,12 +300,10 @@ class ReplicationMaster:
 
     def _log_tls_refusal(self, address: tuple | None, why: str) -> None:
         peer = "an unknown address" if address is None else f"{address[0]}:{address[1]}"
-        line = self._auth_failures.line(
-            f"refused a replication connection from {peer}: TLS failed ({why}); "
-            "every broker of the group needs a certificate signed by --tls-ca"
+        self._log_refusal(
+            peer,
+            f"TLS failed ({why}); every broker of the group needs a certificate signed by --tls-ca",
         )
-        if line is not None:
-            log.error("%s", line)
 
     async def _remember(self, name: str, hello: dict) -> None:
         """Write down where the replica's clients reach it (a failure only loses the note)."""
@@ -326,9 +324,16 @@ class ReplicationMaster:
             )
 
     def _log_auth_failure(self, address: str, why: str) -> None:
+        self._log_refusal(
+            address,
+            f"it did not authenticate ({why}); every broker of the group needs the same "
+            "--ha-secret-file",
+        )
+
+    def _log_refusal(self, address: str, reason: str) -> None:
+        """One rate-limited line for a replica turned away: why, and what to fix."""
         line = self._auth_failures.line(
-            f"refused a replication connection from {address}: it did not authenticate "
-            f"({why}); every broker of the group needs the same --ha-secret-file"
+            f"refused a replication connection from {address}: {reason}"
         )
         if line is not None:
             log.error("%s", line)

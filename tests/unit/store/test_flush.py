@@ -219,7 +219,6 @@ def test_failed_flush_is_reported_and_later_puts_are_refused(
 def test_failed_commit_log_write_is_reported_and_later_puts_are_refused(
     open_store: Callable[..., MessageStore],
     monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
     mode: str,
 ) -> None:
     """A batch large enough to be written with pwrite meets a disk that fails the write:
@@ -249,13 +248,9 @@ def test_failed_commit_log_write_is_reported_and_later_puts_are_refused(
     assert not store.stats().writable
 
     store.shutdown()
-    again = MessageStore(make_config(tmp_path, flush_type=FlushType.SYNC_FLUSH))
-    again.start()
-    try:
-        assert read_all(again, range(1)) == {0: [body(0, 0)]}
-        assert put(again, message(0, 31), mode).status is PutStatus.PUT_OK
-    finally:
-        again.shutdown()
+    again = open_store(flush_type=FlushType.SYNC_FLUSH)
+    assert read_all(again, range(1)) == {0: [body(0, 0)]}
+    assert put(again, message(0, 31), mode).status is PutStatus.PUT_OK
 
 
 @pytest.mark.parametrize("mode", ["thread", "asyncio"])
