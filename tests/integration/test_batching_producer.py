@@ -217,6 +217,82 @@ def test_thousands_of_concurrent_sends_travel_in_batches_and_come_back_intact(
         assert message.properties == {"index": str(i), "parity": "even" if i % 2 == 0 else "odd"}
 
 
+def test_calls_larger_than_a_batch_are_split_by_count_and_bytes_in_call_order(
+    broker: BrokerProcess,
+) -> None:
+    max_messages, max_bytes = 50, 8 * 1024
+    first = [bytes([65 + i % 26]) * (10 + (i * 37) % 300) for i in range(120)]
+    singles = [b"single %d" % i for i in range(3)]
+    last = [b"last %d " % i * (1 + i % 7) for i in range(80)]
+    recorder = SendRecorder()
+
+    async def produce() -> list[SendReceipt]:
+        async with BatchingProducer(
+            broker.endpoint,
+            batch_max_messages=max_messages,
+            batch_max_bytes=max_bytes,
+            max_in_flight_requests=1,
+            interceptors=[recorder],
+        ) as producer:
+            calls = [
+                producer.send_batch(BULK_TOPIC, first),
+                *(producer.send(BULK_TOPIC, body) for body in singles),
+                producer.send_batch(BULK_TOPIC, last),
+            ]
+            answers = await asyncio.gather(*calls)
+        receipts: list[SendReceipt] = []
+        for answer in answers:
+            receipts += answer if isinstance(answer, list) else [answer]
+        return receipts
+
+    receipts = run(produce)
+    sent = [message for request in recorder.requests for message in request]
+    # One request at a time: the requests carry the messages in call order ...
+    assert [m.body for m in sent] == first + singles + last
+    # ... each receipt names its own message ...
+    assert [r.message_id for r in receipts] == [m.message_id for m in sent]
+    # ... within both limits of a batch, full ones included ...
+    assert all(len(request) <= max_messages for request in recorder.requests)
+    assert all(sum(len(m.body) for m in request) <= max_bytes for request in recorder.requests)
+    assert max(recorder.sizes()) == max_messages
+    assert any(len(r) < max_messages and r[-1].body in first for r in recorder.requests[:-1])
+    # ... and a request is stored as consecutive offsets of one queue.
+    offset_of = {r.message_id: r.offset for r in receipts}
+    for request in recorder.requests:
+        offsets = [offset_of[m.message_id] for m in request]
+        assert offsets == list(range(offsets[0], offsets[0] + len(offsets)))
+
+
+def test_a_batch_call_cancelled_sends_what_already_joined_a_batch_and_not_the_rest(
+    broker: BrokerProcess,
+) -> None:
+    recorder = SendRecorder()
+
+    async def produce() -> None:
+        producer = BatchingProducer(
+            broker.endpoint,
+            batch_max_messages=10,
+            max_in_flight_requests=1,
+            interceptors=[recorder],
+        )
+        # 10 go out at once, the next 10 fill the open batch, the last 15 wait for room.
+        call = asyncio.ensure_future(
+            producer.send_batch(FLUSH_TOPIC, [b"m%d" % i for i in range(35)])
+        )
+        await asyncio.sleep(0)
+        assert producer.stats().waiting_senders == 1
+        assert producer.stats().buffered_messages == 20
+        call.cancel()
+        await producer.close()
+        assert call.cancelled()
+
+    run(produce)
+    assert [[m.body for m in r] for r in recorder.requests] == [
+        [b"m%d" % i for i in range(10)],
+        [b"m%d" % i for i in range(10, 20)],
+    ]
+
+
 # -- FIFO ---------------------------------------------------------------------------
 
 

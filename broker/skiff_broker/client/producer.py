@@ -4,7 +4,9 @@ Kafka's producer model. ``send()`` puts a message into the open batch of its
 topic (or, for a FIFO message, of its message group) and waits for the broker's
 answer. A batch goes out as one request when it is full (``batch_max_messages``
 or ``batch_max_bytes``) or when its first message has waited ``linger_ms``; the
-broker stores a request as one contiguous append to one queue.
+broker stores a request as one contiguous append to one queue. ``send_batch()``
+places its messages as one run, split only where a batch fills up, and waits on
+one future for the whole call instead of one per message.
 
 Against a Skiff broker a batch without a message group travels as records the
 producer encoded itself (skiff.records.v1 Append), which spares the broker a
@@ -35,6 +37,7 @@ import dataclasses
 import time
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -72,6 +75,7 @@ DEFAULT_REQUEST_TIMEOUT_S = 10.0
 # What a message adds to a request beyond its body, topic, tag, keys and
 # properties: ID, timestamps, type and protobuf framing (an over-estimate).
 _MESSAGE_OVERHEAD_BYTES = 96
+_CLOSED = "the producer is closed; create a new one to send"
 _SUCCESS = frozenset({pb.Code.OK, pb.Code.MULTIPLE_RESULTS})
 _WRITABLE = frozenset({pb.Permission.WRITE, pb.Permission.READ_WRITE})
 
@@ -94,8 +98,36 @@ class ProducerStats:
     messages_sent: int  # messages in those requests
 
 
-class _Pending:
-    """One send() call: the message and the future its caller awaits."""
+class _Outcome:
+    """What one send_batch() call waits for: a result per message, in order.
+
+    Its messages may travel in several requests (a batch fills up, the run is split);
+    each request settles its share, and the future is resolved once all are settled:
+    one future per call, not one per message.
+    """
+
+    __slots__ = ("future", "results", "unsettled")
+
+    def __init__(self, future: asyncio.Future[list[SendReceipt | BaseException]], count: int):
+        self.future = future
+        # Every slot is filled by the time the future is resolved.
+        self.results: list[Any] = [None] * count
+        self.unsettled = count
+
+    def settle(self, start: int, results: list[SendReceipt | BaseException]) -> None:
+        if len(results) == len(self.results):
+            self.results = results  # the whole call in one request: the usual case
+        else:
+            self.results[start : start + len(results)] = results
+        self.unsettled -= len(results)
+        if not self.unsettled and not self.future.done():
+            self.future.set_result(self.results)
+
+
+class _Single:
+    """One send() call: its message and the future its caller awaits."""
+
+    count = 1
 
     __slots__ = (
         "body",
@@ -104,62 +136,239 @@ class _Pending:
         "keys",
         "message_id",
         "properties",
-        "record_properties",
+        "record_property",
         "size",
         "tag",
     )
 
     def __init__(
         self,
+        future: asyncio.Future[SendReceipt],
         body: bytes,
+        message_id: str,
+        record_property: bytes,
+        size: int,
         tag: str,
         keys: tuple[str, ...],
         properties: dict[str, str],
         group: str,
-        future: asyncio.Future[SendReceipt],
-        size: int,
-        message_id: str,
     ) -> None:
+        self.future = future
         self.body = body
+        self.message_id = message_id
+        self.record_property = record_property
+        self.size = size
         self.tag = tag
         self.keys = keys
         self.properties = properties
         self.group = group
-        self.message_id = message_id
-        self.future = future
-        self.size = size
-        if not (tag or keys or properties):
-            # The usual case, quickly: nothing but the ID to check and encode.
-            if not body:
-                raise InvalidArgument("message not sent: message body must not be empty")
-            self.record_properties = id_only_properties(self.message_id)
+
+    # Read as a run of one when a request is built or a batch is nearly full.
+    @property
+    def bodies(self) -> tuple[bytes]:
+        return (self.body,)
+
+    @property
+    def message_ids(self) -> tuple[str]:
+        return (self.message_id,)
+
+    @property
+    def record_properties(self) -> tuple[bytes]:
+        return (self.record_property,)
+
+    @property
+    def overhead(self) -> int:
+        return self.size - len(self.body)
+
+    @property
+    def abandoned(self) -> bool:
+        """Its caller was cancelled: it is not sent any more."""
+        return self.future.done()
+
+    def add_records(self, records: list[tuple[bytes, bytes]]) -> None:
+        """Add (body, properties) of its message to ``records``."""
+        records.append((self.body, self.record_property))
+
+    def stored_from(self, first_offset: int) -> None:
+        if not self.future.done():
+            self.future.set_result(SendReceipt(self.message_id, first_offset))
+
+    def failed(self, error: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(_copy_error(error))
+
+    def answered(self, results: list[SendReceipt | BaseException]) -> None:
+        """Settled message by message (one result)."""
+        if self.future.done():
             return
-        # The properties as a stored record holds them: the user's and the broker's own.
-        stored = dict(properties)
-        if tag:
-            stored[prop.TAGS] = tag
-        if keys:
-            stored[prop.KEYS] = " ".join(keys)
-        stored[prop.UNIQ_KEY] = self.message_id
-        problem = prop.producer_property_problem(stored)
-        if problem is None and any(not k or any(c.isspace() for c in k) for k in keys):
-            problem = "message keys must be non-empty without whitespace"
-        if problem is None and not body:
-            problem = "message body must not be empty"
-        if problem is not None:
-            raise InvalidArgument(f"message not sent: {problem}")
-        try:
-            self.record_properties = encode_properties(stored)
-        except ValueError as exc:
-            raise InvalidArgument(f"message not sent: {exc}") from None
+        (result,) = results
+        if isinstance(result, BaseException):
+            self.future.set_exception(result)
+        else:
+            self.future.set_result(result)
+
+
+class _Run:
+    """Consecutive messages of one send_batch() call that share a topic, tag, keys, properties and
+    message group: the unit batches hold. A call's run is split when only its head fits
+    in a batch; each part settles its own slots of the call's outcome."""
+
+    __slots__ = (
+        "bodies",
+        "count",
+        "group",
+        "keys",
+        "message_ids",
+        "outcome",
+        "overhead",
+        "properties",
+        "record_properties",
+        "size",
+        "start",
+        "tag",
+    )
+
+    def __init__(
+        self,
+        outcome: _Outcome,
+        start: int,
+        bodies: list[bytes],
+        message_ids: list[str],
+        record_properties: list[bytes],
+        overhead: int,
+        size: int,
+        tag: str,
+        keys: tuple[str, ...],
+        properties: dict[str, str],
+        group: str,
+    ) -> None:
+        self.outcome = outcome
+        self.start = start  # where the run's first message is in the call's results
+        self.bodies = bodies
+        self.count = len(bodies)
+        self.message_ids = message_ids
+        self.record_properties = record_properties
+        self.overhead = overhead  # the estimated request bytes of a message beyond its body
+        self.size = size  # of all its messages, as the batch limit counts them
+        self.tag = tag
+        self.keys = keys
+        self.properties = properties
+        self.group = group
+
+    @property
+    def future(self) -> asyncio.Future[list[SendReceipt | BaseException]]:
+        return self.outcome.future
+
+    @property
+    def abandoned(self) -> bool:
+        """Its caller was cancelled: nothing of it is sent any more."""
+        return self.outcome.future.done()
+
+    def add_records(self, records: list[tuple[bytes, bytes]]) -> None:
+        """Add (body, properties) of each of its messages to ``records``."""
+        records.extend(zip(self.bodies, self.record_properties, strict=True))
+
+    def split(self, count: int) -> tuple[_Run, _Run]:
+        """The run's first ``count`` messages, and the rest."""
+        return self._part(0, count), self._part(count, self.count)
+
+    def _part(self, begin: int, end: int) -> _Run:
+        bodies = self.bodies[begin:end]
+        return _Run(
+            self.outcome,
+            self.start + begin,
+            bodies,
+            self.message_ids[begin:end],
+            self.record_properties[begin:end],
+            self.overhead,
+            self.overhead * len(bodies) + sum(map(len, bodies)),
+            self.tag,
+            self.keys,
+            self.properties,
+            self.group,
+        )
+
+    def stored_from(self, first_offset: int) -> None:
+        """Stored as consecutive offsets of one queue from ``first_offset``."""
+        if not self.outcome.future.done():
+            self.outcome.settle(
+                self.start,
+                [
+                    SendReceipt(message_id, offset)
+                    for offset, message_id in enumerate(self.message_ids, first_offset)
+                ],
+            )
+
+    def failed(self, error: BaseException) -> None:
+        if not self.outcome.future.done():
+            # One copy for the run: only its caller sees it.
+            self.outcome.settle(self.start, [_copy_error(error)] * len(self.bodies))
+
+    def answered(self, results: list[SendReceipt | BaseException]) -> None:
+        """Settled message by message (a result each, in order)."""
+        if not self.outcome.future.done():
+            self.outcome.settle(self.start, results)
+
+
+# What a batch holds: whole send() calls and runs of send_batch() calls.
+_Part = _Single | _Run
+
+
+def _overhead(topic: str, tag: str, keys: tuple[str, ...], properties: dict[str, str]) -> int:
+    """The estimated request bytes of a message beyond its body."""
+    overhead = _MESSAGE_OVERHEAD_BYTES + len(topic) + len(tag)
+    if keys:
+        overhead += sum(len(k) + 1 for k in keys)
+    if properties:
+        overhead += sum(len(k) + len(v) + 4 for k, v in properties.items())
+    return overhead
+
+
+def _stored_properties(
+    message_id: str, tag: str, keys: tuple[str, ...], properties: dict[str, str]
+) -> dict[str, str]:
+    """A message's properties as a stored record holds them: the caller's and the
+    broker's own (tag, keys, ID). InvalidArgument if they cannot be stored."""
+    stored = dict(properties)
+    if tag:
+        stored[prop.TAGS] = tag
+    if keys:
+        stored[prop.KEYS] = " ".join(keys)
+    stored[prop.UNIQ_KEY] = message_id
+    problem = prop.producer_property_problem(stored)
+    if problem is None and any(not k or any(c.isspace() for c in k) for k in keys):
+        problem = "message keys must be non-empty without whitespace"
+    if problem is not None:
+        raise InvalidArgument(f"message not sent: {problem}")
+    return stored
+
+
+def _encoded(properties: dict[str, str]) -> bytes:
+    try:
+        return encode_properties(properties)
+    except ValueError as exc:
+        raise InvalidArgument(f"message not sent: {exc}") from None
+
+
+def _run_properties(message_ids: list[str], tag: str, properties: dict[str, str]) -> list[bytes]:
+    """The PROPERTIES field of each message of a run that shares ``tag`` and ``properties``."""
+    if not (tag or properties):
+        # The usual case, quickly: nothing but the ID to encode.
+        return [id_only_properties(message_id) for message_id in message_ids]
+    # Every ID has the same length, so the first message's check holds for all of them.
+    stored = _stored_properties(message_ids[0], tag, (), properties)
+    del stored[prop.UNIQ_KEY]
+    shared = _encoded(stored)
+    return [shared + id_only_properties(message_id) for message_id in message_ids]
 
 
 class _Batch:
-    __slots__ = ("closed", "items", "key", "linger", "size")
+    __slots__ = ("closed", "count", "key", "linger", "parts", "size")
 
     def __init__(self, key: BatchKey) -> None:
         self.key = key
-        self.items: list[_Pending] = []
+        self.parts: list[_Part] = []
+        self.count = 0  # messages in its parts
         self.size = 0
         self.closed = False  # full: takes no more messages
         self.linger: asyncio.TimerHandle | None = None
@@ -204,16 +413,15 @@ def _copy_error(error: BaseException) -> BaseException:
 
 def _stored_from(batch: _Batch, first_offset: int) -> None:
     """The batch was stored as one run of its queue from ``first_offset``."""
-    for index, item in enumerate(batch.items):
-        if not item.future.done():
-            item.future.set_result(SendReceipt(item.message_id, first_offset + index))
+    for part in batch.parts:
+        part.stored_from(first_offset)
+        first_offset += part.count
 
 
 def _fail(batch: _Batch, error: BaseException) -> None:
     """Every send of the batch that still waits fails with (a copy of) ``error``."""
-    for item in batch.items:
-        if not item.future.done():
-            item.future.set_exception(_copy_error(error))
+    for part in batch.parts:
+        part.failed(error)
 
 
 class BatchingProducer:
@@ -265,7 +473,7 @@ class BatchingProducer:
 
         self._open: dict[BatchKey, _Batch] = {}
         # Callers that found their batch full, in call order per key.
-        self._waiting: dict[BatchKey, collections.deque[_Pending]] = {}
+        self._waiting: dict[BatchKey, collections.deque[_Part]] = {}
         # Keys whose open batch is due (full or lingered long enough), in the order they
         # became due: an ordered set.
         self._due: dict[BatchKey, None] = {}
@@ -313,18 +521,35 @@ class BatchingProducer:
         """
         if isinstance(keys, str):
             raise TypeError("keys must be a sequence of strings, not one string")
-        item = self._pending(
-            topic,
-            bytes(body),
-            tag or "",
-            tuple(keys),
-            dict(properties) if properties else {},
-            message_group or "",
-            new_message_id(),
+        if self._closed:
+            raise ProducerClosed(_CLOSED)
+        body = bytes(body)
+        if not body:
+            raise InvalidArgument("message not sent: message body must not be empty")
+        tag = tag or ""
+        keys = tuple(keys)
+        properties = dict(properties) if properties else {}
+        group = message_group or ""
+        message_id = new_message_id()
+        record_property = (
+            _encoded(_stored_properties(message_id, tag, keys, properties))
+            if tag or keys or properties
+            else id_only_properties(message_id)
         )
-        future = self._place(topic, item)
+        single = _Single(
+            self._loop().create_future(),
+            body,
+            message_id,
+            record_property,
+            _overhead(topic, tag, keys, properties) + len(body),
+            tag,
+            keys,
+            properties,
+            group,
+        )
+        self._place((topic, group), single)
         self._dispatch()
-        return await future
+        return await single.future
 
     async def send_batch(
         self,
@@ -339,52 +564,46 @@ class BatchingProducer:
 
         The same as awaiting :meth:`send` for each body at once, in order, for a
         fraction of the cost per message. Returns the receipts in the order of
-        ``bodies``; the first failure is raised unless ``return_exceptions``,
-        which puts each failure in its message's place instead (as
-        ``asyncio.gather`` does). A message that fails the checks made before
-        sending raises at once, and none of ``bodies`` is sent.
+        ``bodies`` once every message is answered; the first failure is raised
+        unless ``return_exceptions``, which puts each failure in its message's
+        place instead (as ``asyncio.gather`` does). A message that fails the
+        checks made before sending raises at once, and none of ``bodies`` is sent.
         """
+        if self._closed:
+            raise ProducerClosed(_CLOSED)
+        bodies = [bytes(body) for body in bodies]
+        if not bodies:
+            return []
+        if not all(bodies):
+            raise InvalidArgument("message not sent: message body must not be empty")
         tag = tag or ""
         shared = dict(properties) if properties else {}
-        bodies = list(bodies)
-        # One call makes the batch's IDs: taking them one by one cost more than encoding.
-        items = [
-            self._pending(topic, bytes(body), tag, (), dict(shared), "", message_id)
-            for body, message_id in zip(bodies, new_message_ids(len(bodies)), strict=True)
-        ]
-        futures = [self._place(topic, item) for item in items]
+        # One call makes the IDs: taking them one by one cost more than encoding.
+        message_ids = new_message_ids(len(bodies))
+        record_properties = _run_properties(message_ids, tag, shared)
+        overhead = _overhead(topic, tag, (), shared)
+        outcome = _Outcome(self._loop().create_future(), len(bodies))
+        run = _Run(
+            outcome,
+            0,
+            bodies,
+            message_ids,
+            record_properties,
+            overhead,
+            overhead * len(bodies) + sum(map(len, bodies)),
+            tag,
+            (),
+            shared,
+            "",
+        )
+        self._place((topic, ""), run)
         self._dispatch()
-        results: list[SendReceipt | BaseException] = []
-        # Awaiting a settled future costs nothing: batches settle in order, so this
-        # waits a few times per batch, not once per message.
-        for future in futures:
-            try:
-                results.append(await future)
-            except Exception as exc:
-                if not return_exceptions:
-                    raise
-                results.append(exc)
+        results = await outcome.future
+        if not return_exceptions:
+            for result in results:
+                if isinstance(result, BaseException):
+                    raise result
         return results
-
-    def _pending(
-        self,
-        topic: str,
-        body: bytes,
-        tag: str,
-        keys: tuple[str, ...],
-        properties: dict[str, str],
-        group: str,
-        message_id: str,
-    ) -> _Pending:
-        if self._closed:
-            raise ProducerClosed("the producer is closed; create a new one to send")
-        size = _MESSAGE_OVERHEAD_BYTES + len(body) + len(topic) + len(tag)
-        if keys:
-            size += sum(len(k) + 1 for k in keys)
-        if properties:
-            size += sum(len(k) + len(v) + 4 for k, v in properties.items())
-        future: asyncio.Future[SendReceipt] = self._loop().create_future()
-        return _Pending(body, tag, keys, properties, group, future, size, message_id)
 
     def _loop(self) -> asyncio.AbstractEventLoop:
         # Looked up once: the producer lives in one event loop.
@@ -393,14 +612,17 @@ class BatchingProducer:
             loop = self._event_loop = asyncio.get_running_loop()
         return loop
 
-    def _place(self, topic: str, item: _Pending) -> asyncio.Future[SendReceipt]:
-        """Put ``item`` in its open batch, or behind the callers already waiting for room."""
-        key = (topic, item.group)
+    def _place(self, key: BatchKey, part: _Part) -> None:
+        """Put ``part`` in its open batch, or (what does not fit) behind the callers already
+        waiting for room."""
         waiting = self._waiting.get(key)
         # Later callers queue behind earlier ones, so a group's order is the call order.
-        if waiting or not self._add(key, item):
-            self._waiting.setdefault(key, collections.deque()).append(item)
-        return item.future
+        if not waiting:
+            rest = self._add(key, part)
+            if rest is None:
+                return
+            part = rest
+        self._waiting.setdefault(key, collections.deque()).append(part)
 
     async def flush(self) -> None:
         """Send every buffered message now and wait until all sends begun so far completed.
@@ -409,13 +631,13 @@ class BatchingProducer:
         """
         self._flushes += 1
         try:
-            futures = [
-                item.future
+            futures = {
+                part.future
                 for batches in (self._open.values(), self._in_flight)
                 for batch in batches
-                for item in batch.items
-            ]
-            futures += [item.future for queue in self._waiting.values() for item in queue]
+                for part in batch.parts
+            }
+            futures.update(part.future for queue in self._waiting.values() for part in queue)
             for key in self._open:
                 self._due[key] = None
             self._dispatch()
@@ -447,8 +669,8 @@ class BatchingProducer:
 
     def stats(self) -> ProducerStats:
         return ProducerStats(
-            buffered_messages=sum(len(b.items) for b in self._open.values())
-            + sum(len(b.items) for b in self._in_flight),
+            buffered_messages=sum(b.count for b in self._open.values())
+            + sum(b.count for b in self._in_flight),
             waiting_senders=sum(len(q) for q in self._waiting.values()),
             in_flight_requests=len(self._in_flight),
             requests_sent=self._requests_sent,
@@ -457,8 +679,9 @@ class BatchingProducer:
 
     # -- batching -----------------------------------------------------------
 
-    def _add(self, key: BatchKey, item: _Pending) -> bool:
-        """Put ``item`` into the open batch of ``key``; False if that batch is full.
+    def _add(self, key: BatchKey, part: _Part) -> _Part | None:
+        """Put as much of ``part`` as fits into the open batch of ``key``; what did not fit
+        (None when all did).
 
         It only marks batches due; the caller then runs ``_dispatch``.
         """
@@ -466,17 +689,42 @@ class BatchingProducer:
         if batch is None:
             batch = self._open[key] = _Batch(key)
         elif batch.closed:
-            return False
-        elif batch.size + item.size > self._batch_max_bytes:
+            return part
+        count = fits = part.count
+        size = part.size
+        if batch.count + count > self._batch_max_messages:
+            fits = self._batch_max_messages - batch.count
+            size = part.overhead * fits + sum(map(len, part.bodies[:fits]))
+        if batch.size + size > self._batch_max_bytes:
+            # Message by message, up to the first that would overflow the batch; an empty
+            # batch takes one message whatever its size.
+            fits = size = 0
+            room = self._batch_max_bytes - batch.size
+            for body in part.bodies:
+                grown = size + part.overhead + len(body)
+                if grown > room and (fits or batch.count):
+                    break
+                fits += 1
+                size = grown
+        rest = None
+        if fits < count:
+            if not fits:
+                batch.closed = True
+                self._due[key] = None
+                return part
+            assert isinstance(part, _Run)  # a send() call's one message fits or it does not
+            part, rest = part.split(fits)
+        batch.parts.append(part)
+        batch.count += fits
+        batch.size += size
+        if (
+            rest is not None
+            or batch.count >= self._batch_max_messages
+            or batch.size >= self._batch_max_bytes
+        ):
             batch.closed = True
             self._due[key] = None
-            return False
-        batch.items.append(item)
-        batch.size += item.size
-        if len(batch.items) >= self._batch_max_messages or batch.size >= self._batch_max_bytes:
-            batch.closed = True
-            self._due[key] = None
-        elif len(batch.items) == 1:
+        elif len(batch.parts) == 1:
             if self._flushes:
                 self._due[key] = None
             else:
@@ -485,7 +733,7 @@ class BatchingProducer:
                 batch.linger = asyncio.get_running_loop().call_later(
                     self._linger_s, self._linger_over, batch
                 )
-        return True
+        return rest
 
     def _linger_over(self, batch: _Batch) -> None:
         batch.linger = None
@@ -516,9 +764,10 @@ class BatchingProducer:
         if waiting is None:
             return
         while waiting:
-            item = waiting[0]
             # A caller cancelled while waiting has nothing left to send.
-            if not (item.future.done() or self._add(key, item)):
+            rest = None if waiting[0].abandoned else self._add(key, waiting[0])
+            if rest is not None:
+                waiting[0] = rest
                 break
             waiting.popleft()
         if not waiting:
@@ -555,7 +804,7 @@ class BatchingProducer:
                 raise
         finally:
             self._requests_sent += 1
-            self._messages_sent += len(batch.items)
+            self._messages_sent += batch.count
             self._in_flight.discard(batch)
             self._groups_in_flight.discard(batch.key)
             self._dispatch()
@@ -566,18 +815,16 @@ class BatchingProducer:
         field = self._topic_fields.get(topic)
         if field is None:
             field = self._topic_fields[topic] = topic_field(topic)
+        records: list[tuple[bytes, bytes]] = []
+        for part in batch.parts:
+            part.add_records(records)
         pieces: list[bytes] = []
-        length = client_record_pieces(
-            pieces,
-            field,
-            [(item.body, item.record_properties) for item in batch.items],
-            int(time.time() * 1000),
-        )
+        length = client_record_pieces(pieces, field, records, int(time.time() * 1000))
         request = EncodedAppendRequest(topic, pieces, length)
         try:
             response = await self._transport.call(connection.endpoint, connection.append, request)
         except InvalidArgument:
-            if len(batch.items) == 1:
+            if batch.count == 1:
                 raise
             # SendMessage answers message by message: only the bad ones fail.
             return False
@@ -611,19 +858,20 @@ class BatchingProducer:
             messages=[
                 pb.Message(
                     topic=resource,
-                    user_properties=item.properties or None,
+                    user_properties=part.properties or None,
                     system_properties=pb.SystemProperties(
-                        message_id=item.message_id,
+                        message_id=message_id,
                         body_encoding=identity,
                         message_type=message_type,
-                        keys=item.keys,
+                        keys=part.keys,
                         born_timestamp=born,
-                        tag=item.tag or None,
+                        tag=part.tag or None,
                         message_group=group or None,
                     ),
-                    body=item.body,
+                    body=body,
                 )
-                for item in batch.items
+                for part in batch.parts
+                for body, message_id in zip(part.bodies, part.message_ids, strict=True)
             ]
         )
 
@@ -631,7 +879,7 @@ class BatchingProducer:
         """Give each caller its receipt, or the error the broker answered for its message."""
         entries = response.entries
         if (
-            len(entries) == 1 < len(batch.items)
+            len(entries) == 1 < batch.count
             and entries[0].status.code in _SUCCESS
             and response.status.code in _SUCCESS
         ):
@@ -639,25 +887,25 @@ class BatchingProducer:
             # entry: the batch's first queue offset; the batch occupies the offsets after it.
             _stored_from(batch, entries[0].offset)
             return
-        if len(entries) != len(batch.items):
+        if len(entries) != batch.count:
             if response.status.code not in _SUCCESS:
                 error: Exception = _status_error(response.status)
             else:
                 error = BrokerError(
-                    f"the broker answered {len(entries)} entries for {len(batch.items)} "
+                    f"the broker answered {len(entries)} entries for {batch.count} "
                     "messages; is it a RocketMQ 5 broker?"
                 )
             _fail(batch, error)
             return
-        for item, entry in zip(batch.items, entries, strict=True):
-            if item.future.done():
-                continue
-            if entry.status.code in _SUCCESS:
-                item.future.set_result(
-                    SendReceipt(entry.message_id or item.message_id, entry.offset)
-                )
-            else:
-                item.future.set_exception(_status_error(entry.status))
+        answered = iter(entries)
+        for part in batch.parts:
+            results: list[SendReceipt | BaseException] = []
+            for message_id, entry in zip(part.message_ids, answered, strict=False):
+                if entry.status.code in _SUCCESS:
+                    results.append(SendReceipt(entry.message_id or message_id, entry.offset))
+                else:
+                    results.append(_status_error(entry.status))
+            part.answered(results)
 
     # -- routes and connections ----------------------------------------------
 
