@@ -132,7 +132,6 @@ class _Single:
     __slots__ = (
         "body",
         "future",
-        "group",
         "keys",
         "message_id",
         "properties",
@@ -151,7 +150,6 @@ class _Single:
         tag: str,
         keys: tuple[str, ...],
         properties: dict[str, str],
-        group: str,
     ) -> None:
         self.future = future
         self.body = body
@@ -161,7 +159,6 @@ class _Single:
         self.tag = tag
         self.keys = keys
         self.properties = properties
-        self.group = group
 
     # Read as a run of one when a request is built or a batch is nearly full.
     @property
@@ -209,15 +206,15 @@ class _Single:
 
 
 class _Run:
-    """Consecutive messages of one send_batch() call that share a topic, tag, keys, properties and
-    message group: the unit batches hold. A call's run is split when only its head fits
-    in a batch; each part settles its own slots of the call's outcome."""
+    """Consecutive messages of one send_batch() call, which share a topic, tag and
+    properties. A call's run is split when only its head fits in a batch; each part
+    settles its own slots of the call's outcome."""
+
+    keys: tuple[str, ...] = ()  # a send_batch() call's messages have none
 
     __slots__ = (
         "bodies",
         "count",
-        "group",
-        "keys",
         "message_ids",
         "outcome",
         "overhead",
@@ -238,9 +235,7 @@ class _Run:
         overhead: int,
         size: int,
         tag: str,
-        keys: tuple[str, ...],
         properties: dict[str, str],
-        group: str,
     ) -> None:
         self.outcome = outcome
         self.start = start  # where the run's first message is in the call's results
@@ -251,9 +246,7 @@ class _Run:
         self.overhead = overhead  # the estimated request bytes of a message beyond its body
         self.size = size  # of all its messages, as the batch limit counts them
         self.tag = tag
-        self.keys = keys
         self.properties = properties
-        self.group = group
 
     @property
     def future(self) -> asyncio.Future[list[SendReceipt | BaseException]]:
@@ -283,9 +276,7 @@ class _Run:
             self.overhead,
             self.overhead * len(bodies) + sum(map(len, bodies)),
             self.tag,
-            self.keys,
             self.properties,
-            self.group,
         )
 
     def stored_from(self, first_offset: int) -> None:
@@ -529,7 +520,6 @@ class BatchingProducer:
         tag = tag or ""
         keys = tuple(keys)
         properties = dict(properties) if properties else {}
-        group = message_group or ""
         message_id = new_message_id()
         record_property = (
             _encoded(_stored_properties(message_id, tag, keys, properties))
@@ -545,9 +535,8 @@ class BatchingProducer:
             tag,
             keys,
             properties,
-            group,
         )
-        self._place((topic, group), single)
+        self._place((topic, message_group or ""), single)
         self._dispatch()
         return await single.future
 
@@ -592,9 +581,7 @@ class BatchingProducer:
             overhead,
             overhead * len(bodies) + sum(map(len, bodies)),
             tag,
-            (),
             shared,
-            "",
         )
         self._place((topic, ""), run)
         self._dispatch()
