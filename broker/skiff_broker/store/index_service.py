@@ -209,14 +209,19 @@ class IndexService:
             first_new += 1
         for r in requests[:first_new]:
             self.build_index(r.topic, r.physical_offset, r.store_timestamp, r.keys)
-        keys: list[str] = []
-        offsets: list[int] = []
-        stamps: list[int] = []
-        for r in requests[first_new:]:
-            record_keys = _record_index_keys(r.topic, r.keys)
-            keys += record_keys
-            offsets += [r.physical_offset] * len(record_keys)
-            stamps += [r.store_timestamp] * len(record_keys)
+        new = requests[first_new:]
+        if all(len(r.keys) == 1 and r.keys[0] for r in new):
+            # The usual run: each record is indexed under its message ID alone.
+            keys = [_index_key(r.topic, r.keys[0]) for r in new]
+            offsets = [r.physical_offset for r in new]
+            stamps = [r.store_timestamp for r in new]
+        else:
+            keys, offsets, stamps = [], [], []
+            for r in new:
+                record_keys = _record_index_keys(r.topic, r.keys)
+                keys += record_keys
+                offsets += [r.physical_offset] * len(record_keys)
+                stamps += [r.store_timestamp] * len(record_keys)
         self._put_keys(keys, offsets, stamps)
         if len(requests) > first_new:
             # Only now: until its keys are in, the records' promise still holds space.
