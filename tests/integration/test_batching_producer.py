@@ -395,6 +395,62 @@ def test_errors_reach_only_the_sends_they_concern(broker: BrokerProcess) -> None
     assert oversize_requests and all(len(r) > 1 for r in oversize_requests)
 
 
+def test_an_answer_message_by_message_reaches_each_part_of_a_shared_request(
+    broker: BrokerProcess,
+) -> None:
+    # Requests of 5: the first holds a whole batch call, a send() and the head of a
+    # second batch call, whose rest goes in the next. An oversize body in each request
+    # makes the broker refuse the Append, and the producer sends the request again as
+    # SendMessage, answered message by message.
+    too_large = b"x" * (MAX_MESSAGE_SIZE + 1)
+    first = [b"a0", b"a1", too_large]
+    last = [b"b0", too_large, b"b2", b"b3"]
+    recorder = SendRecorder()
+
+    async def produce() -> list[Any]:
+        async with BatchingProducer(
+            broker.endpoint,
+            batch_max_messages=5,
+            max_in_flight_requests=1,
+            interceptors=[recorder],
+        ) as producer:
+            return await asyncio.gather(
+                producer.send_batch(ERRORS_TOPIC, first, return_exceptions=True),
+                producer.send(ERRORS_TOPIC, b"single"),
+                producer.send_batch(ERRORS_TOPIC, last, return_exceptions=True),
+            )
+
+    first_results, single, last_results = run(produce)
+    shared = [b"a0", b"a1", too_large, b"single", b"b0"]
+    rest = [too_large, b"b2", b"b3"]
+    bodies_sent = [[m.body for m in r] for r in recorder.requests]
+    assert list(zip(recorder.kinds, bodies_sent, strict=True)) == [
+        ("Append", shared),
+        ("SendMessage", shared),
+        ("Append", rest),
+        ("SendMessage", rest),
+    ]
+    for results, bodies in ((first_results, first), (last_results, last)):
+        assert len(results) == len(bodies)
+        for result, body in zip(results, bodies, strict=True):
+            if body is too_large:
+                assert isinstance(result, MessagingError), result
+                assert result.code == "MESSAGE_BODY_TOO_LARGE"
+            else:
+                assert isinstance(result, SendReceipt), result
+    assert isinstance(single, SendReceipt)
+    # Each receipt names the message it answers.
+    sent = {m.message_id: m.body for r in recorder.requests for m in r}
+    answered = [
+        *zip(first_results, first, strict=True),
+        (single, b"single"),
+        *zip(last_results, last, strict=True),
+    ]
+    for result, body in answered:
+        if isinstance(result, SendReceipt):
+            assert sent[result.message_id] == body
+
+
 def test_a_topic_created_after_a_failed_send_can_be_used(broker: BrokerProcess) -> None:
     topic = "batch-created-late"
 
