@@ -40,6 +40,8 @@ _SLOT = struct.Struct(">i")
 _ENTRY = struct.Struct(">iqii")
 # The same layouts for numpy, to write many entries at once.
 _SLOT_DTYPE = np.dtype(">i4")
+# Entries read at once when relinking a file after a crash.
+_RELINK_CHUNK = 1 << 20
 _ENTRY_DTYPE = np.dtype(
     [("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev_index", ">i4")]
 )
@@ -315,6 +317,39 @@ class IndexFile:
         newest[:-1] = ~follows
         slot_table[sorted_slots[newest]] = entries[by_slot[newest]]
         return count
+
+    def relink_tail(self) -> int:
+        """Point each slot at its newest counted entry; returns how many entries were out
+        of their chains.
+
+        A writer stopped after the header counted new entries but before their slots named
+        them (``put_keys`` writes a whole run's entries and header first) leaves those
+        entries out of every chain, though their own links are whole. Recovery calls this
+        on the newest file after a crash, before anything reads or writes it.
+        """
+        slot_table = np.frombuffer(self._mm, _SLOT_DTYPE, self.hash_slot_num, HEADER_SIZE)
+        lost_slots: list[np.ndarray] = []
+        lost_numbers: list[np.ndarray] = []
+        # In chunks: a full file holds millions of entries.
+        for first in range(1, self._index_count, _RELINK_CHUNK):
+            count = min(_RELINK_CHUNK, self._index_count - first)
+            entries = np.frombuffer(
+                self._mm, _ENTRY_DTYPE, count, self._entries_pos + first * ENTRY_SIZE
+            )
+            numbers = np.arange(first, first + count, dtype=np.int64)
+            slots = entries["key_hash"].astype(np.int64) % self.hash_slot_num
+            # A slot reaches every entry up to the one it names: chains run newest to oldest.
+            unlinked = slot_table[slots] < numbers
+            if unlinked.any():
+                lost_slots.append(slots[unlinked])
+                lost_numbers.append(numbers[unlinked])
+        if not lost_slots:
+            return 0
+        # Entries are numbered in order, so a slot's newest is its last occurrence.
+        backwards = np.concatenate(lost_slots)[::-1]
+        touched, last = np.unique(backwards, return_index=True)
+        slot_table[touched] = np.concatenate(lost_numbers)[::-1][last]
+        return len(backwards)
 
     # -- reading -------------------------------------------------------------
 

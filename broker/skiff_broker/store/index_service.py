@@ -19,6 +19,7 @@ import collections
 import contextlib
 import datetime
 import itertools
+import logging
 import os
 import re
 import threading
@@ -30,6 +31,8 @@ from .dispatch_request import DispatchRequest
 from .hashing import index_key_hashes
 from .index_file import IndexFile, index_file_size
 from .mapped_file import RESERVED_SUFFIX, reserve_file
+
+log = logging.getLogger(__name__)
 
 _NAME_RE = re.compile(r"\d{17}")
 # Keys written to a file together as arrays: fewer cost more that way than one by one.
@@ -116,7 +119,9 @@ class IndexService:
         were never flushed, or entries of records the store is about to truncate
         and re-dispatch; they are deleted. Every newer file goes with the first
         such file, so that the newest remaining file still tells how far the
-        index is complete.
+        index is complete. That file's entries a crash counted but left out of their
+        hash chains (see ``IndexFile.relink_tail``) are linked again, since the records
+        it says it holds are not indexed again.
         """
         with self._lock:
             if self._files:
@@ -152,6 +157,15 @@ class IndexService:
             for f in loaded:
                 f.close()
             raise
+        if loaded and not last_exit_ok:
+            relinked = loaded[-1].relink_tail()
+            if relinked:
+                log.warning(
+                    "index file %s: %d entries a crash had left out of their hash chains are "
+                    "findable again",
+                    loaded[-1].path,
+                    relinked,
+                )
         with self._lock:
             self._files = loaded
 
