@@ -233,7 +233,6 @@ class _Run:
         message_ids: list[str],
         record_properties: list[bytes],
         overhead: int,
-        size: int,
         tag: str,
         properties: dict[str, str],
     ) -> None:
@@ -244,7 +243,8 @@ class _Run:
         self.message_ids = message_ids
         self.record_properties = record_properties
         self.overhead = overhead  # the estimated request bytes of a message beyond its body
-        self.size = size  # of all its messages, as the batch limit counts them
+        # Of all its messages, as the batch limit counts them.
+        self.size = overhead * self.count + sum(map(len, bodies))
         self.tag = tag
         self.properties = properties
 
@@ -266,15 +266,13 @@ class _Run:
         return self._part(0, count), self._part(count, self.count)
 
     def _part(self, begin: int, end: int) -> _Run:
-        bodies = self.bodies[begin:end]
         return _Run(
             self.outcome,
             self.start + begin,
-            bodies,
+            self.bodies[begin:end],
             self.message_ids[begin:end],
             self.record_properties[begin:end],
             self.overhead,
-            self.overhead * len(bodies) + sum(map(len, bodies)),
             self.tag,
             self.properties,
         )
@@ -293,7 +291,7 @@ class _Run:
     def failed(self, error: BaseException) -> None:
         if not self.outcome.future.done():
             # One copy for the run: only its caller sees it.
-            self.outcome.settle(self.start, [_copy_error(error)] * len(self.bodies))
+            self.outcome.settle(self.start, [_copy_error(error)] * self.count)
 
     def answered(self, results: list[SendReceipt | BaseException]) -> None:
         """Settled message by message (a result each, in order)."""
@@ -570,7 +568,6 @@ class BatchingProducer:
         # One call makes the IDs: taking them one by one cost more than encoding.
         message_ids = new_message_ids(len(bodies))
         record_properties = _run_properties(message_ids, tag, shared)
-        overhead = _overhead(topic, tag, (), shared)
         outcome = _Outcome(self._loop().create_future(), len(bodies))
         run = _Run(
             outcome,
@@ -578,8 +575,7 @@ class BatchingProducer:
             bodies,
             message_ids,
             record_properties,
-            overhead,
-            overhead * len(bodies) + sum(map(len, bodies)),
+            _overhead(topic, tag, (), shared),
             tag,
             shared,
         )
