@@ -40,11 +40,11 @@ _SLOT = struct.Struct(">i")
 _ENTRY = struct.Struct(">iqii")
 # The same layouts for numpy, to write many entries at once.
 _SLOT_DTYPE = np.dtype(">i4")
-# Entries read at once when relinking a file after a crash.
-_RELINK_CHUNK = 1 << 20
 _ENTRY_DTYPE = np.dtype(
     [("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev_index", ">i4")]
 )
+# Entries read at once when relinking a file after a crash.
+_RELINK_CHUNK = 1 << 20
 
 
 def index_file_size(hash_slot_num: int, index_num: int) -> int:

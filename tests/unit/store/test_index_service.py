@@ -373,16 +373,14 @@ def test_a_run_a_crash_left_out_of_its_hash_chains_is_found_after_recovery(
     # checkpoint, the file survives recovery, which skips records the file says it holds.
     slots = 97
     svc = make_service(tmp_path, index_num=1000, hash_slot_num=slots)
-    first = [
-        DispatchRequest("T", 0, i, 100 * (i + 1), 90, 0, T0, "", [f"id-{i}"]) for i in range(40)
+    records = [
+        DispatchRequest("T", 0, i, 100 * (i + 1), 90, 0, T0, "", [f"id-{i}"]) for i in range(90)
     ]
-    second = [
-        DispatchRequest("T", 0, i, 100 * (i + 1), 90, 0, T0, "", [f"id-{i}"]) for i in range(40, 90)
-    ]
+    first, second = records[:40], records[40:]
     svc.build_run(first)
     svc.flush()
     path = Path(svc.files[-1].path)
-    slot_bytes = (40, 40 + 4 * slots)  # after the 40-byte header
+    slot_bytes = (index_file.HEADER_SIZE, index_file.HEADER_SIZE + index_file.SLOT_SIZE * slots)
     before = path.read_bytes()[slice(*slot_bytes)]
     svc.build_run(second)
     svc.close()
@@ -393,11 +391,11 @@ def test_a_run_a_crash_left_out_of_its_hash_chains_is_found_after_recovery(
 
     recovered = IndexService(str(tmp_path / "index"), hash_slot_num=slots, index_num=1000)
     recovered.load(False, T0)
-    recovered.build_run(first + second)  # recovery dispatches the records again
+    recovered.build_run(records)  # recovery dispatches the records again
     try:
-        for r in first + second:
+        for r in records:
             assert recovered.query("T", r.keys[0], 10, *ALL_TIME) == [r.physical_offset], r.keys
         # Nothing was indexed twice.
-        assert recovered.files[-1].index_count == 1 + len(first) + len(second)
+        assert recovered.files[-1].index_count == 1 + len(records)
     finally:
         recovered.close()
