@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from collections.abc import AsyncIterator, Callable, Sequence
 
 import grpc
@@ -16,9 +17,10 @@ async def serving(
     register: Callable[[RpcServer], object],
     *,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    call_context: contextvars.Context | None = None,
 ) -> AsyncIterator[int]:
     """Yields the port of a server ``register`` added its services to; stops it after."""
-    server = RpcServer(interceptors=interceptors)
+    server = RpcServer(interceptors=interceptors, call_context=call_context)
     register(server)
     listener = ClientListener("127.0.0.1:0", server.protocol)
     port = listener.bind()

@@ -173,7 +173,9 @@ class ServerCall(grpc.aio.ServicerContext):
     # -- running the handler -----------------------------------------------------
 
     def _start(self) -> None:
-        self._task = self._connection.loop.create_task(self._run())
+        base = self._connection.server.call_context
+        context = None if base is None else base.copy()
+        self._task = self._connection.loop.create_task(self._run(), context=context)
 
     async def _run(self) -> None:
         try:

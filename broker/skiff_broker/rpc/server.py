@@ -2,7 +2,9 @@
 
 Services register as they would with ``grpc.aio.server()`` (generic handlers, the
 generated ``add_*_to_server``, ``grpc.aio.ServerInterceptor``s); each call runs its
-handler as a task on the event loop with a :class:`~.call.ServerCall` as its context.
+handler as a task on the event loop with a :class:`~.call.ServerCall` as its context,
+in a copy of ``call_context`` when one is given (contextvars; the context current when
+the call arrived otherwise).
 The client port's listener (``tls.listener``) hands over each connection, TLS already
 unwrapped by the loop.
 
@@ -18,6 +20,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import Awaitable, Iterable, Sequence
 from typing import Any, NamedTuple
@@ -52,8 +55,12 @@ class RpcServer:
         interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
         max_message: int = 4 * 1024 * 1024,
         max_concurrent_streams: int = 1000,
+        call_context: contextvars.Context | None = None,
     ) -> None:
         self.max_message = max_message
+        # What each call's task starts from: telemetry's unsampled trace, so that calls
+        # that start none need not set one (see telemetry.root_sampling).
+        self.call_context = call_context
         self.limits = Limits(max_concurrent_streams=max_concurrent_streams)
         self._interceptors = tuple(interceptors)
         self._generic: list[grpc.GenericRpcHandler] = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 from collections.abc import AsyncIterator
 
@@ -18,6 +19,8 @@ from skiff_broker.tls.listener import ClientListener
 
 SERVICE = "test.Rig"
 LIMIT = 1024 * 1024
+# Set in a server's call_context; the Mark handler reports it and then changes it.
+MARK: contextvars.ContextVar[str] = contextvars.ContextVar("mark", default="unset")
 
 
 class Rig:
@@ -70,6 +73,11 @@ class Rig:
         for i in range(3):
             await context.write(bytes([i]))
 
+    async def mark(self, request: bytes, context) -> bytes:  # type: ignore[no-untyped-def]
+        seen = MARK.get()
+        MARK.set(request.decode())
+        return seen.encode()
+
     async def total(self, requests, context) -> bytes:  # type: ignore[no-untyped-def]
         return str(sum([len(r) async for r in requests])).encode()
 
@@ -84,6 +92,7 @@ class Rig:
                 "Echo": grpc.unary_unary_rpc_method_handler(self.echo),
                 "Fail": grpc.unary_unary_rpc_method_handler(self.fail),
                 "Wait": grpc.unary_unary_rpc_method_handler(self.wait),
+                "Mark": grpc.unary_unary_rpc_method_handler(self.mark),
                 "Count": grpc.unary_stream_rpc_method_handler(self.count),
                 "Written": grpc.unary_stream_rpc_method_handler(self.written),
                 "Total": grpc.stream_unary_rpc_method_handler(self.total),
@@ -113,6 +122,11 @@ async def serving(rig: Rig, **options):  # type: ignore[no-untyped-def]
 
 def run(scenario) -> None:  # type: ignore[no-untyped-def]
     uvloop.run(scenario())
+
+
+def run_for(scenario):  # type: ignore[no-untyped-def]
+    """What ``scenario`` returns, run on uvloop."""
+    return uvloop.run(scenario())
 
 
 def test_a_unary_call_carries_its_message_metadata_peer_and_deadline():
@@ -323,6 +337,30 @@ def test_interceptors_see_each_call_and_may_replace_its_handler():
 
     run(scenario)
     assert gate.seen == [f"/{SERVICE}/Echo", f"/{SERVICE}/Echo", f"/{SERVICE}/Chat"]
+
+
+def test_each_call_starts_from_its_own_copy_of_the_call_context():
+    base = contextvars.copy_context()
+    base.run(MARK.set, "from-the-server")
+
+    async def scenario() -> list[bytes]:
+        async with serving(Rig(), call_context=base) as (_, channel):
+            mark = channel.unary_unary(f"/{SERVICE}/Mark")
+            return [await mark(b"changed-by-call-%d" % i) for i in range(3)]
+
+    # What one call sets stays in its own copy: the next starts from the server's again.
+    assert run_for(scenario) == [b"from-the-server"] * 3
+    assert base.run(MARK.get) == "from-the-server"
+
+
+def test_without_a_call_context_calls_start_from_the_servers_own():
+    async def scenario() -> list[bytes]:
+        MARK.set("where-the-server-started")
+        async with serving(Rig()) as (_, channel):
+            mark = channel.unary_unary(f"/{SERVICE}/Mark")
+            return [await mark(b"changed-by-call-%d" % i) for i in range(2)]
+
+    assert run_for(scenario) == [b"where-the-server-started"] * 2
 
 
 async def _listening(rig: Rig) -> tuple[RpcServer, ClientListener, int]:
