@@ -5,13 +5,21 @@ from __future__ import annotations
 
 import collections
 import json
+import secrets
 from pathlib import Path
 
+import grpc
 import pytest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
-from tests.support.otlp_receiver import ReceivedSpan
-from tests.support.span_files import SpanFileRun, produce_span_file
+from tests.support.broker_process import create_topics, data_dir_of, running_broker
+from tests.support.otlp_receiver import OtlpReceiver, ReceivedSpan
+from tests.support.span_files import SpanFileRun, produce_span_file, span_file_env, traceparent
 
+from skiff_broker.client.records import encode_record, topic_field
+from skiff_broker.metadata.topic_table import TopicConfig
+from skiff_broker.records.v1 import records_pb2 as rpb
+from skiff_broker.records.v1 import records_pb2_grpc
+from skiff_broker.store.message import encode_properties
 from skiff_broker.telemetry import conventions as cv
 
 SEND_SPAN = "apache.rocketmq.v2.MessagingService/SendMessage"
@@ -162,3 +170,36 @@ def test_the_span_file_is_otlp_json_lines(run: SpanFileRun) -> None:
 
     metric_lines = Path(run.metrics_path).read_text().splitlines()
     assert metric_lines and all("resourceMetrics" in json.loads(line) for line in metric_lines)
+
+
+RECORD_APPEND_SPAN = "skiff.records.v1.RecordService/Append"
+
+
+def test_record_appends_are_traced_like_sends(tmp_path: Path) -> None:
+    """A record append continues a sampled caller's trace down to the store's append, and
+    one without trace context records nothing at ratio 0 (not even a root append span)."""
+    topic = "RecordSpans"
+    create_topics(data_dir_of(tmp_path), TopicConfig(topic, 2, 2))
+    record = encode_record(topic_field(topic), b"x", encode_properties({"UNIQ_KEY": "ID"}), 1)
+    callers = [(secrets.token_hex(16), secrets.token_hex(8)) for _ in range(3)]
+    with OtlpReceiver() as receiver:
+        env = {**span_file_env(receiver.endpoint), "OTEL_METRICS_EXPORTER": "none"}
+        with (
+            running_broker(tmp_path, env=env) as broker,
+            grpc.insecure_channel(broker.endpoint) as channel,
+        ):
+            stub = records_pb2_grpc.RecordServiceStub(channel)
+            for trace_id, span_id in callers:
+                metadata = (("traceparent", traceparent(trace_id, span_id, sampled=True)),)
+                stub.Append(rpb.AppendRequest(topic=topic, records=record), metadata=metadata)
+            for _ in range(3):
+                stub.Append(rpb.AppendRequest(topic=topic, records=record))
+    spans = receiver.spans()
+    assert {s.trace_id for s in spans} == {trace_id for trace_id, _ in callers}
+    for trace_id, span_id in callers:
+        (server,) = [s for s in spans if s.trace_id == trace_id and s.name == RECORD_APPEND_SPAN]
+        (append,) = [s for s in spans if s.trace_id == trace_id and s.name == cv.APPEND_SPAN]
+        assert server.span.kind == Span.SPAN_KIND_SERVER
+        assert server.parent_span_id == span_id
+        assert append.parent_span_id == server.span_id
+        assert append.attributes[cv.TOPIC] == topic

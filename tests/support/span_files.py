@@ -105,6 +105,21 @@ async def send_traced(
     return sent
 
 
+def span_file_env(endpoint: str) -> dict[str, str]:
+    """A broker's OTEL_* settings for these runs: OTLP/HTTP to ``endpoint``, new traces
+    sampled at ratio 0 (only a sampled caller's trace is recorded), quick exports."""
+    return {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        "OTEL_SERVICE_NAME": "",
+        "OTEL_RESOURCE_ATTRIBUTES": "",
+        "OTEL_TRACES_SAMPLER": "",
+        "OTEL_TRACES_SAMPLER_ARG": "0",
+        "OTEL_BSP_SCHEDULE_DELAY": "200",
+        "OTEL_METRIC_EXPORT_INTERVAL": "500",
+    }
+
+
 def produce_span_file(
     tmp_path: Path,
     *,
@@ -126,16 +141,7 @@ def produce_span_file(
     """
     create_topics(data_dir_of(tmp_path), *(TopicConfig(t, 4, 4) for t in topics))
     with OtlpReceiver() as receiver:
-        env = {
-            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
-            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-            "OTEL_SERVICE_NAME": "",
-            "OTEL_RESOURCE_ATTRIBUTES": "",
-            "OTEL_TRACES_SAMPLER": "",
-            "OTEL_TRACES_SAMPLER_ARG": "0",
-            "OTEL_BSP_SCHEDULE_DELAY": "200",
-            "OTEL_METRIC_EXPORT_INTERVAL": "500",
-        }
+        env = span_file_env(receiver.endpoint)
         args = ("--flush-type", flush_type, "--broker-name", broker_name)
         sent: list[SentRequest] = []
         with running_broker(tmp_path, *args, env=env) as broker:

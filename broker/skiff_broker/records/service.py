@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import grpc
 
@@ -240,8 +241,16 @@ class RecordService(records_pb2_grpc.RecordServiceServicer):
         return None
 
 
-def add_to_server(service: RecordService, server: RpcServer) -> None:
-    """Register ``service``; undecodable requests reach its methods as Undecodable."""
+def add_to_server(
+    service: RecordService,
+    server: RpcServer,
+    *,
+    trace: Callable[[grpc.RpcMethodHandler, str], grpc.RpcMethodHandler] | None = None,
+) -> None:
+    """Register ``service``; undecodable requests reach its methods as Undecodable.
+
+    ``trace`` wraps each method's handler (given its path) once.
+    """
     server.add_generic_rpc_handlers(
         (
             lenient_rpc_handler(
@@ -249,6 +258,7 @@ def add_to_server(service: RecordService, server: RpcServer) -> None:
                 service,
                 rpb,
                 hint="send it with Skiff's skiff.records.v1 protobuf definitions",
+                trace=trace,
             ),
         )
     )

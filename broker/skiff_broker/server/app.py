@@ -229,9 +229,13 @@ class BrokerServer:
             interceptors=interceptors,
             max_message=inbound,
             max_concurrent_streams=MAX_CONCURRENT_STREAMS,
+            call_context=self.telemetry.call_context(),
         )
-        # RocketMQ RPCs get SERVER spans; the admin service's rare calls go untraced.
-        add_to_server(messaging, server, trace=self.telemetry.handler_tracer())
+        # RocketMQ RPCs and record appends and fetches get SERVER spans (their calls start
+        # in the unsampled context: a store append under an untraced call is never
+        # sampled); the admin service's rare calls go untraced.
+        trace = self.telemetry.handler_tracer()
+        add_to_server(messaging, server, trace=trace)
         add_admin_service(
             AdminService(
                 self.broker,
@@ -241,7 +245,7 @@ class BrokerServer:
             ),
             server,
         )
-        add_record_service(RecordService(self.broker, hub, self.traffic), server)
+        add_record_service(RecordService(self.broker, hub, self.traffic), server, trace=trace)
         # Probes reach it on the client port, like any client.
         self.health.add_to_server(server)
         return server

@@ -8,8 +8,9 @@ a span context) to get a span that records nothing; here the same decision is on
 random draw and one comparison, and an unsampled request runs in a context made once.
 
 Invariants:
-- The decision is the SDK's own: a trace id is drawn as the SDK draws it and sampled iff
-  ``trace_id & TRACE_ID_LIMIT < bound`` (``TraceIdRatioBased``), so the ratio holds.
+- The decision is the SDK's own: a trace id is drawn as the SDK draws it (128 random bits
+  from the ``random`` module) and sampled iff ``trace_id & TRACE_ID_LIMIT < bound``
+  (``TraceIdRatioBased``), so the ratio holds.
 - A sampled trace keeps the id it was decided on: the id is handed to the SDK through
   the provider's id generator (:class:`PresetTraceIds`), whose sampler then agrees, and
   the SDK builds, records and exports the span as before.
@@ -17,11 +18,13 @@ Invariants:
   of them share, so that what happens under it (the store's append) follows its
   decision. It is never recorded, exported or sent on, so no one can tell it apart from
   a span context of its own, which would cost the request a trace id, a span id and
-  two objects more.
+  two objects more. Being one object, it is told apart by identity
+  (:attr:`RootSampling.unsampled`): the store asks no more of an append made in it.
 """
 
 from __future__ import annotations
 
+import random
 import threading
 
 from opentelemetry import trace
@@ -61,17 +64,20 @@ class RootSampling:
         self.ids = ids
         self._bound = TraceIdRatioBased(ratio).bound
         self._limit = TraceIdRatioBased.TRACE_ID_LIMIT
-        self.unsampled_span = NonRecordingSpan(
+        unsampled_span = NonRecordingSpan(
             SpanContext(ids.fresh_trace_id(), ids.generate_span_id(), is_remote=False)
         )
-        self._unsampled = trace.set_span_in_context(self.unsampled_span, Context())
+        # The context every unsampled new trace runs in.
+        self.unsampled = trace.set_span_in_context(unsampled_span, Context())
 
     def unsampled_context(self) -> Context | None:
         """The context to run a new trace in when it is not sampled; None when it is, and
         then the next span this thread asks the SDK for without a parent gets the sampled
         trace id."""
-        trace_id = self.ids.fresh_trace_id()
+        # Drawn here rather than through the id generator: this runs for every request,
+        # and a zero draw (never a valid id) is sampled, so the SDK draws the id again.
+        trace_id = random.getrandbits(128)
         if trace_id & self._limit < self._bound:
             self.ids.preset(trace_id)
             return None
-        return self._unsampled
+        return self.unsampled

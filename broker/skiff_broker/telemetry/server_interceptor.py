@@ -6,6 +6,11 @@ append spans become its children. Without a caller's trace, under the broker's
 default sampler, the ratio decision comes first (``root_sampling``): an unsampled
 request runs in the one unsampled context without a call into the SDK. Unary and streaming
 handlers alike: a streaming RPC's span lasts as long as the stream.
+
+The wrapped handlers are for the broker's own server (``rpc.server``), which awaits
+whatever a handler returns: a coroutine handler's wrapper is a plain function that
+hands back either the handler's own coroutine (an unsampled call that already runs in
+the unsampled context, ``RpcServer.call_context``) or one that traces it.
 """
 
 from __future__ import annotations
@@ -40,8 +45,9 @@ _SERVER_ERRORS = frozenset(
     }
 )
 _CODES_BY_VALUE = {code.value[0]: code for code in grpc.StatusCode}
-# A call's SERVER span, and the context that makes it current while the handler runs.
-_Started = tuple[Span, Context]
+# A call's SERVER span, and the context that makes it current while the handler runs;
+# no span for an unsampled new trace, which only runs in the one unsampled context.
+_Started = tuple[Span | None, Context]
 _PROPAGATOR = TraceContextTextMapPropagator()
 
 
@@ -95,9 +101,9 @@ def _finish(span: Span, context: grpc.aio.ServicerContext, error: BaseException 
         span.set_status(Status(StatusCode.ERROR, details or code.name))
 
 
-def _end(span: Span, context: grpc.aio.ServicerContext, error: BaseException | None) -> None:
-    # An unsampled span (most of them) records nothing: no status to work out.
-    if span.is_recording():
+def _end(span: Span | None, context: grpc.aio.ServicerContext, error: BaseException | None) -> None:
+    # An unsampled span records nothing: no status to work out.
+    if span is not None and span.is_recording():
         _finish(span, context, error)
         span.end()
 
@@ -152,9 +158,9 @@ class TracingInterceptor(grpc.aio.ServerInterceptor):
         """What opens the SERVER span of one call of the method at ``path``: the span and the
         context to make current while the handler runs.
 
-        Unsampled, the span is a non-recording one that still has to become current, so
-        that what the handler does under it (the store's append) follows its decision
-        instead of sampling a trace of its own.
+        An unsampled new trace gets no span, only the one unsampled context, which still
+        has to become current so that what the handler does under it (the store's
+        append) follows its decision instead of sampling a trace of its own.
         """
         full_method = path.lstrip("/")
         service, _, method = full_method.rpartition("/")
@@ -176,7 +182,7 @@ class TracingInterceptor(grpc.aio.ServerInterceptor):
                 if roots is not None:
                     unsampled = roots.unsampled_context()
                     if unsampled is not None:
-                        return roots.unsampled_span, unsampled
+                        return None, unsampled
                 parent = no_parent
             span = tracer.start_span(full_method, context=parent, kind=SpanKind.SERVER)
             # Attributes only once sampled: building them costs more than the decision
@@ -215,8 +221,7 @@ def _wrap(
 
 
 def _traced_coroutine(behavior: Callable, start: Callable[[Any, Any], _Started]) -> Callable:
-    async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        span, current = start(context, request)
+    async def traced(request: Any, context: Any, span: Span | None, current: Context) -> Any:
         token = otel_context.attach(current)
         try:
             response = await behavior(request, context)
@@ -227,6 +232,14 @@ def _traced_coroutine(behavior: Callable, start: Callable[[Any, Any], _Started])
             otel_context.detach(token)
         _end(span, context, None)
         return response
+
+    def call(request: Any, context: grpc.aio.ServicerContext) -> Awaitable[Any]:
+        span, current = start(context, request)
+        if span is None and otel_context.get_current() is current:
+            # Unsampled, on a server whose calls start in the unsampled context: nothing
+            # to set and nothing to record, so the handler's own coroutine, unwrapped.
+            return behavior(request, context)
+        return traced(request, context, span, current)
 
     return call
 

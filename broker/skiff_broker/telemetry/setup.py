@@ -21,12 +21,14 @@ trace is always continued, and of the rest that fraction is traced.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import logging
 import os
 from collections.abc import Callable, Iterable
 
 import grpc
+from opentelemetry import context as otel_context
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
     ConsoleMetricExporter,
@@ -255,6 +257,7 @@ class Telemetry:
             histograms=self.histograms,
             broker_name=self.broker_name,
             replication_mode=self.replication_mode,
+            unsampled=self.root_sampling.unsampled if self.root_sampling else None,
         )
 
     def traffic_observer(
@@ -277,6 +280,17 @@ class Telemetry:
         if self.metrics_endpoint is None:
             return 0
         return self.metrics_endpoint.start()
+
+    def call_context(self) -> contextvars.Context | None:
+        """The context the gRPC server's calls start from (``RpcServer.call_context``):
+        the one unsampled new trace current, so that calls left unsampled set nothing;
+        None when the sampler is not the parent-based ratio one."""
+        if self.root_sampling is None:
+            return None
+        context = contextvars.copy_context()
+        # Never detached: the context is only ever copied, for calls.
+        context.run(otel_context.attach, self.root_sampling.unsampled)
+        return context
 
     def handler_tracer(
         self,

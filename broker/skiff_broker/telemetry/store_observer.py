@@ -27,13 +27,15 @@ from opentelemetry.sdk.trace.sampling import ParentBased
 from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanKind, Status, StatusCode
 
 from ..store.observer import AppendCaller, AppendScope, FlushReport, StoreObserver
+from ..store.results import PutStatus
 from . import conventions as cv
 from .latency_histograms import ExplicitBucketHistogram, HistogramSet
 
 
 class StoreTelemetry(StoreObserver):
     """Spans go to ``tracer_provider`` (None: no spans), latencies to ``histograms`` (None:
-    not kept)."""
+    not kept). ``unsampled``: the context the server runs unsampled new traces in
+    (``RootSampling.unsampled``), if it has one."""
 
     def __init__(
         self,
@@ -42,10 +44,12 @@ class StoreTelemetry(StoreObserver):
         histograms: HistogramSet | None,
         broker_name: str,
         replication_mode: str = cv.REPLICATION_NONE,
+        unsampled: Context | None = None,
     ) -> None:
         self._tracer = tracer_provider.get_tracer(cv.STORE_SCOPE) if tracer_provider else None
         # Only then is a span under an unsampled parent certain to be dropped.
         self._follow_parent = isinstance(getattr(tracer_provider, "sampler", None), ParentBased)
+        self._unsampled = unsampled if self._follow_parent else None
         self._append_seconds: ExplicitBucketHistogram | None = None
         self._flush_seconds: ExplicitBucketHistogram | None = None
         if histograms is not None:
@@ -69,10 +73,12 @@ class StoreTelemetry(StoreObserver):
     # -- appends ------------------------------------------------------------
 
     def append(self, topic: str, queue_id: int | None, count: int, flush_type: str) -> AppendScope:
-        if self._span_wanted():
-            traced = self._traced_append(topic, queue_id, count, flush_type)
-            if traced is not None:
-                return traced
+        if self._tracer is not None:
+            current = otel_context.get_current()
+            if current is not self._unsampled and self._span_wanted_in(current):
+                traced = self._traced_append(topic, queue_id, count, flush_type)
+                if traced is not None:
+                    return traced
         if self._append_seconds is None:
             return _UNOBSERVED
         return _TimedAppend(self, topic, flush_type)
@@ -108,15 +114,20 @@ class StoreTelemetry(StoreObserver):
 
     def caller_token(self) -> Context | None:
         """The caller's trace context, when its share of an append may be sampled."""
-        return otel_context.get_current() if self._span_wanted() else None
-
-    def _span_wanted(self) -> bool:
-        """Whether an append in the current context may be sampled."""
         if self._tracer is None:
-            return False
+            return None
+        # The server's one unsampled context is known by identity: far cheaper for a
+        # request than reading its span.
+        current = otel_context.get_current()
+        if current is self._unsampled or not self._span_wanted_in(current):
+            return None
+        return current
+
+    def _span_wanted_in(self, current: Context) -> bool:
+        """Whether an append in ``current`` may be sampled."""
         # Under an unsampled parent (every untraced request at the default ratio) the
         # sampler would say no: skip asking it.
-        parent = trace.get_current_span().get_span_context()
+        parent = trace.get_current_span(current).get_span_context()
         return not (self._follow_parent and parent.is_valid and not parent.trace_flags.sampled)
 
     def _traced_append(
@@ -208,6 +219,7 @@ class StoreTelemetry(StoreObserver):
         span.end(end_time=report.started_unix_ns + report.duration_ns)
 
 
+_PUT_OK = PutStatus.PUT_OK.value
 # An append neither traced nor timed.
 _UNOBSERVED = AppendScope()
 
@@ -233,7 +245,9 @@ class _TimedAppend(AppendScope):
         return self
 
     def done(self, result: Any) -> None:
-        self._status = result.status.value
+        status = result.status
+        # An enum member's value is a Python-level property: the common outcome skips it.
+        self._status = _PUT_OK if status is PutStatus.PUT_OK else status.value
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         seconds = time.perf_counter() - self._started

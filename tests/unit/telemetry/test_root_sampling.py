@@ -8,40 +8,62 @@ import random
 import threading
 
 import grpc
+import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from opentelemetry.trace import SpanKind
 from tests.support.rpc_serving import serving
 
+from skiff_broker.rpc.server import RpcServer
 from skiff_broker.telemetry.root_sampling import PresetTraceIds, RootSampling
 from skiff_broker.telemetry.server_interceptor import TracingInterceptor
+from skiff_broker.telemetry.setup import Telemetry
 
 SERVICE = "test.Probe"
 
 
 def untraced_calls(
-    ratio: float, calls: int
+    ratio: float, calls: int, *, as_the_broker: bool = False
 ) -> tuple[list[trace.SpanContext], InMemorySpanExporter]:
-    """The span context each call's handler saw, and the spans exported, at ``ratio``."""
+    """The span context each call's handler saw, and the spans exported, at ``ratio``.
+
+    Each handler also starts a child span, as the store does for an append. With
+    ``as_the_broker`` the server is set up as the broker sets up its own: calls start in
+    the unsampled context (``Telemetry.call_context``) and the handler is wrapped once
+    (``Telemetry.handler_tracer``); otherwise the interceptor wraps it per call.
+    """
     spans_out = InMemorySpanExporter()
     ids = PresetTraceIds()
     provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(ratio)), id_generator=ids)
     provider.add_span_processor(SimpleSpanProcessor(spans_out))
+    telemetry = Telemetry("broker-t", provider, root_sampling=RootSampling(ratio, ids))
+    tracer = provider.get_tracer("test")
     seen: list[trace.SpanContext] = []
 
     async def probe(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         seen.append(trace.get_current_span().get_span_context())
+        tracer.start_span("child").end()
         return b""
 
+    def register(server: RpcServer) -> None:
+        handler = grpc.unary_unary_rpc_method_handler(probe)
+        if as_the_broker:
+            trace_handler = telemetry.handler_tracer()
+            assert trace_handler is not None
+            handler = trace_handler(handler, f"/{SERVICE}/Unary")
+        server.add_registered_method_handlers(SERVICE, {"Unary": handler})
+
     async def run() -> None:
-        handlers = {"Unary": grpc.unary_unary_rpc_method_handler(probe)}
-        generic = grpc.method_handlers_generic_handler(SERVICE, handlers)
         async with (
             serving(
-                lambda server: server.add_generic_rpc_handlers((generic,)),
-                interceptors=[TracingInterceptor(provider, "broker-t", RootSampling(ratio, ids))],
+                register,
+                interceptors=()
+                if as_the_broker
+                else [TracingInterceptor(provider, "broker-t", telemetry.root_sampling)],
+                call_context=telemetry.call_context() if as_the_broker else None,
             ) as port,
             grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel,
         ):
@@ -55,12 +77,28 @@ def untraced_calls(
     return seen, spans_out
 
 
-def test_new_traces_are_sampled_at_the_ratio_and_keep_the_id_decided_on() -> None:
+def server_spans(spans_out: InMemorySpanExporter) -> list[ReadableSpan]:
+    """The SERVER spans exported, after checking that each has exactly one child: the
+    handler's work followed the call's decision, whichever it was."""
+    spans = spans_out.get_finished_spans()
+    servers = [s for s in spans if s.kind is SpanKind.SERVER]
+    children = [s for s in spans if s.kind is not SpanKind.SERVER]
+    assert sorted(c.parent.span_id for c in children if c.parent is not None) == sorted(
+        s.context.span_id for s in servers
+    )
+    assert len(children) == len(servers)
+    return servers
+
+
+@pytest.mark.parametrize("as_the_broker", [False, True], ids=["intercepted", "as-the-broker"])
+def test_new_traces_are_sampled_at_the_ratio_and_keep_the_id_decided_on(
+    as_the_broker: bool,
+) -> None:
     # Seeded: the SDK draws its ids from the random module. Deciding twice (once here,
     # once more in the SDK on a fresh id) would sample a quarter of them, not half.
     random.seed(16)
-    seen, spans_out = untraced_calls(0.5, 200)
-    exported = spans_out.get_finished_spans()
+    seen, spans_out = untraced_calls(0.5, 200, as_the_broker=as_the_broker)
+    exported = server_spans(spans_out)
     assert 80 <= len(exported) <= 120
     bound = TraceIdRatioBased(0.5).bound
     sampled = [c for c in seen if c.trace_flags.sampled]
@@ -71,17 +109,21 @@ def test_new_traces_are_sampled_at_the_ratio_and_keep_the_id_decided_on() -> Non
     assert all(s.context.trace_id & TraceIdRatioBased.TRACE_ID_LIMIT < bound for s in exported)
 
 
-def test_an_unsampled_new_trace_is_current_and_valid_but_records_nothing() -> None:
-    seen, spans_out = untraced_calls(0.0, 20)
+@pytest.mark.parametrize("as_the_broker", [False, True], ids=["intercepted", "as-the-broker"])
+def test_an_unsampled_new_trace_is_current_and_valid_but_records_nothing(
+    as_the_broker: bool,
+) -> None:
+    seen, spans_out = untraced_calls(0.0, 20, as_the_broker=as_the_broker)
     assert spans_out.get_finished_spans() == ()
     # Valid and unsampled, so that what runs under it follows the decision.
     assert len(seen) == 20
     assert all(c.is_valid and not c.trace_flags.sampled for c in seen)
 
 
-def test_at_ratio_one_every_request_is_a_recorded_root() -> None:
-    seen, spans_out = untraced_calls(1.0, 10)
-    exported = spans_out.get_finished_spans()
+@pytest.mark.parametrize("as_the_broker", [False, True], ids=["intercepted", "as-the-broker"])
+def test_at_ratio_one_every_request_is_a_recorded_root(as_the_broker: bool) -> None:
+    seen, spans_out = untraced_calls(1.0, 10, as_the_broker=as_the_broker)
+    exported = server_spans(spans_out)
     assert [s.context.span_id for s in exported] == [c.span_id for c in seen]
     assert all(s.parent is None for s in exported)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode, TraceFlags
 from tests.support.store_settings import SMALL_STORE
@@ -24,6 +25,7 @@ from skiff_broker.store.message_store import MessageStore
 from skiff_broker.store.observer import MAX_FLUSH_CONTEXTS, FlushReport
 from skiff_broker.store.results import PutStatus
 from skiff_broker.telemetry import conventions as cv
+from skiff_broker.telemetry.root_sampling import PresetTraceIds, RootSampling
 from skiff_broker.telemetry.store_observer import StoreTelemetry
 
 BROKER = "broker-t"
@@ -303,6 +305,31 @@ def test_no_span_under_an_unsampled_parent_but_a_histogram_sample(
     assert pipelines.spans(cv.APPEND_SPAN) == []
     (point,) = pipelines.points(cv.APPEND_DURATION)
     assert point.count == 3
+
+
+def test_no_span_in_the_servers_unsampled_context_but_a_histogram_sample(
+    open_store, pipelines: Pipelines
+) -> None:
+    unsampled = RootSampling(0.5, PresetTraceIds()).unsampled
+    observer = StoreTelemetry(
+        tracer_provider=pipelines.tracer_provider,
+        histograms=pipelines.histograms,
+        broker_name=BROKER,
+        unsampled=unsampled,
+    )
+    store = open_store(observer=observer, flush_type=FlushType.SYNC_FLUSH)
+    token = otel_context.attach(unsampled)
+    try:
+        # Nothing to hand a shared append: the caller's share is not traced either.
+        assert observer.caller_token() is None
+        for _ in range(3):
+            assert store.put_messages([message()]).ok
+    finally:
+        otel_context.detach(token)
+    assert pipelines.spans(cv.APPEND_SPAN) == []
+    (point,) = pipelines.points(cv.APPEND_DURATION)
+    assert point.count == 3
+    assert point.attributes[cv.PUT_STATUS] == "PUT_OK"
 
 
 def test_histograms_are_in_seconds_with_explicit_buckets(open_store, pipelines: Pipelines) -> None:
