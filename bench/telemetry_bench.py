@@ -38,9 +38,18 @@ the share of those samples spent in telemetry code (Skiff's telemetry package an
 OpenTelemetry SDK and exporters): for a broker bound by one core's worth of Python, that
 share is the throughput telemetry takes, measured inside one run instead of between two.
 
+``--instructions N`` counts instead of timing (server level only): the broker runs under
+valgrind's callgrind (``apt install valgrind``), counting nothing until it is warm; then
+the clients send exactly N messages and the instructions the broker executed in that
+span, all threads, are read. Counts do not drift with the machine's load, so a change of
+1% shows in one run (runs of one mode differ by about 0.5% with one client, 1-2% with
+several, whose calls coalesce differently run to run). Time-driven work weighs more
+than in a timed run: the broker runs about 40 times slower under callgrind, so a
+periodic span export serves 40 times fewer messages.
+
 Run from the repository root:
 ``python bench/telemetry_bench.py [--seconds S] [--rounds N] [--only store|server] [--full]
-[--profile DIR]``.
+[--profile DIR] [--instructions N]``.
 """
 
 from __future__ import annotations
@@ -56,7 +65,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -66,9 +74,14 @@ sys.path[:0] = [str(ROOT / "broker"), str(ROOT), str(ROOT / "bench")]
 
 import grpc  # noqa: E402
 from rocketmq.grpc_protocol import definition_pb2 as pb  # noqa: E402
-from rocketmq.grpc_protocol import service_pb2 as spb  # noqa: E402
 from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub  # noqa: E402
-from tests.support.broker_process import create_topics, data_dir_of, running_broker  # noqa: E402
+from tests.support.broker_process import (  # noqa: E402
+    SKIFF,
+    create_topics,
+    data_dir_of,
+    running_broker,
+)
+from tests.support.span_files import send_request  # noqa: E402
 
 from broker_bench import BrokerProfile  # noqa: E402
 from skiff_broker.metadata.topic_table import TopicConfig  # noqa: E402
@@ -246,19 +259,7 @@ async def _send_for(
         async with grpc.aio.insecure_channel(endpoint) as channel:
             stub = MessagingServiceStub(channel)
             while not stop:
-                request = spb.SendMessageRequest(
-                    messages=[
-                        pb.Message(
-                            topic=pb.Resource(name=TOPIC),
-                            body=BODY,
-                            system_properties=pb.SystemProperties(
-                                message_id=uuid.uuid4().hex.upper(),
-                                message_type=pb.MessageType.NORMAL,
-                            ),
-                        )
-                    ]
-                )
-                response = await stub.SendMessage(request, timeout=30)
+                response = await stub.SendMessage(send_request(TOPIC, BODY), timeout=30)
                 assert response.status.code == pb.Code.OK, response.status
                 if counting:
                     count += 1
@@ -275,6 +276,106 @@ async def _send_for(
     stop = True
     await asyncio.gather(*tasks)
     return count / elapsed, cpu * 1e6 / max(count, 1)
+
+
+# -- instructions instead of time -----------------------------------------------------
+
+CALLGRIND_WARMUP_MESSAGES = 400
+
+
+def server_instructions(
+    work: Path, flush_type: str, mode: str, endpoint: str, messages: int, clients: int
+) -> float:
+    """The instructions the broker executes per message, ``messages`` sent once it is warm."""
+    tmp = Path(tempfile.mkdtemp(dir=work))
+    create_topics(data_dir_of(tmp), TopicConfig(TOPIC, QUEUES, QUEUES))
+    env = otel_env(mode, endpoint)
+    args = ("--flush-type", flush_type, "--commit-log-file-size", "256m")
+    args += ("--metrics-listen", env["SKIFF_METRICS_LISTEN"])
+    out = tmp / "callgrind.out"
+    launcher = [
+        "valgrind",
+        "--tool=callgrind",
+        "--instr-atstart=no",
+        f"--callgrind-out-file={out}",
+        *SKIFF,
+    ]
+    try:
+        with running_broker(tmp, *args, env=env, launcher=launcher) as broker:
+            pid = str(broker.proc.pid)
+            asyncio.run(_send_count(broker.endpoint, CALLGRIND_WARMUP_MESSAGES, clients))
+            subprocess.run(
+                ["callgrind_control", "--instr=on", pid], check=True, capture_output=True
+            )
+            asyncio.run(_send_count(broker.endpoint, messages, clients))
+            subprocess.run(["callgrind_control", "--dump", pid], check=True, capture_output=True)
+            broker.kill()
+        # The dump taken on request is the first numbered part; the rest is the kill's.
+        for line in Path(f"{out}.1").read_text().splitlines():
+            if line.startswith("summary:"):
+                return int(line.split()[1]) / messages
+        raise RuntimeError(f"no summary line in {out}.1")
+    finally:
+        shutil.rmtree(tmp)
+
+
+def _callgrind_control(*args: str) -> None:
+    subprocess.run(["callgrind_control", *args], check=True, capture_output=True)
+
+
+async def _send_count(endpoint: str, messages: int, clients: int) -> None:
+    """``messages`` one-message SendMessage calls from ``clients`` concurrent clients."""
+    left = messages
+
+    async def client() -> None:
+        nonlocal left
+        async with grpc.aio.insecure_channel(endpoint) as channel:
+            stub = MessagingServiceStub(channel)
+            while left > 0:
+                left -= 1
+                response = await stub.SendMessage(send_request(TOPIC, BODY), timeout=600)
+                assert response.status.code == pb.Code.OK, response.status
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+
+
+def count_instructions(args: argparse.Namespace, modes: list[str]) -> None:
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise SystemExit(
+            "--instructions needs valgrind and callgrind_control: apt install valgrind"
+        )
+    flush_types = [args.flush] if args.flush else list(FLUSH_TYPES)
+    counts: dict[tuple[str, str], list[float]] = {}
+    work = Path(tempfile.mkdtemp(prefix="telemetry-bench-", dir=args.data_dir))
+    try:
+        with receiver_process() as endpoint:
+            for round_no in range(args.rounds):
+                for flush_type in flush_types:
+                    for mode in modes if round_no % 2 == 0 else modes[::-1]:
+                        per_message = server_instructions(
+                            work, flush_type, mode, endpoint, args.instructions, args.clients
+                        )
+                        counts.setdefault((flush_type, mode), []).append(per_message)
+                        note(
+                            f"round {round_no + 1}: {flush_type} {mode}: "
+                            f"{per_message:,.0f} instructions a message"
+                        )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(
+        f"broker instructions a message (callgrind, all threads), {args.instructions:,} "
+        f"messages a run once warm, {args.clients} gRPC clients, {args.rounds} rounds; "
+        f"default sampler parentbased_traceidratio {DEFAULT_SAMPLE_RATIO:g}"
+    )
+    for flush_type in flush_types:
+        off = statistics.median(counts[(flush_type, "off")])
+        print(f"server {flush_type}: off median {off:,.0f}")
+        for mode in modes[1:]:
+            on = counts[(flush_type, mode)]
+            print(
+                f"  {mode + '/off':<12} {statistics.median(on) / off:.3f} "
+                f"(runs {', '.join(f'{c:,.0f}' for c in on)})"
+            )
 
 
 # -- where the broker's time goes ------------------------------------------------------
@@ -355,16 +456,25 @@ def main() -> None:
         metavar="DIR",
         help="py-spy the broker in every telemetry-on server run (pip install py-spy)",
     )
+    parser.add_argument(
+        "--instructions",
+        type=int,
+        metavar="N",
+        help="count the broker's instructions for N messages a run instead (needs valgrind)",
+    )
     args = parser.parse_args()
+    modes = [m for m in MODES if m in ("off", "default") or (args.full and m == "100%")]
+    if args.metrics:
+        modes.append("metrics")
+    if args.instructions:
+        count_instructions(args, modes)
+        return
     profile = BrokerProfile(args.profile) if args.profile else None
     # flush type -> [samples in telemetry code, all samples]
     profiled: dict[str, list[int]] = {}
 
     levels = [args.only] if args.only else ["store", "server"]
     flush_types = [args.flush] if args.flush else list(FLUSH_TYPES)
-    modes = [m for m in MODES if m in ("off", "default") or (args.full and m == "100%")]
-    if args.metrics:
-        modes.append("metrics")
     runs: dict[tuple[str, str, str], list[float]] = {}
     # Server level only: the broker's CPU microseconds per message of each run.
     broker_cpu: dict[tuple[str, str, str], list[float]] = {}
