@@ -304,11 +304,9 @@ def server_instructions(
         with running_broker(tmp, *args, env=env, launcher=launcher) as broker:
             pid = str(broker.proc.pid)
             asyncio.run(_send_count(broker.endpoint, CALLGRIND_WARMUP_MESSAGES, clients))
-            subprocess.run(
-                ["callgrind_control", "--instr=on", pid], check=True, capture_output=True
-            )
+            _callgrind_control("--instr=on", pid)
             asyncio.run(_send_count(broker.endpoint, messages, clients))
-            subprocess.run(["callgrind_control", "--dump", pid], check=True, capture_output=True)
+            _callgrind_control("--dump", pid)
             broker.kill()
         # The dump taken on request is the first numbered part; the rest is the kill's.
         for line in Path(f"{out}.1").read_text().splitlines():
@@ -341,9 +339,7 @@ async def _send_count(endpoint: str, messages: int, clients: int) -> None:
 
 def count_instructions(args: argparse.Namespace, modes: list[str]) -> None:
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
-        raise SystemExit(
-            "--instructions needs valgrind and callgrind_control: apt install valgrind"
-        )
+        raise SystemExit("--instructions needs valgrind's callgrind: apt install valgrind")
     flush_types = [args.flush] if args.flush else list(FLUSH_TYPES)
     counts: dict[tuple[str, str], list[float]] = {}
     work = Path(tempfile.mkdtemp(prefix="telemetry-bench-", dir=args.data_dir))

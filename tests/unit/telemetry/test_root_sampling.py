@@ -1,5 +1,6 @@
 """New traces decided before the SDK is asked: untraced calls to the broker's gRPC server on
-127.0.0.1 with the tracing interceptor, spans read from the SDK's in-memory exporter."""
+127.0.0.1, traced by the interceptor or as the broker wires its own server, spans read from
+the SDK's in-memory exporter."""
 
 from __future__ import annotations
 
