@@ -216,6 +216,21 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def broker_setup(
+    work: Path, flush_type: str, mode: str, endpoint: str
+) -> tuple[Path, dict[str, str], tuple[str, ...]]:
+    """A fresh directory under ``work`` with the bench topic, and the environment and
+    arguments of a broker in ``mode``."""
+    tmp = Path(tempfile.mkdtemp(dir=work))
+    create_topics(data_dir_of(tmp), TopicConfig(TOPIC, QUEUES, QUEUES))
+    env = otel_env(mode, endpoint)
+    args = ("--flush-type", flush_type, "--commit-log-file-size", "256m")
+    # On the command line: an empty SKIFF_METRICS_LISTEN counts as unset, which is the
+    # default endpoint (port 5557), not none.
+    args += ("--metrics-listen", env["SKIFF_METRICS_LISTEN"])
+    return tmp, env, args
+
+
 def server_run(
     work: Path,
     flush_type: str,
@@ -226,13 +241,7 @@ def server_run(
     profile: BrokerProfile | None = None,
 ) -> tuple[float, float]:
     """Messages per second, and the broker's CPU microseconds per message."""
-    tmp = Path(tempfile.mkdtemp(dir=work))
-    create_topics(data_dir_of(tmp), TopicConfig(TOPIC, QUEUES, QUEUES))
-    env = otel_env(mode, endpoint)
-    args = ("--flush-type", flush_type, "--commit-log-file-size", "256m")
-    # On the command line: an empty SKIFF_METRICS_LISTEN counts as unset, which is the
-    # default endpoint (port 5557), not none.
-    args += ("--metrics-listen", env["SKIFF_METRICS_LISTEN"])
+    tmp, env, args = broker_setup(work, flush_type, mode, endpoint)
     try:
         with running_broker(tmp, *args, env=env) as broker:
             if profile is not None:
@@ -287,11 +296,7 @@ def server_instructions(
     work: Path, flush_type: str, mode: str, endpoint: str, messages: int, clients: int
 ) -> float:
     """The instructions the broker executes per message, ``messages`` sent once it is warm."""
-    tmp = Path(tempfile.mkdtemp(dir=work))
-    create_topics(data_dir_of(tmp), TopicConfig(TOPIC, QUEUES, QUEUES))
-    env = otel_env(mode, endpoint)
-    args = ("--flush-type", flush_type, "--commit-log-file-size", "256m")
-    args += ("--metrics-listen", env["SKIFF_METRICS_LISTEN"])
+    tmp, env, args = broker_setup(work, flush_type, mode, endpoint)
     out = tmp / "callgrind.out"
     launcher = [
         "valgrind",

@@ -73,12 +73,11 @@ class StoreTelemetry(StoreObserver):
     # -- appends ------------------------------------------------------------
 
     def append(self, topic: str, queue_id: int | None, count: int, flush_type: str) -> AppendScope:
-        if self._tracer is not None:
-            current = otel_context.get_current()
-            if current is not self._unsampled and self._span_wanted_in(current):
-                traced = self._traced_append(topic, queue_id, count, flush_type)
-                if traced is not None:
-                    return traced
+        parent = self.caller_token()
+        if parent is not None:
+            traced = self._traced_append(topic, queue_id, count, flush_type, parent)
+            if traced is not None:
+                return traced
         if self._append_seconds is None:
             return _UNOBSERVED
         return _TimedAppend(self, topic, flush_type)
@@ -119,16 +118,14 @@ class StoreTelemetry(StoreObserver):
         # The server's one unsampled context is known by identity: far cheaper for a
         # request than reading its span.
         current = otel_context.get_current()
-        if current is self._unsampled or not self._span_wanted_in(current):
+        if current is self._unsampled:
             return None
-        return current
-
-    def _span_wanted_in(self, current: Context) -> bool:
-        """Whether an append in ``current`` may be sampled."""
         # Under an unsampled parent (every untraced request at the default ratio) the
         # sampler would say no: skip asking it.
         parent = trace.get_current_span(current).get_span_context()
-        return not (self._follow_parent and parent.is_valid and not parent.trace_flags.sampled)
+        if self._follow_parent and parent.is_valid and not parent.trace_flags.sampled:
+            return None
+        return current
 
     def _traced_append(
         self,
@@ -136,10 +133,10 @@ class StoreTelemetry(StoreObserver):
         queue_id: int | None,
         count: int,
         flush_type: str,
-        parent: Context | None = None,
+        parent: Context,
     ) -> _TracedAppend | None:
         """The append's scope with a span, if the sampler records one under ``parent``
-        (None: the current context); None if not."""
+        (the caller's ``caller_token``); None if not."""
         assert self._tracer is not None
         span = self._tracer.start_span(cv.APPEND_SPAN, context=parent, kind=SpanKind.INTERNAL)
         if not span.is_recording():
