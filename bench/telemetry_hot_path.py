@@ -86,7 +86,11 @@ def counters(calls: int, repeat: int) -> tuple[float, float]:
     messages = meter.create_counter("sdk_messages_in")
     throughput = meter.create_counter("sdk_throughput_in")
     message_size = histograms.histogram(
-        "sdk_message_size", unit="", description="", bounds=cv.MESSAGE_SIZE_BUCKETS
+        "sdk_message_size",
+        unit="",
+        description="",
+        bounds=cv.MESSAGE_SIZE_BUCKETS,
+        labels=(cv.LABEL_TOPIC, cv.LABEL_MESSAGE_TYPE),
     )
     sizes = [100]
     attributes = {
@@ -104,7 +108,7 @@ def counters(calls: int, repeat: int) -> tuple[float, float]:
         messages.add(len(sizes), attributes)
         throughput.add(sum(sizes), attributes)
         for size in sizes:
-            message_size.record(size, key, attributes)
+            message_size.record(size, key)
 
     try:
         return (

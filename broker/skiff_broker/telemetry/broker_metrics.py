@@ -91,6 +91,8 @@ class BrokerMetrics(TrafficObserver):
             unit="",
             description="Body size of each message stored (bytes)",
             bounds=cv.MESSAGE_SIZE_BUCKETS,
+            labels=(cv.LABEL_TOPIC, cv.LABEL_MESSAGE_TYPE),
+            constant=self._common,
         )
         self._backlog = backlog
         for name, description, value in (
@@ -111,9 +113,8 @@ class BrokerMetrics(TrafficObserver):
             )
         tally.messages += len(sizes)
         tally.bytes += sum(sizes)
-        attributes = tally.attributes
         for size in sizes:
-            self._message_size.record(size, key, attributes)
+            self._message_size.record(size, key)
 
     def delivered(self, topic: str, group: str, count: int, size: int) -> None:
         tally = self._out.get((topic, group))

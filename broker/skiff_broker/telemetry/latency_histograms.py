@@ -49,33 +49,49 @@ class _Point:
 
 class ExplicitBucketHistogram:
     """A cumulative histogram per attribute set, with the SDK's bucket semantics:
-    bucket ``i`` counts values in ``(bounds[i-1], bounds[i]]``, the last one the rest."""
+    bucket ``i`` counts values in ``(bounds[i-1], bounds[i]]``, the last one the rest.
 
-    def __init__(self, name: str, unit: str, description: str, bounds: Sequence[float]) -> None:
+    A point is named by a tuple of label values, one for each of ``labels``; its
+    attributes (those labels and ``constant``) are built once, when it first appears.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        unit: str,
+        description: str,
+        bounds: Sequence[float],
+        labels: Sequence[str],
+        constant: Mapping[str, Any] | None = None,
+    ) -> None:
         self.name = name
         self.unit = unit
         self.description = description
         self.bounds = tuple(bounds)
-        self._points: dict[Any, _Point] = {}
+        self.labels = tuple(labels)
+        self._constant = dict(constant or {})
+        self._points: dict[tuple[Any, ...], _Point] = {}
         # Appends record on the event loop and on executor threads alike.
         self._lock = threading.Lock()
 
-    def record(
-        self, value: float, key: Any, attributes: Mapping[str, Any], samples: int = 1
-    ) -> None:
-        """Adds ``samples`` samples of ``value`` to the point of ``key``, a hashable stand-in
-        for ``attributes``."""
+    def record(self, value: float, key: tuple[Any, ...], samples: int = 1) -> None:
+        """Adds ``samples`` samples of ``value`` to the point of ``key``, the values of
+        ``labels`` in their order."""
         bucket = bisect.bisect_left(self.bounds, value)
         with self._lock:
             point = self._points.get(key)
             if point is None:
-                point = self._points[key] = _Point(attributes, len(self.bounds) + 1)
+                point = self._points[key] = self._new_point(key)
             point.counts[bucket] += samples
             point.sum += value * samples
             if value < point.min:
                 point.min = value
             if value > point.max:
                 point.max = value
+
+    def _new_point(self, key: tuple[Any, ...]) -> _Point:
+        attributes = {**self._constant, **dict(zip(self.labels, key, strict=True))}
+        return _Point(attributes, len(self.bounds) + 1)
 
     def metric(self, now_ns: int) -> Metric | None:
         """The cumulative points so far; None before the first sample."""
@@ -114,13 +130,20 @@ class HistogramSet:
         self._histograms: dict[str, ExplicitBucketHistogram] = {}
 
     def histogram(
-        self, name: str, *, unit: str, description: str, bounds: Sequence[float]
+        self,
+        name: str,
+        *,
+        unit: str,
+        description: str,
+        bounds: Sequence[float],
+        labels: Sequence[str],
+        constant: Mapping[str, Any] | None = None,
     ) -> ExplicitBucketHistogram:
         """The histogram called ``name``, made on first use (one per name, like a meter)."""
         known = self._histograms.get(name)
         if known is None:
             known = self._histograms[name] = ExplicitBucketHistogram(
-                name, unit, description, bounds
+                name, unit, description, bounds, labels, constant
             )
         return known
 

@@ -59,16 +59,18 @@ class StoreTelemetry(StoreObserver):
                 description="Time to append one call's batch to the commit log, including the "
                 "wait for the disk under SYNC_FLUSH",
                 bounds=cv.LATENCY_BUCKETS_S,
+                # Broker and replication mode are the same for every point of a process:
+                # they are resource attributes of the metrics (each label costs per sample).
+                labels=(cv.TOPIC, cv.FLUSH_TYPE, cv.PUT_STATUS),
             )
             self._flush_seconds = histograms.histogram(
                 cv.FLUSH_DURATION,
                 unit="s",
                 description="Time of one commit-log flush (fdatasync of the dirty pages)",
                 bounds=cv.LATENCY_BUCKETS_S,
+                labels=(cv.FLUSH_TYPE, cv.FLUSH_OUTCOME),
             )
         self._common = {cv.BROKER: broker_name, cv.REPLICATION_MODE: replication_mode}
-        # Histogram attribute sets, built once per distinct combination.
-        self._append_points: dict[tuple[str, str, str], dict[str, str]] = {}
 
     # -- appends ------------------------------------------------------------
 
@@ -80,7 +82,7 @@ class StoreTelemetry(StoreObserver):
                 return traced
         if self._append_seconds is None:
             return _UNOBSERVED
-        return _TimedAppend(self, topic, flush_type)
+        return _TimedAppend(self._append_seconds, topic, flush_type)
 
     def shared_append(
         self,
@@ -108,7 +110,7 @@ class StoreTelemetry(StoreObserver):
         untraced = len(callers) - len(traced)
         timed = None
         if untraced and self._append_seconds is not None:
-            timed = _TimedAppend(self, topic, flush_type, untraced)
+            timed = _TimedAppend(self._append_seconds, topic, flush_type, untraced)
         return _SharedAppend(timed, traced, tokens, share)
 
     def caller_token(self) -> Context | None:
@@ -143,7 +145,7 @@ class StoreTelemetry(StoreObserver):
             return None
         # Attributes only once sampled: building them costs more than the decision.
         span.set_attributes(self._append_span_attributes(topic, queue_id, count, flush_type))
-        return _TracedAppend(self, topic, flush_type, span)
+        return _TracedAppend(self._append_seconds, topic, flush_type, span)
 
     def _append_span_attributes(
         self, topic: str, queue_id: int | None, count: int, flush_type: str
@@ -160,31 +162,12 @@ class StoreTelemetry(StoreObserver):
                 attributes[cv.QUEUE_ID] = str(queue_id)
         return attributes
 
-    def _record_append(
-        self, seconds: float, topic: str, flush_type: str, status: str, samples: int
-    ) -> None:
-        histogram = self._append_seconds
-        if histogram is None:
-            return
-        key = (topic, flush_type, status)
-        attributes = self._append_points.get(key)
-        if attributes is None:
-            # Broker and replication mode are the same for every point of a process: they
-            # are resource attributes of the metrics (each attribute costs per sample).
-            attributes = {cv.TOPIC: topic, cv.FLUSH_TYPE: flush_type, cv.PUT_STATUS: status}
-            self._append_points[key] = attributes
-        histogram.record(seconds, key, attributes, samples)
-
     # -- flushes ------------------------------------------------------------
 
     def flush_finished(self, report: FlushReport) -> None:
         outcome = "error" if report.error else "ok"
         if self._flush_seconds is not None:
-            self._flush_seconds.record(
-                report.duration_ns / 1e9,
-                (report.flush_type, outcome),
-                {cv.FLUSH_TYPE: report.flush_type, cv.FLUSH_OUTCOME: outcome},
-            )
+            self._flush_seconds.record(report.duration_ns / 1e9, (report.flush_type, outcome))
         if self._tracer is None:
             return
         contexts = list(report.contexts)
@@ -222,15 +205,19 @@ _UNOBSERVED = AppendScope()
 
 
 class _TimedAppend(AppendScope):
-    """An append that only feeds the histogram: one latency sample for each of its
-    ``samples`` callers."""
+    """An append that only feeds the histogram (if there is one): one latency sample for
+    each of its ``samples`` callers."""
 
-    __slots__ = ("_flush_type", "_observer", "_samples", "_started", "_status", "_topic")
+    __slots__ = ("_flush_type", "_histogram", "_samples", "_started", "_status", "_topic")
 
     def __init__(
-        self, observer: StoreTelemetry, topic: str, flush_type: str, samples: int = 1
+        self,
+        histogram: ExplicitBucketHistogram | None,
+        topic: str,
+        flush_type: str,
+        samples: int = 1,
     ) -> None:
-        self._observer = observer
+        self._histogram = histogram
         self._topic = topic
         self._flush_type = flush_type
         self._samples = samples
@@ -248,8 +235,9 @@ class _TimedAppend(AppendScope):
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         seconds = time.perf_counter() - self._started
-        status = self._status or ("ERROR" if exc_type is not None else "UNKNOWN")
-        self._observer._record_append(seconds, self._topic, self._flush_type, status, self._samples)
+        if self._histogram is not None:
+            status = self._status or ("ERROR" if exc_type is not None else "UNKNOWN")
+            self._histogram.record(seconds, (self._topic, self._flush_type, status), self._samples)
 
 
 class _TracedAppend(_TimedAppend):
@@ -257,8 +245,10 @@ class _TracedAppend(_TimedAppend):
 
     __slots__ = ("_span",)
 
-    def __init__(self, observer: StoreTelemetry, topic: str, flush_type: str, span: Span) -> None:
-        super().__init__(observer, topic, flush_type)
+    def __init__(
+        self, histogram: ExplicitBucketHistogram | None, topic: str, flush_type: str, span: Span
+    ) -> None:
+        super().__init__(histogram, topic, flush_type)
         self._span = span
 
     @property

@@ -67,9 +67,13 @@ def test_deliveries_and_backlog_carry_the_consumer_group() -> None:
 def test_the_brokers_own_histograms_appear_with_their_unit() -> None:
     _, reader, histograms = metered([])
     append = histograms.histogram(
-        cv.APPEND_DURATION, unit="s", description="append", bounds=cv.LATENCY_BUCKETS_S
+        cv.APPEND_DURATION,
+        unit="s",
+        description="append",
+        bounds=cv.LATENCY_BUCKETS_S,
+        labels=(cv.TOPIC,),
     )
-    append.record(0.002, "k", {cv.TOPIC: "orders"})
+    append.record(0.002, ("orders",))
     found = samples(reader)
     assert found["skiff_store_append_duration_seconds_count"] == [
         ({"messaging_destination_name": "orders"}, 1.0)

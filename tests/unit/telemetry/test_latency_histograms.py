@@ -39,11 +39,11 @@ def test_points_match_what_the_sdk_histogram_would_report() -> None:
         "latency", unit="s", explicit_bucket_boundaries_advisory=cv.LATENCY_BUCKETS_S
     )
     mine = HistogramSet("t").histogram(
-        "latency", unit="s", description="", bounds=cv.LATENCY_BUCKETS_S
+        "latency", unit="s", description="", bounds=cv.LATENCY_BUCKETS_S, labels=("k",)
     )
     for value, label in SAMPLES:
         sdk_histogram.record(value, {"k": label})
-        mine.record(value, label, {"k": label})
+        mine.record(value, (label,))
 
     (expected_metric,) = reader.get_metrics_data().resource_metrics[0].scope_metrics[0].metrics
     metric = mine.metric(now_ns=1)
@@ -68,7 +68,7 @@ def test_points_match_what_the_sdk_histogram_would_report() -> None:
 
 def test_nothing_recorded_means_nothing_to_export() -> None:
     histograms = HistogramSet(cv.STORE_SCOPE)
-    histograms.histogram("latency", unit="s", description="", bounds=(1.0,))
+    histograms.histogram("latency", unit="s", description="", bounds=(1.0,), labels=())
     assert histograms.metrics_data(Resource.get_empty()) is None
 
 
@@ -94,15 +94,17 @@ class CollectingExporter(MetricExporter):
 
 def test_export_runs_every_interval_and_at_stop_under_the_resource() -> None:
     histograms = HistogramSet(cv.STORE_SCOPE)
-    latency = histograms.histogram("latency", unit="s", description="d", bounds=(1.0,))
-    latency.record(0.5, "x", {"k": "x"})
+    latency = histograms.histogram(
+        "latency", unit="s", description="d", bounds=(1.0,), labels=("k",), constant={"c": "1"}
+    )
+    latency.record(0.5, ("x",))
     exporter = CollectingExporter()
     resource = Resource.create({"service.name": "skiff-test"})
     export = PeriodicHistogramExport(histograms, [exporter], resource, interval_s=0.01, timeout_s=5)
     export.start()
     try:
         assert exporter.exported_once.wait(30), "no periodic export"
-        latency.record(2.0, "x", {"k": "x"})
+        latency.record(2.0, ("x",))
     finally:
         export.stop()
 
@@ -112,6 +114,7 @@ def test_export_runs_every_interval_and_at_stop_under_the_resource() -> None:
     (scope_metrics,) = resource_metrics.scope_metrics
     assert scope_metrics.scope.name == cv.STORE_SCOPE
     (point,) = scope_metrics.metrics[0].data.data_points
+    assert dict(point.attributes) == {"c": "1", "k": "x"}
     # Cumulative: the last export holds both samples.
     assert (point.count, list(point.bucket_counts), point.sum) == (2, [1, 1], 2.5)
     assert point.start_time_unix_nano <= point.time_unix_nano
