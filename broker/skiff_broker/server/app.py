@@ -225,16 +225,17 @@ class BrokerServer:
         inbound: int,
     ) -> RpcServer:
         """A gRPC server with every service of the broker; ``messaging`` hands out its routes."""
+        call_context = self.telemetry.call_context()
         server = RpcServer(
             interceptors=interceptors,
             max_message=inbound,
             max_concurrent_streams=MAX_CONCURRENT_STREAMS,
-            call_context=self.telemetry.call_context(),
+            call_context=call_context,
         )
         # RocketMQ RPCs and record appends and fetches get SERVER spans (their calls start
         # in the unsampled context: a store append under an untraced call is never
         # sampled); the admin service's rare calls go untraced.
-        trace = self.telemetry.handler_tracer()
+        trace = self.telemetry.handler_tracer(call_context)
         add_to_server(messaging, server, trace=trace)
         add_admin_service(
             AdminService(

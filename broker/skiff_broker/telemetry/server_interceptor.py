@@ -9,8 +9,8 @@ handlers alike: a streaming RPC's span lasts as long as the stream.
 
 The wrapped handlers are for the broker's own server (``rpc.server``), which awaits
 whatever a handler returns: a coroutine handler's wrapper is a plain function that
-hands back either the handler's own coroutine (an unsampled call that already runs in
-the unsampled context, ``RpcServer.call_context``) or one that traces it.
+hands back either the handler's own coroutine (an unsampled call, on a server whose calls
+start in the unsampled context: ``RpcServer.call_context``) or one that traces it.
 """
 
 from __future__ import annotations
@@ -115,17 +115,22 @@ _MAX_WRAPPED = 1024
 class TracingInterceptor(grpc.aio.ServerInterceptor):
     """``roots``: the ratio decision of new traces, when the provider's sampler is
     parent-based trace-id ratio with that ratio and the provider's id generator is
-    ``roots.ids``; None leaves every decision to the SDK."""
+    ``roots.ids``; None leaves every decision to the SDK. ``calls_start_unsampled``: the
+    server runs every call in ``roots.unsampled`` already, so an unsampled call's handler
+    runs as it is, with nothing to make current."""
 
     def __init__(
         self,
         tracer_provider: trace.TracerProvider,
         broker_name: str,
         roots: RootSampling | None = None,
+        *,
+        calls_start_unsampled: bool = False,
     ) -> None:
         self._tracer = tracer_provider.get_tracer(cv.SERVER_SCOPE)
         self._broker_name = broker_name
         self._roots = roots
+        self._calls_start_unsampled = calls_start_unsampled and roots is not None
         # Wrapping costs more than a small request; a method's handler is the same object
         # on every call, so its traced version is made once.
         self._wrapped: dict[int, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
@@ -141,7 +146,7 @@ class TracingInterceptor(grpc.aio.ServerInterceptor):
         known = self._wrapped.get(id(handler))
         if known is not None and known[0] is handler:
             return known[1]
-        wrapped = _wrap(handler, self._starter(handler_call_details.method))
+        wrapped = self.trace(handler, handler_call_details.method)
         if len(self._wrapped) < _MAX_WRAPPED:
             self._wrapped[id(handler)] = (handler, wrapped)
         return wrapped
@@ -152,7 +157,7 @@ class TracingInterceptor(grpc.aio.ServerInterceptor):
         Cheaper than intercepting: the server runs the interceptor chain as extra
         coroutines on every call, which costs a busy broker a few percent.
         """
-        return _wrap(handler, self._starter(path))
+        return _wrap(handler, self._starter(path), self._calls_start_unsampled)
 
     def _starter(self, path: str) -> Callable[[grpc.aio.ServicerContext, Any], _Started]:
         """What opens the SERVER span of one call of the method at ``path``: the span and the
@@ -197,7 +202,9 @@ class TracingInterceptor(grpc.aio.ServerInterceptor):
 
 
 def _wrap(
-    handler: grpc.RpcMethodHandler, start: Callable[[Any, Any], _Started]
+    handler: grpc.RpcMethodHandler,
+    start: Callable[[Any, Any], _Started],
+    calls_start_unsampled: bool,
 ) -> grpc.RpcMethodHandler:
     if handler.request_streaming and handler.response_streaming:
         make, behavior = grpc.stream_stream_rpc_method_handler, handler.stream_stream
@@ -210,7 +217,7 @@ def _wrap(
     if handler.response_streaming:
         traced = _traced_stream(behavior, start)
     elif inspect.iscoroutinefunction(behavior):
-        traced = _traced_coroutine(behavior, start)
+        traced = _traced_coroutine(behavior, start, calls_start_unsampled)
     else:
         traced = _traced_function(behavior, start)
     return make(
@@ -220,7 +227,9 @@ def _wrap(
     )
 
 
-def _traced_coroutine(behavior: Callable, start: Callable[[Any, Any], _Started]) -> Callable:
+def _traced_coroutine(
+    behavior: Callable, start: Callable[[Any, Any], _Started], calls_start_unsampled: bool
+) -> Callable:
     async def traced(request: Any, context: Any, span: Span | None, current: Context) -> Any:
         token = otel_context.attach(current)
         try:
@@ -235,9 +244,9 @@ def _traced_coroutine(behavior: Callable, start: Callable[[Any, Any], _Started])
 
     def call(request: Any, context: grpc.aio.ServicerContext) -> Awaitable[Any]:
         span, current = start(context, request)
-        if span is None and otel_context.get_current() is current:
-            # Unsampled, on a server whose calls start in the unsampled context: nothing
-            # to set and nothing to record, so the handler's own coroutine, unwrapped.
+        if span is None and calls_start_unsampled:
+            # Unsampled, and already current: nothing to set and nothing to record, so
+            # the handler's own coroutine, unwrapped.
             return behavior(request, context)
         return traced(request, context, span, current)
 

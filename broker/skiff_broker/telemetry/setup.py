@@ -293,12 +293,24 @@ class Telemetry:
         return context
 
     def handler_tracer(
-        self,
+        self, call_context: contextvars.Context | None = None
     ) -> Callable[[grpc.RpcMethodHandler, str], grpc.RpcMethodHandler] | None:
-        """What wraps a gRPC method handler (and its method path) in a SERVER span."""
+        """What wraps a gRPC method handler (and its method path) in a SERVER span;
+        ``call_context``: what the server's calls start from, if it was given one."""
         if self.tracer_provider is None:
             return None
-        return TracingInterceptor(self.tracer_provider, self.broker_name, self.root_sampling).trace
+        roots = self.root_sampling
+        starts_unsampled = (
+            roots is not None
+            and call_context is not None
+            and call_context.run(otel_context.get_current) is roots.unsampled
+        )
+        return TracingInterceptor(
+            self.tracer_provider,
+            self.broker_name,
+            roots,
+            calls_start_unsampled=starts_unsampled,
+        ).trace
 
     def shutdown(self) -> None:
         """Export what is buffered and stop the exporters."""

@@ -27,14 +27,16 @@ SERVICE = "test.Probe"
 
 
 def untraced_calls(
-    ratio: float, calls: int, *, as_the_broker: bool = False
+    ratio: float, calls: int, *, server: str = "intercepted"
 ) -> tuple[list[trace.SpanContext], InMemorySpanExporter]:
     """The span context each call's handler saw, and the spans exported, at ``ratio``.
 
-    Each handler also starts a child span, as the store does for an append. With
-    ``as_the_broker`` the server is set up as the broker sets up its own: calls start in
+    Each handler also starts a child span, as the store does for an append. ``server``:
+    "as-the-broker" sets the server up as the broker sets up its own: calls start in
     the unsampled context (``Telemetry.call_context``) and the handler is wrapped once
-    (``Telemetry.handler_tracer``); otherwise the interceptor wraps it per call.
+    (``Telemetry.handler_tracer``); "wrapped" wraps it once for a server whose calls
+    start in whatever context it runs in; "intercepted" has the interceptor wrap it per
+    call.
     """
     spans_out = InMemorySpanExporter()
     ids = PresetTraceIds()
@@ -49,22 +51,24 @@ def untraced_calls(
         tracer.start_span("child").end()
         return b""
 
-    def register(server: RpcServer) -> None:
+    call_context = telemetry.call_context() if server == "as-the-broker" else None
+
+    def register(rpc_server: RpcServer) -> None:
         handler = grpc.unary_unary_rpc_method_handler(probe)
-        if as_the_broker:
-            trace_handler = telemetry.handler_tracer()
+        if server != "intercepted":
+            trace_handler = telemetry.handler_tracer(call_context)
             assert trace_handler is not None
             handler = trace_handler(handler, f"/{SERVICE}/Unary")
-        server.add_registered_method_handlers(SERVICE, {"Unary": handler})
+        rpc_server.add_registered_method_handlers(SERVICE, {"Unary": handler})
 
     async def run() -> None:
         async with (
             serving(
                 register,
-                interceptors=()
-                if as_the_broker
-                else [TracingInterceptor(provider, "broker-t", telemetry.root_sampling)],
-                call_context=telemetry.call_context() if as_the_broker else None,
+                interceptors=[TracingInterceptor(provider, "broker-t", telemetry.root_sampling)]
+                if server == "intercepted"
+                else (),
+                call_context=call_context,
             ) as port,
             grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel,
         ):
@@ -76,6 +80,9 @@ def untraced_calls(
     finally:
         provider.shutdown()
     return seen, spans_out
+
+
+SERVERS = ["intercepted", "as-the-broker", "wrapped"]
 
 
 def server_spans(spans_out: InMemorySpanExporter) -> list[ReadableSpan]:
@@ -91,14 +98,14 @@ def server_spans(spans_out: InMemorySpanExporter) -> list[ReadableSpan]:
     return servers
 
 
-@pytest.mark.parametrize("as_the_broker", [False, True], ids=["intercepted", "as-the-broker"])
+@pytest.mark.parametrize("server", SERVERS)
 def test_new_traces_are_sampled_at_the_ratio_and_keep_the_id_decided_on(
-    as_the_broker: bool,
+    server: str,
 ) -> None:
     # Seeded: the SDK draws its ids from the random module. Deciding twice (once here,
     # once more in the SDK on a fresh id) would sample a quarter of them, not half.
     random.seed(16)
-    seen, spans_out = untraced_calls(0.5, 200, as_the_broker=as_the_broker)
+    seen, spans_out = untraced_calls(0.5, 200, server=server)
     exported = server_spans(spans_out)
     assert 80 <= len(exported) <= 120
     bound = TraceIdRatioBased(0.5).bound
@@ -110,20 +117,20 @@ def test_new_traces_are_sampled_at_the_ratio_and_keep_the_id_decided_on(
     assert all(s.context.trace_id & TraceIdRatioBased.TRACE_ID_LIMIT < bound for s in exported)
 
 
-@pytest.mark.parametrize("as_the_broker", [False, True], ids=["intercepted", "as-the-broker"])
+@pytest.mark.parametrize("server", SERVERS)
 def test_an_unsampled_new_trace_is_current_and_valid_but_records_nothing(
-    as_the_broker: bool,
+    server: str,
 ) -> None:
-    seen, spans_out = untraced_calls(0.0, 20, as_the_broker=as_the_broker)
+    seen, spans_out = untraced_calls(0.0, 20, server=server)
     assert spans_out.get_finished_spans() == ()
     # Valid and unsampled, so that what runs under it follows the decision.
     assert len(seen) == 20
     assert all(c.is_valid and not c.trace_flags.sampled for c in seen)
 
 
-@pytest.mark.parametrize("as_the_broker", [False, True], ids=["intercepted", "as-the-broker"])
-def test_at_ratio_one_every_request_is_a_recorded_root(as_the_broker: bool) -> None:
-    seen, spans_out = untraced_calls(1.0, 10, as_the_broker=as_the_broker)
+@pytest.mark.parametrize("server", SERVERS)
+def test_at_ratio_one_every_request_is_a_recorded_root(server: str) -> None:
+    seen, spans_out = untraced_calls(1.0, 10, server=server)
     exported = server_spans(spans_out)
     assert [s.context.span_id for s in exported] == [c.span_id for c in seen]
     assert all(s.parent is None for s in exported)
