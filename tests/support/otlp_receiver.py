@@ -6,6 +6,9 @@ them with opentelemetry-proto's ``ExportTraceServiceRequest`` /
 ``ExportMetricsServiceRequest`` and keeps them. Point a broker at it with
 ``OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint``.
 
+``refuse_traces(status, times)`` answers the next trace exports with an error (and
+counts every trace POST, keeping its headers), as a busy or misconfigured collector would.
+
 ``write_traces_json(path)`` / ``write_metrics_json(path)`` save what arrived the way
 the OpenTelemetry Collector's file exporter does: one export request per line, as
 OTLP JSON (the protobuf JSON mapping with lowerCamelCase names; trace and span ids
@@ -122,6 +125,10 @@ class OtlpReceiver:
         self.span_count = 0
         self.metric_requests = 0
         self.rejected = 0
+        # Trace exports to answer with an error first: (status, Retry-After or None).
+        self._refusals: list[tuple[int, str | None]] = []
+        self.trace_posts = 0
+        self.trace_headers: list[dict[str, str]] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -154,6 +161,17 @@ class OtlpReceiver:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def refuse_traces(self, status: int, times: int, retry_after: str | None = None) -> None:
+        """Answer the next ``times`` trace exports with ``status`` (and ``Retry-After``)."""
+        with self._lock:
+            self._refusals += [(status, retry_after)] * times
+
+    def _refusal(self, headers: dict[str, str]) -> tuple[int, str | None] | None:
+        with self._lock:
+            self.trace_posts += 1
+            self.trace_headers.append(headers)
+            return self._refusals.pop(0) if self._refusals else None
 
     # -- what arrived -------------------------------------------------------
 
@@ -251,6 +269,14 @@ class OtlpReceiver:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length)
+                if self.path == "/v1/traces":
+                    headers = {key.lower(): value for key, value in self.headers.items()}
+                    refusal = receiver._refusal(headers)
+                    if refusal is not None:
+                        status, retry_after = refusal
+                        extra = {"Retry-After": retry_after} if retry_after is not None else {}
+                        self._answer(status, b"refused by the test", "text/plain", extra)
+                        return
                 encoding = (self.headers.get("Content-Encoding") or "").lower()
                 try:
                     if encoding == "gzip":
@@ -268,9 +294,17 @@ class OtlpReceiver:
                     return
                 self._answer(200, response.SerializeToString(), "application/x-protobuf")
 
-            def _answer(self, code: int, body: bytes, content_type: str) -> None:
+            def _answer(
+                self,
+                code: int,
+                body: bytes,
+                content_type: str,
+                extra: dict[str, str] | None = None,
+            ) -> None:
                 self.send_response(code)
                 self.send_header("Content-Type", content_type)
+                for name, value in (extra or {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)

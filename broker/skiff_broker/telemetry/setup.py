@@ -7,9 +7,11 @@ an OTLP endpoint (``OTEL_EXPORTER_OTLP_ENDPOINT`` or the signal's own
 ``otlp``. ``OTEL_SDK_DISABLED=true`` turns everything off.
 
 The OTLP exporters read their endpoint, headers, timeout, compression and TLS
-settings from the environment themselves; the protocol (``grpc`` or
-``http/protobuf``, the default) is chosen here from ``OTEL_EXPORTER_OTLP_PROTOCOL``
-or the signal's own ``..._TRACES_PROTOCOL`` / ``..._METRICS_PROTOCOL``. The batch
+settings from the environment themselves: the broker's own for spans (``span_export``,
+whose requests are written without the SDK's encoder), the SDK's for metrics. The
+protocol (``grpc`` or ``http/protobuf``, the default) is chosen here from
+``OTEL_EXPORTER_OTLP_PROTOCOL`` or the signal's own ``..._TRACES_PROTOCOL`` /
+``..._METRICS_PROTOCOL``. The batch
 span processor and the periodic metric reader read ``OTEL_BSP_*`` and
 ``OTEL_METRIC_EXPORT_INTERVAL``.
 
@@ -140,11 +142,12 @@ def _sdk_disabled() -> bool:
 def _span_exporter(name: str) -> SpanExporter:
     if name == "console":
         return ConsoleSpanExporter()
+    # Imported when asked for: the gRPC exporter's modules take a while to load.
+    from .span_export import OtlpGrpcSpanExporter, OtlpHttpSpanExporter
+
     if _protocol("traces") == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-    else:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    return OTLPSpanExporter()
+        return OtlpGrpcSpanExporter()
+    return OtlpHttpSpanExporter.from_env()
 
 
 def _metric_exporter(name: str) -> MetricExporter:

@@ -9,14 +9,8 @@ import pytest
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
     OTLPMetricExporter as GrpcMetricExporter,
 )
-from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-    OTLPSpanExporter as GrpcSpanExporter,
-)
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
     OTLPMetricExporter as HttpMetricExporter,
-)
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
-    OTLPSpanExporter as HttpSpanExporter,
 )
 from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter
@@ -31,6 +25,7 @@ from skiff_broker.telemetry.setup import (
     sampler_from_env,
     span_exporters_from_env,
 )
+from skiff_broker.telemetry.span_export import OtlpGrpcSpanExporter, OtlpHttpSpanExporter
 from skiff_broker.telemetry.store_observer import StoreTelemetry
 
 ENDPOINT = "http://127.0.0.1:4318"
@@ -74,7 +69,7 @@ def test_an_otlp_endpoint_turns_traces_and_metrics_on(
     assert resource["skiff.broker"] == "broker-x"
     assert resource["skiff.replication_mode"] == "NONE"
     # The specification's default protocol.
-    assert [type(e) for e in span_exporters_from_env()] == [HttpSpanExporter]
+    assert [type(e) for e in span_exporters_from_env()] == [OtlpHttpSpanExporter]
     assert [type(e) for e in metric_exporters_from_env()] == [HttpMetricExporter]
 
 
@@ -121,7 +116,10 @@ def test_sdk_disabled_wins(monkeypatch: pytest.MonkeyPatch, telemetry: list[Tele
 def test_console_exporters_need_no_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console, otlp")
     monkeypatch.setenv("OTEL_METRICS_EXPORTER", "console")
-    assert [type(e) for e in span_exporters_from_env()] == [ConsoleSpanExporter, HttpSpanExporter]
+    assert [type(e) for e in span_exporters_from_env()] == [
+        ConsoleSpanExporter,
+        OtlpHttpSpanExporter,
+    ]
     assert [type(e) for e in metric_exporters_from_env()] == [ConsoleMetricExporter]
 
 
@@ -137,7 +135,7 @@ def test_grpc_protocol_per_signal(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/protobuf")
-    assert [type(e) for e in span_exporters_from_env()] == [GrpcSpanExporter]
+    assert [type(e) for e in span_exporters_from_env()] == [OtlpGrpcSpanExporter]
     assert [type(e) for e in metric_exporters_from_env()] == [HttpMetricExporter]
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "grpc")
     assert [type(e) for e in metric_exporters_from_env()] == [GrpcMetricExporter]
