@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import requests
+import urllib3
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
     OTLPSpanExporter as SdkGrpcSpanExporter,
 )
@@ -53,6 +54,8 @@ DEFAULT_TIMEOUT_S = 10.0
 # What OTLP/HTTP calls a passing condition: try again later.
 RETRYABLE_STATUS = frozenset({429, 502, 503, 504})
 MAX_ATTEMPTS = 6
+# What is read of a response: an OTLP answer is a few bytes.
+MAX_RESPONSE_BYTES = 64 * 1024
 _COMPRESSIONS = ("none", "gzip", "deflate")
 
 
@@ -205,22 +208,32 @@ class OtlpHttpSpanExporter(SpanExporter):
                 break
             wait: float | None = None
             try:
-                response = self._session.post(
+                # Streamed, and read no further than a response needs: whatever the
+                # receiver sends back, the broker holds at most that much of it.
+                with self._session.post(
                     self.endpoint,
                     data=data,
                     headers=self._headers,
                     timeout=left,
                     verify=self._verify,
                     cert=self._cert,
-                )
-            except (requests.ConnectionError, requests.Timeout) as error:
+                    stream=True,
+                ) as response:
+                    excerpt = response.raw.read(MAX_RESPONSE_BYTES, decode_content=True)
+            except (
+                requests.ConnectionError,
+                requests.Timeout,
+                urllib3.exceptions.HTTPError,
+            ) as error:
+                # Unreachable, or the connection broke or stalled mid-answer.
                 problem = f"{type(error).__name__}: {error}"
-            except requests.RequestException as error:
+            except (requests.RequestException, OSError) as error:
                 return f"{type(error).__name__}: {error}"
             else:
                 if response.ok:
                     return None
-                problem = f"HTTP {response.status_code} {response.text[:200]!r}"
+                text = excerpt[:200].decode(errors="replace")
+                problem = f"HTTP {response.status_code} {text!r}"
                 if response.status_code not in RETRYABLE_STATUS:
                     return problem
                 wait = _retry_after_s(response)

@@ -205,3 +205,36 @@ def test_the_grpc_exporter_delivers_the_sdks_request() -> None:
         exporter.shutdown()
         server.stop(None)
     assert received == [encode_spans(spans)]
+
+
+def test_a_receiver_that_answers_without_end_is_read_no_further_than_needed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A hostile or broken receiver: a refusal whose body claims a gigabyte, of which it
+    # sends 128 KiB and then nothing, keeping the connection open.
+    listener = socket.create_server(("127.0.0.1", 0))
+    done = threading.Event()
+
+    def answer() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(1 << 20)
+            connection.sendall(
+                b"HTTP/1.1 400 Bad Request\r\nContent-Length: 1000000000\r\n\r\n"
+                + b"x" * (128 * 1024)
+            )
+            done.wait(60)
+
+    answering = threading.Thread(target=answer)
+    answering.start()
+    port = listener.getsockname()[1]
+    exporter = OtlpHttpSpanExporter(f"http://127.0.0.1:{port}/v1/traces", timeout_s=3600)
+    try:
+        with caplog.at_level(logging.WARNING):
+            assert exporter.export(some_spans(1)) is SpanExportResult.FAILURE
+    finally:
+        exporter.shutdown()
+        done.set()
+        answering.join()
+        listener.close()
+    assert "HTTP 400 'xxxx" in caplog.text
