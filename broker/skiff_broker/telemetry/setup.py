@@ -64,8 +64,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SERVICE_NAME = "skiff-broker"
 # Chosen with bench/telemetry_bench.py (see README, "Telemetry"): a sampled request
-# costs the broker ~0.4 ms of CPU (three spans built, encoded and exported), so at 1%
-# sampled traces add under 1% to a ~0.5 ms request; unsampled ones cost what every
+# costs the broker about 1.2 untraced requests more (its spans built, encoded and
+# exported), so at 1% sampled traces add about 1%; unsampled ones cost what every
 # request pays anyway (the SERVER span decision and the histogram samples).
 DEFAULT_SAMPLE_RATIO = 0.01
 _EXPORTERS = ("otlp", "console", "none")
