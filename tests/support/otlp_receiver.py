@@ -27,6 +27,7 @@ import dataclasses
 import gzip
 import json
 import signal
+import ssl
 import sys
 import threading
 import zlib
@@ -115,8 +116,9 @@ class ReceivedSpan:
 
 
 class OtlpReceiver:
-    def __init__(self, *, keep: bool = True) -> None:
-        """``keep=False`` only counts what arrives (for long benchmark runs)."""
+    def __init__(self, *, keep: bool = True, tls: ssl.SSLContext | None = None) -> None:
+        """``keep=False`` only counts what arrives (for long benchmark runs); ``tls``: serve
+        HTTPS with this server context."""
         self._keep = keep
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)
@@ -131,6 +133,10 @@ class OtlpReceiver:
         self.trace_headers: list[dict[str, str]] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
+        self._scheme = "http"
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
+            self._scheme = "https"
         self._thread: threading.Thread | None = None
 
     @property
@@ -140,7 +146,7 @@ class OtlpReceiver:
     @property
     def endpoint(self) -> str:
         """The value for OTEL_EXPORTER_OTLP_ENDPOINT (the exporter adds /v1/traces etc.)."""
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self._scheme}://127.0.0.1:{self.port}"
 
     def start(self) -> OtlpReceiver:
         self._thread = threading.Thread(

@@ -100,7 +100,9 @@ def _timeout_s() -> float:
     except ValueError:
         timeout = -1.0
     if timeout <= 0:
-        log.warning("OTLP timeout %r is not a positive number of seconds; using %g", raw, 10.0)
+        log.warning(
+            "OTLP timeout %r is not a positive number of seconds; using %g", raw, DEFAULT_TIMEOUT_S
+        )
         return DEFAULT_TIMEOUT_S
     return timeout
 
@@ -154,7 +156,10 @@ class OtlpHttpSpanExporter(SpanExporter):
         if compression != "none":
             self._headers["content-encoding"] = compression
         self._verify: bool | str = certificate or True
-        self._cert = (client_certificate, client_key) if client_certificate else None
+        # A client certificate file may hold its key too.
+        self._cert: tuple[str, str] | str | None = None
+        if client_certificate:
+            self._cert = (client_certificate, client_key) if client_key else client_certificate
         self._encoder = SpanEncoder()
         self._session = requests.Session()
         self._closed = threading.Event()

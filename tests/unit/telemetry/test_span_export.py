@@ -6,9 +6,11 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import ssl
 import threading
 from collections.abc import Iterator
 from concurrent import futures
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -23,6 +25,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
+from tests.support.certificate_authority import CertificateAuthority
 from tests.support.otlp_receiver import OtlpReceiver
 
 from skiff_broker.telemetry.span_export import (
@@ -238,3 +241,30 @@ def test_a_receiver_that_answers_without_end_is_read_no_further_than_needed(
         answering.join()
         listener.close()
     assert "HTTP 400 'xxxx" in caplog.text
+
+
+def test_mutual_tls_with_the_certificates_the_variables_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    authority = CertificateAuthority(tmp_path)
+    server_cert, server_key = authority.issue("collector", names=("127.0.0.1",))
+    client_cert, client_key = authority.issue("broker")
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(authority.ca_file))
+    tls.load_cert_chain(server_cert, server_key)
+    tls.verify_mode = ssl.CERT_REQUIRED
+    with OtlpReceiver(tls=tls) as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "5")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", str(authority.ca_file))
+        without_client_cert = OtlpHttpSpanExporter.from_env()
+        with caplog.at_level(logging.WARNING):
+            assert without_client_cert.export(some_spans(1)) is SpanExportResult.FAILURE
+        without_client_cert.shutdown()
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", str(client_cert))
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_CLIENT_KEY", str(client_key))
+        exporter = OtlpHttpSpanExporter.from_env()
+        try:
+            assert exporter.export(some_spans(1)) is SpanExportResult.SUCCESS
+        finally:
+            exporter.shutdown()
+        assert receiver.span_count == 2
