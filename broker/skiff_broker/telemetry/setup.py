@@ -11,9 +11,8 @@ settings from the environment themselves: the broker's own for spans (``span_exp
 whose requests are written without the SDK's encoder), the SDK's for metrics. The
 protocol (``grpc`` or ``http/protobuf``, the default) is chosen here from
 ``OTEL_EXPORTER_OTLP_PROTOCOL`` or the signal's own ``..._TRACES_PROTOCOL`` /
-``..._METRICS_PROTOCOL``. The batch
-span processor and the periodic metric reader read ``OTEL_BSP_*`` and
-``OTEL_METRIC_EXPORT_INTERVAL``.
+``..._METRICS_PROTOCOL``. The batch span processor and the periodic metric reader read
+``OTEL_BSP_*`` and ``OTEL_METRIC_EXPORT_INTERVAL``.
 
 Sampling: ``OTEL_TRACES_SAMPLER`` as the specification defines it. Unset, the
 broker samples ``parentbased_traceidratio`` with the ratio from
