@@ -34,7 +34,7 @@ _IS_REMOTE = 0x200
 # Encoded attributes kept for reuse; past this many the cache starts over (message IDs
 # and other one-off values would otherwise fill it).
 MAX_CACHED_ATTRIBUTES = 4096
-# Resources and scopes kept encoded: a process has a handful.
+# Span names, resources and scopes kept encoded: a process has a handful of each.
 _MAX_CACHED_HOLDERS = 64
 
 
@@ -162,6 +162,8 @@ class SpanEncoder:
             parts += (b"\x22\x08", parent.span_id.to_bytes(8, "big"))
         name = self._names.get(span.name)
         if name is None:
+            if len(self._names) >= _MAX_CACHED_HOLDERS:
+                self._names.clear()
             name = self._names[span.name] = _string(5, span.name)
         parts += (
             name,
@@ -174,31 +176,29 @@ class SpanEncoder:
         self._add_attributes(parts, 9, span.attributes)
         if span.dropped_attributes:
             parts.append(_uint(10, span.dropped_attributes))
-        events = span.events
-        if events:
-            for event in events:
-                event_fields = [
-                    b"\x09",  # time_unix_nano, fixed64
-                    _FIXED64_VALUE.pack(event.timestamp),
-                    _string(2, event.name),
-                ]
-                self._add_attributes(event_fields, 3, event.attributes)
-                event_fields.append(_uint(4, event.dropped_attributes))
-                parts.append(_length_delimited(11, b"".join(event_fields)))
+        for event in span.events:
+            event_fields = [
+                b"\x09",  # time_unix_nano, fixed64
+                _FIXED64_VALUE.pack(event.timestamp),
+                _string(2, event.name),
+            ]
+            self._add_attributes(event_fields, 3, event.attributes)
+            event_fields.append(_uint(4, event.dropped_attributes))
+            parts.append(_length_delimited(11, b"".join(event_fields)))
+        if span.dropped_events:
             parts.append(_uint(12, span.dropped_events))
-        links = span.links
-        if links:
-            for link in links:
-                linked = link.context
-                link_fields = [
-                    b"\x0a\x10",
-                    linked.trace_id.to_bytes(16, "big"),
-                    b"\x12\x08",
-                    linked.span_id.to_bytes(8, "big"),
-                ]
-                self._add_attributes(link_fields, 4, link.attributes)
-                link_fields += (_uint(5, link.dropped_attributes), _flags(6, linked))
-                parts.append(_length_delimited(13, b"".join(link_fields)))
+        for link in span.links:
+            linked = link.context
+            link_fields = [
+                b"\x0a\x10",
+                linked.trace_id.to_bytes(16, "big"),
+                b"\x12\x08",
+                linked.span_id.to_bytes(8, "big"),
+            ]
+            self._add_attributes(link_fields, 4, link.attributes)
+            link_fields += (_uint(5, link.dropped_attributes), _flags(6, linked))
+            parts.append(_length_delimited(13, b"".join(link_fields)))
+        if span.dropped_links:
             parts.append(_uint(14, span.dropped_links))
         status = span.status
         if status.description or status.status_code.value:

@@ -74,9 +74,14 @@ def every_kind_of_span() -> list[ReadableSpan]:
         pass
     for kind in (SpanKind.CLIENT, SpanKind.PRODUCER, SpanKind.INTERNAL):
         other.get_tracer("t").start_span(f"kind-{kind.name}", kind=kind).end()
-    # Past the limits: dropped counts.
-    limited, limited_spans = finished(Resource.get_empty(), SpanLimits(max_span_attributes=2))
-    crowded = limited.get_tracer("t").start_span("crowded", attributes={"a": 1, "b": 2, "c": 3})
+    # Past the limits: dropped counts, also of events and links of which none is kept.
+    limited, limited_spans = finished(
+        Resource.get_empty(), SpanLimits(max_span_attributes=2, max_events=0, max_links=0)
+    )
+    crowded = limited.get_tracer("t").start_span(
+        "crowded", attributes={"a": 1, "b": 2, "c": 3}, links=[Link(REMOTE)]
+    )
+    crowded.add_event("lost")
     crowded.end()
     return [
         *spans.get_finished_spans(),
