@@ -15,20 +15,12 @@ at a request keep working.
 from __future__ import annotations
 
 from ..records.v1 import records_pb2 as rpb
+from ..wire.protobuf_varint import varint
 
 APPEND_METHOD = f"/{rpb.DESCRIPTOR.services_by_name['RecordService'].full_name}/Append"
 # Protobuf keys: field number << 3 | wire type 2 (length-delimited).
 _TOPIC_KEY = bytes(((rpb.AppendRequest.TOPIC_FIELD_NUMBER << 3) | 2,))
 _RECORDS_KEY = bytes(((rpb.AppendRequest.RECORDS_FIELD_NUMBER << 3) | 2,))
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 class EncodedAppendRequest:
@@ -38,9 +30,9 @@ class EncodedAppendRequest:
 
     def __init__(self, topic: str, pieces: list[bytes], records_length: int) -> None:
         raw_topic = topic.encode()
-        head = _TOPIC_KEY + _varint(len(raw_topic)) + raw_topic if raw_topic else b""
+        head = _TOPIC_KEY + varint(len(raw_topic)) + raw_topic if raw_topic else b""
         if records_length:
-            head += _RECORDS_KEY + _varint(records_length)
+            head += _RECORDS_KEY + varint(records_length)
         self.topic = topic
         self._records_at = len(head)
         self.wire = b"".join([head, *pieces]) if pieces else head

@@ -23,6 +23,8 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanContext
 
+from ..wire.protobuf_varint import varint
+
 log = logging.getLogger(__name__)
 
 # Protobuf wire types.
@@ -38,28 +40,12 @@ MAX_CACHED_ATTRIBUTES = 4096
 _MAX_CACHED_HOLDERS = 64
 
 
-_ONE_BYTE = [bytes((value,)) for value in range(0x80)]
-
-
-def _varint(value: int) -> bytes:
-    if 0 <= value < 0x80:
-        return _ONE_BYTE[value]
-    if value < 0:
-        value += 1 << 64  # int64: two's complement in ten bytes
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _tag(field: int, wire_type: int) -> bytes:
-    return _varint(field << 3 | wire_type)
+    return varint(field << 3 | wire_type)
 
 
 def _length_delimited(field: int, payload: bytes) -> bytes:
-    return _tag(field, _LENGTH) + _varint(len(payload)) + payload
+    return _tag(field, _LENGTH) + varint(len(payload)) + payload
 
 
 def _string(field: int, text: str) -> bytes:
@@ -68,7 +54,7 @@ def _string(field: int, text: str) -> bytes:
 
 
 def _uint(field: int, value: int) -> bytes:
-    return _tag(field, _VARINT) + _varint(value) if value else b""
+    return _tag(field, _VARINT) + varint(value) if value else b""
 
 
 def _any_value(value: Any) -> bytes:
@@ -76,13 +62,13 @@ def _any_value(value: Any) -> bytes:
     if value is None:
         return b""
     if isinstance(value, bool):
-        return _tag(2, _VARINT) + _varint(int(value))
+        return _tag(2, _VARINT) + varint(int(value))
     if isinstance(value, str):
         return _length_delimited(1, value.encode())
     if isinstance(value, int):
         if not -(2**63) <= value < 2**63:
             raise ValueError(f"{value} does not fit in an int64")
-        return _tag(3, _VARINT) + _varint(value)
+        return _tag(3, _VARINT) + varint(value)
     if isinstance(value, float):
         return _tag(4, _FIXED64) + struct.pack("<d", value)
     if isinstance(value, bytes):
