@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
@@ -31,12 +30,8 @@ from skiff_broker.telemetry.store_observer import StoreTelemetry
 ENDPOINT = "http://127.0.0.1:4318"
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test starts from no OTEL_* variable at all, whatever the machine has."""
-    for name in list(os.environ):
-        if name.startswith("OTEL_"):
-            monkeypatch.delenv(name)
+# Each test starts from no OTEL_* variable at all, whatever the machine has.
+pytestmark = pytest.mark.usefixtures("no_otel_env")
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ settings from the standard OTEL_EXPORTER_OTLP_* variables."""
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import ssl
 import threading
@@ -34,12 +33,8 @@ from skiff_broker.telemetry.span_export import (
     parse_headers,
 )
 
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith("OTEL_"):
-            monkeypatch.delenv(name)
+# Each test starts from no OTEL_* variable at all, whatever the machine has.
+pytestmark = pytest.mark.usefixtures("no_otel_env")
 
 
 @pytest.fixture
