@@ -176,7 +176,8 @@ class OtlpReceiver:
     def _refusal(self, headers: dict[str, str]) -> tuple[int, str | None] | None:
         with self._lock:
             self.trace_posts += 1
-            self.trace_headers.append(headers)
+            if self._keep:
+                self.trace_headers.append(headers)
             return self._refusals.pop(0) if self._refusals else None
 
     # -- what arrived -------------------------------------------------------
