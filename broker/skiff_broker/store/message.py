@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..wire.body_crc import body_crc
 from ..wire.hosts import decode_host, encode_host, host_flags
 from ..wire.properties import (
     ID_ONLY_PREFIX,
@@ -22,7 +23,6 @@ from ..wire.properties import (
 from ..wire.record_codec import (
     CorruptRecordError,
     StoredMessage,
-    body_crc,
     decode_record,
     offset_message_id,
 )

@@ -40,10 +40,10 @@ import mmap
 import re
 import struct
 import typing
-import zlib
 
 import numpy as np
 
+from .body_crc import crc32
 from .field_arrays import fields_at
 from .record_layout import (
     BLANK_MAGIC,
@@ -198,7 +198,7 @@ def check_record(
         body_at = pos + header_size
         # A temporary view: released as soon as the CRC is taken (an mmap may close later).
         body = (buf if buf.__class__ is memoryview else memoryview(buf))[body_at:topic_at]
-        if zlib.crc32(body) & 0x7FFFFFFF != crc:
+        if crc32(body) & 0x7FFFFFFF != crc:
             return RecordProblem("it fails its body CRC", where, True)
     return size
 
@@ -267,7 +267,7 @@ def check_run(
     unpack = _FAST.unpack_from
     short = SHORT.unpack_from
     ascii_tails = _ASCII_TAILS
-    crc32 = zlib.crc32
+    crc_of = crc32
     last_header = end - _PLAIN_SIZE - 3
     pos = start
     records = 0
@@ -294,7 +294,7 @@ def check_run(
                         and ascii_tails[topic_length](buf, topic_at + 1, record_end)
                         and (
                             not check_crc
-                            or crc32(view[topic_at - body_length : topic_at]) & 0x7FFFFFFF == crc
+                            or crc_of(view[topic_at - body_length : topic_at]) & 0x7FFFFFFF == crc
                         )
                     ):
                         pos = record_end
@@ -323,7 +323,7 @@ def _check_run_framing(
     """
     unpack = _FAST.unpack_from
     short = SHORT.unpack_from
-    crc32 = zlib.crc32
+    crc_of = crc32
     last_header = end - _PLAIN_SIZE - 3
     # PHYSICALOFFSET minus position is the same for every record of the run.
     shift = base
@@ -350,7 +350,7 @@ def _check_run_framing(
                         and properties_at + short(buf, properties_at - 2)[0] == record_end
                         and (
                             not check_crc
-                            or crc32(view[topic_at - body_length : topic_at]) & 0x7FFFFFFF == crc
+                            or crc_of(view[topic_at - body_length : topic_at]) & 0x7FFFFFFF == crc
                         )
                     ):
                         pos = record_end
@@ -432,10 +432,10 @@ def _framed_prefix(
     ok[1:] &= record_end[:-1] == starts[1:]
     accepted = len(ok) if ok.all() else int(np.argmin(ok))
     if check_crc and accepted:
-        # One zlib call per body, the iteration in C: no Python step per record.
+        # One CRC call per body, the iteration in C: no Python step per record.
         bodies = map(slice, (at[:accepted] + _PLAIN_SIZE).tolist(), topic_at[:accepted].tolist())
         crcs = np.fromiter(
-            map(zlib.crc32, map(view.__getitem__, bodies)), dtype=np.int64, count=accepted
+            map(crc32, map(view.__getitem__, bodies)), dtype=np.int64, count=accepted
         )
         matched = (crcs & 0x7FFFFFFF) == field(at[:accepted] + BODY_CRC_OFFSET, ">i4")
         if not matched.all():

@@ -8,9 +8,9 @@ and ``decode_record`` returns only records it accepts.
 from __future__ import annotations
 
 import dataclasses
-import zlib
 from collections.abc import Iterable
 
+from .body_crc import body_crc, crc32
 from .hosts import decode_host
 from .properties import Property, decode_properties
 from .record_check import check_record
@@ -31,11 +31,6 @@ _NO_HOST = bytes(8)
 
 class CorruptRecordError(ValueError):
     """A record the validator refuses: it is never returned."""
-
-
-def body_crc(body: bytes | bytearray | memoryview) -> int:
-    """RocketMQ keeps the CRC32 of the body with its sign bit cleared."""
-    return zlib.crc32(body) & 0x7FFFFFFF
 
 
 def topic_problem(topic: bytes) -> str | None:
@@ -93,7 +88,7 @@ def encode_record_into(
     blob += header.pack(
         length,
         MESSAGE_MAGIC,
-        zlib.crc32(body) & 0x7FFFFFFF,
+        body_crc(body),
         queue_id,
         flag,
         0,
@@ -141,7 +136,7 @@ def client_record_pieces(
     pack = header.pack
     fixed = header.size + len(topic_field) + 2
     magic = MESSAGE_MAGIC
-    crc32 = zlib.crc32
+    crc_of = crc32
     short = SHORT.pack
     no_host = _NO_HOST
     append = pieces.append
@@ -152,7 +147,7 @@ def client_record_pieces(
             pack(
                 length,
                 magic,
-                crc32(body) & 0x7FFFFFFF,
+                crc_of(body) & 0x7FFFFFFF,
                 0,
                 0,
                 0,
