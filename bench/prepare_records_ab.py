@@ -14,6 +14,7 @@ client code, so only the door differs.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import statistics
@@ -49,6 +50,13 @@ def time_door(batch_path: str, records: int, seconds: float) -> None:
     from skiff_broker.wire.property_names import producer_property_problem
 
     data = Path(batch_path).read_bytes()
+    # Older trees take the producer's property rules as an argument; newer ones always
+    # apply them.
+    rules = (
+        {"check_properties": producer_property_problem}
+        if "check_properties" in inspect.signature(prepare_records).parameters
+        else {}
+    )
 
     def once() -> None:
         prepare_records(
@@ -59,7 +67,7 @@ def time_door(batch_path: str, records: int, seconds: float) -> None:
             store_host=bytes(8),
             max_message_size=4 * 1024 * 1024,
             born_default=1,
-            check_properties=producer_property_problem,
+            **rules,
         )
 
     for _ in range(20):  # warm-up

@@ -46,7 +46,6 @@ from ..store.prepared_records import prepare_records
 from ..store.results import NOT_WRITTEN_YET, GetStatus, PutResult, PutStatus
 from ..telemetry import conventions as cv
 from ..telemetry.traffic import NO_TRAFFIC, TrafficObserver
-from ..wire import property_names as prop
 from .v1 import records_pb2 as rpb
 from .v1 import records_pb2_grpc
 
@@ -124,7 +123,6 @@ class RecordService(records_pb2_grpc.RecordServiceServicer):
                 store_host=store.commit_log.store_host,
                 max_message_size=store.config.max_message_size,
                 born_default=int(time.time() * 1000),
-                check_properties=prop.producer_property_problem,
             )
         except AppendRejected as exc:
             await _abort(

@@ -123,13 +123,23 @@ MAX_USER_PROPERTIES = 128
 MAX_USER_PROPERTIES_BYTES = 16 * 1024
 
 
+def message_id_problem(message_id: str) -> str | None:
+    """Why a producer's message may not have this ID (its UNIQ_KEY); None if it may.
+
+    A message whose only property is its ID passes ``producer_property_problem`` exactly
+    when its ID passes this: the Append door checks a run of such records by their IDs.
+    """
+    return None if message_id.strip() else "it needs a UNIQ_KEY property: the message ID"
+
+
 def producer_property_problem(properties: dict[str, str]) -> str | None:
     """Why a producer's message may not carry these properties; None if it may.
 
     ``properties`` are a stored record's: the user's plus TAGS, KEYS and UNIQ_KEY.
     """
-    if not properties.get(UNIQ_KEY, "").strip():
-        return "it needs a UNIQ_KEY property: the message ID"
+    problem = message_id_problem(properties.get(UNIQ_KEY, ""))
+    if problem is not None:
+        return problem
     user = 0
     size = 0
     for name, value in properties.items():
