@@ -113,8 +113,7 @@ class BrokerMetrics(TrafficObserver):
             )
         tally.messages += len(sizes)
         tally.bytes += sum(sizes)
-        for size in sizes:
-            self._message_size.record(size, key)
+        self._message_size.record_each(sizes, key)
 
     def delivered(self, topic: str, group: str, count: int, size: int) -> None:
         tally = self._out.get((topic, group))

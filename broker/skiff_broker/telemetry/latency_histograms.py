@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import operator
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -88,6 +89,30 @@ class ExplicitBucketHistogram:
                 point.min = value
             if value > point.max:
                 point.max = value
+
+    def record_each(self, values: Sequence[float], key: tuple[Any, ...]) -> None:
+        """Adds one sample of each of ``values`` to the point of ``key``: what ``record``
+        does for each, with one call and one lock for the lot (an append's message sizes).
+        """
+        if not values:
+            return
+        bounds = self.bounds
+        counted = [0] * (len(bounds) + 1)
+        for value in values:
+            counted[bisect.bisect_left(bounds, value)] += 1
+        total = sum(values)
+        low = min(values)
+        high = max(values)
+        with self._lock:
+            point = self._points.get(key)
+            if point is None:
+                point = self._points[key] = self._new_point(key)
+            point.counts = list(map(operator.add, point.counts, counted))
+            point.sum += total
+            if low < point.min:
+                point.min = low
+            if high > point.max:
+                point.max = high
 
     def _new_point(self, key: tuple[Any, ...]) -> _Point:
         attributes = {**self._constant, **dict(zip(self.labels, key, strict=True))}

@@ -66,6 +66,32 @@ def test_points_match_what_the_sdk_histogram_would_report() -> None:
     assert by_label(metric.data.data_points) == by_label(expected_metric.data.data_points)
 
 
+def test_recording_values_together_is_recording_each() -> None:
+    def histogram() -> Any:
+        return HistogramSet("t").histogram(
+            "size", unit="By", description="", bounds=cv.MESSAGE_SIZE_BUCKETS, labels=("k",)
+        )
+
+    one_by_one, together = histogram(), histogram()
+    sizes = {"a": [1, 1024, 1025, 4 * 1024 * 1024, 100, 9_000_000], "b": [0, 7]}
+    for label, values in sizes.items():
+        for value in values:
+            one_by_one.record(value, (label,))
+        together.record_each(values[:3], (label,))
+        together.record_each(values[3:], (label,))
+    together.record_each([], ("c",))
+
+    def points(histogram: Any) -> list[tuple]:
+        metric = histogram.metric(now_ns=1)
+        return sorted(
+            (p.attributes["k"], p.count, p.sum, list(p.bucket_counts), p.min, p.max)
+            for p in metric.data.data_points
+        )
+
+    assert points(together) == points(one_by_one)
+    assert len(points(together)) == 2
+
+
 def test_nothing_recorded_means_nothing_to_export() -> None:
     histograms = HistogramSet(cv.STORE_SCOPE)
     histograms.histogram("latency", unit="s", description="", bounds=(1.0,), labels=())
