@@ -71,6 +71,11 @@ def message_needs(messages: Sequence[Message]) -> LogicsNeeds:
 
 
 def prepared_needs(batch: PreparedRecords) -> LogicsNeeds:
+    run = batch.run
+    if run is not None:
+        # A unit each, and one key each (its message ID).
+        count = len(run.sizes)
+        return LogicsNeeds({(run.topic, run.queue_id): count}, count, count - 1)
     counter = _NeedsCounter()
     for _, _, _, request in batch.layout:
         counter.add(request.topic, request.queue_id, request.sys_flag, len(request.keys))

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from .commit_log import CommitLog
 from .consume_queue import BLANK_UNIT_SIZE, ConsumeQueue
 from .consume_queue_table import ConsumeQueueTable
-from .dispatch_request import DispatchRequest, index_keys
+from .dispatch_request import DispatchRequest, QueueRun, index_keys
 from .hashing import tag_hash
 from .index_service import IndexService
 from .mapped_file import MappedFile
@@ -179,7 +179,19 @@ def request_of(data: bytes, pos: int, size: int, topics: dict[bytes, str]) -> Di
     )
 
 
-def _end_of(batch: list[DispatchRequest]) -> int:
+# What the commit log hands over for each append: a request a record, or a run.
+HandedBatch = list[DispatchRequest] | QueueRun
+
+
+def _start_of(batch: HandedBatch) -> int:
+    if isinstance(batch, QueueRun):
+        return batch.physical_offsets[0]
+    return batch[0].physical_offset
+
+
+def _end_of(batch: HandedBatch) -> int:
+    if isinstance(batch, QueueRun):
+        return batch.physical_offsets[-1] + batch.sizes[-1]
     last = batch[-1]
     return last.physical_offset + last.size
 
@@ -249,7 +261,7 @@ class Dispatcher(ServiceThread):
         # Store timestamp of the newest dispatched record, for the checkpoint.
         self.last_store_timestamp = 0
         self._listeners: list[ArrivalListener] = []
-        self._handed: collections.deque[list[DispatchRequest]] = collections.deque()
+        self._handed: collections.deque[HandedBatch] = collections.deque()
         self._progress = threading.Condition()
         self._progress_waiters = 0  # threads in wait_dispatched (changed under _progress)
 
@@ -260,14 +272,15 @@ class Dispatcher(ServiceThread):
         """Called after commits: there may be records to dispatch."""
         self.wakeup()
 
-    def hand(self, requests: list[DispatchRequest]) -> None:
-        """Take an appended batch's requests, so its records need not be parsed again.
+    def hand(self, batch: HandedBatch) -> None:
+        """Take an appended batch's requests (or run), so its records need not be parsed
+        again.
 
         Called in log order. Past a backlog limit batches are not kept; the
         dispatcher then parses the log until it reaches the batches it has.
         """
         if len(self._handed) < _HANDED_BATCHES_MAX:
-            self._handed.append(requests)
+            self._handed.append(batch)
         self.wakeup()
 
     # -- dispatching --------------------------------------------------------
@@ -280,18 +293,14 @@ class Dispatcher(ServiceThread):
             if handed is not None:
                 # Every handed batch that is readable now, in one pass: one arrival
                 # notice and one progress notice for all of them.
+                batches = [handed]
                 end = _end_of(handed)
-                more = self._take_handed(end, readable)
-                if more is not None:
-                    handed = handed + more
+                while (more := self._take_handed(end, readable)) is not None:
+                    batches.append(more)
                     end = _end_of(more)
-                    while (more := self._take_handed(end, readable)) is not None:
-                        handed += more
-                        end = _end_of(more)
-                self._dispatch(handed)
+                count += self._dispatch_handed(batches)
                 # Only now: a failed dispatch is retried from where it stood.
                 self.reput_offset = end
-                count += len(handed)
                 self._announce_progress()
                 continue
             got = self._commit_log.read_segment_tail(self.reput_offset, self._read_chunk)
@@ -395,7 +404,7 @@ class Dispatcher(ServiceThread):
             except Exception:
                 log.exception("could not record damage at %d", damage.offset)
 
-    def _take_handed(self, at: int, readable: int) -> list[DispatchRequest] | None:
+    def _take_handed(self, at: int, readable: int) -> HandedBatch | None:
         """The next handed batch if it starts at commit-log offset ``at`` and is readable
         (ends by ``readable``).
 
@@ -406,7 +415,7 @@ class Dispatcher(ServiceThread):
         handed = self._handed
         while handed:
             batch = handed[0]
-            first = batch[0].physical_offset
+            first = _start_of(batch)
             if first < at:
                 handed.popleft()  # already dispatched by parsing
                 continue
@@ -418,10 +427,59 @@ class Dispatcher(ServiceThread):
             return batch
         return None
 
-    def _dispatch(self, requests: list[DispatchRequest]) -> None:
-        if not requests:
-            return
+    def _dispatch_handed(self, batches: list[HandedBatch]) -> int:
+        """Dispatch handed batches in log order; returns the number of records.
+
+        A run that continues its queue is written as it is; anything else (a replay, a
+        gap) goes through the record-by-record rules, merged with the requests around it.
+        """
         touched: set[tuple[str, int]] = set()
+        requests: list[DispatchRequest] = []
+        count = 0
+        for batch in batches:
+            if not isinstance(batch, QueueRun):
+                requests += batch
+                count += len(batch)
+                continue
+            run = batch
+            count += len(run.sizes)
+            if requests:
+                touched |= self._dispatch_requests(requests)
+                requests = []
+            cq = self._consume_queues.find_or_create(run.topic, run.queue_id)
+            if run.queue_offset != cq.max_offset:
+                requests = run.requests()
+                continue
+            no_tag = [tag_hash("")] * len(run.sizes)
+            cq.put_run(run.queue_offset, run.physical_offsets, run.sizes, no_tag)
+            touched.add((run.topic, run.queue_id))
+            if self._index is not None:
+                self._index.build_id_run(
+                    run.topic, run.message_ids, run.physical_offsets, run.store_timestamp
+                )
+            self.last_store_timestamp = run.store_timestamp
+        if requests:
+            touched |= self._dispatch_requests(requests)
+        self._tell(touched)
+        return count
+
+    def _dispatch(self, requests: list[DispatchRequest]) -> None:
+        self._tell(self._dispatch_requests(requests))
+
+    def _tell(self, touched: set[tuple[str, int]]) -> None:
+        """Tell the arrival listeners which queues got new messages."""
+        if touched:
+            for listener in self._listeners:
+                try:
+                    listener(touched)
+                except Exception:
+                    log.exception("arrival listener failed")
+
+    def _dispatch_requests(self, requests: list[DispatchRequest]) -> set[tuple[str, int]]:
+        """Write the units and index keys of ``requests``; returns the queues written."""
+        touched: set[tuple[str, int]] = set()
+        if not requests:
+            return touched
         # Records whose placement cannot be true are neither queued nor indexed.
         unplaced: set[int] = set()
         count = len(requests)
@@ -474,12 +532,7 @@ class Dispatcher(ServiceThread):
             if indexed:
                 self._index.build_run(indexed)
         self.last_store_timestamp = requests[-1].store_timestamp
-        if touched:
-            for listener in self._listeners:
-                try:
-                    listener(touched)
-                except Exception:
-                    log.exception("arrival listener failed")
+        return touched
 
     def _placement_possible(self, cq: ConsumeQueue, r: DispatchRequest) -> bool:
         """False for a record whose queue id or offset cannot be true (damaged, outside the CRC),

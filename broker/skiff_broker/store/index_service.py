@@ -241,6 +241,28 @@ class IndexService:
             # Only now: until its keys are in, the records' promise still holds space.
             self._built_through = requests[-1].physical_offset
 
+    def build_id_run(
+        self, topic: str, message_ids: list[str], offsets: list[int], store_timestamp: int
+    ) -> None:
+        """``build_run`` for records of ``topic`` at ``offsets``, stored at one time, each
+        indexed under its message ID alone (none empty): without a request a record."""
+        with self._lock:
+            current = self._files[-1] if self._files else None
+        covered = current.end_phy_offset if current is not None else -1
+        if len(message_ids) < _ARRAY_MIN_KEYS or offsets[0] <= covered:
+            # Short, or (partly) indexed already: the record-by-record rules decide.
+            self.build_run(
+                [
+                    DispatchRequest(topic, 0, 0, offset, 0, 0, store_timestamp, "", [message_id])
+                    for offset, message_id in zip(offsets, message_ids, strict=True)
+                ]
+            )
+            return
+        keys = [_index_key(topic, message_id) for message_id in message_ids]
+        self._put_keys(keys, offsets, [store_timestamp] * len(keys))
+        # Only now: until its keys are in, the records' promise still holds space.
+        self._built_through = offsets[-1]
+
     def _put_keys(self, keys: list[str], offsets: list[int], stamps: list[int]) -> None:
         """Entries for ``keys`` (of records at ``offsets``, stored at ``stamps``), in order,
         rolling to a new file whenever the newest is full."""

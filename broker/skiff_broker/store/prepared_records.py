@@ -48,7 +48,7 @@ from ..wire.record_layout import (
     store_timestamp_offset,
 )
 from .commit_log import AppendRejected, AppendStatus
-from .dispatch_request import DispatchRequest, index_keys
+from .dispatch_request import DispatchRequest, QueueRun, index_keys
 
 # Bits a client may set in SYSFLAG; hosts and transaction state are the broker's.
 _CLIENT_SYS_FLAGS = COMPRESSED
@@ -65,10 +65,18 @@ class PreparedRecords:
     topic: str
     queue_id: int
     blob: bytearray
-    # Per record, as CommitLog.append_encoded takes it.
+    # Per record, as CommitLog.append_encoded takes it; empty for a usual run.
     layout: list[tuple[int, int, bool, DispatchRequest]]
     # Per record, its body's length as stored (compressed if its SYSFLAG says so).
     body_sizes: list[int]
+    # A usual run instead of a layout, as CommitLog.append_run takes it: the records
+    # start in ``blob`` at ``starts``.
+    run: QueueRun | None = None
+    starts: np.ndarray | None = None
+
+    @property
+    def count(self) -> int:
+        return len(self.body_sizes)
 
 
 def prepare_records(
@@ -343,16 +351,8 @@ def _usual_run(
     given = born != 0
     blocks[given, _BORN_TIMESTAMP_BYTES] = born[given].astype(">i8").view(np.uint8).reshape(-1, 8)
     np.frombuffer(blob, dtype=np.uint8)[block_at] = blocks
-    layout = [
-        (
-            start,
-            STORE_TIMESTAMP_OFFSET,
-            True,
-            DispatchRequest(topic, queue_id, 0, 0, length, 0, 0, "", [key]),
-        )
-        for start, length, key in zip(starts.tolist(), size.tolist(), keys, strict=True)
-    ]
-    return PreparedRecords(topic, queue_id, blob, layout, body_length.tolist())
+    run = QueueRun(topic, queue_id, keys, size.tolist())
+    return PreparedRecords(topic, queue_id, blob, [], body_length.tolist(), run, starts)
 
 
 def _refused(

@@ -297,9 +297,15 @@ class StoreWriter:
         )
 
     async def put_records_async(self, batch: PreparedRecords) -> PutResult:
+        commit_log = self.commit_log
+        run, starts = batch.run, batch.starts
         return await self._put_async(
-            self._observer.append(batch.topic, batch.queue_id, len(batch.layout), self._flush_type),
-            lambda: self.commit_log.append_encoded(batch.blob, batch.layout),
+            self._observer.append(batch.topic, batch.queue_id, batch.count, self._flush_type),
+            (
+                (lambda: commit_log.append_encoded(batch.blob, batch.layout))
+                if run is None or starts is None
+                else (lambda: commit_log.append_run(batch.blob, starts, run))
+            ),
             prepared_needs(batch),
         )
 

@@ -150,7 +150,8 @@ def test_a_unary_call_carries_its_message_metadata_peer_and_deadline():
     assert metadata["user-agent"].startswith("grpc-python")
     assert not any(key.startswith(":") or key == "grpc-timeout" for key in metadata)
     assert rig.peers[0].startswith("ipv4:127.0.0.1:")
-    assert 0 < rig.remaining[0] <= 20
+    # gRPC core may round the timeout it sends up to a coarser unit (20.1 s was seen).
+    assert 0 < rig.remaining[0] <= 20.5
     assert rig.remaining[1] is None
 
 

@@ -18,9 +18,10 @@ from hypothesis import strategies as st
 
 from skiff_broker.store import prepared_records as door
 from skiff_broker.store.commit_log import AppendRejected
+from skiff_broker.store.dispatch_request import DispatchRequest
 from skiff_broker.wire.properties import ID_ONLY_PREFIX, encode_properties, id_only_properties
 from skiff_broker.wire.record_codec import encode_client_record, topic_field
-from skiff_broker.wire.record_layout import COMPRESSED, PLAIN_HEADER
+from skiff_broker.wire.record_layout import COMPRESSED, PLAIN_HEADER, STORE_TIMESTAMP_OFFSET
 
 TOPIC = "orders"
 RUN = door._RUN_MIN_RECORDS
@@ -63,9 +64,28 @@ def verdict(data: bytes, *, numpy_path: bool, **hosts: bytes) -> object:
         bytes(prepared.blob),
         prepared.topic,
         prepared.queue_id,
-        prepared.layout,
+        layout_of(prepared),
         prepared.body_sizes,
     )
+
+
+def layout_of(prepared: door.PreparedRecords) -> list[tuple]:
+    """The per-record layout the commit log is handed; for a run, what it stands for."""
+    run = prepared.run
+    if run is None:
+        return prepared.layout
+    assert not prepared.layout and prepared.starts is not None
+    return [
+        (
+            start,
+            STORE_TIMESTAMP_OFFSET,
+            True,
+            DispatchRequest(run.topic, run.queue_id, 0, 0, size, 0, 0, "", [message_id]),
+        )
+        for start, size, message_id in zip(
+            prepared.starts.tolist(), run.sizes, run.message_ids, strict=True
+        )
+    ]
 
 
 def _compressed(body: bytes) -> bytes:
