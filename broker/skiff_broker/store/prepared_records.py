@@ -259,6 +259,12 @@ def prepare_records(
 # Records from which an append is first tried as a usual run: below it numpy's fixed cost
 # per call outweighs the loop's per record.
 _RUN_MIN_RECORDS = 48
+# The 32-bit fields a run's check reads, by offset: TOTALSIZE, MAGIC, BODYCRC, SYSFLAG and
+# BODYLENGTH, read unsigned (a negative length fails as a huge one).
+_RUN_FIELDS = np.array([0, 4, BODY_CRC_OFFSET, SYSFLAG_OFFSET, PLAIN_HEADER.size - 4])
+# The bytes a message ID may hold in a usual record: ASCII but the two separators, as
+# record_check's inline pattern allows in a property value.
+_ID_BYTES = np.array([byte == 0 or 3 <= byte < 0x80 for byte in range(256)])
 # Where FLAG (after QUEUEID) and BORNTIMESTAMP lie in the block _BROKER_FIELDS packs.
 _FLAG_BYTES = slice(4, 8)
 _BORN_AT = BORN_TIMESTAMP_OFFSET - QUEUE_ID_OFFSET
@@ -287,51 +293,46 @@ def _usual_run(
     end = len(data)
     count = len(starts)
     bytes_at = np.frombuffer(data, dtype=np.uint8)
-
-    def field(positions: np.ndarray, dtype: str) -> np.ndarray:
-        return fields_at(data, end, positions, dtype)
-
     # ``record_starts`` leaves room for a whole minimal record after every start.
-    size = field(starts, ">i4")
-    body_length = field(starts + (PLAIN_HEADER.size - 4), ">i4")
+    size, magic, crc, sys_flag, body_length = fields_at(
+        data, end, starts[:, None] + _RUN_FIELDS, ">u4"
+    ).T
     record_end = starts + size
     encoded = topic.encode()
-    topic_field = bytes((len(encoded),)) + encoded
-    # TOPICLENGTH and TOPIC, then the two bytes of PROPERTIESLENGTH.
-    properties_at = starts + PLAIN_HEADER.size + body_length + (len(topic_field) + 2)
-    properties_size = int(record_end[0] - properties_at[0])
-    id_size = properties_size - len(ID_ONLY_PREFIX) - 1
+    # After the body: TOPICLENGTH, TOPIC, PROPERTIESLENGTH, UNIQ_KEY\x01, the ID, \x02.
+    fixed = bytes((len(encoded),)) + encoded
+    tail_at = starts + PLAIN_HEADER.size + body_length
+    tail_size = int(record_end[0] - tail_at[0])
+    properties_size = tail_size - len(fixed) - 2
+    id_at = len(fixed) + 2 + len(ID_ONLY_PREFIX)
+    id_size = tail_size - id_at - 1
     if not (
         record_end[-1] == end
         and (record_end[:-1] == starts[1:]).all()
-        and (field(starts + 4, ">u4") == MESSAGE_MAGIC).all()
-        and not field(starts + SYSFLAG_OFFSET, ">i4").any()
+        and (magic == MESSAGE_MAGIC).all()
+        and not sys_flag.any()
         and (body_length > 0).all()
         and (body_length <= max_message_size).all()
         and id_size > 0
         and properties_size <= MAX_PROPERTIES_LENGTH
-        and (record_end - properties_at == properties_size).all()
+        and (record_end - tail_at == tail_size).all()
     ):
         return None
-    # From here every record is whole, and its topic and properties lie inside it.
-    topic_at = properties_at - (len(topic_field) + 2)
-    expected = np.frombuffer(topic_field + properties_size.to_bytes(2, "big"), dtype=np.uint8)
-    if not (bytes_at[topic_at[:, None] + np.arange(len(expected))] == expected).all():
-        return None
-    properties = bytes_at[properties_at[:, None] + np.arange(properties_size)]
-    ids = properties[:, len(ID_ONLY_PREFIX) : -1]
+    # From here every record is whole, and its tail lies inside it.
+    fixed += properties_size.to_bytes(2, "big") + ID_ONLY_PREFIX
+    tails = bytes_at[tail_at[:, None] + np.arange(tail_size)]
+    ids = tails[:, id_at:-1]
     if not (
-        (properties[:, : len(ID_ONLY_PREFIX)] == np.frombuffer(ID_ONLY_PREFIX, np.uint8)).all()
-        and (properties[:, -1] == 2).all()
-        # The ASCII a property value may hold: neither separator.
-        and ((ids == 0) | ((ids >= 3) & (ids < 0x80))).all()
+        (tails[:, :id_at] == np.frombuffer(fixed, dtype=np.uint8)).all()
+        and (tails[:, -1] == 2).all()
+        and _ID_BYTES[ids].all()
     ):
         return None
     body_at = (starts + PLAIN_HEADER.size).tolist()
     with memoryview(data) as view:
-        bodies = map(view.__getitem__, map(slice, body_at, topic_at.tolist()))
+        bodies = map(view.__getitem__, map(slice, body_at, tail_at.tolist()))
         crcs = np.fromiter(map(crc32, bodies), dtype=np.int64, count=count)
-    if not ((crcs & 0x7FFFFFFF) == field(starts + BODY_CRC_OFFSET, ">i4")).all():
+    if not ((crcs & 0x7FFFFFFF) == crc).all():
         return None
     text = ids.tobytes().decode("ascii")
     keys = [text[at : at + id_size] for at in range(0, len(text), id_size)]
@@ -347,7 +348,7 @@ def _usual_run(
     blocks = np.repeat(block[None, :], count, axis=0)
     block_at = (starts + QUEUE_ID_OFFSET)[:, None] + np.arange(len(block))
     blocks[:, _FLAG_BYTES] = bytes_at[block_at[:, _FLAG_BYTES]]
-    born = field(starts + BORN_TIMESTAMP_OFFSET, ">i8")
+    born = fields_at(data, end, starts + BORN_TIMESTAMP_OFFSET, ">i8")
     given = born != 0
     blocks[given, _BORN_TIMESTAMP_BYTES] = born[given].astype(">i8").view(np.uint8).reshape(-1, 8)
     np.frombuffer(blob, dtype=np.uint8)[block_at] = blocks

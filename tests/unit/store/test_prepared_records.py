@@ -98,6 +98,7 @@ CHANGES = {
     "born unset": lambda body: record(body, born=0),
     "longer ID": lambda body: record(body, "0A0000010000A1B2C3D4E5F60000000AFF"),
     "blank ID": lambda body: record(body, " " * 32),
+    "spaces in ID": lambda body: record(body, "0A000001 0000A1B2C3D4E5F6000000\t"),
     "empty ID": lambda body: record(body, ""),
     "non-ASCII ID": lambda body: record(body, "0A0000010000A1B2C3D4E5F6000000é"),
     "ID not UTF-8": lambda body: record(body, properties=ID_ONLY_PREFIX + b"\xff" * 32 + b"\x02"),
@@ -149,7 +150,10 @@ def test_a_run_gets_the_same_verdict_with_or_without_numpy(run: tuple[bytes, str
     assert verdict(data, numpy_path=True) == verdict(data, numpy_path=False)
 
 
-@pytest.mark.parametrize("change", ["none", "born unset"])
+USUAL = ["none", "born unset", "spaces in ID"]
+
+
+@pytest.mark.parametrize("change", USUAL)
 def test_a_producers_run_is_prepared_with_numpy_as_the_loop_would(change: str) -> None:
     bodies = [bytes([n]) * (1 + n * 7 % 500) for n in range(RUN + 3)]
     data = b"".join(CHANGES[change](body) for body in bodies)
@@ -162,7 +166,7 @@ def test_a_producers_run_is_prepared_with_numpy_as_the_loop_would(change: str) -
     assert fast.body_sizes == [len(body) for body in bodies]
 
 
-@pytest.mark.parametrize("change", sorted(set(CHANGES) - {"none", "born unset"}))
+@pytest.mark.parametrize("change", sorted(set(CHANGES) - set(USUAL)))
 def test_an_unusual_record_sends_the_run_to_the_loop(change: str) -> None:
     bodies = [bytes([n]) * (1 + n) for n in range(RUN)]
     records = [record(body) for body in bodies]
