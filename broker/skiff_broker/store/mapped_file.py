@@ -17,6 +17,8 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from .errors import DiskFullError, SegmentWriteError, StoreCorruptError
 
 if TYPE_CHECKING:
@@ -270,11 +272,7 @@ class MappedFile:
                 _pwrite_all(self._fd, view[:first], pos)
                 return
             staged = bytearray(view[first:])
-            for start in heads[1:]:
-                # A last piece may be shorter than a head.
-                staged[start - first : start - first + _HEAD] = _ZEROS[
-                    : min(_HEAD, len(view) - start)
-                ]
+            _zero_heads(staged, heads, first)
             _pwrite_all(self._fd, staged, pos + first)
             last = heads[-1]
             _pwrite_all(self._fd, view[: min(last + _HEAD, len(view))], pos)
@@ -374,6 +372,23 @@ class MappedFile:
             f"MappedFile({os.path.basename(self.path)}, wrote={self.wrote_position}, "
             f"committed={self.committed_position}, flushed={self.flushed_position})"
         )
+
+
+# Heads zeroed with one numpy store from this many: fewer cost less one slice at a time.
+_ARRAY_MIN_HEADS = 16
+
+
+def _zero_heads(staged: bytearray, heads: Sequence[int], first: int) -> None:
+    """Zero the head of every record but the first in ``staged``, a batch's bytes from
+    byte ``first``; a last piece may be shorter than a head."""
+    if len(heads) < _ARRAY_MIN_HEADS:
+        for start in heads[1:]:
+            staged[start - first : start - first + _HEAD] = _ZEROS[
+                : min(_HEAD, len(staged) + first - start)
+            ]
+        return
+    at = (np.asarray(heads[1:]) - first)[:, None] + np.arange(_HEAD)
+    np.frombuffer(staged, dtype=np.uint8)[at[at < len(staged)]] = 0
 
 
 def _pwrite_all(fd: int, data: bytes | bytearray | memoryview, pos: int) -> None:

@@ -164,6 +164,9 @@ LAYOUTS = {
     "two-large": ((0, 16_000), 40_000),
     "four-large": ((0, 120, 16_000, 39_000), 40_000),
     "short-last-large": ((0, 39_996), 40_000),
+    # Enough records for the heads to be zeroed as an array.
+    "many-large": (tuple(range(0, 40_000, 1_000)), 40_000),
+    "many-short-last-large": ((*range(0, 39_000, 1_000), 39_995), 40_000),
 }
 
 
