@@ -35,6 +35,7 @@ from ..wire.record_check import check_run, record_starts
 from ..wire.record_codec import topic_problem
 from ..wire.record_layout import (
     BODY_CRC_OFFSET,
+    BORN_HOST_OFFSET,
     BORN_TIMESTAMP_OFFSET,
     COMPRESSED,
     MAX_PROPERTIES_LENGTH,
@@ -265,10 +266,16 @@ _RUN_FIELDS = np.array([0, 4, BODY_CRC_OFFSET, SYSFLAG_OFFSET, PLAIN_HEADER.size
 # The bytes a message ID may hold in a usual record: ASCII but the two separators, as
 # record_check's inline pattern allows in a property value.
 _ID_BYTES = np.array([byte == 0 or 3 <= byte < 0x80 for byte in range(256)])
-# Where FLAG (after QUEUEID) and BORNTIMESTAMP lie in the block _BROKER_FIELDS packs.
-_FLAG_BYTES = slice(4, 8)
-_BORN_AT = BORN_TIMESTAMP_OFFSET - QUEUE_ID_OFFSET
-_BORN_TIMESTAMP_BYTES = slice(_BORN_AT, _BORN_AT + 8)
+# The broker's fields of a run's records, by offset: QUEUEID, BORNHOST (IPv4-sized), then
+# STOREHOST, RECONSUMETIMES and PREPARED TRANSACTION OFFSET, up to BODYLENGTH.
+_RUN_BROKER_COLUMNS = np.concatenate(
+    [
+        np.arange(QUEUE_ID_OFFSET, QUEUE_ID_OFFSET + 4),
+        np.arange(BORN_HOST_OFFSET, BORN_HOST_OFFSET + 8),
+        np.arange(STORE_TIMESTAMP_OFFSET + 8, PLAIN_HEADER.size - 4),
+    ]
+)
+assert len(_RUN_BROKER_COLUMNS) == 4 + 8 + 8 + 4 + 8
 
 
 def _usual_run(
@@ -291,7 +298,6 @@ def _usual_run(
     true by each record ending where the next starts.
     """
     end = len(data)
-    count = len(starts)
     bytes_at = np.frombuffer(data, dtype=np.uint8)
     # ``record_starts`` leaves room for a whole minimal record after every start.
     size, magic, crc, sys_flag, body_length = fields_at(
@@ -328,10 +334,15 @@ def _usual_run(
         and _ID_BYTES[ids].all()
     ):
         return None
-    body_at = (starts + PLAIN_HEADER.size).tolist()
     with memoryview(data) as view:
-        bodies = map(view.__getitem__, map(slice, body_at, tail_at.tolist()))
-        crcs = np.fromiter(map(crc32, bodies), dtype=np.int64, count=count)
+        crcs = np.array(
+            [
+                crc32(view[body_at:body_end])
+                for body_at, body_end in zip(
+                    (starts + PLAIN_HEADER.size).tolist(), tail_at.tolist(), strict=True
+                )
+            ]
+        )
     if not ((crcs & 0x7FFFFFFF) == crc).all():
         return None
     text = ids.tobytes().decode("ascii")
@@ -339,19 +350,20 @@ def _usual_run(
     if any(map(message_id_problem, keys)):
         return None
 
-    # The broker's fields, written in place: one block of _BROKER_FIELDS a record.
+    # The broker's fields, written in place. QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP
+    # are left as they came: the commit log writes them when it appends the run.
     blob = bytearray(data)
-    block = np.frombuffer(
-        _BROKER_FIELDS.pack(queue_id, 0, 0, born_default, born_host, 0, store_host, 0, 0),
+    writable = np.frombuffer(blob, dtype=np.uint8)
+    writable[starts[:, None] + _RUN_BROKER_COLUMNS] = np.frombuffer(
+        queue_id.to_bytes(4, "big", signed=True) + born_host + store_host + bytes(12),
         dtype=np.uint8,
     )
-    blocks = np.repeat(block[None, :], count, axis=0)
-    block_at = (starts + QUEUE_ID_OFFSET)[:, None] + np.arange(len(block))
-    blocks[:, _FLAG_BYTES] = bytes_at[block_at[:, _FLAG_BYTES]]
     born = fields_at(data, end, starts + BORN_TIMESTAMP_OFFSET, ">i8")
-    given = born != 0
-    blocks[given, _BORN_TIMESTAMP_BYTES] = born[given].astype(">i8").view(np.uint8).reshape(-1, 8)
-    np.frombuffer(blob, dtype=np.uint8)[block_at] = blocks
+    if not born.all():
+        unborn = starts[born == 0] + BORN_TIMESTAMP_OFFSET
+        writable[unborn[:, None] + np.arange(8)] = np.frombuffer(
+            born_default.to_bytes(8, "big", signed=True), dtype=np.uint8
+        )
     run = QueueRun(topic, queue_id, keys, size.tolist())
     return PreparedRecords(topic, queue_id, blob, [], body_length.tolist(), run, starts)
 
