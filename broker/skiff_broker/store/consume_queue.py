@@ -146,14 +146,14 @@ class ConsumeQueue:
         if not self.queue.files:
             self._min_logical_offset = queue_offset
         written = 0
-        while written < len(data):
-            mf = self.queue.last_file_for_append(start_offset=expected + written)
-            take = min(mf.remaining, len(data) - written)
-            position = mf.wrote_position
-            mf.write_target[position : position + take] = data[written : written + take]
-            # Readers see units only up to here: each file's are complete when they do.
-            mf.wrote_position = position + take
-            written += take
+        with memoryview(data) as view:
+            while written < len(data):
+                mf = self.queue.last_file_for_append(start_offset=expected + written)
+                take = min(mf.remaining, len(data) - written)
+                # Readers see units only up to the new end: each file's are complete when
+                # they do. A page or more is written with pwrite, outside the GIL.
+                mf.append(view[written : written + take])
+                written += take
         self.max_physical_offset = physical_offsets[-1] + sizes[-1]
 
     def _fill_blank(self, current: int, expected: int):
