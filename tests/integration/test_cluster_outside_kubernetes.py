@@ -18,7 +18,7 @@ import pytest
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
-from tests.k8s.cluster_members import CLUSTER_DEADLINE_S, pull_all, route
+from tests.k8s.cluster_members import CLUSTER_DEADLINE_S, pull_all, pull_every_group, route
 from tests.support.broker_process import BrokerProcess, create_topics, data_dir_of, start_broker
 from tests.support.certificate_authority import CertificateAuthority
 from tests.support.waiting import wait_for
@@ -182,7 +182,7 @@ def test_cluster_peers_put_every_groups_queues_in_routes(brokers: Brokers) -> No
         return [r.message_id for r in receipts]
 
     sent = set(asyncio.run(produce()))
-    on_a, on_b = pull_all(a.endpoint), pull_all(b.endpoint, queues=6)
+    on_a, on_b = pull_every_group([(a.endpoint, 4), (b.endpoint, 6)], sent, TOPIC)
     assert on_a and on_b, "the producer wrote to one group only"
     assert on_a.keys() | on_b.keys() == sent
     # A pull consumer reads its own group's queues from the broker it is given.

@@ -188,6 +188,20 @@ def pull_all(endpoint: str, topic: str = TOPIC, queues: int = QUEUES) -> dict[st
     return {m: body for m, (body, _, _) in pull_placed(endpoint, topic, queues).items()}
 
 
+def pull_every_group(
+    groups: list[tuple[str, int]], sent: set[str], topic: str = TOPIC
+) -> list[dict[str, bytes]]:
+    """``pull_all`` of each (endpoint, queue count), once every message of ``sent`` is on
+    one of them: a message is readable once its broker has dispatched it, which can be
+    just after its acknowledgement."""
+
+    def pulled() -> list[dict[str, bytes]] | None:
+        found = [pull_all(endpoint, topic, queues) for endpoint, queues in groups]
+        return found if set().union(*found) >= sent else None
+
+    return wait_for(pulled, "every acknowledged message to be readable", CLUSTER_DEADLINE_S)
+
+
 def pull_placed(
     endpoint: str, topic: str = TOPIC, queues: int = QUEUES
 ) -> dict[str, tuple[bytes, int, int]]:

@@ -22,7 +22,14 @@ from rocketmq import (
     Producer,
     SimpleConsumer,
 )
-from tests.k8s.cluster_members import CLUSTER, CLUSTER_DEADLINE_S, TOPIC, Cluster, pull_all, route
+from tests.k8s.cluster_members import (
+    CLUSTER,
+    CLUSTER_DEADLINE_S,
+    TOPIC,
+    Cluster,
+    pull_every_group,
+    route,
+)
 from tests.support.kube_control_plane import ControlPlane, free_port
 from tests.support.waiting import wait_for
 
@@ -101,7 +108,7 @@ def test_one_bootstrap_endpoint_reaches_the_queues_of_every_group(cluster: Clust
     }
 
     sent = send(a.endpoint, 120, b"order")
-    on_a, on_b = pull_all(a.endpoint), pull_all(b.endpoint, queues=2)
+    on_a, on_b = pull_every_group([(a.endpoint, 4), (b.endpoint, 2)], set(sent))
     assert on_a and on_b, "the producer used only one group"
     assert on_a.keys() | on_b.keys() == sent.keys()
 
