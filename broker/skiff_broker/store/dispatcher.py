@@ -454,9 +454,7 @@ class Dispatcher(ServiceThread):
             cq.put_run(run.queue_offset, run.physical_offsets, run.sizes, no_tag)
             touched.add((run.topic, run.queue_id))
             if self._index is not None:
-                self._index.build_id_run(
-                    run.topic, run.message_ids, run.physical_offsets, run.store_timestamp
-                )
+                self._index.build_id_run(run)
             self.last_store_timestamp = run.store_timestamp
         if requests:
             touched |= self._dispatch_requests(requests)

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from .dispatch_request import DispatchRequest
+from .dispatch_request import DispatchRequest, QueueRun
 from .hashing import index_key_hashes
 from .index_file import IndexFile, index_file_size
 from .mapped_file import RESERVED_SUFFIX, reserve_file
@@ -241,25 +241,19 @@ class IndexService:
             # Only now: until its keys are in, the records' promise still holds space.
             self._built_through = requests[-1].physical_offset
 
-    def build_id_run(
-        self, topic: str, message_ids: list[str], offsets: list[int], store_timestamp: int
-    ) -> None:
-        """``build_run`` for records of ``topic`` at ``offsets``, stored at one time, each
-        indexed under its message ID alone (none empty): without a request a record."""
+    def build_id_run(self, run: QueueRun) -> None:
+        """``build_run`` for a dispatched run (each record indexed under its message ID
+        alone), without a request a record."""
+        offsets = run.physical_offsets
         with self._lock:
             current = self._files[-1] if self._files else None
         covered = current.end_phy_offset if current is not None else -1
-        if len(message_ids) < _ARRAY_MIN_KEYS or offsets[0] <= covered:
+        if len(offsets) < _ARRAY_MIN_KEYS or offsets[0] <= covered:
             # Short, or (partly) indexed already: the record-by-record rules decide.
-            self.build_run(
-                [
-                    DispatchRequest(topic, 0, 0, offset, 0, 0, store_timestamp, "", [message_id])
-                    for offset, message_id in zip(offsets, message_ids, strict=True)
-                ]
-            )
+            self.build_run(run.requests())
             return
-        keys = [_index_key(topic, message_id) for message_id in message_ids]
-        self._put_keys(keys, offsets, [store_timestamp] * len(keys))
+        keys = [_index_key(run.topic, message_id) for message_id in run.message_ids]
+        self._put_keys(keys, offsets, [run.store_timestamp] * len(keys))
         # Only now: until its keys are in, the records' promise still holds space.
         self._built_through = offsets[-1]
 
