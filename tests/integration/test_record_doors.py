@@ -30,6 +30,7 @@ from tests.support.broker_process import (
     running_broker,
     start_broker,
 )
+from tests.support.queue_ends import wait_until_dispatched
 
 from skiff_broker.client.pull_consumer import PullConsumer
 from skiff_broker.client.records import encode_record, topic_field
@@ -60,7 +61,8 @@ def append(stub: records_pb2_grpc.RecordServiceStub, records: list[bytes]) -> li
 
 
 def all_messages(endpoint: str) -> dict[str, bytes]:
-    """Every message of TOPIC, by ID."""
+    """Every message of TOPIC, by ID, once all acknowledged ones are readable."""
+    wait_until_dispatched(endpoint)
     with PullConsumer(endpoint) as consumer:
         got = {}
         for queue in consumer.queue_ranges(TOPIC):

@@ -22,6 +22,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
 from tests.support.broker_process import create_topics, data_dir_of, running_broker, start_broker
+from tests.support.queue_ends import wait_until_dispatched
 
 from skiff_broker.client.pull_consumer import PullConsumer
 from skiff_broker.metadata.topic_table import TopicConfig
@@ -91,6 +92,7 @@ def test_every_message_send_accepts_survives_a_crash(
         broker.kill()
 
     with running_broker(tmp_path) as restarted, PullConsumer(restarted.endpoint) as consumer:
+        wait_until_dispatched(restarted.endpoint)  # recovery redispatches in the background
         stored = list(consumer.read_range(TOPIC, 0, 0, consumer.max_offset(TOPIC, 0)))
         log = restarted.log()
     assert "commit log cut" not in log

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 from pyspark.errors import StreamingQueryException
 from tests.support.broker_fixture import module_broker
-from tests.support.queue_ends import wait_for_messages
+from tests.support.queue_ends import wait_for_messages, wait_until_dispatched
 
 from skiff_broker.client.admin import AdminClient
 from skiff_broker.client.messaging import MessagingClient, OutgoingMessage
@@ -17,6 +17,8 @@ broker = module_broker("spark-write")
 
 
 def everything_in(endpoint: str, topic: str) -> list[PulledMessage]:
+    """Every message of the topic, once all acknowledged ones are readable."""
+    wait_until_dispatched(endpoint)
     with PullConsumer(endpoint) as consumer:
         return [
             message
@@ -42,7 +44,6 @@ def test_batch_write_stores_every_row_once_with_its_fields(spark, broker):
         .mode("append")
         .save()
     )
-    wait_for_messages(broker.endpoint, "sw-batch", 1000)
     stored = everything_in(broker.endpoint, "sw-batch")
     assert Counter(m.body for m in stored) == Counter(body for body, *_ in rows)
     by_body = {m.body: m for m in stored}

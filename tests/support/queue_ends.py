@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+from skiff_broker.client.admin import AdminClient
 from skiff_broker.client.pull_consumer import PullConsumer
 
 DISPATCH_DEADLINE_S = 30.0
@@ -23,4 +24,19 @@ def wait_for_messages(endpoint: str, topic: str, total: int) -> dict[int, int]:
                 return ends
             if time.monotonic() > end:
                 raise AssertionError(f"{topic} holds {sum(ends.values())} of {total} messages")
+            time.sleep(0.05)
+
+
+def wait_until_dispatched(endpoint: str) -> None:
+    """Wait until everything the broker acknowledged before this call can be pulled.
+
+    The dispatcher indexes the commit log in order, so once it has passed the log's
+    end as it stands now, every message acknowledged so far is in its queue.
+    """
+    end = time.monotonic() + DISPATCH_DEADLINE_S
+    with AdminClient(endpoint) as admin:
+        written = admin.broker_info().commit_log_max_offset
+        while (dispatched := admin.broker_info().dispatched_offset) < written:
+            if time.monotonic() > end:
+                raise AssertionError(f"dispatched {dispatched} of {written} commit log bytes")
             time.sleep(0.05)
