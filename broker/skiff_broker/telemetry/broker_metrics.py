@@ -1,15 +1,16 @@
 """RocketMQ 5's broker metrics: messages and bytes in and out, message sizes, and each
 consumer group's ready, in-flight and lagging messages.
 
-Counts are added once per request with the request's totals, to plain integers kept
-per topic (and type or group), which the OpenTelemetry counters read when collected (a
-scrape or an export): a request pays two integer additions, not the SDK's per-call
-bookkeeping, and a 32-message batch costs what one message does. The tallies are
-written on the event loop's thread only and read whole from a collecting thread, so
-a collection never sees a half-made one. Message sizes go into the broker's own cheap
-histogram (``latency_histograms``), one bisect per message. The consumer gauges are
-computed when read, from the queues' offsets: nothing is kept up to date on the hot
-path.
+Messages and bytes in are the message size histogram's count and sum (the broker's
+own cheap histogram, ``latency_histograms``): a stored message is one size sample, so a
+send request pays one list extend, and the counters read the histogram when
+collected (a scrape or an export). Messages and bytes out are added once per request
+with the request's totals, to plain integers kept per topic and group, which the
+counters read when collected: two integer additions, not the SDK's per-call
+bookkeeping. Those tallies are written on the event loop's thread only and read whole
+from a collecting thread, so a collection never sees a half-made one. The consumer
+gauges are computed when read, from the queues' offsets: nothing is kept up to date on
+the hot path.
 
 Every point carries RocketMQ's ``cluster``, ``node_type`` and ``node_id`` labels.
 """
@@ -22,7 +23,7 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from ..delivery.backlog import GroupBacklog
 from . import conventions as cv
-from .latency_histograms import HistogramSet
+from .latency_histograms import ExplicitBucketHistogram, HistogramSet
 from .traffic import TrafficObserver
 
 
@@ -55,6 +56,23 @@ def _tally_reader(
     return observe
 
 
+def _count(count: int, total: float) -> int:
+    return count
+
+
+def _total(count: int, total: float) -> int:
+    return int(total)  # body sizes are integers; their float sum is exact below 2**53
+
+
+def _size_reader(
+    sizes: ExplicitBucketHistogram, value: Callable[[int, float], int]
+) -> Callable[[CallbackOptions], Iterable[Observation]]:
+    def observe(options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(value(count, total), a) for a, count, total in sizes.totals()]
+
+    return observe
+
+
 class BrokerMetrics(TrafficObserver):
     def __init__(
         self,
@@ -70,22 +88,6 @@ class BrokerMetrics(TrafficObserver):
             cv.LABEL_NODE_TYPE: cv.NODE_TYPE_BROKER,
             cv.LABEL_NODE_ID: node_id,
         }
-        self._in: dict[tuple[str, str], _Tally] = {}
-        self._out: dict[tuple[str, str], _Tally] = {}
-        for name, description, tallies, value in (
-            (cv.MESSAGES_IN, "Messages stored (count)", self._in, _messages),
-            (cv.THROUGHPUT_IN, "Body bytes of the messages stored (bytes)", self._in, _bytes),
-            (cv.MESSAGES_OUT, "Messages delivered to consumers (count)", self._out, _messages),
-            (
-                cv.THROUGHPUT_OUT,
-                "Bytes of the messages delivered: bodies, whole records for a record fetch",
-                self._out,
-                _bytes,
-            ),
-        ):
-            meter.create_observable_counter(
-                name, callbacks=[_tally_reader(tallies, value)], description=description
-            )
         self._message_size = histograms.histogram(
             cv.MESSAGE_SIZE,
             unit="",
@@ -94,6 +96,28 @@ class BrokerMetrics(TrafficObserver):
             labels=(cv.LABEL_TOPIC, cv.LABEL_MESSAGE_TYPE),
             constant=self._common,
         )
+        self._out: dict[tuple[str, str], _Tally] = {}
+        meter.create_observable_counter(
+            cv.MESSAGES_IN,
+            callbacks=[_size_reader(self._message_size, _count)],
+            description="Messages stored (count)",
+        )
+        meter.create_observable_counter(
+            cv.THROUGHPUT_IN,
+            callbacks=[_size_reader(self._message_size, _total)],
+            description="Body bytes of the messages stored (bytes)",
+        )
+        for name, description, value in (
+            (cv.MESSAGES_OUT, "Messages delivered to consumers (count)", _messages),
+            (
+                cv.THROUGHPUT_OUT,
+                "Bytes of the messages delivered: bodies, whole records for a record fetch",
+                _bytes,
+            ),
+        ):
+            meter.create_observable_counter(
+                name, callbacks=[_tally_reader(self._out, value)], description=description
+            )
         self._backlog = backlog
         for name, description, value in (
             (cv.CONSUMER_LAG, "Messages a group has not consumed yet", _lag),
@@ -105,15 +129,7 @@ class BrokerMetrics(TrafficObserver):
             )
 
     def received(self, topic: str, message_type: str, sizes: Sequence[int]) -> None:
-        key = (topic, message_type)
-        tally = self._in.get(key)
-        if tally is None:
-            tally = self._in[key] = _Tally(
-                {**self._common, cv.LABEL_TOPIC: topic, cv.LABEL_MESSAGE_TYPE: message_type}
-            )
-        tally.messages += len(sizes)
-        tally.bytes += sum(sizes)
-        self._message_size.record_each(sizes, key)
+        self._message_size.record_each(sizes, (topic, message_type))
 
     def delivered(self, topic: str, group: str, count: int, size: int) -> None:
         tally = self._out.get((topic, group))

@@ -2,7 +2,8 @@
 
 The SDK's ``Histogram.record`` costs several microseconds per call (attribute
 handling, view matching, exemplar sampling), more than the append it measures. Here
-a sample is one bisect into the explicit buckets and a few additions under one lock.
+a sample is one list append; numpy sorts the values into buckets a few hundred at a
+time.
 The cumulative points become ordinary SDK ``Metric`` objects (the data model the
 SDK's own readers produce), which :class:`PeriodicHistogramExport` hands to the
 configured ``MetricExporter`` s (OTLP, console) every export interval and at shutdown.
@@ -10,14 +11,13 @@ configured ``MetricExporter`` s (OTLP, console) every export interval and at shu
 
 from __future__ import annotations
 
-import bisect
 import logging
-import operator
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
     Histogram,
@@ -42,10 +42,15 @@ class _Point:
     def __init__(self, attributes: Mapping[str, Any], buckets: int) -> None:
         self.attributes = dict(attributes)
         self.start_ns = time.time_ns()
-        self.counts = [0] * buckets
+        self.counts = np.zeros(buckets, dtype=np.int64)
         self.sum = 0.0
         self.min = float("inf")
         self.max = float("-inf")
+
+
+# Pending values of a point folded into its buckets at once: a bound on what waits
+# (a few KiB a point), and enough that numpy's per-call cost is spread thin.
+FOLD_AT = 256
 
 
 class ExplicitBucketHistogram:
@@ -54,6 +59,14 @@ class ExplicitBucketHistogram:
 
     A point is named by a tuple of label values, one for each of ``labels``; its
     attributes (those labels and ``constant``) are built once, when it first appears.
+
+    Recording only appends to the point's list of pending values; the values are
+    folded into the buckets, sum, min and max with numpy once :data:`FOLD_AT` of them
+    wait, and whenever the points are read. So a sample costs a list append, not a
+    bucket search and a lock. Invariants: recorders take no lock, because they only
+    ever add at a list's end (a single ``append``/``extend``, atomic under the GIL); only
+    a fold removes values, and only from the front, under ``_lock``, which also
+    serializes the folds; a read folds first, so it sees every value recorded before it.
     """
 
     def __init__(
@@ -70,65 +83,87 @@ class ExplicitBucketHistogram:
         self.description = description
         self.bounds = tuple(bounds)
         self.labels = tuple(labels)
+        self._bounds = np.array(self.bounds, dtype=np.float64)
         self._constant = dict(constant or {})
         self._points: dict[tuple[Any, ...], _Point] = {}
+        self._pending: dict[tuple[Any, ...], list[float]] = {}
         # Appends record on the event loop and on executor threads alike.
         self._lock = threading.Lock()
 
     def record(self, value: float, key: tuple[Any, ...], samples: int = 1) -> None:
         """Adds ``samples`` samples of ``value`` to the point of ``key``, the values of
         ``labels`` in their order."""
-        bucket = bisect.bisect_left(self.bounds, value)
-        with self._lock:
-            point = self._points.get(key)
-            if point is None:
-                point = self._points[key] = self._new_point(key)
-            point.counts[bucket] += samples
-            point.sum += value * samples
-            if value < point.min:
-                point.min = value
-            if value > point.max:
-                point.max = value
+        pending = self._pending.get(key)
+        if pending is None:
+            pending = self._add_point(key)
+        if samples == 1:
+            pending.append(value)
+        else:
+            pending.extend([value] * samples)
+        if len(pending) >= FOLD_AT:
+            self._fold(key, pending)
 
     def record_each(self, values: Sequence[float], key: tuple[Any, ...]) -> None:
-        """Adds one sample of each of ``values`` to the point of ``key``: what ``record``
-        does for each, with one call and one lock for the lot (an append's message sizes).
-        """
+        """Adds one sample of each of ``values`` to the point of ``key`` (an append's
+        message sizes)."""
         if not values:
-            return
-        bounds = self.bounds
-        counted = [0] * (len(bounds) + 1)
-        for value in values:
-            counted[bisect.bisect_left(bounds, value)] += 1
-        total = sum(values)
-        low = min(values)
-        high = max(values)
-        with self._lock:
-            point = self._points.get(key)
-            if point is None:
-                point = self._points[key] = self._new_point(key)
-            point.counts = list(map(operator.add, point.counts, counted))
-            point.sum += total
-            if low < point.min:
-                point.min = low
-            if high > point.max:
-                point.max = high
+            return  # no point appears for nothing
+        pending = self._pending.get(key)
+        if pending is None:
+            pending = self._add_point(key)
+        pending.extend(values)
+        if len(pending) >= FOLD_AT:
+            self._fold(key, pending)
 
-    def _new_point(self, key: tuple[Any, ...]) -> _Point:
-        attributes = {**self._constant, **dict(zip(self.labels, key, strict=True))}
-        return _Point(attributes, len(self.bounds) + 1)
+    def totals(self) -> list[tuple[dict[str, Any], int, float]]:
+        """Each point's attributes, number of samples and their sum, so far."""
+        with self._lock:
+            self._fold_all()
+            return [(p.attributes, int(p.counts.sum()), p.sum) for p in list(self._points.values())]
+
+    def _add_point(self, key: tuple[Any, ...]) -> list[float]:
+        with self._lock:
+            if key not in self._points:
+                attributes = {**self._constant, **dict(zip(self.labels, key, strict=True))}
+                self._points[key] = _Point(attributes, len(self.bounds) + 1)
+            # The point exists before its list can be seen: a fold always finds it.
+            return self._pending.setdefault(key, [])
+
+    def _fold(self, key: tuple[Any, ...], pending: list[float]) -> None:
+        with self._lock:
+            self._fold_locked(self._points[key], pending)
+
+    def _fold_all(self) -> None:
+        for key, pending in list(self._pending.items()):
+            if pending:
+                self._fold_locked(self._points[key], pending)
+
+    def _fold_locked(self, point: _Point, pending: list[float]) -> None:
+        taken = len(pending)
+        if not taken:
+            return  # another fold took them
+        values = np.array(pending[:taken], dtype=np.float64)
+        del pending[:taken]  # only what was taken: recorders may have added since
+        # searchsorted's "left" is bisect_left: the first bound >= value, as the SDK buckets.
+        point.counts += np.bincount(
+            np.searchsorted(self._bounds, values), minlength=len(point.counts)
+        )
+        point.sum += float(values.sum())
+        point.min = min(point.min, float(values.min()))
+        point.max = max(point.max, float(values.max()))
 
     def metric(self, now_ns: int) -> Metric | None:
         """The cumulative points so far; None before the first sample."""
         with self._lock:
+            self._fold_all()
             points = [
                 HistogramDataPoint(
                     attributes=dict(p.attributes),
                     start_time_unix_nano=p.start_ns,
                     time_unix_nano=now_ns,
-                    count=sum(p.counts),
+                    count=int(p.counts.sum()),
                     sum=p.sum,
-                    bucket_counts=list(p.counts),
+                    bucket_counts=p.counts.tolist(),
                     explicit_bounds=self.bounds,
                     min=p.min,
                     max=p.max,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any
 
@@ -16,7 +17,11 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 
 from skiff_broker.telemetry import conventions as cv
-from skiff_broker.telemetry.latency_histograms import HistogramSet, PeriodicHistogramExport
+from skiff_broker.telemetry.latency_histograms import (
+    FOLD_AT,
+    HistogramSet,
+    PeriodicHistogramExport,
+)
 
 # On, between and beyond the bucket bounds, for two attribute sets.
 SAMPLES = [
@@ -64,6 +69,83 @@ def test_points_match_what_the_sdk_histogram_would_report() -> None:
         }
 
     assert by_label(metric.data.data_points) == by_label(expected_metric.data.data_points)
+
+
+def test_many_samples_match_the_sdk_across_folds() -> None:
+    # More samples than wait before a fold: most are folded while recording.
+    reader = InMemoryMetricReader()
+    sdk = MeterProvider(metric_readers=[reader]).get_meter("t")
+    sdk_histogram = sdk.create_histogram(
+        "latency", unit="s", explicit_bucket_boundaries_advisory=cv.LATENCY_BUCKETS_S
+    )
+    mine = HistogramSet("t").histogram(
+        "latency", unit="s", description="", bounds=cv.LATENCY_BUCKETS_S, labels=("k",)
+    )
+    values = [(i % 997) * 1e-5 for i in range(3 * FOLD_AT + 17)]
+    for value in values:
+        sdk_histogram.record(value, {"k": "a"})
+        mine.record(value, ("a",))
+    mine.record(0.002, ("a",), samples=FOLD_AT + 1)
+    sdk_histogram.record(0.002, {"k": "a"})  # and FOLD_AT more below
+    for _ in range(FOLD_AT):
+        sdk_histogram.record(0.002, {"k": "a"})
+
+    (expected,) = reader.get_metrics_data().resource_metrics[0].scope_metrics[0].metrics
+    (want,) = expected.data.data_points
+    metric = mine.metric(now_ns=1)
+    assert metric is not None
+    (got,) = metric.data.data_points
+    assert (got.count, list(got.bucket_counts), got.min, got.max) == (
+        want.count,
+        list(want.bucket_counts),
+        want.min,
+        want.max,
+    )
+    assert abs(got.sum - want.sum) < 1e-9
+
+
+def test_samples_recorded_by_threads_while_read_are_each_counted_once() -> None:
+    histogram = HistogramSet("t").histogram(
+        "size", unit="By", description="", bounds=cv.MESSAGE_SIZE_BUCKETS, labels=("k",)
+    )
+    threads, per_thread = 4, 20_000
+    reads: list[int] = []
+    done = threading.Event()
+
+    def record(n: int) -> None:
+        for i in range(per_thread):
+            if i % 3:
+                histogram.record(n, ("a",))
+            else:
+                histogram.record_each([n, n], ("a",))
+
+    def read() -> None:
+        while not done.is_set():
+            reads.append(sum(count for _, count, _ in histogram.totals()))
+
+    # Threads switch every microsecond instead of every 5 ms: a recorder often runs
+    # in the middle of a fold.
+    switch_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        reader = threading.Thread(target=read)
+        reader.start()
+        recorders = [threading.Thread(target=record, args=(n,)) for n in range(1, threads + 1)]
+        for thread in recorders:
+            thread.start()
+        for thread in recorders:
+            thread.join()
+        done.set()
+        reader.join()
+    finally:
+        sys.setswitchinterval(switch_interval)
+
+    per_thread_samples = per_thread + len(range(0, per_thread, 3))
+    ((attributes, count, total),) = histogram.totals()
+    assert attributes == {"k": "a"}
+    assert count == threads * per_thread_samples
+    assert total == sum(n * per_thread_samples for n in range(1, threads + 1))
+    assert reads == sorted(reads), "a read saw fewer samples than one before it"
 
 
 def test_recording_values_together_is_recording_each() -> None:
