@@ -64,9 +64,10 @@ class ExplicitBucketHistogram:
     folded into the buckets, sum, min and max with numpy once :data:`FOLD_AT` of them
     wait, and whenever the points are read. So a sample costs a list append, not a
     bucket search and a lock. Invariants: recorders take no lock, because they only
-    ever add at a list's end (a single ``append``/``extend``, atomic under the GIL); only
-    a fold removes values, and only from the front, under ``_lock``, which also
-    serializes the folds; a read folds first, so it sees every value recorded before it.
+    ever add at a list's end (``append``/``extend``, each item added atomically under
+    the GIL); only a fold removes values, and only those it has taken, from the front,
+    under ``_lock``, which also serializes the folds; a read folds first, so it sees
+    every value recorded before it.
     """
 
     def __init__(
