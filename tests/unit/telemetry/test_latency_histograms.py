@@ -19,6 +19,7 @@ from opentelemetry.sdk.resources import Resource
 from skiff_broker.telemetry import conventions as cv
 from skiff_broker.telemetry.latency_histograms import (
     FOLD_AT,
+    ExplicitBucketHistogram,
     HistogramSet,
     PeriodicHistogramExport,
 )
@@ -37,7 +38,8 @@ SAMPLES = [
 ]
 
 
-def test_points_match_what_the_sdk_histogram_would_report() -> None:
+def sdk_and_mine() -> tuple[InMemoryMetricReader, Any, ExplicitBucketHistogram]:
+    """A reader of an SDK latency histogram, that histogram, and the broker's own."""
     reader = InMemoryMetricReader()
     sdk = MeterProvider(metric_readers=[reader]).get_meter("t")
     sdk_histogram = sdk.create_histogram(
@@ -46,6 +48,11 @@ def test_points_match_what_the_sdk_histogram_would_report() -> None:
     mine = HistogramSet("t").histogram(
         "latency", unit="s", description="", bounds=cv.LATENCY_BUCKETS_S, labels=("k",)
     )
+    return reader, sdk_histogram, mine
+
+
+def test_points_match_what_the_sdk_histogram_would_report() -> None:
+    reader, sdk_histogram, mine = sdk_and_mine()
     for value, label in SAMPLES:
         sdk_histogram.record(value, {"k": label})
         mine.record(value, (label,))
@@ -73,14 +80,7 @@ def test_points_match_what_the_sdk_histogram_would_report() -> None:
 
 def test_many_samples_match_the_sdk_across_folds() -> None:
     # More samples than wait before a fold: most are folded while recording.
-    reader = InMemoryMetricReader()
-    sdk = MeterProvider(metric_readers=[reader]).get_meter("t")
-    sdk_histogram = sdk.create_histogram(
-        "latency", unit="s", explicit_bucket_boundaries_advisory=cv.LATENCY_BUCKETS_S
-    )
-    mine = HistogramSet("t").histogram(
-        "latency", unit="s", description="", bounds=cv.LATENCY_BUCKETS_S, labels=("k",)
-    )
+    reader, sdk_histogram, mine = sdk_and_mine()
     values = [(i % 997) * 1e-5 for i in range(3 * FOLD_AT + 17)]
     for value in values:
         sdk_histogram.record(value, {"k": "a"})
