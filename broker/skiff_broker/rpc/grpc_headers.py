@@ -42,7 +42,7 @@ OK_TRAILERS = encode_headers([("grpc-status", "0")])
 class RequestHeaders:
     """The parts of a request's header list the server acts on."""
 
-    __slots__ = ("content_type", "encoding", "headers", "method", "path", "timeout")
+    __slots__ = ("content_type", "encoding", "headers", "method", "path", "timeout", "traceparent")
 
     # Header lists are short (a dozen fields): a scan costs less than a dict per request.
 
@@ -54,6 +54,9 @@ class RequestHeaders:
         self.encoding = ""
         # Seconds; None: no deadline. An unreadable value is treated as none (grpc does too).
         self.timeout: float | None = None
+        # The caller's W3C trace context, looked for on every call where telemetry is on:
+        # kept here, where every header is looked at anyway, instead of a scan per call.
+        self.traceparent: str | None = None
         for name, value in headers:
             if name[0] == ":":
                 if name == ":path":
@@ -66,6 +69,8 @@ class RequestHeaders:
                 self.timeout = parse_timeout(value)
             elif name == "grpc-encoding":
                 self.encoding = value
+            elif name == "traceparent" and self.traceparent is None:
+                self.traceparent = value
 
     def value(self, key: str) -> str | None:
         """The first value of the (lowercase, not ``-bin``) header ``key``, or None."""

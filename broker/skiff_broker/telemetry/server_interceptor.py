@@ -53,11 +53,15 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 
 def _parent_context(context: Any) -> Context | None:
     """The caller's trace context; None when the caller sent none."""
-    # The broker's own server answers one key without building the whole metadata.
-    value_of = getattr(context, "metadata_value", None)
-    if value_of is None:
+    # The broker's own server found traceparent when it read the headers, and answers
+    # one key without building the whole metadata.
+    headers = getattr(context, "request_headers", None)
+    if headers is not None:
+        traceparent = headers.traceparent
+        value_of = headers.value
+    else:
         value_of = _propagated(context.invocation_metadata()).get
-    traceparent = value_of("traceparent")
+        traceparent = value_of("traceparent")
     if traceparent is None:
         return None
     carrier = {"traceparent": traceparent}
@@ -182,7 +186,13 @@ class TracingInterceptor(grpc.aio.ServerInterceptor):
         no_parent = Context()
 
         def start(context: grpc.aio.ServicerContext, request: Any) -> _Started:
-            parent = _parent_context(context)
+            headers = getattr(context, "request_headers", None)
+            # A new trace, on the broker's own server, is known without a call.
+            parent = (
+                None
+                if headers is not None and headers.traceparent is None
+                else _parent_context(context)
+            )
             if parent is None:
                 if roots is not None:
                     unsampled = roots.unsampled_context()
