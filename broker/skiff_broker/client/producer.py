@@ -37,7 +37,7 @@ import dataclasses
 import time
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -61,7 +61,7 @@ from .errors import (
     SkiffError,
 )
 from .message_id import new_message_id, new_message_ids
-from .messaging import SendReceipt
+from .messaging import SendReceipt, consecutive_receipts
 from .records import topic_field
 from .transport import AioTransport
 
@@ -280,13 +280,9 @@ class _Run:
     def stored_from(self, first_offset: int) -> None:
         """Stored as consecutive offsets of one queue from ``first_offset``."""
         if not self.outcome.future.done():
-            self.outcome.settle(
-                self.start,
-                [
-                    SendReceipt(message_id, offset)
-                    for offset, message_id in enumerate(self.message_ids, first_offset)
-                ],
-            )
+            receipts = consecutive_receipts(self.message_ids, first_offset)
+            # The caller's list holds failures too; this one never will.
+            self.outcome.settle(self.start, cast(list[SendReceipt | BaseException], receipts))
 
     def failed(self, error: BaseException) -> None:
         if not self.outcome.future.done():
