@@ -48,7 +48,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc
 from ..endpoints import address_of, endpoints_of
 from ..records.v1 import records_pb2 as rpb
 from ..wire import property_names as prop
-from ..wire.properties import encode_properties, id_only_properties
+from ..wire.properties import encode_properties, id_only_properties, id_only_properties_each
 from ..wire.record_codec import client_record_pieces
 from .channels import ClientTls
 from .credentials import Credentials
@@ -339,7 +339,7 @@ def _run_properties(message_ids: list[str], tag: str, properties: dict[str, str]
     """The PROPERTIES field of each message of a run that shares ``tag`` and ``properties``."""
     if not (tag or properties):
         # The usual case, quickly: nothing but the ID to encode.
-        return [id_only_properties(message_id) for message_id in message_ids]
+        return id_only_properties_each(message_ids)
     # Every ID has the same length, so the first message's check holds for all of them.
     stored = _stored_properties(message_ids[0], tag, (), properties)
     del stored[prop.UNIQ_KEY]

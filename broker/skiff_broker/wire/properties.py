@@ -62,9 +62,25 @@ def encode_properties(properties: dict[str, str]) -> bytes:
 ID_ONLY_PREFIX = f"{Property.UNIQ_KEY}{NAME_VALUE_SEPARATOR}".encode()
 
 
+_ID_ONLY_SUFFIX = PROPERTY_SEPARATOR.encode()
+
+
 def id_only_properties(message_id: str) -> bytes:
     """``encode_properties({UNIQ_KEY: message_id})``, for the most common record, cheaply."""
-    return ID_ONLY_PREFIX + message_id.encode() + PROPERTY_SEPARATOR.encode()
+    return ID_ONLY_PREFIX + message_id.encode() + _ID_ONLY_SUFFIX
+
+
+def id_only_properties_each(message_ids: list[str]) -> list[bytes]:
+    """``id_only_properties`` of each of ``message_ids``, for a run: one join, one encode and
+    one split in C instead of three steps an ID in Python."""
+    if not message_ids:
+        return []
+    prefix = f"{Property.UNIQ_KEY}{NAME_VALUE_SEPARATOR}"
+    text = prefix + f"{PROPERTY_SEPARATOR}\n{prefix}".join(message_ids) + PROPERTY_SEPARATOR
+    each = text.encode().split(b"\n")
+    if len(each) != len(message_ids):  # an ID with a newline in it: one at a time
+        return [id_only_properties(message_id) for message_id in message_ids]
+    return each
 
 
 def decode_properties(raw: bytes | bytearray | memoryview | str) -> dict[str, str]:

@@ -35,3 +35,15 @@ def test_ids_taken_at_once_continue_the_sequence_of_next():
     sequences = [int(i[26:], 16) for i in ids]
     assert sequences == list(range(sequences[0], sequences[0] + 5))
     assert generator.take(0) == []
+
+
+def test_a_long_take_makes_what_next_would_across_the_sequence_wrap():
+    # Long takes are made as arrays; they must be the IDs next() would give, including
+    # where the 4-byte sequence number wraps to 0.
+    for first in (0, 7, 2**32 - 100, 2**32 + 5):
+        arrays, one_by_one = MessageIdGenerator(), MessageIdGenerator()
+        arrays._sequence = one_by_one._sequence = first
+        taken = arrays.take(300)
+        assert taken == [one_by_one.next() for _ in range(300)]
+        assert arrays.next() == one_by_one.next()
+    assert {len(i) for i in taken} == {34}
