@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
+import numpy as np
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from ..delivery.backlog import GroupBacklog
@@ -128,7 +129,7 @@ class BrokerMetrics(TrafficObserver):
                 name, callbacks=[self._observer(value)], description=description
             )
 
-    def received(self, topic: str, message_type: str, sizes: Sequence[int]) -> None:
+    def received(self, topic: str, message_type: str, sizes: Sequence[int] | np.ndarray) -> None:
         self._message_size.record_each(sizes, (topic, message_type))
 
     def delivered(self, topic: str, group: str, count: int, size: int) -> None:

@@ -104,14 +104,18 @@ class ExplicitBucketHistogram:
         if len(pending) >= FOLD_AT:
             self._fold(key, pending)
 
-    def record_each(self, values: Sequence[float], key: tuple[Any, ...]) -> None:
+    def record_each(self, values: Sequence[float] | np.ndarray, key: tuple[Any, ...]) -> None:
         """Adds one sample of each of ``values`` to the point of ``key`` (an append's
-        message sizes)."""
-        if not values:
+        message sizes); an array is folded in at once."""
+        if not len(values):
             return  # no point appears for nothing
         pending = self._pending.get(key)
         if pending is None:
             pending = self._add_point(key)
+        if isinstance(values, np.ndarray):
+            with self._lock:
+                self._fold_values(self._points[key], values.astype(np.float64))
+            return
         pending.extend(values)
         if len(pending) >= FOLD_AT:
             self._fold(key, pending)
@@ -145,6 +149,9 @@ class ExplicitBucketHistogram:
             return  # another fold took them
         values = np.array(pending[:taken], dtype=np.float64)
         del pending[:taken]  # only what was taken: recorders may have added since
+        self._fold_values(point, values)
+
+    def _fold_values(self, point: _Point, values: np.ndarray) -> None:
         # searchsorted's "left" is bisect_left: the first bound >= value, as the SDK buckets.
         point.counts += np.bincount(
             np.searchsorted(self._bounds, values), minlength=len(point.counts)

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 
 class TrafficObserver:
-    def received(self, topic: str, message_type: str, sizes: Sequence[int]) -> None:
+    def received(self, topic: str, message_type: str, sizes: Sequence[int] | np.ndarray) -> None:
         """Messages of one send request were stored; ``sizes`` are their body sizes.
 
         ``message_type`` is RocketMQ's metric label value: normal, fifo, delay or

@@ -6,6 +6,7 @@ import sys
 import threading
 from typing import Any
 
+import numpy as np
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
@@ -160,8 +161,10 @@ def test_recording_values_together_is_recording_each() -> None:
         for value in values:
             one_by_one.record(value, (label,))
         together.record_each(values[:3], (label,))
-        together.record_each(values[3:], (label,))
+        # A usual run's sizes come as an array, big-endian as they were read.
+        together.record_each(np.array(values[3:], dtype=">u4"), (label,))
     together.record_each([], ("c",))
+    together.record_each(np.array([], dtype=">u4"), ("d",))
 
     def points(histogram: Any) -> list[tuple]:
         metric = histogram.metric(now_ns=1)
