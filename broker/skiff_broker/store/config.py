@@ -100,9 +100,13 @@ class StoreConfig:
     flush_consume_queue_least_pages: int = 2
     flush_consume_queue_thorough_interval: float = 60.0
 
-    # Segments are touched page by page when prepared so that the first append
-    # into them does not take page faults.
-    warm_mapped_files: bool = True
+    # Whether a segment is written with zeros (and synced) when prepared, so that later
+    # appends overwrite written blocks and a flush writes data only: no block
+    # allocation or extent conversion inside the wait of a SYNC_FLUSH append. None: only
+    # under SYNC_FLUSH. Under ASYNC_FLUSH nobody waits for the flush, and the zeros cost
+    # a segment's worth of writing and syncing at every roll (RocketMQ does not warm
+    # by default either).
+    warm_mapped_files: bool | None = None
 
     # IndexFile.
     message_index_enable: bool = True
@@ -189,6 +193,13 @@ class StoreConfig:
             raise ValueError(
                 "disk_max_used_space_ratio is a percentage: set it between 1 and 100, e.g. 75"
             )
+
+    @property
+    def warms_segments(self) -> bool:
+        """Whether segments are warmed when prepared (``warm_mapped_files``)."""
+        if self.warm_mapped_files is None:
+            return self.flush_type is FlushType.SYNC_FLUSH
+        return self.warm_mapped_files
 
     @property
     def commit_log_dir(self) -> str:

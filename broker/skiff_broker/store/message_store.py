@@ -317,7 +317,7 @@ class MessageStore:
     def _start_services(self) -> None:
         config = self.config
         queue = self.commit_log.queue
-        self._allocator = SegmentAllocator(warm=config.warm_mapped_files)
+        self._allocator = SegmentAllocator(warm=config.warms_segments)
         self._allocator.start()
         # Set only now: recovery must not have segments prepared ahead of it.
         queue.use_allocator(self._allocator)
