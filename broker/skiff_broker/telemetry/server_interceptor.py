@@ -51,11 +51,10 @@ _Started = tuple[Span | None, Context]
 _PROPAGATOR = TraceContextTextMapPropagator()
 
 
-def _parent_context(context: Any) -> Context | None:
-    """The caller's trace context; None when the caller sent none."""
-    # The broker's own server found traceparent when it read the headers, and answers
-    # one key without building the whole metadata.
-    headers = getattr(context, "request_headers", None)
+def _parent_context(context: Any, headers: Any) -> Context | None:
+    """The caller's trace context; None when the caller sent none. ``headers``: the
+    request's ``RequestHeaders`` on the broker's own server (None elsewhere), which kept
+    traceparent when it read them and answers one key without building the metadata."""
     if headers is not None:
         traceparent = headers.traceparent
         value_of = headers.value
@@ -191,7 +190,7 @@ class TracingInterceptor(grpc.aio.ServerInterceptor):
             parent = (
                 None
                 if headers is not None and headers.traceparent is None
-                else _parent_context(context)
+                else _parent_context(context, headers)
             )
             if parent is None:
                 if roots is not None:

@@ -59,7 +59,8 @@ def encode_properties(properties: dict[str, str]) -> bytes:
 
 
 # The properties of a record that carries nothing but its message ID.
-ID_ONLY_PREFIX = f"{Property.UNIQ_KEY}{NAME_VALUE_SEPARATOR}".encode()
+_ID_ONLY_PREFIX_TEXT = f"{Property.UNIQ_KEY}{NAME_VALUE_SEPARATOR}"
+ID_ONLY_PREFIX = _ID_ONLY_PREFIX_TEXT.encode()
 
 
 _ID_ONLY_SUFFIX = PROPERTY_SEPARATOR.encode()
@@ -75,7 +76,7 @@ def id_only_properties_each(message_ids: list[str]) -> list[bytes]:
     one split in C instead of three steps an ID in Python."""
     if not message_ids:
         return []
-    prefix = f"{Property.UNIQ_KEY}{NAME_VALUE_SEPARATOR}"
+    prefix = _ID_ONLY_PREFIX_TEXT
     text = prefix + f"{PROPERTY_SEPARATOR}\n{prefix}".join(message_ids) + PROPERTY_SEPARATOR
     each = text.encode().split(b"\n")
     if len(each) != len(message_ids):  # an ID with a newline in it: one at a time
