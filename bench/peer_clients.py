@@ -43,6 +43,7 @@ class Sample:
     errors: int = 0
     note: str = ""
     last_error: str = ""
+    unmeasured: int = 0  # messages the broker handled beside these (a warm-up's)
 
     @property
     def rate(self) -> float:
@@ -979,6 +980,7 @@ class JavaClientDriver:
             # What the client itself spends per message, on the same CPUs as the broker.
             note=f"client {client_us:,.0f} µs/msg",
             last_error=summary["last_error"][:200],
+            unmeasured=summary.get("unmeasured_messages", 0),
         )
 
     def send_async(self, size: int, count: int, limit_s: float) -> Sample:
@@ -991,17 +993,19 @@ class JavaClientDriver:
         group = f"bench-java-{os.getpid()}"
         return self._run("drain", limit_s, count=count, group=group, deadline_s=int(limit_s))
 
-    def push_e2e(self, size: int, count: int, rate: float, limit_s: float) -> Sample:
-        """A PushConsumer on an empty topic; ``count`` sends paced at ``rate`` per second."""
+    def push_e2e(self, size: int, count: int, rate: float, warmup_s: int, limit_s: float) -> Sample:
+        """A PushConsumer on an empty topic; ``count`` sends paced at ``rate`` per second,
+        after ``warmup_s`` seconds of unmeasured sends at that pace."""
         return self._run(
             "push-e2e",
-            limit_s,
+            limit_s + warmup_s,
             topic=self.push_topic,
             count=count,
             size=size,
             rate=rate,
+            warmup_s=warmup_s,
             group=f"bench-java-push-{os.getpid()}",
-            deadline_s=int(limit_s),
+            deadline_s=int(limit_s + warmup_s),
         )
 
 

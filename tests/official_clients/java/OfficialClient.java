@@ -2,7 +2,7 @@
 //
 // java OfficialClient MODE --endpoint HOST:PORT --topic T [--group G] [--count N]
 //     [--access-key K --secret-key S] [--tls on|off] [--size BYTES] [--in-flight N]
-//     [--threads N] [--deadline-s S] [--rate R]
+//     [--threads N] [--deadline-s S] [--rate R] [--warmup-s S]
 //
 // Modes:
 //   roundtrip      send COUNT messages one by one, then receive them with a SimpleConsumer
@@ -12,12 +12,16 @@
 //   send-blocking  COUNT blocking sends spread over THREADS threads
 //   drain          receive and ack COUNT messages with THREADS threads
 //   push-e2e       a PushConsumer of GROUP on TOPIC, then COUNT sendAsync
-//                  calls paced at RATE per second, once a few warm-up messages came back;
-//                  latencies are from each send to its delivery to the consumer's
-//                  listener, in this one process
+//                  calls paced at RATE per second, once a few warm-up messages came back
+//                  and WARMUP_S seconds of sends at RATE went unmeasured just before them
+//                  (the JVM compiles the client's hot paths in its first seconds, on the
+//                  same CPUs as the broker); latencies are from each send to its delivery
+//                  to the consumer's listener, in this one process
 //                  the last four print {"messages", "seconds", "cpu_seconds",
-//                  "latencies_s", "errors", "last_error"}; latencies are per send, empty
-//                  for drain; cpu_seconds is this JVM's CPU over the measured work.
+//                  "latencies_s", "errors", "unmeasured_messages", "last_error"}; latencies
+//                  are per send (push-e2e: in send order), empty for drain; cpu_seconds is
+//                  this JVM's CPU over the measured work; unmeasured_messages counts the
+//                  push-e2e warm-up messages delivered (0 elsewhere).
 // The client configuration keeps the client's defaults (TLS on, the server certificate not
 // verified) unless --tls off or credentials are given. Exit status 0 when no error occurred.
 
@@ -332,15 +336,24 @@ public final class OfficialClient {
                 Thread.sleep(100);
             }
             long interval = (long) (1e9 / rate);
-            start = begin();
-            for (int i = 0; i < count; i++) {
-                long due = start + i * interval;
+            // The warm-up's sends run straight into the measured ones, at the same pace: a
+            // backlog the warm-up left behind is measured, not waited out.
+            int warmups = (int) (number("warmup-s", 0) * rate);
+            long paceStart = System.nanoTime();
+            start = paceStart;
+            for (int i = -warmups; i < count; i++) {
+                if (i == 0) {
+                    start = begin();
+                }
+                long due = paceStart + (i + warmups) * interval;
                 long wait = due - System.nanoTime();
                 if (wait > 0) {
                     LockSupport.parkNanos(wait);
                 }
                 ByteBuffer body = ByteBuffer.allocate(size);
-                body.putInt(0, i).putLong(4, System.nanoTime()).putLong(12, run);
+                // Warm-up sends carry negative indices, as the readiness messages do.
+                int index = i < 0 ? i - 1_000_000 : i;
+                body.putInt(0, index).putLong(4, System.nanoTime()).putLong(12, run);
                 producer.sendAsync(message(body.array())).whenComplete((receipt, failure) -> {
                     if (failure != null) {
                         failed.incrementAndGet();
@@ -352,12 +365,16 @@ public final class OfficialClient {
             all.await(Math.max(left, 0), TimeUnit.NANOSECONDS);
             end = System.nanoTime();
         }
+        // In send order, so that a reader can see when in the run the slow ones were sent.
         double[] seen = new double[delivered.size()];
         int n = 0;
-        for (int index : delivered) {
-            seen[n++] = latencies[index];
+        for (int index = 0; index < count && n < seen.length; index++) {
+            if (delivered.contains(index)) {
+                seen[n++] = latencies[index];
+            }
         }
-        return rates(seen.length, start, end, seen, failed.get() + (count - seen.length));
+        int failures = failed.get() + (count - seen.length);
+        return rates(seen.length, start, end, seen, failures, warmed.get());
     }
 
     private long begin() {
@@ -375,10 +392,12 @@ public final class OfficialClient {
     }
 
     private String rates(int messages, long start, double[] latencies, int failed) {
-        return rates(messages, start, System.nanoTime(), latencies, failed);
+        return rates(messages, start, System.nanoTime(), latencies, failed, 0);
     }
 
-    private String rates(int messages, long start, long end, double[] latencies, int failed) {
+    // unmeasured: messages the broker handled beside the measured ones (warm-up sends).
+    private String rates(
+            int messages, long start, long end, double[] latencies, int failed, int unmeasured) {
         double seconds = (end - start) / 1e9;
         double cpuSeconds = (processCpuNanos() - cpuAtStart) / 1e9;
         StringBuilder list = new StringBuilder("[");
@@ -391,6 +410,7 @@ public final class OfficialClient {
         errors.clear();
         return "{\"messages\": " + messages + ", \"seconds\": " + seconds + ", \"cpu_seconds\": "
                 + cpuSeconds + ", \"latencies_s\": " + list + ", \"errors\": " + failed
+                + ", \"unmeasured_messages\": " + unmeasured
                 + ", \"last_error\": " + quoted(last) + "}";
     }
 
