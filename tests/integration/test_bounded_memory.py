@@ -10,7 +10,7 @@ must be served throughout.
 What a never-reading stream costs is what the broker accepted from it before flow
 control held it back: its outbox and the stream's HTTP/2 receive window. The broker's
 server gives that window back only as the handler takes messages (``rpc/call.py``), so
-a stream that is not read holds at most the outbox and one window (1 MiB), however busy
+a stream that is not read holds at most the outbox and one window (64 KiB), however busy
 the broker is. A failure says how much each stream sent before it was held back.
 """
 

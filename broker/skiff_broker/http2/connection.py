@@ -10,8 +10,7 @@ Invariants:
   not). Nothing here blocks or touches a socket.
 - DATA is never sent past the peer's windows (the stream's and the connection's); what
   does not fit waits on its stream, in order, and END_STREAM or trailers wait behind it.
-- A stream's receive window starts at ``Limits.stream_window`` (the SETTINGS_INITIAL_
-  WINDOW_SIZE the server announces first) and only grows when the application grants it
+- A stream's receive window only grows when the application grants it
   (:meth:`Stream.grant`), so what one stream buffers is the application's choice. The
   connection's own window is given back as DATA arrives (streams bound the memory).
 - A protocol error ends the connection: GOAWAY with the error is queued, ``closed`` is
@@ -67,7 +66,6 @@ class Limits:
         "max_frame_size",
         "max_header_block",
         "max_header_list_size",
-        "stream_window",
     )
 
     def __init__(
@@ -77,7 +75,6 @@ class Limits:
         max_header_list_size: int = 16_384,
         max_frame_size: int = fr.DEFAULT_FRAME_SIZE,
         connection_window: int = 16 << 20,
-        stream_window: int = 1 << 20,
         control_budget: int = 2_000,
         control_refill_per_s: float = 200.0,
     ) -> None:
@@ -85,12 +82,6 @@ class Limits:
         self.max_header_list_size = max_header_list_size
         self.max_frame_size = max_frame_size
         self.connection_window = connection_window
-        # What a client may send on a new stream before the server grants more. At the
-        # protocol's 64 KiB a request of a few hundred KiB waited for the server's event
-        # loop to read its first frame and grant the rest: a round trip through a busy
-        # loop per request. 1 MiB is grpc-java's flow-control window; a unary call is
-        # granted up to the message size it announces anyway.
-        self.stream_window = stream_window
         # A compressed block can only be so much larger than the list it decodes to.
         self.max_header_block = 2 * max_header_list_size + 4096
         self.control_budget = control_budget
@@ -139,7 +130,7 @@ class Stream:
         self.id = stream_id
         self.handler: StreamHandler | None = None
         self.send_window = send_window
-        self.recv_window = connection.limits.stream_window
+        self.recv_window = fr.DEFAULT_WINDOW
         self.remote_closed = False
         self.local_closed = False
         # The request's content-length (-1: none given) and the DATA octets seen so far.
@@ -209,11 +200,6 @@ class Stream:
         connection._write(frames_bytes)
         connection._stream_done(self)
         return True
-
-    @property
-    def initial_window(self) -> int:
-        """The receive window the stream started with."""
-        return self._connection.limits.stream_window
 
     def grant(self, increment: int) -> None:
         """Let the peer send ``increment`` more octets on this stream."""
@@ -302,7 +288,6 @@ class ServerConnection:
                     fr.MAX_HEADER_LIST_SIZE: limits.max_header_list_size,
                     fr.MAX_FRAME_SIZE: limits.max_frame_size,
                     fr.ENABLE_PUSH: 0,
-                    fr.INITIAL_WINDOW_SIZE: limits.stream_window,
                 }
             )
             + fr.window_update(0, limits.connection_window - fr.DEFAULT_WINDOW)

@@ -579,9 +579,7 @@ class _RequestStream:
         message, size = self._messages.popleft()
         self._queued -= size
         # Taken: the client may send again, as far as what waits here and what it may
-        # still send stay within the stream's initial window.
+        # still send stay within the stream's usual window.
         stream = self._call.stream
-        stream.grant(
-            stream.initial_window - stream.recv_window - self._queued - self._reader.buffered
-        )
+        stream.grant(fr.DEFAULT_WINDOW - stream.recv_window - self._queued - self._reader.buffered)
         return _deserialized(self._call._handler, message)

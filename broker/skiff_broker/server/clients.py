@@ -10,7 +10,7 @@ of at most ``TELEMETRY_OUTBOX_LIMIT`` commands: when a client sends and does not
 read, the broker stops reading its stream until there is room, so HTTP/2 flow
 control holds the client's sends back (backpressure). The budget of one
 never-reading stream is 16 MiB: its outbox plus the server's buffers for the stream
-(one 1 MiB HTTP/2 stream window; tests/integration/test_bounded_memory.py holds the broker
+(one 64 KiB HTTP/2 window; tests/integration/test_bounded_memory.py holds the broker
 to it). Broker-initiated commands that find the outbox full are
 dropped (a transaction check is asked again later). At most ``MAX_SESSIONS``
 sessions are remembered; past that the ones seen longest ago without an open
