@@ -733,10 +733,10 @@ class BatchingProducer:
         ones due after it start on the loop's next turns.
 
         One a turn, because a gRPC call goes on the wire only when its own task runs: a
-        request started in the same turn as three more would wait while the client built
-        them all (a send_batch() of 1,024 reached the broker 0.9 ms after its first
-        request was built, and the broker idled meanwhile). Started one a turn, each
-        is on its way while the next is built."""
+        request started in the same turn as three more waited while the client built
+        them all (the first of a send_batch()'s four reached the broker 0.9 ms after it
+        was built, and the broker idled meanwhile). Started one a turn, each is on its
+        way while the next is built."""
         if len(self._in_flight) >= self._max_in_flight:
             return
         key = self._next_due()
