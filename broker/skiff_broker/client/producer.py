@@ -68,7 +68,10 @@ from .transport import AioTransport
 __all__ = ["BatchingProducer", "ProducerClosed", "ProducerStats", "SendReceipt"]
 
 DEFAULT_LINGER_MS = 5.0
-DEFAULT_BATCH_MAX_MESSAGES = 256
+# 512 rather than 256: half the requests for the same messages. With the peers bench's
+# producer rows in one broker (six alternating rounds), 100 B with 64 producers went
+# from 429k to 555k msg/s and 1 KiB with one from 232k to 254k (medians); 128 was slower.
+DEFAULT_BATCH_MAX_MESSAGES = 512
 DEFAULT_BATCH_MAX_BYTES = 1024 * 1024
 DEFAULT_MAX_IN_FLIGHT_REQUESTS = 4
 DEFAULT_REQUEST_TIMEOUT_S = 10.0
