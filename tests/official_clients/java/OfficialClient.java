@@ -351,9 +351,9 @@ public final class OfficialClient {
                     LockSupport.parkNanos(wait);
                 }
                 ByteBuffer body = ByteBuffer.allocate(size);
-                // Warm-up sends carry negative indices, as the readiness messages do.
-                int index = i < 0 ? i - 1_000_000 : i;
-                body.putInt(0, index).putLong(4, System.nanoTime()).putLong(12, run);
+                // Warm-up sends carry negative indices, as the readiness messages do: the
+                // listener counts them as warmed, not as measured.
+                body.putInt(0, i).putLong(4, System.nanoTime()).putLong(12, run);
                 producer.sendAsync(message(body.array())).whenComplete((receipt, failure) -> {
                     if (failure != null) {
                         failed.incrementAndGet();
