@@ -5,13 +5,16 @@ implements :class:`StoreObserver` elsewhere and is handed to ``MessageStore``.
 The default, :data:`NULL_OBSERVER`, does nothing and allocates nothing per append.
 
 Per append batch the store calls ``observer.append(topic, queue_id, count,
-flush_type)`` (queue_id None when the batch spans queues) and uses
-the result as a context manager around the whole put (for SYNC_FLUSH that includes
-waiting for the disk), calling ``done(result)`` with the outcome. Its ``context`` is
-an opaque token the store hands to the group-commit service, so that the flush
-that covers the batch can name the appenders it served. A batch coalesced from several
-callers' calls goes to ``observer.shared_append`` instead, with each caller's share, and
-is observed as each caller's own append. Per flush the flush thread reports one
+flush_type)`` (queue_id None when the batch spans queues), reads ``time.perf_counter()``
+and, once the whole put is over (for SYNC_FLUSH that includes waiting for the disk),
+calls exactly one of the scope's ``done(result, started)`` and ``failed(error,
+started)`` with that reading. The store times the put, not the scope, so that an
+observer may hand out one stateless scope for many appends: a put observed only for
+its latency costs two calls and no scope object of its own. A scope's ``context`` is an opaque
+token the store hands to the group-commit service, so that the flush that covers the
+batch can name the appenders it served. A batch coalesced from several callers' calls
+goes to ``observer.shared_append`` instead, with each caller's share, and is observed
+as each caller's own append. Per flush the flush thread reports one
 :class:`FlushReport`.
 """
 
@@ -30,7 +33,11 @@ MAX_FLUSH_CONTEXTS = 32
 
 
 class AppendScope:
-    """One append batch under observation. This base does nothing."""
+    """One append batch under observation. This base does nothing.
+
+    A scope may serve many appends at once (the store keeps no state in it): what one
+    append needs to know of itself comes in the calls.
+    """
 
     __slots__ = ()
 
@@ -43,14 +50,12 @@ class AppendScope:
         """One token per caller waiting for the flush (several for a shared append)."""
         return (self.context,)
 
-    def __enter__(self) -> AppendScope:
-        return self
+    def done(self, result: Any, started: float) -> None:
+        """The put's outcome (a ``PutResult``); ``started`` is ``time.perf_counter()`` read
+        just after the scope was handed out."""
 
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def done(self, result: Any) -> None:
-        """The put's outcome (a ``PutResult``), just before the scope closes."""
+    def failed(self, error: BaseException, started: float) -> None:
+        """The put raised ``error``, which goes on to its caller."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -266,16 +266,22 @@ class StoreWriter:
 
     def put_messages(self, messages: Sequence[Message]) -> PutResult:
         topic, queue_id = batch_place(messages)
-        with self._observer.append(topic, queue_id, len(messages), self._flush_type) as observed:
-            steps = self._put_steps(
-                observed, lambda: self.commit_log.append(messages), message_needs(messages)
-            )
-            try:
-                waiter, args = next(steps)
-                while True:
-                    waiter, args = steps.send(waiter.wait(*args))
-            except StopIteration as finished:
-                return finished.value
+        observed = self._observer.append(topic, queue_id, len(messages), self._flush_type)
+        started = time.perf_counter()
+        steps = self._put_steps(
+            observed, lambda: self.commit_log.append(messages), message_needs(messages)
+        )
+        try:
+            waiter, args = next(steps)
+            while True:
+                waiter, args = steps.send(waiter.wait(*args))
+        except StopIteration as finished:
+            result: PutResult = finished.value
+        except BaseException as exc:
+            observed.failed(exc, started)
+            raise
+        observed.done(result, started)
+        return result
 
     async def put_messages_async(
         self, messages: Sequence[Message], callers: Sequence[AppendCaller] = ()
@@ -311,24 +317,30 @@ class StoreWriter:
 
     async def _put_async(
         self,
-        observation: AppendScope,
+        observed: AppendScope,
         append: Callable[[], AppendResult],
         needs: LogicsNeeds,
     ) -> PutResult:
-        with observation as observed:
-            steps = self._put_steps(observed, append, needs)
-            try:
-                waiter, args = next(steps)
-                while True:
-                    waiter, args = steps.send(await waiter.wait_async(*args))
-            except StopIteration as finished:
-                return finished.value
+        started = time.perf_counter()
+        steps = self._put_steps(observed, append, needs)
+        try:
+            waiter, args = next(steps)
+            while True:
+                waiter, args = steps.send(await waiter.wait_async(*args))
+        except StopIteration as finished:
+            result: PutResult = finished.value
+        except BaseException as exc:
+            observed.failed(exc, started)
+            raise
+        observed.done(result, started)
+        return result
 
     def _put_steps(
         self, observed: AppendScope, append: Callable[[], AppendResult], needs: LogicsNeeds
     ) -> _PutSteps:
-        """One put, in its append scope: append; under SYNC_FLUSH wait for the flush, under
-        SYNC replication for the replicas; report the outcome to the scope."""
+        """One put: append; under SYNC_FLUSH wait for the flush (named to it by the scope's
+        waiters), under SYNC replication for the replicas. Its caller reports the outcome
+        to the scope."""
         result = self._append(append, needs)
         offset = self._request_flush(result, observed)
         gate = self._announce(result)
@@ -339,7 +351,6 @@ class StoreWriter:
             assert result.append is not None
             replicated = yield gate, (result.append.next_offset,)
             result = self._after_replication(result, replicated)
-        observed.done(result)
         return result
 
     def _request_flush(self, result: PutResult, observed: AppendScope) -> int | None:

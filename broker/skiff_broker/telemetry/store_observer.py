@@ -11,7 +11,8 @@ appender (every ASYNC_FLUSH flush) is a root span.
 Cost matters: an append is a few microseconds of Python. With a parent-based
 sampler an append under an unsampled parent creates no span at all, and every
 append records one histogram sample into the broker's own aggregation
-(``latency_histograms``), not the SDK's.
+(``latency_histograms``), not the SDK's, through one scope that all the untraced
+appends of a topic share (the store times the put): no object is made per append.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanKind, Status, 
 from ..store.observer import AppendCaller, AppendScope, FlushReport, StoreObserver
 from ..store.results import PutStatus
 from . import conventions as cv
-from .latency_histograms import ExplicitBucketHistogram, HistogramSet
+from .latency_histograms import FOLD_AT, ExplicitBucketHistogram, HistogramSet
 
 
 class StoreTelemetry(StoreObserver):
@@ -71,6 +72,7 @@ class StoreTelemetry(StoreObserver):
                 labels=(cv.FLUSH_TYPE, cv.FLUSH_OUTCOME),
             )
         self._common = {cv.BROKER: broker_name, cv.REPLICATION_MODE: replication_mode}
+        self._timed_scopes: dict[tuple[str, str], _TimedAppend] = {}
 
     # -- appends ------------------------------------------------------------
 
@@ -80,9 +82,23 @@ class StoreTelemetry(StoreObserver):
             traced = self._traced_append(topic, queue_id, count, flush_type, parent)
             if traced is not None:
                 return traced
+        timed = self._timed_scopes.get((topic, flush_type))  # _timed's common case, inline
+        if timed is None:
+            timed = self._timed(topic, flush_type)
+        return timed or _UNOBSERVED
+
+    def _timed(self, topic: str, flush_type: str) -> _TimedAppend | None:
+        """The one scope of every untraced append of ``topic`` (a latency sample each);
+        None when the histograms are not kept."""
+        scope = self._timed_scopes.get((topic, flush_type))
+        if scope is not None:
+            return scope
         if self._append_seconds is None:
-            return _UNOBSERVED
-        return _TimedAppend(self._append_seconds, topic, flush_type)
+            return None
+        scope = _TimedAppend(self._append_seconds, topic, flush_type)
+        if len(self._timed_scopes) < _MAX_TIMED_SCOPES:
+            self._timed_scopes[(topic, flush_type)] = scope
+        return scope
 
     def shared_append(
         self,
@@ -145,7 +161,7 @@ class StoreTelemetry(StoreObserver):
             return None
         # Attributes only once sampled: building them costs more than the decision.
         span.set_attributes(self._append_span_attributes(topic, queue_id, count, flush_type))
-        return _TracedAppend(self._append_seconds, topic, flush_type, span)
+        return _TracedAppend(self._timed(topic, flush_type), span)
 
     def _append_span_attributes(
         self, topic: str, queue_id: int | None, count: int, flush_type: str
@@ -199,20 +215,23 @@ class StoreTelemetry(StoreObserver):
         span.end(end_time=report.started_unix_ns + report.duration_ns)
 
 
-_PUT_OK = PutStatus.PUT_OK.value
+_PUT_OK_STATUS = PutStatus.PUT_OK
+_PUT_OK = _PUT_OK_STATUS.value
 # An append neither traced nor timed.
 _UNOBSERVED = AppendScope()
+# Untraced appends share one scope per topic; past this many topics each gets its own.
+_MAX_TIMED_SCOPES = 4096
 
 
 class _TimedAppend(AppendScope):
-    """An append that only feeds the histogram (if there is one): one latency sample for
-    each of its ``samples`` callers."""
+    """Appends that only feed the latency histogram: one sample for each of ``samples``
+    callers. It keeps nothing of any one append, so one serves all of a topic's."""
 
-    __slots__ = ("_flush_type", "_histogram", "_samples", "_started", "_status", "_topic")
+    __slots__ = ("_flush_type", "_histogram", "_ok_key", "_ok_samples", "_samples", "_topic")
 
     def __init__(
         self,
-        histogram: ExplicitBucketHistogram | None,
+        histogram: ExplicitBucketHistogram,
         topic: str,
         flush_type: str,
         samples: int = 1,
@@ -221,55 +240,67 @@ class _TimedAppend(AppendScope):
         self._topic = topic
         self._flush_type = flush_type
         self._samples = samples
-        self._status = ""
-        self._started = 0.0
+        self._ok_key = (topic, flush_type, _PUT_OK)
+        # The common outcome's point's list, once the point exists (no point appears
+        # before its first sample): its samples then go straight into it.
+        self._ok_samples: list[float] | None = None
 
-    def __enter__(self) -> AppendScope:
-        self._started = time.perf_counter()
-        return self
-
-    def done(self, result: Any) -> None:
+    def done(self, result: Any, started: float) -> None:
+        seconds = time.perf_counter() - started
         status = result.status
-        # An enum member's value is a Python-level property: the common outcome skips it.
-        self._status = _PUT_OK if status is PutStatus.PUT_OK else status.value
+        if status is not _PUT_OK_STATUS:
+            # An enum member's value is a Python-level property: only these outcomes read it.
+            key = (self._topic, self._flush_type, status.value)
+            self._histogram.record(seconds, key, self._samples)
+            return
+        ok_samples = self._ok_samples
+        if ok_samples is not None:
+            ok_samples.append(seconds)
+            if len(ok_samples) >= FOLD_AT:
+                self._histogram.fold(self._ok_key)
+            return
+        self._histogram.record(seconds, self._ok_key, self._samples)
+        if self._samples == 1:
+            self._ok_samples = self._histogram.samples(self._ok_key)
 
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        seconds = time.perf_counter() - self._started
-        if self._histogram is not None:
-            status = self._status or ("ERROR" if exc_type is not None else "UNKNOWN")
-            self._histogram.record(seconds, (self._topic, self._flush_type, status), self._samples)
+    def failed(self, error: BaseException, started: float) -> None:
+        seconds = time.perf_counter() - started
+        self._histogram.record(seconds, (self._topic, self._flush_type, "ERROR"), self._samples)
 
 
-class _TracedAppend(_TimedAppend):
-    """An append with a sampled span (and a histogram sample)."""
+class _TracedAppend(AppendScope):
+    """An append with a sampled span, and the topic's latency sample (``timed``) if the
+    histograms are kept."""
 
-    __slots__ = ("_span",)
+    __slots__ = ("_span", "_timed")
 
-    def __init__(
-        self, histogram: ExplicitBucketHistogram | None, topic: str, flush_type: str, span: Span
-    ) -> None:
-        super().__init__(histogram, topic, flush_type)
+    def __init__(self, timed: _TimedAppend | None, span: Span) -> None:
+        self._timed = timed
         self._span = span
 
     @property
     def context(self) -> Any:
         return self._span.get_span_context()
 
-    def done(self, result: Any) -> None:
-        super().done(result)
+    def done(self, result: Any, started: float) -> None:
+        if self._timed is not None:
+            self._timed.done(result, started)
         span = self._span
-        span.set_attribute(cv.PUT_STATUS, self._status)
+        status = result.status.value
+        span.set_attribute(cv.PUT_STATUS, status)
         append = result.append
         span.set_attribute(cv.APPEND_BYTES, append.wrote_bytes if append is not None else 0)
         if not result.ok:
-            span.set_status(Status(StatusCode.ERROR, result.reason or self._status))
+            span.set_status(Status(StatusCode.ERROR, result.reason or status))
+        span.end()
 
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+    def failed(self, error: BaseException, started: float) -> None:
+        if self._timed is not None:
+            self._timed.failed(error, started)
         span = self._span
-        if isinstance(exc, BaseException):
-            span.record_exception(exc)
-            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-        super().__exit__(exc_type, exc, tb)
+        span.set_attribute(cv.PUT_STATUS, "ERROR")
+        span.record_exception(error)
+        span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
         span.end()
 
 
@@ -295,21 +326,14 @@ class _SharedAppend(AppendScope):
     def waiters(self) -> Sequence[Any]:
         return self._tokens
 
-    def __enter__(self) -> AppendScope:
+    def done(self, result: Any, started: float) -> None:
         if self._timed is not None:
-            self._timed.__enter__()
-        for scope, _ in self._traced:
-            scope.__enter__()
-        return self
-
-    def done(self, result: Any) -> None:
-        if self._timed is not None:
-            self._timed.done(result)
+            self._timed.done(result, started)
         for scope, caller in self._traced:
-            scope.done(self._share(result, caller))
+            scope.done(self._share(result, caller), started)
 
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        for scope, _ in reversed(self._traced):
-            scope.__exit__(exc_type, exc, tb)
+    def failed(self, error: BaseException, started: float) -> None:
         if self._timed is not None:
-            self._timed.__exit__(exc_type, exc, tb)
+            self._timed.failed(error, started)
+        for scope, _ in self._traced:
+            scope.failed(error, started)

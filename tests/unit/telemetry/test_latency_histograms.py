@@ -83,9 +83,16 @@ def test_many_samples_match_the_sdk_across_folds() -> None:
     # More samples than wait before a fold: most are folded while recording.
     reader, sdk_histogram, mine = sdk_and_mine()
     values = [(i % 997) * 1e-5 for i in range(3 * FOLD_AT + 17)]
-    for value in values:
+    held = mine.samples(("a",))
+    for i, value in enumerate(values):
         sdk_histogram.record(value, {"k": "a"})
-        mine.record(value, ("a",))
+        if i % 2:
+            mine.record(value, ("a",))
+        else:
+            # A recorder holding the point's list, as the store's append scopes do.
+            held.append(value)
+            if len(held) >= FOLD_AT:
+                mine.fold(("a",))
     mine.record(0.002, ("a",), samples=FOLD_AT + 1)
     sdk_histogram.record(0.002, {"k": "a"})  # and FOLD_AT more below
     for _ in range(FOLD_AT):

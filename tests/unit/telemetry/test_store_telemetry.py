@@ -433,3 +433,26 @@ def test_telemetry_without_a_tracer_records_only_histograms(
     assert pipelines.spans() == []
     assert pipelines.points(cv.APPEND_DURATION)[0].count == 1
     assert pipelines.points(cv.FLUSH_DURATION)[0].count == 1
+
+
+def test_a_put_cancelled_while_it_waits_for_the_disk_is_an_error_span(
+    open_store, pipelines: Pipelines
+) -> None:
+    store = open_store(flush_type=FlushType.SYNC_FLUSH, sync_flush_timeout=30.0)
+
+    async def cancel_while_waiting() -> None:
+        put = asyncio.create_task(store.put_messages_async([message()]))
+        await asyncio.sleep(0)  # appended; now waiting for the flush
+        put.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await put
+
+    asyncio.run(cancel_while_waiting())
+    (append,) = pipelines.spans(cv.APPEND_SPAN)
+    assert append.status.status_code is StatusCode.ERROR
+    assert append.status.description.startswith("CancelledError")
+    assert append.attributes[cv.PUT_STATUS] == "ERROR"
+    assert [event.name for event in append.events] == ["exception"]
+    (point,) = pipelines.points(cv.APPEND_DURATION)
+    assert point.attributes[cv.PUT_STATUS] == "ERROR"
+    assert point.count == 1
