@@ -2,7 +2,7 @@
 
 The SDK's ``Histogram.record`` costs several microseconds per call (attribute
 handling, view matching, exemplar sampling), more than the append it measures. Here
-a sample is one list append; numpy sorts the values into buckets a few hundred at a
+a sample is one list append; numpy sorts the values into buckets a thousand at a
 time.
 The cumulative points become ordinary SDK ``Metric`` objects (the data model the
 SDK's own readers produce), which :class:`PeriodicHistogramExport` hands to the
