@@ -259,7 +259,7 @@ class Telemetry:
             histograms=self.histograms,
             broker_name=self.broker_name,
             replication_mode=self.replication_mode,
-            unsampled=self.root_sampling.unsampled if self.root_sampling else None,
+            roots=self.root_sampling,
         )
 
     def traffic_observer(

@@ -31,12 +31,15 @@ from ..store.observer import AppendCaller, AppendScope, FlushReport, StoreObserv
 from ..store.results import PutStatus
 from . import conventions as cv
 from .latency_histograms import FOLD_AT, ExplicitBucketHistogram, HistogramSet
+from .root_sampling import RootSampling
 
 
 class StoreTelemetry(StoreObserver):
     """Spans go to ``tracer_provider`` (None: no spans), latencies to ``histograms`` (None:
-    not kept). ``unsampled``: the context the server runs unsampled new traces in
-    (``RootSampling.unsampled``), if it has one."""
+    not kept). ``roots``: the broker's ratio decision of new traces, when the provider's
+    sampler and id generator are the ones it stands for (see ``root_sampling``): an
+    append in its unsampled context is known by identity, and a flush that starts a
+    trace of its own is decided without the SDK."""
 
     def __init__(
         self,
@@ -45,12 +48,13 @@ class StoreTelemetry(StoreObserver):
         histograms: HistogramSet | None,
         broker_name: str,
         replication_mode: str = cv.REPLICATION_NONE,
-        unsampled: Context | None = None,
+        roots: RootSampling | None = None,
     ) -> None:
         self._tracer = tracer_provider.get_tracer(cv.STORE_SCOPE) if tracer_provider else None
         # Only then is a span under an unsampled parent certain to be dropped.
         self._follow_parent = isinstance(getattr(tracer_provider, "sampler", None), ParentBased)
-        self._unsampled = unsampled if self._follow_parent else None
+        self._roots = roots if self._follow_parent else None
+        self._unsampled = roots.unsampled if self._roots is not None else None
         self._append_seconds: ExplicitBucketHistogram | None = None
         self._flush_seconds: ExplicitBucketHistogram | None = None
         if histograms is not None:
@@ -187,8 +191,16 @@ class StoreTelemetry(StoreObserver):
         if self._tracer is None:
             return
         contexts = list(report.contexts)
-        # Nobody traced waited for it (always so for ASYNC_FLUSH): a trace of its own.
-        parent = trace.set_span_in_context(NonRecordingSpan(contexts[0])) if contexts else Context()
+        if contexts:
+            parent = trace.set_span_in_context(NonRecordingSpan(contexts[0]))
+        else:
+            # Nobody traced waited for it (always so for ASYNC_FLUSH): a trace of its own,
+            # mostly not sampled. Under SYNC_FLUSH with few producers there is a flush
+            # for every few messages, and asking the SDK for a span that records nothing
+            # cost more than the flush's histogram sample and report together.
+            if self._roots is not None and self._roots.unsampled_context() is not None:
+                return
+            parent = Context()
         span = self._tracer.start_span(
             cv.FLUSH_SPAN,
             context=parent,

@@ -10,10 +10,11 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, TraceIdRatioBased
 
 from skiff_broker.telemetry import conventions as cv
 from skiff_broker.telemetry.latency_histograms import HistogramSet
+from skiff_broker.telemetry.root_sampling import PresetTraceIds, RootSampling
 
 
 @dataclasses.dataclass
@@ -45,3 +46,16 @@ def in_memory_pipelines() -> Pipelines:
     tracer_provider = TracerProvider(sampler=ParentBased(ALWAYS_ON))
     tracer_provider.add_span_processor(SimpleSpanProcessor(spans_out))
     return Pipelines(tracer_provider, HistogramSet(cv.STORE_SCOPE), spans_out)
+
+
+def ratio_pipelines(ratio: float) -> tuple[Pipelines, RootSampling]:
+    """The broker's default sampler at ``ratio``, and the decision of new traces that
+    stands for it (as the broker wires them); the caller shuts the provider down."""
+    ids = PresetTraceIds()
+    spans_out = InMemorySpanExporter()
+    tracer_provider = TracerProvider(
+        sampler=ParentBased(TraceIdRatioBased(ratio)), id_generator=ids
+    )
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans_out))
+    pipes = Pipelines(tracer_provider, HistogramSet(cv.STORE_SCOPE), spans_out)
+    return pipes, RootSampling(ratio, ids)

@@ -16,7 +16,7 @@ from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode, TraceFlags
 from tests.support.store_settings import SMALL_STORE
 from tests.support.waiting import wait_for
-from tests.unit.telemetry.pipelines import Pipelines
+from tests.unit.telemetry.pipelines import Pipelines, ratio_pipelines
 
 from skiff_broker.server.send_coalescing import SendCoalescer
 from skiff_broker.store.config import FlushType, StoreConfig
@@ -25,7 +25,6 @@ from skiff_broker.store.message_store import MessageStore
 from skiff_broker.store.observer import MAX_FLUSH_CONTEXTS, FlushReport
 from skiff_broker.store.results import PutStatus
 from skiff_broker.telemetry import conventions as cv
-from skiff_broker.telemetry.root_sampling import PresetTraceIds, RootSampling
 from skiff_broker.telemetry.store_observer import StoreTelemetry
 
 BROKER = "broker-t"
@@ -307,18 +306,16 @@ def test_no_span_under_an_unsampled_parent_but_a_histogram_sample(
     assert point.count == 3
 
 
-def test_no_span_in_the_servers_unsampled_context_but_a_histogram_sample(
-    open_store, pipelines: Pipelines
-) -> None:
-    unsampled = RootSampling(0.5, PresetTraceIds()).unsampled
+def test_no_span_in_the_servers_unsampled_context_but_a_histogram_sample(open_store) -> None:
+    pipelines, roots = ratio_pipelines(0.5)
     observer = StoreTelemetry(
         tracer_provider=pipelines.tracer_provider,
         histograms=pipelines.histograms,
         broker_name=BROKER,
-        unsampled=unsampled,
+        roots=roots,
     )
     store = open_store(observer=observer, flush_type=FlushType.SYNC_FLUSH)
-    token = otel_context.attach(unsampled)
+    token = otel_context.attach(roots.unsampled)
     try:
         # Nothing to hand a shared append: the caller's share is not traced either.
         assert observer.caller_token() is None
@@ -326,6 +323,7 @@ def test_no_span_in_the_servers_unsampled_context_but_a_histogram_sample(
             assert store.put_messages([message()]).ok
     finally:
         otel_context.detach(token)
+        pipelines.tracer_provider.shutdown()
     assert pipelines.spans(cv.APPEND_SPAN) == []
     (point,) = pipelines.points(cv.APPEND_DURATION)
     assert point.count == 3
@@ -385,6 +383,39 @@ def test_async_flush_spans_are_roots_without_waiters(open_store, pipelines: Pipe
     assert flush.attributes[cv.FLUSH_WAITERS] == 0
     assert flush.attributes[cv.FLUSH_BYTES] >= result.append.wrote_bytes
     assert flush.attributes[cv.FLUSH_PAGES] >= 2  # 5000 bytes span two 4 KiB pages at least
+
+
+@pytest.mark.parametrize("ratio", [0.0, 1.0])
+def test_flushes_nobody_traced_waited_for_are_sampled_at_the_brokers_ratio(
+    open_store, ratio: float
+) -> None:
+    pipelines, roots = ratio_pipelines(ratio)
+    observer = StoreTelemetry(
+        tracer_provider=pipelines.tracer_provider,
+        histograms=pipelines.histograms,
+        broker_name=BROKER,
+        roots=roots,
+    )
+    store = open_store(
+        observer=observer,
+        flush_type=FlushType.ASYNC_FLUSH,
+        flush_interval_commit_log=0.01,
+        flush_commit_log_least_pages=0,
+    )
+    try:
+        for _ in range(3):
+            assert store.put_messages([message(b"z" * 5000)]).ok
+            wait_for(lambda: pipelines.points(cv.FLUSH_DURATION), "a flush")
+        store.shutdown()  # its last flush, if any, is in the spans below
+        flushes = pipelines.points(cv.FLUSH_DURATION)[0].count
+        spans = pipelines.spans(cv.FLUSH_SPAN)
+    finally:
+        pipelines.tracer_provider.shutdown()
+    if ratio == 0.0:
+        assert spans == []
+    else:
+        assert len(spans) == flushes
+        assert all(span.parent is None for span in spans)
 
 
 def test_a_refused_batch_is_an_error_span(open_store, pipelines: Pipelines) -> None:
