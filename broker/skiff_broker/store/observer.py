@@ -5,17 +5,17 @@ implements :class:`StoreObserver` elsewhere and is handed to ``MessageStore``.
 The default, :data:`NULL_OBSERVER`, does nothing and allocates nothing per append.
 
 Per append batch the store calls ``observer.append(topic, queue_id, count,
-flush_type)`` (queue_id None when the batch spans queues), reads ``time.perf_counter()``
-and, once the whole put is over (for SYNC_FLUSH that includes waiting for the disk),
-calls exactly one of the scope's ``done(result, started)`` and ``failed(error,
-started)`` with that reading. The store times the put, not the scope, so that an
-observer may hand out one stateless scope for many appends: a put observed only for
-its latency costs two calls and no scope object of its own. A scope's ``context`` is an opaque
-token the store hands to the group-commit service, so that the flush that covers the
-batch can name the appenders it served. A batch coalesced from several callers' calls
-goes to ``observer.shared_append`` instead, with each caller's share, and is observed
-as each caller's own append. Per flush the flush thread reports one
-:class:`FlushReport`.
+flush_type)`` (queue_id None when the batch spans queues), reads
+``time.perf_counter()`` and, once the whole put is over (for SYNC_FLUSH that includes
+waiting for the disk), calls exactly one of the scope's ``done(result, started)`` and
+``failed(error, started)`` with that reading. The store times the put, not the scope,
+so that an observer may hand out one stateless scope for many appends: a put observed
+only for its latency then costs two calls and no object of its own. A scope's
+``context`` is an opaque token the store hands to the group-commit service, so that
+the flush that covers the batch can name the appenders it served. A batch coalesced
+from several callers' calls goes to ``observer.shared_append`` instead, with each
+caller's share, and is observed as each caller's own append. Per flush the flush
+thread reports one :class:`FlushReport`.
 """
 
 from __future__ import annotations
