@@ -129,7 +129,9 @@ class StoreTelemetry(StoreObserver):
                 tokens.append(scope.context)
         untraced = len(callers) - len(traced)
         timed = None
-        if untraced and self._append_seconds is not None:
+        if untraced == 1:
+            timed = self._timed(topic, flush_type)
+        elif untraced and self._append_seconds is not None:
             timed = _TimedAppend(self._append_seconds, topic, flush_type, untraced)
         return _SharedAppend(timed, traced, tokens, share)
 
