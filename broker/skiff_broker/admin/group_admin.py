@@ -118,34 +118,45 @@ class GroupAdmin:
         sessions = self._clients.live_consumers() if self._clients is not None else []
         return [s for s in sessions if group is None or s.group == group]
 
-    def _topics_of(self, group: str, committed: dict[str, list[str]]) -> list[str]:
-        """Existing topics the group has offsets on or live consumers subscribe to."""
+    def _live_by_group(self) -> dict[str, list[ConsumerSession]]:
+        """Every live consumer, by group: one pass over the sessions."""
+        by_group: dict[str, list[ConsumerSession]] = {}
+        for session in self._live():
+            by_group.setdefault(session.group, []).append(session)
+        return by_group
+
+    def _topics_of(
+        self, group: str, committed: dict[str, list[str]], live: Sequence[ConsumerSession]
+    ) -> list[str]:
+        """Existing topics the group has offsets on or its ``live`` consumers subscribe to."""
         names = set(committed.get(group, []))
-        for session in self._live(group):
+        for session in live:
             names.update(session.topics)
         return sorted(n for n in names if self._broker.topics.get(n) is not None)
 
     def list(self, topic: str = "") -> list[GroupSummary]:
+        """Every group; its cost grows with groups + sessions, not with their product."""
         self._progress.refresh()
         committed = self._broker.offsets.groups()
-        names = set(committed) | {s.group for s in self._live()}
+        live_by_group = self._live_by_group()
         found = []
-        for group in sorted(names):
-            topics = self._topics_of(group, committed)
+        for group in sorted(set(committed) | set(live_by_group)):
+            live = live_by_group.get(group, [])
+            topics = self._topics_of(group, committed, live)
             if topic and topic not in topics:
                 continue
             lag = sum(
                 self._topic_state(group, self._broker.topics.get(t)).total_lag for t in topics
             )
-            found.append(GroupSummary(group, tuple(topics), len(self._live(group)), lag))
+            found.append(GroupSummary(group, tuple(topics), len(live), lag))
         return found
 
     def describe(
         self, group: str, topic: str = ""
     ) -> tuple[list[GroupTopic], list[ConsumerSession]]:
         self._progress.refresh()
-        topics = self._topics_of(group, self._broker.offsets.groups())
         live = self._live(group)
+        topics = self._topics_of(group, self._broker.offsets.groups(), live)
         if not topics and not live:
             raise NotFound(
                 f"consumer group {quoted(group)} has no offsets and no live consumers on this "
