@@ -118,6 +118,8 @@ class Broker:
     def _load_state(self) -> None:
         discard = self.config.discard_damaged_state
         self.topics.load(discard_damaged=discard)
+        # Changes a crash left only in the journal go into topics.json now.
+        self.topics.compact()
         self.offsets.load(discard_damaged=discard)
         self.pop.load(discard_damaged=discard)
         self.delays.load(discard_damaged=discard)
@@ -194,4 +196,5 @@ class Broker:
         self.delays.stop()
         self.transactions.stop()
         self.persist()
+        self.topics.close()
         self.store.shutdown()

@@ -3,6 +3,14 @@
 The file is RocketMQ's ``topicConfigTable`` (plus its ``dataVersion``); a
 topics.json written by Apache RocketMQ 5 reads as it is. Fields Skiff does not
 use (``topicFilterType``, ``topicSysFlag``, other attributes) are not kept.
+
+A change is durable before it returns, and costs the same at any table size: it is
+appended to ``topics.json.journal`` (a ``StateJournal``) and synced, and topics.json
+is rewritten (with its ``.bak``) only once the journal holds an eighth of the table
+(at least ``MIN_COMPACTION``), at ``compact()`` and at ``close()``. ``load`` reads the
+snapshot and replays the journal over it. After a clean stop topics.json alone holds
+every topic, as RocketMQ's tools expect; after a crash the journal's topics are in
+topics.json once the broker has started again.
 """
 
 from __future__ import annotations
@@ -17,11 +25,15 @@ from typing import Any
 
 from ..error_text import quoted
 from .state_file import StateFile
+from .state_journal import StateJournal
 
 log = logging.getLogger(__name__)
 
 # Types an Apache RocketMQ 5 topics.json may hold that Skiff has no equivalent for.
 _ROCKETMQ_ONLY_TYPES = frozenset({"MIXED", "UNSPECIFIED"})
+
+# Journal records that trigger a rewrite of topics.json: an eighth of the table, at least this.
+MIN_COMPACTION = 64
 
 TOPIC_NAME_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 MAX_TOPIC_NAME_LENGTH = 127
@@ -111,15 +123,46 @@ class TopicTable:
 
     def __init__(self, path: str) -> None:
         self._file = StateFile(path, lost="any topic (messages stay in the log)")
+        self._journal = StateJournal(f"{path}.journal")
         self.path = path
         self._lock = threading.RLock()
         self._topics: dict[str, TopicConfig] = {}
         self.data_version = {"timestamp": 0, "counter": 0}
 
     def load(self, *, discard_damaged: bool = False) -> None:
-        loaded = self._file.read(_parse_topics, discard_damaged=discard_damaged)
-        if loaded is not None:
-            self._topics, self.data_version = loaded
+        """The snapshot, with the journal's changes replayed over it (nothing is written)."""
+        with self._lock:
+            loaded = self._file.read(_parse_topics, discard_damaged=discard_damaged)
+            if loaded is not None:
+                self._topics, self.data_version = loaded
+            topics = dict(self._topics)
+            counter = self.data_version["counter"]
+            for record in self._journal.read():
+                try:
+                    if record["op"] == "put":
+                        topic = TopicConfig.from_json(record["topic"])
+                        topics[topic.name] = topic
+                    elif record["op"] == "delete":
+                        topics.pop(record["name"], None)
+                    counter = max(counter, int(record["counter"]))
+                except (KeyError, TypeError, ValueError) as exc:
+                    log.warning(
+                        "%s: skipped a change of the wrong shape (%s)", self._journal.path, exc
+                    )
+            self._topics = topics
+            self.data_version = {**self.data_version, "counter": counter}
+
+    def compact(self) -> None:
+        """Rewrite topics.json with every topic and empty the journal, if it holds any."""
+        with self._lock:
+            if len(self._journal):
+                self._write_snapshot()
+
+    def close(self) -> None:
+        """Leave topics.json whole (a clean stop); the table may still be read."""
+        with self._lock:
+            self.compact()
+            self._journal.close()
 
     def get(self, name: str) -> TopicConfig | None:
         return self._topics.get(name)
@@ -130,15 +173,16 @@ class TopicTable:
     def put(self, topic: TopicConfig) -> None:
         topic.validate()
         with self._lock:
+            # Readers take the dict without the lock: each change is a new dict.
             self._topics = {**self._topics, topic.name: topic}
-            self._persist()
+            self._record({"op": "put", "topic": topic.to_json()})
 
     def delete(self, name: str) -> bool:
         with self._lock:
             if name not in self._topics:
                 return False
             self._topics = {k: v for k, v in self._topics.items() if k != name}
-            self._persist()
+            self._record({"op": "delete", "name": name})
             return True
 
     def snapshot(self) -> dict[str, dict[str, Any]]:
@@ -152,19 +196,32 @@ class TopicTable:
             if topics == self._topics:
                 return
             self._topics = topics
-            self._persist()
+            self._next_version()
+            self._write_snapshot()
 
-    def _persist(self) -> None:
+    def _next_version(self) -> None:
         self.data_version = {
             "timestamp": int(time.time() * 1000),
             "counter": self.data_version["counter"] + 1,
         }
+
+    def _record(self, change: dict[str, Any]) -> None:
+        """Make one change durable: a journal record, and now and then a new snapshot."""
+        self._next_version()
+        self._journal.append({**change, "counter": self.data_version["counter"]})
+        if len(self._journal) >= max(MIN_COMPACTION, len(self._topics) // 8):
+            self._write_snapshot()
+
+    def _write_snapshot(self) -> None:
+        # Written before the journal is emptied: a crash between the two replays the
+        # journal over a snapshot that already holds it, which changes nothing.
         self._file.write(
             {
                 "topicConfigTable": {t.name: t.to_json() for t in self._topics.values()},
                 "dataVersion": self.data_version,
             }
         )
+        self._journal.clear()
 
 
 def _parse_topics(document: dict[str, Any]) -> tuple[dict[str, TopicConfig], dict[str, int]]:

@@ -60,11 +60,13 @@ def test_a_file_of_the_wrong_shape_is_read_from_its_bak(tmp_path):
     path = tmp_path / "topics.json"
     table = TopicTable(str(path))
     table.put(TopicConfig("orders", 4, 4))
+    table.compact()
     table.put(TopicConfig("events", 2, 2))
+    table.compact()
     path.write_text(json.dumps({"topicConfigTable": {"orders": {"topicName": "orders"}}}))
     reloaded = TopicTable(str(path))
     reloaded.load()
-    # The .bak is the version before the last put: only "orders" existed then.
+    # The .bak is the version before the last rewrite: only "orders" existed then.
     assert [t.name for t in reloaded.all()] == ["orders"]
 
 
