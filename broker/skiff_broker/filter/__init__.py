@@ -1,0 +1,1 @@
+"""Message filters: tag expressions and SQL92 property filters, compiled once per subscription."""
