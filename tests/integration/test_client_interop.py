@@ -24,13 +24,12 @@ from rocketmq import (
     Message,
     MessageListener,
     PushConsumer,
-    SimpleConsumer,
 )
 from rocketmq.grpc_protocol import FilterType
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
-from rocketmq.v5.exception import UnsupportedException
+from rocketmq.v5.exception import BadRequestException
 from rocketmq.v5.util.misc import Misc
 from tests.support.broker_fixture import module_broker
 from tests.support.broker_process import BrokerProcess
@@ -55,7 +54,13 @@ NORMAL_TOPICS = (
     "interop-push-dlq",
     "interop-sql",
 )
-FIFO_TOPICS = ("interop-fifo", "interop-fifo-redeliver", "interop-fifo-push", "interop-fifo-dlq")
+FIFO_TOPICS = (
+    "interop-fifo",
+    "interop-fifo-redeliver",
+    "interop-fifo-push",
+    "interop-fifo-dlq",
+    "interop-fifo-sql",
+)
 
 
 broker = module_broker(
@@ -437,25 +442,73 @@ def test_sending_to_an_unknown_topic_fails_naming_the_topic(config, stub):
     assert topic in send.status.message
 
 
-def test_sql92_filter_is_refused_as_unsupported(config, group, stub):
+def sql_consumer(config: ClientConfiguration, group: str, topic: str, sql: str):
+    return started_simple_consumer(config, group, topic, FilterExpression(sql, FilterType.SQL))
+
+
+@pytest.mark.parametrize("topic", ["interop-sql", "interop-fifo-sql"])
+def test_sql92_filter_delivers_only_the_matching_messages(config, group, topic):
+    # a, b as a producer sets them; missing properties, and one a that is no number.
+    cases = [
+        ({"a": "6", "b": "x"}, True),
+        ({"a": "9", "b": "x"}, True),
+        ({"a": "5", "b": "x"}, False),  # not greater than 5
+        ({"a": "7", "b": "y"}, False),  # b differs
+        ({"b": "x"}, False),  # a missing: unknown, not delivered
+        ({"a": "seven", "b": "x"}, False),  # not a number: RocketMQ's evaluator refuses it
+        ({}, False),
+    ]
+    fifo = "fifo" in topic
+    with started_producer(config, topic) as client:
+        ids = []
+        for i, (properties, _) in enumerate(cases):
+            sent = message(topic, b"sql-%d" % i, group="g1" if fifo else "")
+            for key, value in properties.items():
+                sent.add_property(key, value)
+            ids.append(client.send(sent).message_id)
+    wanted = {ids[i] for i, (_, match) in enumerate(cases) if match}
+
+    with sql_consumer(config, group, topic, "a > 5 AND b = 'x'") as consumer:
+        filtered = receive_all(consumer, len(wanted))
+        assert consumer.receive(32, 30) == [], "messages that do not match must not come"
+    assert sorted(m.message_id for m in filtered) == sorted(wanted)
+    if fifo:
+        assert [m.message_id for m in filtered] == [i for i in ids if i in wanted]
+    # The rest was stored: a group subscribing by property presence gets every message with b.
+    with sql_consumer(config, f"{group}-b", topic, "b IS NOT NULL") as consumer:
+        with_b = receive_all(consumer, 6)
+    assert sorted(m.message_id for m in with_b) == sorted(ids[:6])
+
+
+def test_sql92_filter_matches_tags_and_keys(config, group):
+    topic = "interop-sql"
+    with started_producer(config, topic) as client:
+        tagged = message(topic, b"tagged", tag="TagA")
+        tagged.keys = "order-1"
+        wanted = client.send(tagged).message_id
+        client.send(message(topic, b"other", tag="TagB"))
+    with sql_consumer(config, group, topic, "TAGS = 'TagA' AND KEYS = 'order-1'") as consumer:
+        got = receive_all(consumer, 1)
+        assert consumer.receive(32, 30) == []
+    assert [m.message_id for m in got] == [wanted]
+
+
+def test_a_sql92_filter_that_does_not_parse_is_refused_with_its_position(config, group, stub):
     topic = "interop-sql"
     request = spb.ReceiveMessageRequest(
         group=pb.Resource(name=group),
         message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=0),
-        filter_expression=pb.FilterExpression(type=pb.FilterType.SQL, expression="a > 1"),
+        filter_expression=pb.FilterExpression(type=pb.FilterType.SQL, expression="a > > 1"),
         batch_size=16,
         invisible_duration=Duration(seconds=30),
         long_polling_timeout=Duration(seconds=1),
     )
     statuses = [f.status for f in receive_frames(stub, request) if f.HasField("status")]
-    assert [s.code for s in statuses] == [pb.Code.UNSUPPORTED]
-    assert "SQL92" in statuses[0].message
+    assert [s.code for s in statuses] == [pb.Code.ILLEGAL_FILTER_EXPRESSION]
+    assert "position 5" in statuses[0].message
 
-    subscription = {topic: FilterExpression("a > 1", FilterType.SQL)}
-    consumer = SimpleConsumer(config, group, subscription, 1)
-    consumer.startup()
-    try:
-        with pytest.raises(UnsupportedException, match="SQL92"):
-            consumer.receive(16, 30)
-    finally:
-        consumer.shutdown()
+    with (
+        sql_consumer(config, group, topic, "a = 1 AND") as consumer,
+        pytest.raises(BadRequestException, match="position 10"),
+    ):
+        consumer.receive(16, 30)

@@ -38,10 +38,18 @@ def started_producer(
 
 @contextlib.contextmanager
 def started_simple_consumer(
-    config: ClientConfiguration, group: str, topic: str, expression: str = "*", await_s: int = 5
+    config: ClientConfiguration,
+    group: str,
+    topic: str,
+    expression: str | FilterExpression = "*",
+    await_s: int = 5,
 ) -> Iterator[SimpleConsumer]:
-    """A started SimpleConsumer of ``group`` on ``topic``, long-polling ``await_s`` seconds."""
-    client = SimpleConsumer(config, group, {topic: FilterExpression(expression)}, await_s)
+    """A started SimpleConsumer of ``group`` on ``topic``, long-polling ``await_s`` seconds.
+
+    ``expression`` is a tag expression, or a FilterExpression of either type."""
+    if isinstance(expression, str):
+        expression = FilterExpression(expression)
+    client = SimpleConsumer(config, group, {topic: expression}, await_s)
     client.startup()
     try:
         yield client

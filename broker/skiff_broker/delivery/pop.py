@@ -25,13 +25,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
+from ..filter.subscription import MessageFilter
 from ..metadata.consumer_offsets import ConsumerOffsetTable
 from ..metadata.state_file import StateFile
 from ..store.message import Message, StoredMessage
 from ..store.message_store import MessageStore
 from ..store.results import GetStatus, PutStatus
 from ..wire import property_names as prop
-from .tag_filter import TagFilter
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +190,7 @@ class PopService:
         queue_ids: Iterable[int],
         max_count: int,
         invisible_ms: int,
-        tag_filter: TagFilter,
+        tag_filter: MessageFilter,
         *,
         fifo: bool,
     ) -> list[Delivery]:
@@ -267,7 +267,7 @@ class PopService:
         now: int,
         wanted: int,
         invisible_ms: int,
-        tag_filter: TagFilter,
+        tag_filter: MessageFilter,
     ) -> list[Delivery]:
         got = self._store.get_messages(
             topic,
@@ -275,7 +275,7 @@ class PopService:
             state.next_offset,
             wanted,
             tag_codes=tag_filter.tag_codes,
-            accept=tag_filter.accepts if tag_filter.tags is not None else None,
+            accept=tag_filter.accept,
         )
         if got.status is GetStatus.OFFSET_TOO_SMALL:
             log.warning(

@@ -7,6 +7,7 @@ them; the exact tag is then checked, since different tags can share a hash.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from ..store.hashing import tag_hash
 from ..store.message import StoredMessage
@@ -24,6 +25,11 @@ class TagFilter:
     @property
     def tag_codes(self) -> set[int] | None:
         return None if self.tags is None else {tag_hash(t) for t in self.tags}
+
+    @property
+    def accept(self) -> Callable[[StoredMessage], bool] | None:
+        """The exact check of a message read; None when every message is wanted."""
+        return None if self.tags is None else self.accepts
 
     def accepts(self, message: StoredMessage) -> bool:
         return self.tags is None or message.tags in self.tags

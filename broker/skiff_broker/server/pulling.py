@@ -45,7 +45,7 @@ class Puller:
     ) -> AsyncIterator[spb.PullMessageResponse]:
         try:
             topic, queue_id = self._queue(request.message_queue)
-            tag_filter = Receiver.tag_filter(request.filter_expression)
+            tag_filter = Receiver.message_filter(request.filter_expression)
             batch = request.batch_size or 32
             if not 0 < batch <= _MAX_BATCH:
                 raise RequestError(Code.BAD_REQUEST, f"batch size must be 1 to {_MAX_BATCH}")
@@ -66,7 +66,7 @@ class Puller:
                 request.offset,
                 batch,
                 tag_codes=tag_filter.tag_codes,
-                accept=tag_filter.accepts if tag_filter.tags is not None else None,
+                accept=tag_filter.accept,
             ),
             lambda got: got.status in NOT_WRITTEN_YET,
         )

@@ -12,6 +12,7 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from ..delivery.long_polling import ArrivalHub
 from ..delivery.pop import Delivery, PopError
 from ..delivery.tag_filter import TagFilter
+from ..filter.subscription import MessageFilter, sql92_filter
 from ..metadata.topic_table import MessageType, TopicConfig
 from ..runtime import Broker
 from ..telemetry.traffic import NO_TRAFFIC, TrafficObserver
@@ -51,17 +52,20 @@ class Receiver:
         return topic
 
     @staticmethod
-    def tag_filter(expression: pb.FilterExpression) -> TagFilter:
-        if expression.type == pb.FilterType.SQL:
-            raise RequestError(
-                Code.UNSUPPORTED, "SQL92 filters are not supported; filter by tag (TagA || TagB)"
-            )
-        if expression.type not in (pb.FilterType.FILTER_TYPE_UNSPECIFIED, pb.FilterType.TAG):
+    def message_filter(expression: pb.FilterExpression) -> MessageFilter:
+        """The subscription's tag or SQL92 filter; ILLEGAL_FILTER_EXPRESSION if it is bad."""
+        if expression.type not in (
+            pb.FilterType.FILTER_TYPE_UNSPECIFIED,
+            pb.FilterType.TAG,
+            pb.FilterType.SQL,
+        ):
             raise RequestError(
                 Code.ILLEGAL_FILTER_EXPRESSION,
-                f"filter type {expression.type} is unknown; use TAG (TagA || TagB)",
+                f"filter type {expression.type} is unknown; use TAG (TagA || TagB) or SQL92",
             )
         try:
+            if expression.type == pb.FilterType.SQL:
+                return sql92_filter(expression.expression)
             return TagFilter.parse(expression.expression)
         except ValueError as exc:
             raise RequestError(Code.ILLEGAL_FILTER_EXPRESSION, str(exc)) from None
@@ -141,7 +145,7 @@ class Receiver:
     ) -> list[Delivery]:
         group = require_group_name(request.group.name)
         topic = self._readable_topic(request.message_queue.topic.name)
-        tag_filter = self.tag_filter(request.filter_expression)
+        tag_filter = self.message_filter(request.filter_expression)
         batch = request.batch_size or 32
         if not 0 < batch <= _MAX_BATCH:
             raise RequestError(Code.BAD_REQUEST, f"batch size must be 1 to {_MAX_BATCH}")
