@@ -238,16 +238,21 @@ class MessagingClient(BrokerClient):
         *,
         max_messages: int = 32,
         tag_expression: str = "*",
+        sql92: str | None = None,
         wait_s: float = MAX_LONG_POLL_S,
         invisible_s: int = DEFAULT_INVISIBLE_S,
     ) -> list[ReceivedMessage]:
-        """Messages for ``group``, waiting up to ``wait_s`` for one to arrive; [] if none."""
+        """Messages for ``group``, waiting up to ``wait_s`` for one to arrive; [] if none.
+
+        ``sql92``, if given, filters by properties instead of ``tag_expression``."""
         poll_ms = int(max(0.0, min(wait_s, MAX_LONG_POLL_S)) * 1000)
         request = spb.ReceiveMessageRequest(
             group=pb.Resource(name=group),
             message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=-1),
-            filter_expression=pb.FilterExpression(
-                type=pb.FilterType.TAG, expression=tag_expression
+            filter_expression=(
+                pb.FilterExpression(type=pb.FilterType.TAG, expression=tag_expression)
+                if sql92 is None
+                else pb.FilterExpression(type=pb.FilterType.SQL, expression=sql92)
             ),
             batch_size=max_messages,
             invisible_duration=Duration(seconds=invisible_s),
