@@ -507,38 +507,30 @@ def _is_null(node: _Node) -> _Node:
     return _condition(lambda p: operand(p) is None)
 
 
-def _both(left: _Node, right: _Node) -> _Node:
+def _logic(left: _Node, right: _Node, decisive: bool) -> _Node:
+    """AND (``decisive`` False) or OR (True) in three-valued logic, left side first."""
     lhs, rhs = left.evaluate, right.evaluate
 
-    def both(p: Properties) -> bool | None:
+    def logic(p: Properties) -> bool | None:
         first = lhs(p)
-        if first is False:
-            return False
+        if first is decisive:
+            return decisive
         second = rhs(p)
-        if second is False:
-            return False
+        if second is decisive:
+            return decisive
         if first is None or second is None:
             return None
-        return True
+        return not decisive
 
-    return _condition(both)
+    return _condition(logic)
+
+
+def _both(left: _Node, right: _Node) -> _Node:
+    return _logic(left, right, False)
 
 
 def _either(left: _Node, right: _Node) -> _Node:
-    lhs, rhs = left.evaluate, right.evaluate
-
-    def either(p: Properties) -> bool | None:
-        first = lhs(p)
-        if first is True:
-            return True
-        second = rhs(p)
-        if second is True:
-            return True
-        if first is None or second is None:
-            return None
-        return False
-
-    return _condition(either)
+    return _logic(left, right, True)
 
 
 def _membership(node: _Node, members: frozenset[str], negated: bool) -> _Node:
