@@ -14,6 +14,9 @@ call never reaches its service. How a refusal is answered:
 Every message says what to do. Requests whose bytes do not parse pass through after
 authentication: their service refuses them without touching any data.
 
+A call that passes is served knowing who signed it (``caller.signed_by``): a client's
+session belongs to that access key.
+
 The one exception is grpc.health.v1.Health: probes (the kubelet's among them) sign
 nothing, and it tells only whether the broker serves.
 """
@@ -32,6 +35,7 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from ..error_text import bounded
 from ..rpc.health_service import HEALTH_SERVICE
 from ..rpc.undecodable import Undecodable
+from .caller import verified
 from .decision import Need, decide
 from .rights import needs_of, telemetry_needs
 from .signature import SignatureError, verify
@@ -102,6 +106,7 @@ class AuthGate(grpc.aio.ServerInterceptor):
             access_key = verify(headers, self._users.secret_of, self._clock(), self._max_skew_s)
         except SignatureError as exc:
             raise _Refused(False, str(exc)) from None
+        verified(access_key)
         if request is None or isinstance(request, Undecodable):
             return access_key
         self._authorize(access_key, needs_of(method, request), context)
@@ -188,6 +193,18 @@ class AuthGate(grpc.aio.ServerInterceptor):
             except _Refused as refused:
                 await _abort(refused, context)
             yield command
+
+
+def may(users: UserStore, access_key: str, needs: tuple[Need, ...], peer: str) -> bool:
+    """Whether ``access_key`` may now do what ``needs`` say from ``peer`` (a gRPC peer).
+
+    For what the broker sends on its own, long after the request that set it up: the
+    user's policies may have changed since.
+    """
+    user = users.user(access_key)
+    if user is None or not user.enabled:
+        return False
+    return decide(user, users.acl(access_key), needs, caller_ip(peer)) is None
 
 
 async def _abort(refused: _Refused, context: grpc.aio.ServicerContext) -> None:
