@@ -251,17 +251,35 @@ def test_applying_users_and_acls_again_changes_nothing_and_never_shows_secrets(b
         admin.list_users()
 
 
-def test_a_disabled_user_is_refused_and_a_deleted_one_unknown(broker):
+def test_a_disabled_user_gets_the_answer_of_a_wrong_secret_and_a_deleted_one_too(broker):
     with root_admin(broker) as admin:
         admin.apply_user("carol", "carol-secret", enabled=False)
         admin.apply_acl("carol", ALICE_ACL)
-        assert (
-            "disabled"
-            in query_route(broker, signed_headers("carol", "carol-secret", now_utc())).message
-        )
+        # The right secret of a disabled user: nothing in the answer says it was right.
+        disabled = query_route(broker, signed_headers("carol", "carol-secret", now_utc()))
+        wrong = query_route(broker, signed_headers("carol", "not-the-secret", now_utc()))
+        assert disabled == wrong
+        assert disabled.code == pb.Code.UNAUTHORIZED
+        assert "disabled" not in disabled.message
+        # The admin and record services and a Telemetry stream answer it as unauthenticated.
+        with grpc.insecure_channel(broker.endpoint) as channel:
+            with pytest.raises(grpc.RpcError) as refused:
+                admin_pb2_grpc.AdminServiceStub(channel).ListTopics(
+                    apb.ListTopicsRequest(),
+                    metadata=signed_headers("carol", "carol-secret", now_utc()),
+                )
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            stream = MessagingServiceStub(channel).Telemetry(
+                iter([spb.TelemetryCommand(settings=pb.Settings())]),
+                metadata=signed_headers("carol", "carol-secret", now_utc()),
+                timeout=10,
+            )
+            with pytest.raises(grpc.RpcError) as refused:
+                next(iter(stream))
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
         assert admin.delete_user("carol") and not admin.delete_user("carol")
-    status = query_route(broker, signed_headers("carol", "carol-secret", now_utc()))
-    assert status.code == pb.Code.UNAUTHORIZED
+    deleted = query_route(broker, signed_headers("carol", "carol-secret", now_utc()))
+    assert deleted == wrong
 
 
 def test_skiff_clients_sign_their_requests(broker):
