@@ -38,6 +38,7 @@ from tests.support.broker_process import (
     running_broker,
 )
 from tests.support.official_client import started_producer, started_simple_consumer
+from tests.support.waiting import wait_for
 
 from skiff_broker.admin.v1 import admin_pb2 as apb
 from skiff_broker.admin.v1 import admin_pb2_grpc
@@ -427,3 +428,30 @@ def test_consumer_group_tools_need_get_update_or_delete_on_the_group(broker):
         assert dora.delete_consumer_group("scratch").topics == ("orders",)
     with root_admin(broker) as admin:
         admin.delete_user("dora")
+
+
+def test_a_lag_error_names_no_group_the_caller_did_not_name(broker):
+    with root_admin(broker) as admin:
+        admin.create_topic("ledger", read_queues=1)
+        admin.apply_user("gina", "gina-secret")
+        admin.apply_acl("gina", [AclEntry(("Topic:ledger", "Group:gina-readers"), ("Get",))])
+    root = SkiffCredentials(*ROOT)
+    with MessagingClient(broker.endpoint, credentials=root) as client:
+        client.send([OutgoingMessage(topic="ledger", body=b"salary")])
+        received = wait_for(
+            lambda: client.receive("payroll-auditors", "ledger", wait_s=2), "the auditors' message"
+        )
+        client.ack("payroll-auditors", "ledger", received)
+    with (
+        AdminClient(broker.endpoint, credentials=SkiffCredentials("gina", "gina-secret")) as gina,
+        pytest.raises(NotFound) as refused,
+    ):
+        gina.consumer_lag("gina-readers", "ledger")
+    assert "consumer group 'gina-readers' has not consumed from topic 'ledger'" in str(
+        refused.value
+    )
+    assert "payroll-auditors" not in str(refused.value)
+    with root_admin(broker) as admin:
+        # The group is there for whoever may list the groups.
+        assert "payroll-auditors" in {g.group for g in admin.list_consumer_groups("ledger")}
+        admin.delete_user("gina")
