@@ -38,6 +38,7 @@ from tests.support.broker_process import (
     running_broker,
 )
 from tests.support.official_client import started_producer, started_simple_consumer
+from tests.support.waiting import wait_for
 
 from skiff_broker.admin.v1 import admin_pb2 as apb
 from skiff_broker.admin.v1 import admin_pb2_grpc
@@ -251,17 +252,35 @@ def test_applying_users_and_acls_again_changes_nothing_and_never_shows_secrets(b
         admin.list_users()
 
 
-def test_a_disabled_user_is_refused_and_a_deleted_one_unknown(broker):
+def test_a_disabled_user_gets_the_answer_of_a_wrong_secret_and_a_deleted_one_too(broker):
     with root_admin(broker) as admin:
         admin.apply_user("carol", "carol-secret", enabled=False)
         admin.apply_acl("carol", ALICE_ACL)
-        assert (
-            "disabled"
-            in query_route(broker, signed_headers("carol", "carol-secret", now_utc())).message
-        )
+        # The right secret of a disabled user: nothing in the answer says it was right.
+        disabled = query_route(broker, signed_headers("carol", "carol-secret", now_utc()))
+        wrong = query_route(broker, signed_headers("carol", "not-the-secret", now_utc()))
+        assert disabled == wrong
+        assert disabled.code == pb.Code.UNAUTHORIZED
+        assert "disabled" not in disabled.message
+        # The admin and record services and a Telemetry stream answer it as unauthenticated.
+        with grpc.insecure_channel(broker.endpoint) as channel:
+            with pytest.raises(grpc.RpcError) as refused:
+                admin_pb2_grpc.AdminServiceStub(channel).ListTopics(
+                    apb.ListTopicsRequest(),
+                    metadata=signed_headers("carol", "carol-secret", now_utc()),
+                )
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            stream = MessagingServiceStub(channel).Telemetry(
+                iter([spb.TelemetryCommand(settings=pb.Settings())]),
+                metadata=signed_headers("carol", "carol-secret", now_utc()),
+                timeout=10,
+            )
+            with pytest.raises(grpc.RpcError) as refused:
+                next(iter(stream))
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
         assert admin.delete_user("carol") and not admin.delete_user("carol")
-    status = query_route(broker, signed_headers("carol", "carol-secret", now_utc()))
-    assert status.code == pb.Code.UNAUTHORIZED
+    deleted = query_route(broker, signed_headers("carol", "carol-secret", now_utc()))
+    assert deleted == wrong
 
 
 def test_skiff_clients_sign_their_requests(broker):
@@ -409,3 +428,30 @@ def test_consumer_group_tools_need_get_update_or_delete_on_the_group(broker):
         assert dora.delete_consumer_group("scratch").topics == ("orders",)
     with root_admin(broker) as admin:
         admin.delete_user("dora")
+
+
+def test_a_lag_error_names_no_group_the_caller_did_not_name(broker):
+    with root_admin(broker) as admin:
+        admin.create_topic("ledger", read_queues=1)
+        admin.apply_user("gina", "gina-secret")
+        admin.apply_acl("gina", [AclEntry(("Topic:ledger", "Group:gina-readers"), ("Get",))])
+    root = SkiffCredentials(*ROOT)
+    with MessagingClient(broker.endpoint, credentials=root) as client:
+        client.send([OutgoingMessage(topic="ledger", body=b"salary")])
+        received = wait_for(
+            lambda: client.receive("payroll-auditors", "ledger", wait_s=2), "the auditors' message"
+        )
+        client.ack("payroll-auditors", "ledger", received)
+    with (
+        AdminClient(broker.endpoint, credentials=SkiffCredentials("gina", "gina-secret")) as gina,
+        pytest.raises(NotFound) as refused,
+    ):
+        gina.consumer_lag("gina-readers", "ledger")
+    assert "consumer group 'gina-readers' has not consumed from topic 'ledger'" in str(
+        refused.value
+    )
+    assert "payroll-auditors" not in str(refused.value)
+    with root_admin(broker) as admin:
+        # The group is there for whoever may list the groups.
+        assert "payroll-auditors" in {g.group for g in admin.list_consumer_groups("ledger")}
+        admin.delete_user("gina")

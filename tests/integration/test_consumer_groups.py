@@ -22,6 +22,7 @@ from tests.support.broker_process import BrokerProcess
 from skiff_broker.client.admin import AdminClient, ResetTo
 from skiff_broker.client.errors import FailedPrecondition, InvalidArgument, NotFound
 from skiff_broker.client.messaging import MessagingClient, OutgoingMessage
+from skiff_operator.group_drain import unconsumed_messages
 
 broker = module_broker("groups")
 
@@ -89,6 +90,19 @@ def test_list_and_describe_show_what_a_group_has_left(admin, messaging):
 
     with pytest.raises(NotFound, match="skiff group list"):
         admin.describe_consumer_group("cg-never-seen")
+
+
+def test_a_drain_counts_what_the_groups_that_consumed_a_topic_have_left(broker, admin, messaging):
+    # The operator's drain finds the groups through the group list, not an error's text.
+    topic = admin.create_topic("cg-drain", read_queues=1)
+    send(messaging, "cg-drain", "a", "b", "c")
+    # Nobody has read it: every message it holds counts.
+    assert unconsumed_messages(admin, topic) == 3
+    # A live consumer that has committed nothing has not read anything either.
+    heartbeat_as_consumer(broker, "cg-drain-watchers")
+    assert unconsumed_messages(admin, topic) == 3
+    assert len(consume(messaging, "cg-drain-readers", "cg-drain", 2)) == 2
+    assert unconsumed_messages(admin, topic) == 1
 
 
 def test_in_flight_deliveries_show_until_acknowledged(admin, messaging):

@@ -57,3 +57,14 @@ def test_unsigned_health_checks_pass_where_unsigned_messaging_is_refused(tmp_pat
         with MessagingClient(broker.endpoint) as unsigned, pytest.raises(MessagingError) as refused:
             unsigned.send([OutgoingMessage("health-topic", b"body")])
         assert refused.value.code == "UNAUTHORIZED"
+
+
+def test_list_is_unimplemented_and_says_what_to_call_instead(tmp_path) -> None:
+    with running_broker(tmp_path) as broker, grpc.insecure_channel(broker.endpoint) as channel:
+        with pytest.raises(grpc.RpcError) as refused:
+            health_pb2_grpc.HealthStub(channel).List(health_pb2.HealthListRequest(), timeout=10)
+        assert refused.value.code() is grpc.StatusCode.UNIMPLEMENTED
+        assert "Check" in refused.value.details()
+        # Still serving.
+        assert check(channel) == SERVING
+    assert [r for r in broker.log_lines() if r.get("level") == "error"] == []

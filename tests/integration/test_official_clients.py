@@ -5,7 +5,8 @@ defaults serves TLS and plaintext on one port (permissive) with a self-signed ce
 so they work unchanged. With ``--auth enabled`` they sign requests with a user's keys;
 with ``--tls-mode enforcing`` a client that turned TLS off is refused. The clients run as
 programs (tests/official_clients) that send a few messages, receive them back with a
-SimpleConsumer and print what happened.
+SimpleConsumer and print what happened; in their transaction mode a signed producer
+leaves a transaction open and must be asked about it by the broker.
 
 Without a JDK, Maven or Go the tests skip, saying what to install; with SKIFF_REQUIRE_K8S
 set (CI, where scripts/test installs them) they fail instead.
@@ -32,7 +33,7 @@ from tests.support.broker_process import BrokerProcess, create_topics, data_dir_
 
 from skiff_broker.client.admin import AclEntry, AdminClient
 from skiff_broker.client.credentials import Credentials
-from skiff_broker.metadata.topic_table import TopicConfig
+from skiff_broker.metadata.topic_table import MessageType, TopicConfig
 
 MESSAGES = 10
 TOPICS = ("java-topic", "go-topic")
@@ -133,6 +134,65 @@ def test_go_client_signs_with_session_credentials(go, auth_broker, tmp_path):
         go, auth_broker, tmp_path, group=GROUPS[1], access_key=USER[0], secret_key=USER[1]
     )
     assert_every_message_came_back(outcome)
+
+
+TRANSACTION_TOPICS = ("java-tx-topic", "go-tx-topic")
+TRANSACTION_GROUPS = ("java-tx-group", "go-tx-group")
+
+
+@pytest.fixture(scope="module")
+def transaction_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """Authentication on; an open transaction is asked about at once, then every 0.5 s."""
+    tmp_path = tmp_path_factory.mktemp("transactions")
+    transactional = MessageType.TRANSACTION
+    topics = [TopicConfig(t, 2, 2, message_type=transactional) for t in TRANSACTION_TOPICS]
+    create_topics(data_dir_of(tmp_path), *topics)
+    checking = ("--transaction-timeout", "0", "--transaction-check-interval", "0.5")
+    with running_broker(tmp_path, *checking, env=AUTH_ENV) as broker:
+        with AdminClient(broker.endpoint, credentials=Credentials(*ROOT)) as admin:
+            admin.apply_user(*USER)
+            resources = tuple(f"Topic:{t}" for t in TRANSACTION_TOPICS) + tuple(
+                f"Group:{g}" for g in TRANSACTION_GROUPS
+            )
+            admin.apply_acl(USER[0], [AclEntry(resources, ("Pub", "Sub"))])
+        yield broker
+
+
+def assert_the_open_transaction_was_checked_and_committed(outcome: Outcome) -> None:
+    assert outcome.errors == [], outcome.stderr[-3000:]
+    assert outcome.returncode == 0
+    [sent] = outcome.summary["sent"]
+    assert sent in outcome.summary["checked"]
+    assert outcome.summary["received"] == [sent]
+
+
+def test_a_signed_java_producer_is_asked_about_its_open_transaction(
+    java, transaction_broker, tmp_path
+):
+    keys = {"access_key": USER[0], "secret_key": USER[1]}
+    command = java.command(
+        "transaction",
+        tmp_path / "logs",
+        endpoint=transaction_broker.endpoint,
+        topic=TRANSACTION_TOPICS[0],
+        group=TRANSACTION_GROUPS[0],
+        **keys,
+    )
+    assert_the_open_transaction_was_checked_and_committed(run_client(command, tmp_path / "logs"))
+    assert broker_errors(transaction_broker) == []
+
+
+def test_a_signed_go_producer_is_asked_about_its_open_transaction(go, transaction_broker, tmp_path):
+    command = go.command(
+        endpoint=transaction_broker.endpoint,
+        topic=TRANSACTION_TOPICS[1],
+        group=TRANSACTION_GROUPS[1],
+        access_key=USER[0],
+        secret_key=USER[1],
+        mode="transaction",
+    )
+    assert_the_open_transaction_was_checked_and_committed(run_client(command, tmp_path / "logs"))
+    assert broker_errors(transaction_broker) == []
 
 
 WRONG_SECRET = f"the signature of access key '{USER[0]}' does not match"

@@ -373,12 +373,13 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         group = _required(request.group, "consumer group")
         topic = self._topics.get(_topic_name(request.topic))
         self._progress.refresh()
-        groups = self._progress.groups_of(topic.name)
-        if group not in groups:
-            known = ", ".join(repr(g) for g in groups) or "none"
+        if group not in self._progress.groups_of(topic.name):
+            # Names only what the caller named: other groups are theirs to list, with
+            # List on the cluster.
             raise NotFound(
-                f"consumer group {quoted(group)} has not consumed from topic {topic.name!r} "
-                f"(groups that have: {known}); check the group name"
+                f"consumer group {quoted(group)} has not consumed from topic {topic.name!r}; "
+                f"check the group name (`skiff group list --topic {topic.name}` lists "
+                "the groups that have)"
             )
         queues = [
             self._progress.queue(group, topic.name, queue_id)

@@ -12,7 +12,12 @@ call never reaches its service. How a refusal is answered:
 * skiff.admin.v1 and skiff.records.v1: gRPC UNAUTHENTICATED / PERMISSION_DENIED.
 
 Every message says what to do. Requests whose bytes do not parse pass through after
-authentication: their service refuses them without touching any data.
+authentication: their service refuses them without touching any data. A disabled user
+gets the answer an unknown access key or a wrong secret gets (UNAUTHORIZED, the
+signature does not match): the answer never tells that the secret was right.
+
+A call that passes is served knowing who signed it (``caller.signed_by``): a client's
+session belongs to that access key.
 
 The one exception is grpc.health.v1.Health: probes (the kubelet's among them) sign
 nothing, and it tells only whether the broker serves.
@@ -32,9 +37,10 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from ..error_text import bounded
 from ..rpc.health_service import HEALTH_SERVICE
 from ..rpc.undecodable import Undecodable
+from .caller import verified
 from .decision import Need, decide
 from .rights import needs_of, telemetry_needs
-from .signature import SignatureError, verify
+from .signature import SignatureError, not_matching, verify
 from .user_store import UserStore
 
 _MESSAGING = spb.DESCRIPTOR.services_by_name["MessagingService"]
@@ -99,20 +105,26 @@ class AuthGate(grpc.aio.ServerInterceptor):
             value = item.value
             headers[item.key] = value if isinstance(value, str) else value.decode("latin-1")
         try:
-            access_key = verify(headers, self._users.secret_of, self._clock(), self._max_skew_s)
+            access_key = verify(headers, self._enabled_secret, self._clock(), self._max_skew_s)
         except SignatureError as exc:
             raise _Refused(False, str(exc)) from None
+        verified(access_key)
         if request is None or isinstance(request, Undecodable):
             return access_key
         self._authorize(access_key, needs_of(method, request), context)
         return access_key
 
+    def _enabled_secret(self, access_key: str) -> str | None:
+        """The secret of an enabled user; None for an unknown or disabled one."""
+        user = self._users.user(access_key)
+        return user.secret_key if user is not None and user.enabled else None
+
     def _authorize(
         self, access_key: str, needs: tuple[Need, ...], context: grpc.aio.ServicerContext
     ) -> None:
         user = self._users.user(access_key)
-        if user is None:  # deleted since the signature was checked
-            raise _Refused(False, f"access key {access_key!r} is unknown")
+        if user is None or not user.enabled:  # deleted or disabled since the signature check
+            raise _Refused(False, not_matching(access_key))
         refusal = decide(user, self._users.acl(access_key), needs, caller_ip(context.peer()))
         if refusal is not None:
             raise _Refused(True, refusal.reason)
@@ -188,6 +200,18 @@ class AuthGate(grpc.aio.ServerInterceptor):
             except _Refused as refused:
                 await _abort(refused, context)
             yield command
+
+
+def may(users: UserStore, access_key: str, needs: tuple[Need, ...], peer: str) -> bool:
+    """Whether ``access_key`` may now do what ``needs`` say from ``peer`` (a gRPC peer).
+
+    For what the broker sends on its own, long after the request that set it up: the
+    user's policies may have changed since.
+    """
+    user = users.user(access_key)
+    if user is None or not user.enabled:
+        return False
+    return decide(user, users.acl(access_key), needs, caller_ip(peer)) is None
 
 
 async def _abort(refused: _Refused, context: grpc.aio.ServicerContext) -> None:

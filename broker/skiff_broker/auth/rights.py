@@ -7,7 +7,9 @@ Get on the topic; a consumer's heartbeat and termination Sub on its group.
 A producer's heartbeat needs only a signed request; a Telemetry stream needs a
 signed request to open, and each Settings it carries what it claims
 (``telemetry_needs``): Pub on a producer's topics, Sub on a consumer's group and
-topics (the broker sends a producer its topics' orphaned transactions).
+topics. Claiming nothing gets nothing: the broker asks a session about a topic's
+orphaned transactions only if its Settings named that topic and its user holds
+``transaction_check_needs`` (Pub on the topic) when the check is sent.
 Skiff's own services: Append Pub and Fetch Sub on the topic; admin topic changes
 Create/Update/Delete on the topic, look-ups Get (List for the topic list, on
 ``Cluster``), consumer lag Get on topic and group; consumer groups List on
@@ -118,6 +120,12 @@ def telemetry_needs(command: Any) -> tuple[Need, ...]:
             *(need(_TOPIC, topic, Action.SUB) for topic in topics),
         )
     return ()
+
+
+def transaction_check_needs(topic: str) -> tuple[Need, ...]:
+    """What a producer's session must hold to be sent ``topic``'s transaction checks:
+    Pub on it, as ending the transaction needs (the check carries the message)."""
+    return (need(_TOPIC, topic, Action.PUB),)
 
 
 def needs_of(method: str, request: Any) -> tuple[Need, ...]:

@@ -29,6 +29,7 @@ __all__ = [
     "DATE_TIME",
     "SESSION_TOKEN",
     "SignatureError",
+    "not_matching",
     "sign",
     "signed_headers",
     "verify",
@@ -108,8 +109,13 @@ def verify(
     if secret is None or not hmac.compare_digest(
         sign(secret, date_time), signature.strip().lower()
     ):
-        raise SignatureError(
-            f"the signature of access key {access_key[:64]!r} does not match; check the "
-            "access key and secret key the client uses"
-        )
+        raise SignatureError(not_matching(access_key))
     return access_key
+
+
+def not_matching(access_key: str) -> str:
+    """The one answer to a wrong secret, an unknown access key and a disabled user."""
+    return (
+        f"the signature of access key {access_key[:64]!r} does not match; check the "
+        "access key and secret key the client uses"
+    )

@@ -13,8 +13,9 @@ import grpc
 
 from ..admin.service import AdminService
 from ..admin.service import add_to_server as add_admin_service
-from ..auth.gate import AuthGate
+from ..auth.gate import AuthGate, may
 from ..auth.model import parse_user_spec
+from ..auth.rights import transaction_check_needs
 from ..client.credentials import Credentials, signing_interceptors
 from ..cluster.kube_api import KubeApi, KubeError
 from ..cluster.lease_elector import LeaseElector
@@ -33,6 +34,7 @@ from ..tls.certificates import ReloadingCertificate, names_to_cover, self_signed
 from ..tls.listener import ClientListener
 from ..tls.peers import check_carries_peer_name, peer_client_tls
 from ..tls.settings import TlsMode
+from .clients import ClientSession
 from .health import BrokerHealth
 from .messaging_service import MessagingService, add_to_server
 from .sending import transaction_check_sender
@@ -154,8 +156,13 @@ class BrokerServer:
         self.messaging = MessagingService(
             self.broker, hub, cluster=self.routes, traffic=self.traffic
         )
-        # Unresolved transactions are checked with producers over their telemetry streams.
-        self.broker.transactions.send_check = transaction_check_sender(self.messaging.clients, loop)
+        # Unresolved transactions are checked with producers over their telemetry streams;
+        # with authentication on, only with those whose user may publish to the topic.
+        self.broker.transactions.send_check = transaction_check_sender(
+            self.messaging.clients,
+            loop,
+            may_be_asked=self._may_be_asked if self.config.auth.enabled else None,
+        )
         inbound = max(
             _INBOUND_LIMIT_MIN, _INBOUND_LIMIT_FACTOR * self.config.store.max_message_size
         )
@@ -216,6 +223,11 @@ class BrokerServer:
                 self.config.tls.mode,
                 self.certificate.cert_file,
             )
+
+    def _may_be_asked(self, session: ClientSession, topic: str) -> bool:
+        """Whether the session's user may, now, be sent ``topic``'s transaction checks."""
+        needs = transaction_check_needs(topic)
+        return may(self.broker.users, session.owner, needs, session.peer)
 
     def _server_with_every_service(
         self,

@@ -5,6 +5,17 @@ on it; the broker answers with the settings it enforces (body size limit,
 long-polling time, retry policy, FIFO) and later uses the stream to ask
 producers about unresolved transactions.
 
+A session belongs to the identity that opened it: it is keyed by the access key that
+signed the call (its ``owner``) and the client-chosen ``x-mq-client-id``, so another
+access key using the same client id gets a session of its own and can neither take over
+this one's stream nor close or terminate it. With authentication off there are no
+identities: every session has the owner "" and is keyed by its client id alone, as in
+RocketMQ without ACLs.
+
+A producer is asked about a topic's transactions only if its Settings named that topic
+(``publishing.topics``): a producer that named none, or only sent a heartbeat, is asked
+about nothing.
+
 Memory per client is bounded. A stream's replies wait in a ``TelemetryOutbox``
 of at most ``TELEMETRY_OUTBOX_LIMIT`` commands: when a client sends and does not
 read, the broker stops reading its stream until there is room, so HTTP/2 flow
@@ -103,26 +114,39 @@ class TelemetryOutbox:
 @dataclasses.dataclass(slots=True)
 class ClientSession:
     client_id: str
+    # The access key that opened the session; "" with authentication off.
+    owner: str = ""
     client_type: int = pb.ClientType.CLIENT_TYPE_UNSPECIFIED
     group: str = ""
+    # A consumer's subscribed topics, or a producer's published ones.
     topics: set[str] = dataclasses.field(default_factory=set)
+    # The topics its Settings say it publishes to: the ones it is asked about.
+    published: set[str] = dataclasses.field(default_factory=set)
     settings: pb.Settings | None = None
     outbound: TelemetryOutbox | None = None
+    # Where its telemetry stream comes from (a gRPC peer): ACLs may name source addresses.
+    peer: str = ""
     last_seen: float = dataclasses.field(default_factory=time.monotonic)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.owner, self.client_id)
 
 
 class ClientRegistry:
     def __init__(self, config: BrokerConfig, topics: TopicTable) -> None:
         self._config = config
         self._topics = topics
-        self._sessions: dict[str, ClientSession] = {}
+        self._sessions: dict[tuple[str, str], ClientSession] = {}
 
-    def session(self, client_id: str) -> ClientSession:
-        session = self._sessions.get(client_id)
+    def session(self, client_id: str, *, owner: str) -> ClientSession:
+        """``owner``'s session of ``client_id`` (created if new)."""
+        key = (owner, client_id)
+        session = self._sessions.get(key)
         if session is None:
             if len(self._sessions) >= MAX_SESSIONS:
                 self._forget_idle()
-            session = self._sessions[client_id] = ClientSession(client_id)
+            session = self._sessions[key] = ClientSession(client_id, owner)
         session.last_seen = time.monotonic()
         return session
 
@@ -133,17 +157,18 @@ class ClientRegistry:
             key=lambda s: s.last_seen,
         )
         for session in idle[: max(1, MAX_SESSIONS // 10)]:
-            del self._sessions[session.client_id]
+            del self._sessions[session.key]
 
-    def heartbeat(self, client_id: str, client_type: int, group: str) -> None:
-        session = self.session(client_id)
+    def heartbeat(self, client_id: str, client_type: int, group: str, *, owner: str) -> None:
+        session = self.session(client_id, owner=owner)
         if client_type:
             session.client_type = client_type
         if group:
             session.group = group
 
-    def terminate(self, client_id: str) -> None:
-        session = self._sessions.pop(client_id, None)
+    def terminate(self, client_id: str, *, owner: str) -> None:
+        """End ``owner``'s session of ``client_id``; another owner's stays as it is."""
+        session = self._sessions.pop((owner, client_id), None)
         if session is not None and session.outbound is not None:
             session.outbound.close()
 
@@ -159,25 +184,30 @@ class ClientRegistry:
         ]
 
     def producers_of(self, topic: str) -> list[ClientSession]:
-        """Producers with an open telemetry stream that publish to ``topic``."""
+        """Producers with an open telemetry stream whose Settings name ``topic``.
+
+        Whether each may still be told about the topic is the caller's to check.
+        """
         return [
             s
             for s in self._sessions.values()
             if s.client_type == pb.ClientType.PRODUCER
             and s.outbound is not None
-            and (topic in s.topics or not s.topics)
+            and topic in s.published
         ]
 
-    def apply_settings(self, client_id: str, settings: pb.Settings) -> pb.Settings:
+    def apply_settings(self, session: ClientSession, settings: pb.Settings) -> pb.Settings:
         """Record a client's settings; returns the settings the broker enforces."""
-        session = self.session(client_id)
+        session.last_seen = time.monotonic()
         session.client_type = settings.client_type
+        session.published = set()
         reply = pb.Settings()
         reply.CopyFrom(settings)
         reply.metric.Clear()
         reply.metric.on = False
         if settings.HasField("publishing"):
             session.topics = {t.name for t in settings.publishing.topics}
+            session.published = set(session.topics)
             reply.publishing.max_body_size = self._config.store.max_message_size
             reply.publishing.validate_message_type = True
             reply.backoff_policy.Clear()
@@ -207,5 +237,7 @@ class ClientRegistry:
         session.settings = reply
         return reply
 
-    def settings_command(self, client_id: str, settings: pb.Settings) -> spb.TelemetryCommand:
-        return spb.TelemetryCommand(status=OK, settings=self.apply_settings(client_id, settings))
+    def settings_command(
+        self, session: ClientSession, settings: pb.Settings
+    ) -> spb.TelemetryCommand:
+        return spb.TelemetryCommand(status=OK, settings=self.apply_settings(session, settings))

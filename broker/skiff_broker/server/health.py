@@ -7,10 +7,12 @@ a stopping broker never turns SERVING again. The overall status (service ``""``)
 
 Probes carry no request signature, so the authentication gate lets this service
 (and only it, named in ``rpc.health_service``) through; it tells nothing but that status.
+``List`` (which would name every service) is not offered: it answers UNIMPLEMENTED.
 """
 
 from __future__ import annotations
 
+import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio
 from rocketmq.grpc_protocol import service_pb2 as spb
@@ -21,9 +23,20 @@ MESSAGING_SERVICE = spb.DESCRIPTOR.services_by_name["MessagingService"].full_nam
 _REPORTED = ("", MESSAGING_SERVICE)
 
 
+class _CheckAndWatch(aio.HealthServicer):
+    """The standard servicer, whose ``List`` would fail as an unexpected error."""
+
+    async def List(self, request: health_pb2.HealthListRequest, context: grpc.aio.ServicerContext):
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED,
+            "this broker offers Check and Watch of grpc.health.v1.Health, not List; "
+            f"check the service {MESSAGING_SERVICE!r} or the overall status ('')",
+        )
+
+
 class BrokerHealth:
     def __init__(self) -> None:
-        self._servicer = aio.HealthServicer()
+        self._servicer = _CheckAndWatch()
         self._started = False
 
     def add_to_server(self, server: RpcServer) -> None:

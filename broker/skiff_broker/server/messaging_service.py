@@ -1,4 +1,9 @@
-"""apache.rocketmq.v2.MessagingService: each RPC checks its input and delegates."""
+"""apache.rocketmq.v2.MessagingService: each RPC checks its input and delegates.
+
+Heartbeat, Telemetry and NotifyClientTermination act on the session of the caller's
+own identity (the access key that signed the call, "" with authentication off) and
+the client id it names: see ``clients``.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
 
+from ..auth.caller import signed_by
 from ..cluster.routes import ClusterRoutes
 from ..delivery.long_polling import ArrivalHub
 from ..endpoints import endpoints_of
@@ -65,6 +71,11 @@ async def _ready(value: TopicConfig | None) -> TopicConfig | None:
 
 def metadata_value(context: ServerCall, key: str) -> str:
     return context.metadata_value(key) or ""
+
+
+def _owner() -> str:
+    """Whose sessions the current call may use: its signer's; "" with authentication off."""
+    return signed_by() or ""
 
 
 def _status_answer(response_type: type) -> Answer:
@@ -192,13 +203,16 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     @_unary(spb.HeartbeatResponse)
     def Heartbeat(self, request, context):
         self._clients.heartbeat(
-            metadata_value(context, "x-mq-client-id"), request.client_type, request.group.name
+            metadata_value(context, "x-mq-client-id"),
+            request.client_type,
+            request.group.name,
+            owner=_owner(),
         )
         return spb.HeartbeatResponse(status=OK)
 
     @_unary(spb.NotifyClientTerminationResponse)
     def NotifyClientTermination(self, request, context):
-        self._clients.terminate(metadata_value(context, "x-mq-client-id"))
+        self._clients.terminate(metadata_value(context, "x-mq-client-id"), owner=_owner())
         return spb.NotifyClientTerminationResponse(status=OK)
 
     async def Telemetry(self, request_iterator, context) -> AsyncIterator[spb.TelemetryCommand]:
@@ -209,9 +223,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         control stops it instead of the broker's memory growing.
         """
         client_id = metadata_value(context, "x-mq-client-id")
-        session = self._clients.session(client_id)
+        session = self._clients.session(client_id, owner=_owner())
         outbound = TelemetryOutbox()
         session.outbound = outbound
+        session.peer = context.peer()
         rejected: list[Undecodable] = []
 
         async def read() -> None:
@@ -221,7 +236,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                         rejected.append(command)
                         break
                     if command.HasField("settings"):
-                        reply = self._clients.settings_command(client_id, command.settings)
+                        reply = self._clients.settings_command(session, command.settings)
                         if not await outbound.put(reply):
                             break
             except (asyncio.CancelledError, grpc.aio.AioRpcError):

@@ -9,6 +9,7 @@ import asyncio
 import logging
 import random
 import time
+from collections.abc import Callable
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
@@ -32,7 +33,7 @@ from ..wire import property_names as prop
 from ..wire.compressed_body import compressed_body_problem
 from ..wire.properties import properties_problem
 from ..wire.record_layout import COMPRESSED
-from .clients import ClientRegistry
+from .clients import ClientRegistry, ClientSession
 from .convert import DELAY, FIFO, GZIP, NORMAL, TRANSACTION, millis, record_host, to_proto
 from .routing import accepted_types, require_topic_name
 from .send_coalescing import SendCoalescer
@@ -342,20 +343,36 @@ class Sender:
 # -- transaction checks -----------------------------------------------------
 
 
+# Whether a session may, now, be told about a topic's transactions; None: anyone may.
+CheckAllowed = Callable[[ClientSession, str], bool]
+
+
 def transaction_check_sender(
-    clients: ClientRegistry, loop: asyncio.AbstractEventLoop
+    clients: ClientRegistry,
+    loop: asyncio.AbstractEventLoop,
+    *,
+    may_be_asked: CheckAllowed | None = None,
 ) -> CheckSender:
     """Sends RecoverOrphanedTransactionCommand to one producer of the message's topic.
+
+    Only to a session whose Settings named the topic and, where ``may_be_asked`` is
+    given (authentication on), that may publish to it at the moment the check is sent:
+    the command carries the message, body and all.
 
     The transaction checker calls it from its own thread; the telemetry streams
     belong to ``loop``, so the command is handed over there.
     """
 
     def offer(message: StoredMessage, transaction_id: str) -> None:
-        producers = clients.producers_of(message.topic)
+        producers = [
+            session
+            for session in clients.producers_of(message.topic)
+            if may_be_asked is None or may_be_asked(session, message.topic)
+        ]
         if not producers:
             log.info(
-                "no producer of %s is connected to resolve transaction %s; asking again later",
+                "no producer of %s that may publish to it is connected to resolve "
+                "transaction %s; asking again later",
                 message.topic,
                 transaction_id,
             )

@@ -1,11 +1,14 @@
 // The official RocketMQ Go client v5 against one endpoint, printing a JSON summary on stdout.
 //
 //	official-client-go --endpoint HOST:PORT --topic T --group G [--count N]
-//	    [--access-key K --secret-key S] [--deadline-s S]
+//	    [--access-key K --secret-key S] [--deadline-s S] [--mode roundtrip|transaction]
 //
 // Sends COUNT messages one by one, then receives them with a SimpleConsumer (ack each)
 // until all came back or the deadline passed, and prints
-// {"sent": [ids], "received": [ids], "errors": [text]}; exit status 0 when no error occurred.
+// {"sent": [ids], "received": [ids], "checked": [ids], "errors": [text]}; exit status 0
+// when no error occurred. With --mode transaction it sends one message in a transaction left
+// open instead, answers the broker's check of it with COMMIT ("checked"), then
+// receives it.
 // The connection keeps the client's defaults (TLS on, the server certificate not verified).
 // The client insists on credentials; without --access-key it signs with empty keys, which a
 // broker with authentication off ignores.
@@ -26,6 +29,7 @@ import (
 type summary struct {
 	Sent     []string `json:"sent"`
 	Received []string `json:"received"`
+	Checked  []string `json:"checked"`
 	Errors   []string `json:"errors"`
 }
 
@@ -37,9 +41,10 @@ func main() {
 	accessKey := flag.String("access-key", "", "access key to sign with")
 	secretKey := flag.String("secret-key", "", "secret key to sign with")
 	deadlineS := flag.Int("deadline-s", 60, "how long to wait for the messages to come back")
+	mode := flag.String("mode", "roundtrip", "roundtrip, or transaction: one message in an open transaction")
 	flag.Parse()
 
-	out := summary{Sent: []string{}, Received: []string{}, Errors: []string{}}
+	out := summary{Sent: []string{}, Received: []string{}, Checked: []string{}, Errors: []string{}}
 	config := &rmq.Config{
 		Endpoint:      *endpoint,
 		ConsumerGroup: *group,
@@ -48,7 +53,11 @@ func main() {
 	ctx := context.Background()
 	deadline := time.Now().Add(time.Duration(*deadlineS) * time.Second)
 
-	if err := send(ctx, config, *topic, *count, &out); err != nil {
+	if *mode == "transaction" {
+		if err := sendInTransaction(ctx, config, *topic, deadline, &out); err != nil {
+			out.Errors = append(out.Errors, "transaction: "+err.Error())
+		}
+	} else if err := send(ctx, config, *topic, *count, &out); err != nil {
 		out.Errors = append(out.Errors, "send: "+err.Error())
 	}
 	if len(out.Sent) > 0 {
@@ -79,6 +88,36 @@ func send(ctx context.Context, config *rmq.Config, topic string, count int, out 
 			return err
 		}
 		out.Sent = append(out.Sent, receipts[0].MessageID)
+	}
+	return nil
+}
+
+func sendInTransaction(ctx context.Context, config *rmq.Config, topic string, deadline time.Time, out *summary) error {
+	checked := make(chan string, 16)
+	checker := &rmq.TransactionChecker{Check: func(view *rmq.MessageView) rmq.TransactionResolution {
+		checked <- view.GetMessageId()
+		return rmq.COMMIT
+	}}
+	producer, err := rmq.NewProducer(config, rmq.WithTopics(topic), rmq.WithTransactionChecker(checker))
+	if err != nil {
+		return err
+	}
+	if err := producer.Start(); err != nil {
+		return err
+	}
+	defer producer.GracefulStop()
+	message := &rmq.Message{Topic: topic, Body: []byte("in a transaction")}
+	receipts, err := producer.SendWithTransaction(ctx, message, producer.BeginTransaction())
+	if err != nil {
+		return err
+	}
+	out.Sent = append(out.Sent, receipts[0].MessageID)
+	// Neither committed nor rolled back here: the broker has to ask this producer.
+	select {
+	case id := <-checked:
+		out.Checked = append(out.Checked, id)
+	case <-time.After(time.Until(deadline)):
+		return fmt.Errorf("the broker never checked the open transaction")
 	}
 	return nil
 }

@@ -8,6 +8,9 @@
 //   roundtrip      send COUNT messages one by one, then receive them with a SimpleConsumer
 //                  (ack each) until all came back or the deadline passed:
 //                  {"sent": [ids], "received": [ids], "errors": [text]}
+//   transaction    send one message in a transaction left open, answer the broker's check
+//                  of it with COMMIT, then receive it with a SimpleConsumer (ack it):
+//                  {"sent": [id], "checked": [ids], "received": [ids], "errors": [text]}
 //   send-async     COUNT sendAsync calls, IN_FLIGHT unacknowledged at most
 //   send-blocking  COUNT blocking sends spread over THREADS threads
 //   drain          receive and ack COUNT messages with THREADS threads
@@ -52,6 +55,8 @@ import org.apache.rocketmq.client.apis.consumer.SimpleConsumer;
 import org.apache.rocketmq.client.apis.message.Message;
 import org.apache.rocketmq.client.apis.message.MessageView;
 import org.apache.rocketmq.client.apis.producer.Producer;
+import org.apache.rocketmq.client.apis.producer.Transaction;
+import org.apache.rocketmq.client.apis.producer.TransactionResolution;
 
 public final class OfficialClient {
     private static final ClientServiceProvider PROVIDER = ClientServiceProvider.loadService();
@@ -78,6 +83,9 @@ public final class OfficialClient {
         switch (args[0]) {
             case "roundtrip":
                 json = client.roundtrip();
+                break;
+            case "transaction":
+                json = client.transaction();
                 break;
             case "send-async":
                 json = client.sendAsync();
@@ -165,20 +173,59 @@ public final class OfficialClient {
         } catch (Throwable failure) {
             error("send", failure);
         }
-        if (!sent.isEmpty()) {
-            try (SimpleConsumer consumer = consumer()) {
-                while (received.size() < sent.size() && System.nanoTime() < deadline) {
-                    for (MessageView view : consumer.receive(16, INVISIBLE)) {
-                        consumer.ack(view);
-                        received.add(view.getMessageId().toString());
-                    }
-                }
-            } catch (Throwable failure) {
-                error("receive", failure);
-            }
-        }
+        receiveAll(sent, received, deadline);
         return "{\"sent\": " + strings(sent) + ", \"received\": " + strings(received)
                 + ", \"errors\": " + strings(errors) + "}";
+    }
+
+    // Receive (and ack) with a SimpleConsumer until every one of sent came back.
+    private void receiveAll(List<String> sent, Set<String> received, long deadline) {
+        if (sent.isEmpty()) {
+            return;
+        }
+        try (SimpleConsumer consumer = consumer()) {
+            while (received.size() < sent.size() && System.nanoTime() < deadline) {
+                for (MessageView view : consumer.receive(16, INVISIBLE)) {
+                    consumer.ack(view);
+                    received.add(view.getMessageId().toString());
+                }
+            }
+        } catch (Throwable failure) {
+            error("receive", failure);
+        }
+    }
+
+    private String transaction() {
+        long deadline = System.nanoTime() + number("deadline-s", 60) * 1_000_000_000L;
+        List<String> sent = new ArrayList<>();
+        List<String> checked = Collections.synchronizedList(new ArrayList<>());
+        Set<String> received = new LinkedHashSet<>();
+        try (Producer producer = PROVIDER.newProducerBuilder()
+                .setClientConfiguration(configuration())
+                .setTopics(option("topic", ""))
+                .setTransactionChecker(view -> {
+                    checked.add(view.getMessageId().toString());
+                    return TransactionResolution.COMMIT;
+                })
+                .build()) {
+            Transaction transaction = producer.beginTransaction();
+            byte[] body = "in a transaction".getBytes(StandardCharsets.UTF_8);
+            sent.add(producer.send(message(body), transaction).getMessageId().toString());
+            // Neither committed nor rolled back here: the broker has to ask this producer.
+            while (checked.isEmpty() && System.nanoTime() < deadline) {
+                Thread.sleep(50);
+            }
+        } catch (Throwable failure) {
+            error("transaction", failure);
+        }
+        if (checked.isEmpty()) {
+            errors.add("the broker never checked the open transaction");
+        } else {
+            receiveAll(sent, received, deadline);
+        }
+        return "{\"sent\": " + strings(sent) + ", \"checked\": " + strings(checked)
+                + ", \"received\": " + strings(received) + ", \"errors\": " + strings(errors)
+                + "}";
     }
 
     private String sendAsync() throws Exception {

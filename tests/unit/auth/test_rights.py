@@ -7,7 +7,7 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 
 from skiff_broker.admin.v1 import admin_pb2 as apb
 from skiff_broker.auth.decision import SUPER_ONLY
-from skiff_broker.auth.rights import needs_of
+from skiff_broker.auth.rights import needs_of, telemetry_needs, transaction_check_needs
 
 MESSAGING = "/apache.rocketmq.v2.MessagingService/"
 
@@ -73,3 +73,16 @@ def test_consumer_group_tools_need_list_get_update_or_delete():
     }
     delete = apb.DeleteConsumerGroupRequest(group="billing")
     assert described(needs_of(admin + "DeleteConsumerGroup", delete)) == {"Delete on Group:billing"}
+
+
+def test_a_transaction_check_needs_pub_on_its_topic():
+    assert described(transaction_check_needs("txpay")) == {"Pub on Topic:txpay"}
+
+
+def test_telemetry_settings_that_name_no_topic_claim_nothing():
+    # Allowed to anyone signed, and so given nothing: no topic, no transaction check.
+    empty = spb.TelemetryCommand(
+        settings=pb.Settings(client_type=pb.ClientType.PRODUCER, publishing=pb.Publishing())
+    )
+    assert telemetry_needs(empty) == ()
+    assert telemetry_needs(spb.TelemetryCommand()) == ()

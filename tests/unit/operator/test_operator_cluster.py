@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 from skiff_broker.client.admin import MessageType, Permission, Topic
 from skiff_operator.broker_spec import BrokerSpec
 from skiff_operator.cluster_status import external_endpoint, read_lease
-from skiff_operator.group_drain import groups_named_in_reply
 from skiff_operator.rendering import BrokerIdentity, render_broker, render_cluster
 from skiff_operator.rolling_restart import REVISION_LABEL, next_restart
 from skiff_operator.topic_handlers import on_group
@@ -369,18 +368,3 @@ def test_a_draining_group_holds_its_topics_read_only() -> None:
     topic = Topic("orders", 8, 8, Permission.READ_WRITE, MessageType.NORMAL)
     assert on_group(topic, 2, {"c"}).perm == Permission.READ
     assert on_group(topic, 0, {"c"}) == topic
-
-
-@given(st.lists(st.text(min_size=1, max_size=20), max_size=5))
-def test_the_groups_the_broker_names_are_read_back_exactly(groups: list[str]) -> None:
-    # The broker's NOT_FOUND reply lists the groups as Python literals.
-    known = ", ".join(repr(g) for g in groups) or "none"
-    message = (
-        f"consumer group 'probe' has not consumed from topic 'orders' "
-        f"(groups that have: {known}); check the group name"
-    )
-    assert groups_named_in_reply(message) == groups
-
-
-def test_an_unexpected_reply_names_no_group() -> None:
-    assert groups_named_in_reply("something else entirely") == []

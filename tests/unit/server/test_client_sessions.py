@@ -67,18 +67,18 @@ def test_sessions_are_capped_forgetting_the_longest_idle_without_a_stream(
         BrokerConfig(store=StoreConfig(data_dir=str(tmp_path))),
         TopicTable(str(tmp_path / "topics.json")),
     )
-    registry.heartbeat("streaming", pb.ClientType.PUSH_CONSUMER, "billing")
-    streaming = registry.session("streaming")
+    registry.heartbeat("streaming", pb.ClientType.PUSH_CONSUMER, "billing", owner="")
+    streaming = registry.session("streaming", owner="")
     streaming.outbound = TelemetryOutbox()
     for number in range(100):
-        registry.heartbeat(f"client-{number}", pb.ClientType.SIMPLE_CONSUMER, "billing")
+        registry.heartbeat(f"client-{number}", pb.ClientType.SIMPLE_CONSUMER, "billing", owner="")
         # Every session is a consumer seen just now, so a group's consumers are all of them.
         assert len(registry.live_consumers()) <= 20
     # The newest and the one with an open stream are remembered.
     remembered = {s.client_id for s in registry.live_consumers()}
     assert {"streaming", "client-99"} <= remembered
     assert "client-0" not in remembered
-    assert registry.session("streaming") is streaming
+    assert registry.session("streaming", owner="") is streaming
 
 
 def test_live_consumers_have_a_stream_open_or_were_seen_lately(tmp_path: Path) -> None:
@@ -86,16 +86,83 @@ def test_live_consumers_have_a_stream_open_or_were_seen_lately(tmp_path: Path) -
         BrokerConfig(store=StoreConfig(data_dir=str(tmp_path))),
         TopicTable(str(tmp_path / "topics.json")),
     )
-    registry.heartbeat("recent", pb.ClientType.SIMPLE_CONSUMER, "billing")
-    registry.heartbeat("streaming", pb.ClientType.PUSH_CONSUMER, "billing")
-    registry.session("streaming").outbound = TelemetryOutbox()
-    registry.heartbeat("long-gone", pb.ClientType.SIMPLE_CONSUMER, "billing")
-    registry.heartbeat("producer", pb.ClientType.PRODUCER, "")
+    registry.heartbeat("recent", pb.ClientType.SIMPLE_CONSUMER, "billing", owner="")
+    registry.heartbeat("streaming", pb.ClientType.PUSH_CONSUMER, "billing", owner="")
+    registry.session("streaming", owner="").outbound = TelemetryOutbox()
+    registry.heartbeat("long-gone", pb.ClientType.SIMPLE_CONSUMER, "billing", owner="")
+    registry.heartbeat("producer", pb.ClientType.PRODUCER, "", owner="")
     assert {s.client_id for s in registry.live_consumers()} == {"recent", "streaming", "long-gone"}
 
     # Seen longer ago than heartbeats come: only an open stream keeps a consumer live.
     for client_id in ("streaming", "long-gone"):
-        registry.session(client_id).last_seen -= clients.LIVE_WITHOUT_STREAM_S + 1
+        registry.session(client_id, owner="").last_seen -= clients.LIVE_WITHOUT_STREAM_S + 1
     assert {s.client_id for s in registry.live_consumers()} == {"recent", "streaming"}
-    registry.terminate("recent")
+    registry.terminate("recent", owner="")
     assert {s.client_id for s in registry.live_consumers()} == {"streaming"}
+
+
+def registry_in(tmp_path: Path) -> ClientRegistry:
+    return ClientRegistry(
+        BrokerConfig(store=StoreConfig(data_dir=str(tmp_path))),
+        TopicTable(str(tmp_path / "topics.json")),
+    )
+
+
+def producer_settings(*topics: str) -> pb.Settings:
+    return pb.Settings(
+        client_type=pb.ClientType.PRODUCER,
+        publishing=pb.Publishing(topics=[pb.Resource(name=t) for t in topics]),
+    )
+
+
+def streaming(registry: ClientRegistry, client_id: str, owner: str) -> clients.ClientSession:
+    session = registry.session(client_id, owner=owner)
+    session.outbound = TelemetryOutbox()
+    return session
+
+
+def test_a_producer_is_asked_only_about_the_topics_its_settings_name(tmp_path: Path) -> None:
+    registry = registry_in(tmp_path)
+    payer = streaming(registry, "payer-client", "payer")
+    registry.apply_settings(payer, producer_settings("txpay"))
+    # Settings that name no topic, and a producer heartbeat without Settings, claim nothing.
+    empty = streaming(registry, "empty-client", "nobody")
+    registry.apply_settings(empty, producer_settings())
+    registry.heartbeat("beating-client", pb.ClientType.PRODUCER, "", owner="nobody")
+    streaming(registry, "beating-client", "nobody")
+    # A consumer's subscription is no publishing, whatever client type it says.
+    posing = streaming(registry, "posing-client", "nobody")
+    registry.apply_settings(
+        posing,
+        pb.Settings(
+            client_type=pb.ClientType.PRODUCER,
+            subscription=pb.Subscription(
+                group=pb.Resource(name="g"),
+                subscriptions=[pb.SubscriptionEntry(topic=pb.Resource(name="txpay"))],
+            ),
+        ),
+    )
+    assert registry.producers_of("txpay") == [payer]
+    assert registry.producers_of("other") == []
+    # New Settings replace what the old ones named.
+    registry.apply_settings(payer, producer_settings("other"))
+    assert registry.producers_of("txpay") == []
+
+
+def test_a_session_belongs_to_the_identity_that_opened_it(tmp_path: Path) -> None:
+    registry = registry_in(tmp_path)
+    victim = streaming(registry, "shared-id", "payer")
+    registry.apply_settings(victim, producer_settings("txpay"))
+    victim_outbox = victim.outbound
+    # Another access key naming the same client id gets a session of its own ...
+    intruder = streaming(registry, "shared-id", "mallory")
+    assert intruder is not victim and victim.outbound is victim_outbox
+    registry.apply_settings(intruder, producer_settings())
+    assert registry.producers_of("txpay") == [victim]
+    # ... and its termination ends only that one.
+    registry.terminate("shared-id", owner="mallory")
+    assert registry.session("shared-id", owner="payer") is victim
+    assert registry.producers_of("txpay") == [victim]
+    registry.terminate("shared-id", owner="payer")
+    assert registry.producers_of("txpay") == []
+    assert victim_outbox is not None and victim_outbox.put_nowait(command(1)) is False
