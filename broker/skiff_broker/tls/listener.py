@@ -207,7 +207,7 @@ class ClientListener:
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
         log.error(
             "out of resources accepting on %s (%s; %d connection(s) open, descriptor limit "
-            "%d); accepting paused for %gs, %d time(s) since the last such line: raise the "
+            "%d): accepting paused for %gs (%d pause(s) since the last such line); raise the "
             "broker's descriptor limit (ulimit -n) or lower --max-connections",
             self._port_name,
             exc.strerror or exc,
