@@ -312,6 +312,46 @@ def test_connections_over_the_limits_are_refused_and_the_others_served(tmp_path)
         assert query_route(broker.endpoint) == pb.Code.OK
 
 
+def test_a_connection_gives_its_place_back_however_it_ends(tmp_path):
+    """A failed handshake, a preface timeout, a protocol error and a client's close each
+    free the connection's place: the address may open as many again."""
+    env = {"SKIFF_MAX_CONNECTIONS_PER_ADDRESS": "4", "SKIFF_PREFACE_TIMEOUT": "1"}
+    with running_broker(tmp_path, env) as broker:
+        address = address_of(broker)
+        endings = [
+            b"\x16\x03\x01\x00\x05hello",  # a TLS record that is no ClientHello
+            client_hello(),  # a handshake never finished
+            b"P",  # a preface never finished
+            b"GET / HTTP/1.1\r\n\r\n",  # not HTTP/2 at all
+        ]
+        for _ in range(3):
+            socks = []
+            for data in endings:
+                sock = socket.create_connection(address, source_address=("127.0.0.7", 0))
+                sock.sendall(data)
+                sock.setblocking(False)
+                socks.append(sock)
+            try:
+                wait_for(lambda: not still_open(socks), "the broker to close all four")  # noqa: B023
+            finally:
+                for sock in socks:
+                    sock.close()
+        held: list[RawHttp2] = []
+
+        def connect() -> RawHttp2:
+            held.append(RawHttp2(address, "127.0.0.7"))
+            return held[-1]
+
+        try:
+            # A close is seen a moment after it happens: the first may wait for a place.
+            wait_for(lambda: connect().accepted(), "a place for 127.0.0.7 again")
+            assert all(connect().accepted() for _ in range(3))
+            assert not connect().accepted()
+        finally:
+            for connection in held:
+                connection.close()
+
+
 # -- out of descriptors ---------------------------------------------------------------
 
 # Starts the broker under a descriptor limit (argv[1]), as `ulimit -n` would.

@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 _FAULT_LOG_INTERVAL_S = 60.0
 # The loop may run a timer this much early (its clock's resolution).
 _TIMER_SLACK_S = 0.01
+# How long an idle connection told to go (GOAWAY) may take to read it before it is cut off.
+_GOAWAY_GRACE_S = 10.0
 
 
 class HandlerCallDetails(NamedTuple):
@@ -308,6 +310,10 @@ class ServedConnection(asyncio.Protocol):
             self._busy_at = self.loop.time()
         self._had_calls = calls
 
+    def _cut_off(self) -> None:
+        if self in self.server.connections and self.transport is not None:
+            self.transport.abort()
+
     def _idle_check(self) -> None:
         self._idle_timer = None
         transport = self.transport
@@ -321,6 +327,9 @@ class ServedConnection(asyncio.Protocol):
             # Graceful: the client sees GOAWAY (a call it sent meanwhile is refused
             # unprocessed, so it may retry) and reconnects when it next calls.
             self.shut_down()
+            # Closing waits for what is written to be read: a client that reads nothing
+            # is cut off instead.
+            self.loop.call_later(_GOAWAY_GRACE_S, self._cut_off)
             return
         self._idle_timer = self.loop.call_at(self._busy_at + idle, self._idle_check)
 
