@@ -38,6 +38,7 @@ TOPIC = "connection-limits"
 FRAME_HEADER = struct.Struct(">I B I")
 RECEIVE_PATH = "/apache.rocketmq.v2.MessagingService/ReceiveMessage"
 READ_TIMEOUT_S = 60.0
+READY, IDLE = grpc.ChannelConnectivity.READY, grpc.ChannelConnectivity.IDLE
 
 
 @contextlib.contextmanager
@@ -262,7 +263,18 @@ def test_an_idle_connection_gets_goaway_and_is_closed_while_a_long_poll_keeps_it
         finally:
             idle.close()
             polling.close()
-        assert query_route(broker.endpoint) == pb.Code.OK
+        # A gRPC client whose connection was closed idle connects again for its next call.
+        states: list[grpc.ChannelConnectivity] = []
+        with grpc.insecure_channel(broker.endpoint) as channel:
+            channel.subscribe(states.append)
+            stub = MessagingServiceStub(channel)
+            route = spb.QueryRouteRequest(topic=pb.Resource(name=TOPIC))
+            assert stub.QueryRoute(route, timeout=30).status.code == pb.Code.OK
+            wait_for(
+                lambda: READY in states and IDLE in states[states.index(READY) :],
+                "the channel to see its idle connection closed",
+            )
+            assert stub.QueryRoute(route, timeout=30).status.code == pb.Code.OK
 
 
 # -- connection limits ----------------------------------------------------------------
