@@ -56,6 +56,8 @@ REFUSAL_LOG_INTERVAL_S = 60.0
 # Running out of descriptors is urgent and may last: a line at once, then every 10 s.
 RESOURCE_LOG_INTERVAL_S = 10.0
 _ACCEPT_BACKLOG = 1024
+# The loop may run a timer this much early (its clock's resolution).
+_TIMER_SLACK_S = 0.01
 # accept() errors that say the process or system is short of something: accepting again at
 # once fails the same way.
 _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
@@ -293,7 +295,8 @@ class ClientListener:
                 )
         except (TimeoutError, OSError, ssl.SSLError, ConnectionError) as exc:
             seat.release()
-            if isinstance(exc, TimeoutError):
+            # The loop reports a handshake past its timeout as an abort: tell it by the time.
+            if isinstance(exc, TimeoutError) or loop.time() >= deadline - _TIMER_SLACK_S:
                 self.note_preface_timeout(address)
             elif context is not None:
                 self._on_failed_handshake(address, exc)
