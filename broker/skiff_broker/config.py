@@ -12,6 +12,7 @@ from .auth.config import AuthConfig
 from .cluster.config import ClusterConfig
 from .ha.config import ReplicationConfig, Role
 from .store.config import StoreConfig
+from .tls.connection_limits import ConnectionLimits
 from .tls.peers import check_peers_can_connect
 from .tls.settings import TlsConfig
 from .wire.setting import option
@@ -121,6 +122,8 @@ class BrokerConfig:
     cluster: ClusterConfig = dataclasses.field(default_factory=ClusterConfig)
     # TLS on the client port(s): permissive serves TLS and plaintext on one port.
     tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
+    # Client connections: time to open, idleness, how many at once, accept pauses.
+    connections: ConnectionLimits = dataclasses.field(default_factory=ConnectionLimits)
     # Request signatures and ACLs (off by default).
     auth: AuthConfig = dataclasses.field(default_factory=AuthConfig)
 
@@ -145,6 +148,7 @@ class BrokerConfig:
         if self.transaction_timeout_s < 0 or self.transaction_check_max < 0:
             raise ValueError("the transaction timeout and check maximum cannot be negative")
         self.tls.validate()
+        self.connections.validate()
         check_peers_can_connect(
             self.tls,
             has_peers=bool(self.cluster.peers)

@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable
 
 from ..rate_limited_log import RateLimitedLog
+from ..tls.connection_limits import ConnectionCounts
 from ..tls.listener import ClientListener
 from ..tls.peers import mutual_tls, replication_server_context
 from . import framing
@@ -111,12 +112,19 @@ class ReplicationMaster:
         # first byte: a TLS upgrade after accepting (start_tls) loses a ClientHello that
         # the stream read before the upgrade, and the handshake then hangs.
         mutual = mutual_tls(self._broker.config.tls)
+        limits = self._broker.config.connections
         listener = ClientListener(
             self.config.ha_listen,
             self._stream_protocol,
             tls_context=self._tls_context if mutual else None,
             plaintext=not mutual,
             name="--ha-listen",
+            # The first byte and the TLS handshake; replication's own hello has its own
+            # timeout. Counted apart from the client ports, so that a flood of clients
+            # leaves room for replicas.
+            preface_timeout_s=limits.preface_timeout_s,
+            accept_pause_s=limits.accept_pause_s,
+            counts=ConnectionCounts.of(limits),
             on_failed_handshake=self._failed_handshake,
             on_plaintext_refused=self._plaintext_refused,
         )

@@ -293,6 +293,11 @@ class ServerConnection:
             + fr.window_update(0, limits.connection_window - fr.DEFAULT_WINDOW)
         )
 
+    @property
+    def preface_received(self) -> bool:
+        """The client's preface and its first SETTINGS have arrived."""
+        return self._settings_seen
+
     # -- output -------------------------------------------------------------------
 
     def _write(self, data: bytes) -> None:

@@ -15,6 +15,12 @@ Invariants:
   and streaming answers to it wait.
 - ``stop(grace)``: no new connections, GOAWAY on every open one; calls in progress get
   ``grace`` seconds, then are cancelled and every connection closed.
+- A connection with no call open for ``idle_timeout_s`` (gRPC's ``max_connection_idle``:
+  counted from when its last call ended, or from its start) is sent GOAWAY and closed; a
+  long poll or a telemetry stream is an open call. Idleness is noticed within one loop
+  turn of the last call's end: when its answer is written or its reset read.
+- ``opened`` (asked by the listener at the preface deadline) is true once the client's
+  HTTP/2 preface and SETTINGS have arrived.
 """
 
 from __future__ import annotations
@@ -37,6 +43,10 @@ from .grpc_headers import CODE_NUMBERS, Metadatum, RequestHeaders, trailers_only
 log = logging.getLogger(__name__)
 
 _FAULT_LOG_INTERVAL_S = 60.0
+# The loop may run a timer this much early (its clock's resolution).
+_TIMER_SLACK_S = 0.01
+# How long an idle connection told to go (GOAWAY) may take to read it before it is cut off.
+_GOAWAY_GRACE_S = 10.0
 
 
 class HandlerCallDetails(NamedTuple):
@@ -56,8 +66,11 @@ class RpcServer:
         max_message: int = 4 * 1024 * 1024,
         max_concurrent_streams: int = 1000,
         call_context: contextvars.Context | None = None,
+        idle_timeout_s: float = 0.0,
     ) -> None:
         self.max_message = max_message
+        # 0: connections are never closed for being idle.
+        self.idle_timeout_s = idle_timeout_s
         # What each call's task starts from: telemetry's unsampled trace, so that calls
         # that start none need not set one (see telemetry.root_sampling).
         self.call_context = call_context
@@ -195,6 +208,15 @@ class ServedConnection(asyncio.Protocol):
         self.writers: set[ServerCall] = set()
         self._receiving = False
         self._flush_scheduled = False
+        # When a call was last seen open (loop time), and whether one was at the last look.
+        self._busy_at = 0.0
+        self._had_calls = False
+        self._idle_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def opened(self) -> bool:
+        """The client's preface and SETTINGS have arrived (see ``tls.listener``)."""
+        return self.h2 is not None and self.h2.preface_received
 
     # -- the socket ----------------------------------------------------------------
 
@@ -207,6 +229,10 @@ class ServedConnection(asyncio.Protocol):
         self.server.connections.add(self)
         if self.server._stopping:
             self.h2.shut_down()
+        idle = self.server.idle_timeout_s
+        if idle > 0:
+            self._busy_at = self.loop.time()
+            self._idle_timer = self.loop.call_later(idle, self._idle_check)
         self._flush()
 
     def data_received(self, data: bytes) -> None:
@@ -222,12 +248,16 @@ class ServedConnection(asyncio.Protocol):
             self._receiving = False
         if self.h2.error is not None:
             self.server.note_fault(self.peer, self.h2.error)
+        self._note_calls()
         self._flush()
 
     def eof_received(self) -> bool:
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
         self.server.connections.discard(self)
         self.h2.connection_lost()
         self._wake_writers()
@@ -258,6 +288,7 @@ class ServedConnection(asyncio.Protocol):
         transport = self.transport
         if transport is None or transport.is_closing():
             return
+        self._note_calls()
         data = self.h2.take_output()
         if data:
             transport.write(data)
@@ -267,6 +298,40 @@ class ServedConnection(asyncio.Protocol):
     def shut_down(self) -> None:
         self.h2.shut_down()
         self._flush()
+
+    # -- idleness ------------------------------------------------------------------
+
+    def _note_calls(self) -> None:
+        """A look at the open calls: busy now if any is open or one just ended."""
+        if self._idle_timer is None:
+            return
+        calls = bool(self.h2.streams)
+        if calls or self._had_calls:
+            self._busy_at = self.loop.time()
+        self._had_calls = calls
+
+    def _cut_off(self) -> None:
+        if self in self.server.connections and self.transport is not None:
+            self.transport.abort()
+
+    def _idle_check(self) -> None:
+        self._idle_timer = None
+        transport = self.transport
+        if transport is None or transport.is_closing() or self.h2.closed:
+            return
+        idle = self.server.idle_timeout_s
+        now = self.loop.time()
+        if self.h2.streams:
+            self._busy_at = now
+        elif now - self._busy_at >= idle - _TIMER_SLACK_S:
+            # Graceful: the client sees GOAWAY (a call it sent meanwhile is refused
+            # unprocessed, so it may retry) and reconnects when it next calls.
+            self.shut_down()
+            # Closing waits for what is written to be read: a client that reads nothing
+            # is cut off instead.
+            self.loop.call_later(_GOAWAY_GRACE_S, self._cut_off)
+            return
+        self._idle_timer = self.loop.call_at(self._busy_at + idle, self._idle_check)
 
     def abort(self) -> list[asyncio.Task[None]]:
         """Cancel every call still running and close the connection; their tasks."""

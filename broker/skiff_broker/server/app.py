@@ -31,6 +31,7 @@ from ..runtime import Broker
 from ..telemetry import conventions as cv
 from ..telemetry import telemetry_from_env
 from ..tls.certificates import ReloadingCertificate, names_to_cover, self_signed
+from ..tls.connection_limits import ConnectionCounts
 from ..tls.listener import ClientListener
 from ..tls.peers import check_carries_peer_name, peer_client_tls
 from ..tls.settings import TlsMode
@@ -82,6 +83,8 @@ class BrokerServer:
         self._servers: list[RpcServer] = []
         # The client port(s): each hands its connections to its server.
         self._listeners: list[ClientListener] = []
+        # Shared by the client port and the external one: the limits are the broker's.
+        self._connection_counts = ConnectionCounts.of(config.connections)
         self.certificate: ReloadingCertificate | None = None
         cluster = config.cluster
         self.kube: KubeApi | None = None
@@ -243,6 +246,7 @@ class BrokerServer:
             max_message=inbound,
             max_concurrent_streams=MAX_CONCURRENT_STREAMS,
             call_context=call_context,
+            idle_timeout_s=self.config.connections.idle_timeout_s,
         )
         # RocketMQ RPCs and record appends and fetches get SERVER spans (their calls start
         # in the unsampled context: a store append under an untraced call is never
@@ -290,6 +294,9 @@ class BrokerServer:
             tls_context=certificate.ssl_context if certificate is not None else None,
             plaintext=self.config.tls.mode is not TlsMode.ENFORCING,
             name=option,
+            preface_timeout_s=self.config.connections.preface_timeout_s,
+            accept_pause_s=self.config.connections.accept_pause_s,
+            counts=self._connection_counts,
         )
         self._listeners.append(listener)
         return listener.bind()

@@ -88,7 +88,7 @@ async def serving(
     tmp_path: Path, *, plaintext: bool, timeout: float = 10.0, seen: list[str] | None = None
 ) -> AsyncIterator[Served]:
     """The echo server behind a listening client port: TLS with a self-signed certificate,
-    and plaintext too if ``plaintext``; ``timeout`` is the first-byte timeout."""
+    and plaintext too if ``plaintext``; ``timeout`` is the preface timeout."""
     server = _echo_server(seen if seen is not None else [])
     cert, key = self_signed(str(tmp_path), ["localhost", "127.0.0.1"])
     listener = ClientListener(
@@ -96,7 +96,7 @@ async def serving(
         server.protocol,
         tls_context=ReloadingCertificate(cert, key).ssl_context,
         plaintext=plaintext,
-        first_byte_timeout_s=timeout,
+        preface_timeout_s=timeout,
     )
     port = listener.bind()
     await listener.start()
