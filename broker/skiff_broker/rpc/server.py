@@ -15,6 +15,9 @@ Invariants:
   and streaming answers to it wait.
 - ``stop(grace)``: no new connections, GOAWAY on every open one; calls in progress get
   ``grace`` seconds, then are cancelled and every connection closed.
+- Request octets not yet taken by handlers are bounded per connection
+  (``buffer_per_connection``) and across every connection sharing ``buffer_budget``
+  (the broker's servers share one); past them clients wait on flow control.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import grpc
 
 from ..http2.connection import Limits, ServerConnection, Stream
 from ..http2.hpack import encode_headers
+from ..http2.receive_budget import ReceiveBudget
 from ..rate_limited_log import RateLimitedLog
 from ..tls.listener import peer_string
 from .call import ServerCall
@@ -56,12 +60,27 @@ class RpcServer:
         max_message: int = 4 * 1024 * 1024,
         max_concurrent_streams: int = 1000,
         call_context: contextvars.Context | None = None,
+        buffer_per_connection: int = 32 << 20,
+        buffer_budget: ReceiveBudget | None = None,
+        message_timeout: float = 30.0,
     ) -> None:
+        """``buffer_budget``: shared with other servers (else this server's own, four
+        connections' worth); ``message_timeout``: seconds a request message may take to
+        arrive from its first octet."""
+        if buffer_per_connection < max_message + 5:
+            raise ValueError(
+                f"a connection's request buffer ({buffer_per_connection} octets) must hold "
+                f"the largest request message ({max_message} octets and its 5-octet prefix)"
+            )
         self.max_message = max_message
         # What each call's task starts from: telemetry's unsampled trace, so that calls
         # that start none need not set one (see telemetry.root_sampling).
         self.call_context = call_context
-        self.limits = Limits(max_concurrent_streams=max_concurrent_streams)
+        self.limits = Limits(
+            max_concurrent_streams=max_concurrent_streams, buffer_budget=buffer_per_connection
+        )
+        self.buffer_budget = buffer_budget or ReceiveBudget(4 * buffer_per_connection)
+        self.message_timeout = message_timeout
         self._interceptors = tuple(interceptors)
         self._generic: list[grpc.GenericRpcHandler] = []
         self._methods: dict[str, grpc.RpcMethodHandler | None] = {}
@@ -170,6 +189,7 @@ class _NotGrpc:
         )
 
     def data_received(self, data: bytes, end_stream: bool) -> None:
+        self._stream.release(len(data))
         if end_stream:
             self._stream.send_headers(self._block)
             self._stream.send_data(_NOT_GRPC, end_stream=True)
@@ -179,6 +199,9 @@ class _NotGrpc:
 
     def writable(self) -> None:
         """The answer is all queued already."""
+
+    def room_reserved(self) -> None:
+        """Nothing is reserved: what arrives is dropped."""
 
 
 class ServedConnection(asyncio.Protocol):
@@ -203,7 +226,12 @@ class ServedConnection(asyncio.Protocol):
         address = transport.get_extra_info("peername")
         if address:
             self.peer = peer_string(address)
-        self.h2 = ServerConnection(self, self.server.limits, output_ready=self._output_ready)
+        self.h2 = ServerConnection(
+            self,
+            self.server.limits,
+            output_ready=self._output_ready,
+            budget=self.server.buffer_budget,
+        )
         self.server.connections.add(self)
         if self.server._stopping:
             self.h2.shut_down()
