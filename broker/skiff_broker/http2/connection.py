@@ -26,7 +26,8 @@ Invariants:
   stream alone.
 - A peer that makes the server work without making requests (resets of open streams,
   PINGs with no answer sent since the last one, SETTINGS, empty frames) spends a budget
-  that refills with time; past it the connection ends with ENHANCE_YOUR_CALM.
+  that refills with time; past it the connection ends with ENHANCE_YOUR_CALM. Header
+  lists over the limit spend a budget of their own, smaller.
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ class Limits:
         "max_frame_size",
         "max_header_block",
         "max_header_list_size",
+        "oversized_header_budget",
+        "oversized_header_refill_per_s",
     )
 
     def __init__(
@@ -89,6 +92,8 @@ class Limits:
         buffer_budget: int = 32 << 20,
         control_budget: int = 2_000,
         control_refill_per_s: float = 200.0,
+        oversized_header_budget: int = 32,
+        oversized_header_refill_per_s: float = 2.0,
     ) -> None:
         self.max_concurrent_streams = max_concurrent_streams
         self.max_header_list_size = max_header_list_size
@@ -99,6 +104,10 @@ class Limits:
         self.max_header_block = 2 * max_header_list_size + 4096
         self.control_budget = control_budget
         self.control_refill_per_s = control_refill_per_s
+        # Header lists over the limit: each is scanned to its end (to keep the HPACK
+        # table in step) and answered; a client meaning no harm sends few.
+        self.oversized_header_budget = oversized_header_budget
+        self.oversized_header_refill_per_s = oversized_header_refill_per_s
 
 
 class _Budget:
@@ -339,6 +348,9 @@ class ServerConnection:
         # Streams whose reservation waits for room, oldest first.
         self._waiting: dict[int, Stream] = {}
         self._budget = _Budget(limits.control_budget, limits.control_refill_per_s)
+        self._oversized_budget = _Budget(
+            limits.oversized_header_budget, limits.oversized_header_refill_per_s
+        )
         self._write(
             fr.settings(
                 {
@@ -787,6 +799,12 @@ class ServerConnection:
         try:
             headers = self._decoder.decode(block)
         except HeaderListTooLarge:
+            if not self._oversized_budget.spend():
+                raise ConnectionFault(
+                    ErrorCode.ENHANCE_YOUR_CALM,
+                    "too many header lists over SETTINGS_MAX_HEADER_LIST_SIZE "
+                    f"({self.limits.max_header_list_size} octets) in too short a time",
+                ) from None
             headers = []
             too_large = True
         except HpackError as exc:

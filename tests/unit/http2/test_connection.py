@@ -327,6 +327,21 @@ def test_headers_over_the_list_limit_refuse_the_stream_and_keep_the_table():
     assert big  # the refused list, for the reader
 
 
+def test_a_flood_of_header_lists_over_the_limit_ends_the_connection():
+    peer = Peer(Limits(oversized_header_budget=10, oversized_header_refill_per_s=0.0))
+    peer.frames()
+    # One entry, then blocks of 16,000 references to it: each far over the list's limit.
+    peer.send(fr.frame(fr.HEADERS, fr.END_HEADERS, 1, encode_headers(REQUEST) + b"\x40\x01x\x01y"))
+    bomb = b"\xbe" * 16_000
+    stream_id = 3
+    while not peer.conn.closed and stream_id < 100:
+        peer.send(fr.frame(fr.HEADERS, fr.END_HEADERS | fr.END_STREAM, stream_id, bomb))
+        stream_id += 2
+    assert len(peer.app.too_large) == 10
+    assert peer.goaway()[1] == ErrorCode.ENHANCE_YOUR_CALM
+    assert "SETTINGS_MAX_HEADER_LIST_SIZE (16384 octets)" in str(peer.conn.error)
+
+
 def test_shutting_down_refuses_new_streams_and_closes_once_the_open_ones_end():
     peer = Peer()
     peer.frames()
