@@ -142,6 +142,7 @@ class Stream:
         "held",
         "id",
         "local_closed",
+        "opened",
         "received",
         "recv_window",
         "remote_closed",
@@ -166,6 +167,9 @@ class Stream:
         # Octets reserved for the stream; a reservation waiting for room (0: none).
         self.reserved = 0
         self.wanted = 0
+        # What of the reservation the stream's window lets the peer fill now: the
+        # connection's window is opened for that much, not for the whole reservation.
+        self.opened = 0
         # Frames waiting for window: (data, end_stream) or (trailer block, None).
         self._pending: collections.deque[tuple[bytes, bool | None]] | None = None
 
@@ -237,13 +241,19 @@ class Stream:
             return
         self.recv_window += increment
         self._connection._write(fr.window_update(self.id, increment))
+        if self.reserved:
+            self._connection._reopen(self)
+            self._connection._give_back(force=True)
 
     def release(self, octets: int) -> None:
-        """The handler took ``octets`` of what it was handed: the peer may send them again."""
+        """The handler took ``octets`` of what it was handed: the peer may send them again.
+
+        Within the stream's reservation the window reopens for them: unreserve first what
+        is not to come again."""
         octets = min(octets, self.held)
         if octets > 0:
             self.held -= octets
-            self._connection._released(octets)
+            self._connection._released(self, octets)
 
     def reserve(self, octets: int) -> bool:
         """Claim room to hold ``octets`` more (before granting window for them).
@@ -263,7 +273,7 @@ class Stream:
         octets = self.reserved if octets is None else min(octets, self.reserved)
         if octets > 0:
             self.reserved -= octets
-            self._connection._unreserved(octets)
+            self._connection._unreserved(self, octets)
 
     def reset(self, code: int = ErrorCode.CANCEL) -> None:
         """End the stream now (RST_STREAM); nothing more is sent or heard on it."""
@@ -343,6 +353,7 @@ class ServerConnection:
         self._recv_window = fr.DEFAULT_WINDOW
         self._held = 0
         self._reserved = 0
+        self._opened = 0
         self._charged = 0
         self._receive_budget = budget or ReceiveBudget(limits.buffer_budget)
         # Streams whose reservation waits for room, oldest first.
@@ -456,10 +467,11 @@ class ServerConnection:
         return self._reserved
 
     def _give_back(self, *, force: bool = False) -> None:
-        """Open the connection's window to ``65,535 + reserved`` less what is held.
+        """Open the connection's window to 65,535 plus what of the reservations the streams'
+        windows let the peer fill, less what is held.
 
         Small amounts wait until they add up (a quarter of the whole), unless ``force``."""
-        target = fr.DEFAULT_WINDOW + self._reserved
+        target = fr.DEFAULT_WINDOW + self._opened
         deficit = target - self._held - self._recv_window
         if deficit > 0 and (force or deficit >= target >> 2) and not self.closed:
             self._recv_window += deficit
@@ -503,15 +515,24 @@ class ServerConnection:
     def _take_reservation(self, stream: Stream, octets: int) -> None:
         stream.reserved += octets
         self._reserved += octets
+        self._reopen(stream)
         self._give_back(force=True)
 
-    def _released(self, octets: int) -> None:
+    def _reopen(self, stream: Stream) -> None:
+        opened = min(stream.reserved, stream.held + max(stream.recv_window, 0))
+        self._opened += opened - stream.opened
+        stream.opened = opened
+
+    def _released(self, stream: Stream, octets: int) -> None:
         self._held -= octets
+        if stream.opened:
+            self._reopen(stream)
         self._recharge()
         self._give_back()
 
-    def _unreserved(self, octets: int) -> None:
+    def _unreserved(self, stream: Stream, octets: int) -> None:
         self._reserved -= octets
+        self._reopen(stream)
         self._recharge()
         self._serve_waiting()
 
@@ -541,11 +562,13 @@ class ServerConnection:
             if not self._waiting:
                 self._receive_budget.stop_waiting(self)
         held, reserved = stream.held, stream.reserved
-        if not held and not reserved:
+        if not held and not reserved and not stream.opened:
             return
         stream.held = stream.reserved = 0
         self._held -= held
         self._reserved -= reserved
+        self._opened -= stream.opened
+        stream.opened = 0
         self._recharge()
         self._give_back()
         if reserved:
@@ -596,12 +619,12 @@ class ServerConnection:
         self._blocked.clear()
         self._waiting.clear()
         self._receive_budget.stop_waiting(self)
-        self._held = self._reserved = 0
+        self._held = self._reserved = self._opened = 0
         charged, self._charged = self._charged, 0
         for stream in streams:
             stream.local_closed = stream.remote_closed = True
             stream._pending = None
-            stream.held = stream.reserved = stream.wanted = 0
+            stream.held = stream.reserved = stream.wanted = stream.opened = 0
         self._receive_budget.release(charged)
         for stream in streams:
             if stream.handler is not None:

@@ -41,6 +41,11 @@ class ReceiveBudget:
     def available(self) -> int:
         return self.capacity - self.used
 
+    @property
+    def waiting(self) -> int:
+        """How many connections wait for room."""
+        return len(self._waiters)
+
     def claim(self, octets: int) -> bool:
         """Take ``octets`` if that many are left (True), else nothing (False)."""
         if octets > self.capacity - self.used:

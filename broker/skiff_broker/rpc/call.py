@@ -212,10 +212,11 @@ class ServerCall(grpc.aio.ServicerContext):
             else:
                 request = _deserialized(handler, self._message)
                 self._message = None
-                # Taken: the client may send as much again.
+                # Taken: the client may send as much again. (Unreserved first: a release
+                # under the reservation would open the window for it again.)
                 stream = self.stream
-                stream.release(stream.held)
                 stream.unreserve()
+                stream.release(stream.held)
             if handler.response_streaming:
                 await self._serve_stream(handler, request)
             else:

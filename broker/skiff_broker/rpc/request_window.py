@@ -104,9 +104,10 @@ class RequestWindow:
     def taken(self, octets: int, claim: int) -> None:
         """The handler took a message of ``octets`` (framed), reserved ``claim``."""
         stream = self._stream
-        stream.release(octets)
+        # Unreserved first: a release under the reservation would reopen the window.
         if claim:
             stream.unreserve(claim)
+        stream.release(octets)
 
     def stop(self) -> None:
         if self._timer is not None:

@@ -492,15 +492,18 @@ def test_a_reset_stream_gives_back_what_its_handler_held():
     assert peer.conn.held == 0
 
 
-def test_a_reservation_opens_the_connections_window_and_the_grant_the_streams():
+def test_a_reservation_opens_the_connections_window_only_as_far_as_the_streams():
     peer = Peer()
     peer.frames()
     peer.send(peer.request(1))
     stream = peer.app.requests[0][0]
     assert stream.reserve(4 << 20)
-    assert window_updates(peer.frames()) == [4 << 20]
+    # Room for 4 MiB, but the stream's window lets the peer send its 65,535 only.
+    assert window_updates(peer.frames()) == [fr.DEFAULT_WINDOW]
     stream.grant(1 << 20)
-    assert window_updates(peer.frames(), 1) == [1 << 20]
+    sent = peer.frames()
+    assert window_updates(sent, 1) == [1 << 20]
+    assert window_updates(sent) == [1 << 20]
     peer.send(data(1, b"x" * 16_384) * 64)
     assert stream.held == 1 << 20
     # Taken and unreserved: the window shrinks back to the protocol's own.
@@ -519,7 +522,7 @@ def test_reservations_past_the_connections_budget_wait_their_turn():
     assert not second.reserve(600_000)
     # Small enough to fit, but behind the one waiting: it waits too.
     assert not third.reserve(100_000)
-    assert window_updates(peer.frames()) == [600_000]
+    assert peer.conn.reserved == 600_000
     first.unreserve()
     assert peer.app.handlers[3].rooms_reserved == 1
     assert peer.app.handlers[5].rooms_reserved == 1
@@ -532,16 +535,19 @@ def test_connections_sharing_a_budget_wait_for_each_other_and_give_it_all_back()
     for peer in (a, b):
         peer.frames()
         peer.send(peer.request(1))
-    assert a.app.requests[0][0].reserve(800_000)
+    first = a.app.requests[0][0]
+    assert first.reserve(800_000)
+    first.grant(700_000)
     assert not b.app.requests[0][0].reserve(800_000)
-    assert budget.used == 800_000
-    # A's peer may still send what its connection's window allows: still claimed.
+    assert budget.used == 800_000 and budget.waiting == 1
+    # Reset, but A's peer may still send what its connection's window allows: that much
+    # stays claimed, and B still waits.
     a.send(fr.rst_stream(1, ErrorCode.CANCEL))
-    assert budget.used == 800_000
+    assert budget.used == fr.DEFAULT_WINDOW + 700_000
     assert b.app.handlers[1].rooms_reserved == 0
     a.conn.connection_lost()
     assert b.app.handlers[1].rooms_reserved == 1
-    assert window_updates(b.frames()) == [800_000]
+    assert budget.used == 800_000 and budget.waiting == 0
     b.conn.connection_lost()
     assert budget.used == 0
 
