@@ -70,11 +70,19 @@ class RawClient:
         self.send_window = fr.DEFAULT_WINDOW
         self.goaway: tuple[int, bytes] | None = None  # (error code, debug data)
         self.closed = False
+        self.send_failed = False
         self.next_stream = 1
         self.send(fr.PREFACE + fr.settings({}))
 
     def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
+        """Write ``data``; a connection the server closed is noted, not raised (what it
+        sent before closing is still read)."""
+        if self.closed or self.send_failed:
+            return
+        try:
+            self.sock.sendall(data)
+        except OSError:
+            self.send_failed = True
 
     def open_call(self, path: str, end_stream: bool = False) -> int:
         stream_id = self.next_stream
@@ -99,13 +107,9 @@ class RawClient:
         """Send as much of ``payload`` as the server's windows allow now; how much that was."""
         seen = self.streams[stream_id]
         room = min(len(payload), seen.send_window, self.send_window)
-        if room <= 0 or seen.reset is not None or seen.ended or self.closed:
+        if room <= 0 or seen.reset is not None or seen.ended or self.closed or self.send_failed:
             return 0
-        try:
-            self.send(self.data_frames(stream_id, payload[:room]))
-        except OSError:
-            self.closed = True
-            return 0
+        self.send(self.data_frames(stream_id, payload[:room]))
         seen.send_window -= room
         self.send_window -= room
         return room

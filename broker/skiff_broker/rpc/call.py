@@ -104,7 +104,7 @@ class ServerCall(grpc.aio.ServicerContext):
         self._cancelled = False
         server = connection.server
         self._window = RequestWindow(
-            stream, server.max_message, connection.loop, server.message_timeout, self._stalled
+            stream, server.max_message, connection.stall_watch, self._stalled
         )
         self._message: bytes | None = None
         self._task: asyncio.Task[None] | None = None
@@ -128,6 +128,9 @@ class ServerCall(grpc.aio.ServicerContext):
         if handler.request_streaming:
             self._requests = _RequestStream(self)
             self._start()
+        else:
+            # A unary call's request must end in time, from its headers on.
+            self._window.start()
 
     # -- the stream's events ------------------------------------------------------
 

@@ -10,9 +10,10 @@ is held back by flow control, and nothing of the message is buffered past its fr
 Invariants:
 - A message's octets are held (``Stream.held``) until its handler takes it; then they and
   its reservation are given back (``taken``), and the client may send again.
-- A message must arrive in full within ``timeout`` seconds of its first octet (a unary
-  call: its request must end in that time); otherwise ``on_stalled`` is called, and the
-  call ends with its reservation and buffer given back.
+- A message must arrive in full within the :class:`StallWatch`'s timeout of its first
+  octet (a unary call: its request must end that long after its headers); otherwise
+  ``on_stalled`` is called, and the call ends with its reservation and buffer given back.
+  One timer per server watches every request in flight, not one per call.
 """
 
 from __future__ import annotations
@@ -29,34 +30,64 @@ from .message_framing import PREFIX, MessageReader
 READ_AHEAD = 1 << 20
 
 
+class StallWatch:
+    """Requests in flight and when each must have arrived; one timer for all of them.
+
+    Every request is given the same time, so the order they started in is the order they
+    are due in: the oldest is checked first, and the timer is set for it alone."""
+
+    __slots__ = ("_due", "_loop", "_timer", "timeout")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, timeout: float) -> None:
+        self._loop = loop
+        self.timeout = timeout
+        self._due: dict[RequestWindow, float] = {}
+        self._timer: asyncio.TimerHandle | None = None
+
+    def __len__(self) -> int:
+        return len(self._due)
+
+    def start(self, window: RequestWindow) -> None:
+        due = self._due
+        due.pop(window, None)
+        at = self._loop.time() + self.timeout
+        due[window] = at
+        if self._timer is None:
+            self._timer = self._loop.call_at(at, self._check)
+
+    def stop(self, window: RequestWindow) -> None:
+        self._due.pop(window, None)
+
+    def _check(self) -> None:
+        self._timer = None
+        due = self._due
+        now = self._loop.time()
+        while due:
+            window, at = next(iter(due.items()))
+            if at > now:
+                self._timer = self._loop.call_at(at, self._check)
+                return
+            del due[window]
+            window._stalled()
+
+
 class RequestWindow:
     """One call's request messages as they arrive, and the window its client gets."""
 
-    __slots__ = (
-        "_claim",
-        "_loop",
-        "_on_stalled",
-        "_stream",
-        "_timeout",
-        "_timer",
-        "_wanted",
-        "reader",
-    )
+    __slots__ = ("_claim", "_on_stalled", "_stream", "_timed", "_wanted", "_watch", "reader")
 
     def __init__(
         self,
         stream: Stream,
         limit: int,
-        loop: asyncio.AbstractEventLoop,
-        timeout: float,
+        watch: StallWatch,
         on_stalled: Callable[[], None],
     ) -> None:
         self.reader = MessageReader(limit)
         self._stream = stream
-        self._loop = loop
-        self._timeout = timeout
+        self._watch = watch
         self._on_stalled = on_stalled
-        self._timer: asyncio.TimerHandle | None = None
+        self._timed = False
         # Octets reserved for the message being read; octets of a reservation that waits.
         self._claim = 0
         self._wanted = 0
@@ -81,8 +112,8 @@ class RequestWindow:
         ``began``: a message ended and the one now read began, so its time starts now."""
         if complete or began:
             self.stop()
-        if not complete and self._timer is None:
-            self._timer = self._loop.call_later(self._timeout, self._stalled)
+        if not complete and not self._timed:
+            self.start()
         length = self.reader.length
         if length < 0 or self._wanted:
             return
@@ -109,10 +140,15 @@ class RequestWindow:
             stream.unreserve(claim)
         stream.release(octets)
 
+    def start(self) -> None:
+        """The request's (or message's) time starts now."""
+        self._timed = True
+        self._watch.start(self)
+
     def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        if self._timed:
+            self._timed = False
+            self._watch.stop(self)
 
     def _open(self) -> None:
         stream = self._stream
@@ -121,5 +157,5 @@ class RequestWindow:
             stream.grant(ahead - stream.recv_window)
 
     def _stalled(self) -> None:
-        self._timer = None
+        self._timed = False
         self._on_stalled()

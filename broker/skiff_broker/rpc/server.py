@@ -37,6 +37,7 @@ from ..rate_limited_log import RateLimitedLog
 from ..tls.listener import peer_string
 from .call import ServerCall
 from .grpc_headers import CODE_NUMBERS, Metadatum, RequestHeaders, trailers_only
+from .request_window import StallWatch
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,7 @@ class RpcServer:
         )
         self.buffer_budget = buffer_budget or ReceiveBudget(4 * buffer_per_connection)
         self.message_timeout = message_timeout
+        self._stall_watch: StallWatch | None = None
         self._interceptors = tuple(interceptors)
         self._generic: list[grpc.GenericRpcHandler] = []
         self._methods: dict[str, grpc.RpcMethodHandler | None] = {}
@@ -156,6 +158,12 @@ class RpcServer:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
+    def stall_watch(self, loop: asyncio.AbstractEventLoop) -> StallWatch:
+        """The one watch over this server's requests in flight (made on the first call)."""
+        if self._stall_watch is None:
+            self._stall_watch = StallWatch(loop, self.message_timeout)
+        return self._stall_watch
+
     def protocol(self) -> ServedConnection:
         """A protocol for one accepted connection (a listener's factory)."""
         return ServedConnection(self)
@@ -210,6 +218,7 @@ class ServedConnection(asyncio.Protocol):
     def __init__(self, server: RpcServer) -> None:
         self.server = server
         self.loop = asyncio.get_running_loop()
+        self.stall_watch = server.stall_watch(self.loop)
         self.transport: asyncio.Transport | None = None
         self.peer = "unknown"
         self.h2: ServerConnection = None  # type: ignore[assignment]
