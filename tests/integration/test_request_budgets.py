@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
+from rocketmq import ClientConfiguration, Credentials, Message, Producer
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
@@ -137,6 +139,49 @@ def test_unfinished_messages_stay_within_the_request_buffer_budget(tmp_path: Pat
 def assert_no_errors_logged(broker: BrokerProcess) -> None:
     errors = [r for r in broker.log_lines() if r.get("level") == "error"]
     assert errors == [], errors
+
+
+def test_the_largest_messages_still_arrive_with_the_default_budgets(tmp_path: Path) -> None:
+    # The official client's 4 MiB body limit, several at once on one connection, and a
+    # 16 MiB request (the most the port takes by default): the budgets let them through.
+    create_topics(data_dir_of(tmp_path), TopicConfig(TOPIC, 1, 1))
+    with running_broker(tmp_path) as broker:
+        config = ClientConfiguration(broker.endpoint, Credentials())
+        producer = Producer(config, (TOPIC,))
+        producer.startup()
+        try:
+            bodies = [bytes([n]) * (4 * MiB - 4096) for n in range(6)]
+            with ThreadPoolExecutor(len(bodies)) as pool:
+                receipts = list(pool.map(lambda body: producer.send(big_message(body)), bodies))
+            assert len({r.message_id for r in receipts}) == len(bodies)
+        finally:
+            producer.shutdown()
+        with grpc.insecure_channel(
+            broker.endpoint, options=[("grpc.max_send_message_length", -1)]
+        ) as channel:
+            request = spb.SendMessageRequest(
+                messages=[
+                    pb.Message(
+                        topic=pb.Resource(name=TOPIC),
+                        body=b"x" * (16 * MiB - 1024),
+                        system_properties=pb.SystemProperties(
+                            message_id="budget-16m", body_encoding=pb.Encoding.IDENTITY
+                        ),
+                    )
+                ]
+            )
+            assert request.ByteSize() <= 16 * MiB
+            answer = MessagingServiceStub(channel).SendMessage(request, timeout=60)
+        # It arrived whole: the broker read it and refused its body as too large.
+        assert answer.status.code == pb.Code.MESSAGE_BODY_TOO_LARGE, answer.status
+        assert_no_errors_logged(broker)
+
+
+def big_message(body: bytes) -> Message:
+    message = Message()
+    message.topic = TOPIC
+    message.body = body
+    return message
 
 
 # -- HPACK --------------------------------------------------------------------------------
