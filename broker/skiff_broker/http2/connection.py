@@ -15,12 +15,14 @@ Invariants:
 - Request octets handed to a handler are *held* until it says it took them
   (:meth:`Stream.release`), or its stream ends. The connection's window is given back as
   held octets are released (and at once for what is not held: padding, DATA of closed
-  streams), never past ``65,535 + reserved``: what the connection's streams reserved
+  streams). It is opened past HTTP/2's own 65,535 only for room streams reserved
   (:meth:`Stream.reserve`) from the connection's ``buffer_budget`` and the process's
-  :class:`~.receive_budget.ReceiveBudget`. So held octets plus the window still open
-  never exceed 65,535 plus the connection's claim on the shared budget, and a reservation
-  that cannot be had waits (its stream hears ``room_reserved`` once it is) rather than
-  being held anyway.
+  :class:`~.receive_budget.ReceiveBudget`, and only as far as each such stream's window
+  lets the peer fill it. The shared budget is charged with the larger of what is
+  reserved and what the peer may have held past the 65,535 (held plus still open: a
+  window once given cannot be taken back), so held octets never exceed 65,535 plus the
+  connection's charge. A reservation that cannot be had waits (its stream hears
+  ``room_reserved`` once it is made) rather than being held anyway.
 - A protocol error ends the connection: GOAWAY with the error is queued, ``closed`` is
   set, every open stream is reset, and nothing more is read. A stream error resets that
   stream alone.
