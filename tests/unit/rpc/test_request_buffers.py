@@ -183,3 +183,15 @@ def test_a_stream_idle_between_messages_is_not_timed_but_one_stalled_inside_is()
         assert client.read_until(lambda: client.streams[stalled].ended)
         assert client.streams[stalled].header("grpc-status") == str(DEADLINE_EXCEEDED)
         client.close()
+
+
+def test_the_budgets_in_effect_always_hold_the_largest_request():
+    from skiff_broker.rpc.request_buffers import RequestBufferConfig
+
+    defaults = RequestBufferConfig()
+    # The defaults: 32 MiB a connection, 128 MiB in all, a 16 MiB request fits either.
+    assert defaults.in_effect(16 * MiB) == (32 * MiB, 128 * MiB)
+    # A larger --max-message-size raises what one connection may hold, not the total...
+    assert defaults.in_effect(64 * MiB) == (64 * MiB + 5, 128 * MiB)
+    # ...unless the total is below it too.
+    assert RequestBufferConfig(total=8 * MiB).in_effect(16 * MiB) == (32 * MiB, 32 * MiB)
