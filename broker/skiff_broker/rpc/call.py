@@ -187,9 +187,9 @@ class ServerCall(grpc.aio.ServicerContext):
         timeout = self._connection.server.message_timeout
         self._fail_now(
             grpc.StatusCode.DEADLINE_EXCEEDED,
-            f"the request message did not arrive in full within {timeout:g} s of its first "
-            "octet, so the broker dropped it (see --request-message-timeout); send it again, "
-            "and for a large message over a slow link raise that limit",
+            f"the request message did not arrive in full within {timeout:g} s (the broker's "
+            "--request-message-timeout), so the broker dropped it; send it again, and for a "
+            "large message over a slow link raise that limit",
         )
 
     # -- running the handler -----------------------------------------------------
