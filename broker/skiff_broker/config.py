@@ -11,6 +11,7 @@ import dataclasses
 from .auth.config import AuthConfig
 from .cluster.config import ClusterConfig
 from .ha.config import ReplicationConfig, Role
+from .rpc.request_buffers import RequestBufferConfig
 from .store.config import StoreConfig
 from .tls.connection_limits import ConnectionLimits
 from .tls.peers import check_peers_can_connect
@@ -126,6 +127,8 @@ class BrokerConfig:
     connections: ConnectionLimits = dataclasses.field(default_factory=ConnectionLimits)
     # Request signatures and ACLs (off by default).
     auth: AuthConfig = dataclasses.field(default_factory=AuthConfig)
+    # What the client port holds of requests not yet taken by their handlers, and for how long.
+    request_buffers: RequestBufferConfig = dataclasses.field(default_factory=RequestBufferConfig)
 
     def validate(self) -> None:
         self.store.validate()
@@ -157,4 +160,5 @@ class BrokerConfig:
         )
         self.replication.validate()
         self.auth.validate()
+        self.request_buffers.validate()
         self.cluster.validate(under_lease=self.replication.role is Role.LEASE)

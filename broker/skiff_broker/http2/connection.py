@@ -11,14 +11,25 @@ Invariants:
 - DATA is never sent past the peer's windows (the stream's and the connection's); what
   does not fit waits on its stream, in order, and END_STREAM or trailers wait behind it.
 - A stream's receive window only grows when the application grants it
-  (:meth:`Stream.grant`), so what one stream buffers is the application's choice. The
-  connection's own window is given back as DATA arrives (streams bound the memory).
+  (:meth:`Stream.grant`), so what one stream buffers is the application's choice.
+- Request octets handed to a handler are *held* until it says it took them
+  (:meth:`Stream.release`), or its stream ends. The connection's window is given back as
+  held octets are released (and at once for what is not held: padding, DATA of closed
+  streams). It is opened past HTTP/2's own 65,535 only for room streams reserved
+  (:meth:`Stream.reserve`) from the connection's ``buffer_budget`` and the process's
+  :class:`~.receive_budget.ReceiveBudget`, and only as far as each such stream's window
+  lets the peer fill it. The shared budget is charged with the larger of what is
+  reserved and what the peer may have held past the 65,535 (held plus still open: a
+  window once given cannot be taken back), so held octets never exceed 65,535 plus the
+  connection's charge. A reservation that cannot be had waits (its stream hears
+  ``room_reserved`` once it is made) rather than being held anyway.
 - A protocol error ends the connection: GOAWAY with the error is queued, ``closed`` is
   set, every open stream is reset, and nothing more is read. A stream error resets that
   stream alone.
 - A peer that makes the server work without making requests (resets of open streams,
   PINGs with no answer sent since the last one, SETTINGS, empty frames) spends a budget
-  that refills with time; past it the connection ends with ENHANCE_YOUR_CALM.
+  that refills with time; past it the connection ends with ENHANCE_YOUR_CALM. Header
+  lists over the limit spend a budget of their own, smaller.
 """
 
 from __future__ import annotations
@@ -31,6 +42,7 @@ from typing import Protocol
 from . import frames as fr
 from .frames import ConnectionFault, ErrorCode
 from .hpack import HeaderDecoder, HeaderListTooLarge, HpackError
+from .receive_budget import ReceiveBudget
 
 Headers = list[tuple[str, str]]
 
@@ -46,6 +58,9 @@ class StreamHandler(Protocol):
     def writable(self) -> None:
         """Everything queued on the stream was sent: more may be written."""
 
+    def room_reserved(self) -> None:
+        """A reservation that had to wait (``Stream.reserve`` returned False) was made."""
+
 
 class Application(Protocol):
     def request(self, stream: Stream, headers: Headers, end_stream: bool) -> None:
@@ -59,13 +74,15 @@ class Limits:
     """What one connection allows its peer (each advertised or enforced here)."""
 
     __slots__ = (
-        "connection_window",
+        "buffer_budget",
         "control_budget",
         "control_refill_per_s",
         "max_concurrent_streams",
         "max_frame_size",
         "max_header_block",
         "max_header_list_size",
+        "oversized_header_budget",
+        "oversized_header_refill_per_s",
     )
 
     def __init__(
@@ -74,18 +91,25 @@ class Limits:
         max_concurrent_streams: int = 1000,
         max_header_list_size: int = 16_384,
         max_frame_size: int = fr.DEFAULT_FRAME_SIZE,
-        connection_window: int = 16 << 20,
+        buffer_budget: int = 32 << 20,
         control_budget: int = 2_000,
         control_refill_per_s: float = 200.0,
+        oversized_header_budget: int = 32,
+        oversized_header_refill_per_s: float = 2.0,
     ) -> None:
         self.max_concurrent_streams = max_concurrent_streams
         self.max_header_list_size = max_header_list_size
         self.max_frame_size = max_frame_size
-        self.connection_window = connection_window
+        # The most the connection's streams may reserve at once (see Stream.reserve).
+        self.buffer_budget = buffer_budget
         # A compressed block can only be so much larger than the list it decodes to.
         self.max_header_block = 2 * max_header_list_size + 4096
         self.control_budget = control_budget
         self.control_refill_per_s = control_refill_per_s
+        # Header lists over the limit: each is scanned to its end (to keep the HPACK
+        # table in step) and answered; a client meaning no harm sends few.
+        self.oversized_header_budget = oversized_header_budget
+        self.oversized_header_refill_per_s = oversized_header_refill_per_s
 
 
 class _Budget:
@@ -117,12 +141,16 @@ class Stream:
         "_pending",
         "content_length",
         "handler",
+        "held",
         "id",
         "local_closed",
+        "opened",
         "received",
         "recv_window",
         "remote_closed",
+        "reserved",
         "send_window",
+        "wanted",
     )
 
     def __init__(self, connection: ServerConnection, stream_id: int, send_window: int) -> None:
@@ -136,6 +164,14 @@ class Stream:
         # The request's content-length (-1: none given) and the DATA octets seen so far.
         self.content_length = -1
         self.received = 0
+        # Request octets handed to the handler and not yet released by it.
+        self.held = 0
+        # Octets reserved for the stream; a reservation waiting for room (0: none).
+        self.reserved = 0
+        self.wanted = 0
+        # What of the reservation the stream's window lets the peer fill now: the
+        # connection's window is opened for that much, not for the whole reservation.
+        self.opened = 0
         # Frames waiting for window: (data, end_stream) or (trailer block, None).
         self._pending: collections.deque[tuple[bytes, bool | None]] | None = None
 
@@ -207,6 +243,39 @@ class Stream:
             return
         self.recv_window += increment
         self._connection._write(fr.window_update(self.id, increment))
+        if self.reserved:
+            self._connection._reopen(self)
+            self._connection._give_back(force=True)
+
+    def release(self, octets: int) -> None:
+        """The handler took ``octets`` of what it was handed: the peer may send them again.
+
+        Within the stream's reservation the window reopens for them: unreserve first what
+        is not to come again."""
+        octets = min(octets, self.held)
+        if octets > 0:
+            self.held -= octets
+            self._connection._released(self, octets)
+
+    def reserve(self, octets: int) -> bool:
+        """Claim room to hold ``octets`` more (before granting window for them).
+
+        True when claimed; False when it waits for room (``handler.room_reserved`` is
+        called once it is claimed). One reservation waits at a time; it is given back with
+        :meth:`unreserve`, or when the stream ends.
+        """
+        if octets <= 0:
+            return True
+        if self.remote_closed or self.local_closed or self.wanted:
+            return False
+        return self._connection._reserve(self, octets)
+
+    def unreserve(self, octets: int | None = None) -> None:
+        """Give back ``octets`` of the reservation (all of it by default)."""
+        octets = self.reserved if octets is None else min(octets, self.reserved)
+        if octets > 0:
+            self.reserved -= octets
+            self._connection._unreserved(self, octets)
 
     def reset(self, code: int = ErrorCode.CANCEL) -> None:
         """End the stream now (RST_STREAM); nothing more is sent or heard on it."""
@@ -248,7 +317,9 @@ class ServerConnection:
         limits: Limits | None = None,
         *,
         output_ready: Callable[[], None] | None = None,
+        budget: ReceiveBudget | None = None,
     ) -> None:
+        """``budget``: shared with the process's other connections (else its own)."""
         self.limits = limits = limits or Limits()
         self._application = application
         self._output_ready = output_ready
@@ -279,8 +350,20 @@ class ServerConnection:
         self._self_dependent = 0
         # Whether HEADERS or DATA went out since the last PING (see _ping).
         self._answered_since_ping = False
-        self._recv_unacked = 0
+        # What the peer may still send (the connection's receive window), what handlers
+        # hold, what streams reserved, and what of the shared budget is claimed for them.
+        self._recv_window = fr.DEFAULT_WINDOW
+        self._held = 0
+        self._reserved = 0
+        self._opened = 0
+        self._charged = 0
+        self._receive_budget = budget or ReceiveBudget(limits.buffer_budget)
+        # Streams whose reservation waits for room, oldest first.
+        self._waiting: dict[int, Stream] = {}
         self._budget = _Budget(limits.control_budget, limits.control_refill_per_s)
+        self._oversized_budget = _Budget(
+            limits.oversized_header_budget, limits.oversized_header_refill_per_s
+        )
         self._write(
             fr.settings(
                 {
@@ -290,7 +373,6 @@ class ServerConnection:
                     fr.ENABLE_PUSH: 0,
                 }
             )
-            + fr.window_update(0, limits.connection_window - fr.DEFAULT_WINDOW)
         )
 
     @property
@@ -375,8 +457,129 @@ class ServerConnection:
             self._note_reset_here(stream.id)
         if self.streams.pop(stream.id, None) is not None:
             self._blocked.pop(stream.id, None)
+            self._drop_accounts(stream)
             if self.goaway_sent and not self.streams and not self.closed:
                 self.closed = True
+
+    # -- what the peer may send ------------------------------------------------------
+
+    @property
+    def held(self) -> int:
+        """Request octets handed to handlers and not yet released."""
+        return self._held
+
+    @property
+    def reserved(self) -> int:
+        """Octets the connection's streams reserved (see Stream.reserve)."""
+        return self._reserved
+
+    def _give_back(self, *, force: bool = False) -> None:
+        """Open the connection's window to 65,535 plus what of the reservations the streams'
+        windows let the peer fill, less what is held.
+
+        Small amounts wait until they add up (a quarter of the whole), unless ``force``."""
+        target = fr.DEFAULT_WINDOW + self._opened
+        deficit = target - self._held - self._recv_window
+        if deficit > 0 and (force or deficit >= target >> 2) and not self.closed:
+            self._recv_window += deficit
+            self._write(fr.window_update(0, deficit))
+
+    def _claim(self, octets: int) -> bool:
+        """Raise the claim on the shared budget to cover ``octets`` more reserved."""
+        due = max(self._reserved + octets, self._exposure())
+        if self.closed or due > self.limits.buffer_budget:
+            return False
+        more = due - self._charged
+        if more > 0:
+            if not self._receive_budget.claim(more):
+                return False
+            self._charged = due
+        return True
+
+    def _exposure(self) -> int:
+        """What the peer may have held beyond the free 65,535: held plus still open."""
+        return self._recv_window + self._held - fr.DEFAULT_WINDOW
+
+    def _recharge(self) -> None:
+        """Give back what of the claim neither reservations nor open window need now."""
+        due = max(self._reserved, self._exposure(), 0)
+        if due < self._charged:
+            freed = self._charged - due
+            self._charged = due
+            self._receive_budget.release(freed)
+
+    def _reserve(self, stream: Stream, octets: int) -> bool:
+        if self.closed:
+            return False
+        if not self._waiting and self._claim(octets):
+            self._take_reservation(stream, octets)
+            return True
+        stream.wanted = octets
+        self._waiting[stream.id] = stream
+        self._receive_budget.wait(self)
+        return False
+
+    def _take_reservation(self, stream: Stream, octets: int) -> None:
+        stream.reserved += octets
+        self._reserved += octets
+        self._reopen(stream)
+        self._give_back(force=True)
+
+    def _reopen(self, stream: Stream) -> None:
+        opened = min(stream.reserved, stream.held + max(stream.recv_window, 0))
+        self._opened += opened - stream.opened
+        stream.opened = opened
+
+    def _released(self, stream: Stream, octets: int) -> None:
+        self._held -= octets
+        if stream.opened:
+            self._reopen(stream)
+        self._recharge()
+        self._give_back()
+
+    def _unreserved(self, stream: Stream, octets: int) -> None:
+        self._reserved -= octets
+        self._reopen(stream)
+        self._recharge()
+        self._serve_waiting()
+
+    def budget_freed(self) -> None:
+        """The shared budget has room again: reservations waiting here go first in line."""
+        self._serve_waiting()
+
+    def _serve_waiting(self) -> None:
+        waiting = self._waiting
+        while waiting:
+            stream = next(iter(waiting.values()))
+            if not self._claim(stream.wanted):
+                break
+            del waiting[stream.id]
+            octets, stream.wanted = stream.wanted, 0
+            self._take_reservation(stream, octets)
+            if stream.handler is not None:
+                stream.handler.room_reserved()
+        if not waiting:
+            self._receive_budget.stop_waiting(self)
+
+    def _drop_accounts(self, stream: Stream) -> None:
+        """A stream is gone: what it held and reserved is the connection's no more."""
+        if stream.wanted:
+            stream.wanted = 0
+            self._waiting.pop(stream.id, None)
+            if not self._waiting:
+                self._receive_budget.stop_waiting(self)
+        held, reserved = stream.held, stream.reserved
+        if not held and not reserved and not stream.opened:
+            return
+        stream.held = stream.reserved = 0
+        self._held -= held
+        self._reserved -= reserved
+        self._opened -= stream.opened
+        stream.opened = 0
+        self._recharge()
+        self._give_back()
+        if reserved:
+            self._serve_waiting()
 
     def _note_reset_here(self, stream_id: int) -> None:
         reset_here = self._reset_here
@@ -421,9 +624,16 @@ class ServerConnection:
         streams = list(self.streams.values())
         self.streams.clear()
         self._blocked.clear()
+        self._waiting.clear()
+        self._receive_budget.stop_waiting(self)
+        self._held = self._reserved = self._opened = 0
+        charged, self._charged = self._charged, 0
         for stream in streams:
             stream.local_closed = stream.remote_closed = True
             stream._pending = None
+            stream.held = stream.reserved = stream.wanted = stream.opened = 0
+        self._receive_budget.release(charged)
+        for stream in streams:
             if stream.handler is not None:
                 stream.handler.reset(code)
 
@@ -478,6 +688,11 @@ class ServerConnection:
                 )
             if frame_type == fr.DATA:
                 self._data(flags, stream_id, payload, length)
+                # What was not handed to a handler (padding, a closed stream's) goes back;
+                # DATA into window no reservation needs any more lowers the claim.
+                if self._charged:
+                    self._recharge()
+                self._give_back()
             elif frame_type == fr.HEADERS:
                 self._headers(flags, stream_id, payload)
             elif frame_type == fr.CONTINUATION:
@@ -528,11 +743,11 @@ class ServerConnection:
         if stream_id == 0:
             raise ConnectionFault(ErrorCode.PROTOCOL_ERROR, "DATA on stream 0")
         data = self._unpad(flags, payload)
-        # The connection's window is given back at once: each stream bounds what it holds.
-        self._recv_unacked += length
-        if self._recv_unacked >= self.limits.connection_window >> 1:
-            self._write(fr.window_update(0, self._recv_unacked))
-            self._recv_unacked = 0
+        self._recv_window -= length
+        if self._recv_window < 0:
+            raise ConnectionFault(
+                ErrorCode.FLOW_CONTROL_ERROR, "DATA past the connection's receive window"
+            )
         stream = self.streams.get(stream_id)
         if stream is None or stream.remote_closed:
             if stream_id > self._last_stream_id:
@@ -563,6 +778,9 @@ class ServerConnection:
         if end_stream:
             stream.remote_closed = True
         if stream.handler is not None:
+            if data:
+                stream.held += len(data)
+                self._held += len(data)
             stream.handler.data_received(data, end_stream)
 
     def _headers(self, flags: int, stream_id: int, payload: bytes) -> None:
@@ -611,6 +829,12 @@ class ServerConnection:
         try:
             headers = self._decoder.decode(block)
         except HeaderListTooLarge:
+            if not self._oversized_budget.spend():
+                raise ConnectionFault(
+                    ErrorCode.ENHANCE_YOUR_CALM,
+                    "too many header lists over SETTINGS_MAX_HEADER_LIST_SIZE "
+                    f"({self.limits.max_header_list_size} octets) in too short a time",
+                ) from None
             headers = []
             too_large = True
         except HpackError as exc:
@@ -733,6 +957,7 @@ class ServerConnection:
         # Frames the peer sends on it from now on are its error, not in-flight leftovers.
         self._reset_here.pop(stream_id, None)
         self._blocked.pop(stream_id, None)
+        self._drop_accounts(stream)
         stream.local_closed = stream.remote_closed = True
         stream._pending = None
         if stream.handler is not None:

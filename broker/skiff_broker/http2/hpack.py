@@ -3,13 +3,17 @@
 HeaderDecoder keeps the connection's dynamic table. Invariants:
 
 * The table stays in step with the peer's encoder whenever decode() returns or raises
-  HeaderListTooLarge: a block whose header list is over the limit is still decoded to
-  its end, every field that enters the table included. Only HpackError (a
-  COMPRESSION_ERROR) leaves the table out of step, and the connection then closes.
+  HeaderListTooLarge. Only HpackError (a COMPRESSION_ERROR) leaves the table out of
+  step, and the connection then closes.
+* Work is bounded by the header-list limit, not by the block: every field decoded costs
+  at least 32 octets of the limit (an indexed one as much as a literal), so at most
+  limit/32 + 1 fields are decoded. Once the list is over the limit decoding stops; the
+  rest of the block is only scanned for the literals that enter the table (which
+  decide the meaning of later blocks): runs of indexed fields are skipped by one regular
+  expression match, literals that do not enter the table are skipped undecoded.
 * Memory is bounded by the block, which the connection bounds, and by the table's
   maximum size: a string decodes to at most 8/5 of its coded length, an indexed field
-  adds one reference to a shared entry, and a field neither kept (the list is already
-  too large) nor entering the table is skipped undecoded.
+  adds one reference to a shared entry.
 * Names and values are latin-1 str, so every octet string round-trips; lengths in octets
   are len() of the str.
 
@@ -19,6 +23,7 @@ Huffman, so a response costs the peer's decoder nothing to keep in step.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from .huffman import HuffmanError
@@ -86,6 +91,11 @@ _FIRST_DYNAMIC = 0x80 | (_STATIC_COUNT + 1)  # 0xBE, the indexed field 62
 _MAX_INTEGER = 2**28
 _MAX_CONTINUATION_OCTETS = 5
 
+# A run of indexed fields (6.1), as skipped past the list's limit: an octet 0x81 to 0xFE,
+# or 0xFF and its integer's continuation octets (at most five, the last below 0x80). An
+# index past the tables' end goes unnoticed there: it would change nothing.
+_INDEXED_RUN = re.compile(rb"(?:[\x81-\xfe]+|\xff[\x80-\xff]{0,4}[\x00-\x7f])*")
+
 
 class HeaderDecoder:
     """Decodes the header blocks of one connection, in the order they arrive."""
@@ -123,7 +133,8 @@ class HeaderDecoder:
         """The header list of one complete block, in order.
 
         Raises HpackError if the block cannot be decoded (the connection must close), and
-        HeaderListTooLarge, after decoding all of it, if the list is over the limit.
+        HeaderListTooLarge if the list is over the limit (the block's fields that enter
+        the table have then entered it).
         """
         data = block if type(block) is bytes else bytes(block)
         end = len(data)
@@ -149,7 +160,13 @@ class HeaderDecoder:
         headers: list[tuple[str, str]] = []
         append = headers.append
         list_size = 0
+        skip_indexed = _INDEXED_RUN.match
         while pos < end:
+            if list_size > limit:
+                # Over the limit: nothing more is kept; indexed fields change nothing.
+                pos = skip_indexed(data, pos).end()  # type: ignore[union-attr]
+                if pos >= end:
+                    break
             octet = data[pos]
             pos += 1
             # Indexed fields (6.1) first, the common case kept short: the dynamic table's
@@ -161,14 +178,17 @@ class HeaderDecoder:
                 else:
                     index = octet - _FIRST_DYNAMIC
                 try:
-                    append(table[index])
+                    field = table[index]
                 except IndexError:
                     raise HpackError(self._bad_index(index + _STATIC_COUNT + 1)) from None
                 list_size += sizes[index]
+                if list_size <= limit:
+                    append(field)
                 continue
             if octet > 0x80:
-                append(static[octet])
                 list_size += static_sizes[octet]
+                if list_size <= limit:
+                    append(static[octet])
                 continue
             if octet == 0x80:
                 raise HpackError("indexed header field with index 0")

@@ -8,10 +8,12 @@ run unchanged.
 Invariants:
 - A call answers exactly once: trailers with a status, or a reset; never both, never
   twice. A call the client reset, or whose deadline passed, sends nothing more.
-- A request message is taken whole: a unary call's stream is granted window for the
-  message its length prefix announces (no more than ``max_message``); a streaming
-  call's window is given back only as its handler takes messages, so a handler that
-  stops reading stops the client.
+- A request message is taken whole, and held against the connection's and the broker's
+  budgets until its handler takes it (``request_window``): a large one is granted
+  window in steps once room for it is reserved, never for the whole announced message at
+  once; a streaming call's window is given back only as its handler takes messages, so a
+  handler that stops reading stops the client. A message that does not arrive in full
+  within the server's ``message_timeout`` ends its call (DEADLINE_EXCEEDED, saying so).
 - A streaming response waits while its stream or the connection cannot take more.
 - The handler's failures become statuses: an abort its code, anything else UNKNOWN
   (logged); the broker's services answer their own errors before that (``boundary``).
@@ -43,7 +45,8 @@ from .grpc_headers import (
     trailers_only,
 )
 from .message_framing import PREFIX as _PREFIX
-from .message_framing import MessageReader, MessageTooLarge
+from .message_framing import MessageTooLarge
+from .request_window import RequestWindow
 
 if TYPE_CHECKING:
     from .server import ServedConnection
@@ -72,10 +75,10 @@ class ServerCall(grpc.aio.ServicerContext):
         "_intercepted",
         "_message",
         "_metadata",
-        "_reader",
         "_requests",
         "_task",
         "_trailing_metadata",
+        "_window",
         "_writable",
         "finished",
         "request_headers",
@@ -99,7 +102,10 @@ class ServerCall(grpc.aio.ServicerContext):
         self._handler = handler
         self._intercepted = intercepted
         self._cancelled = False
-        self._reader = MessageReader(connection.server.max_message)
+        server = connection.server
+        self._window = RequestWindow(
+            stream, server.max_message, connection.stall_watch, self._stalled
+        )
         self._message: bytes | None = None
         self._task: asyncio.Task[None] | None = None
         self.finished = False
@@ -122,6 +128,9 @@ class ServerCall(grpc.aio.ServicerContext):
         if handler.request_streaming:
             self._requests = _RequestStream(self)
             self._start()
+        else:
+            # A unary call's request must end in time, from its headers on.
+            self._window.start()
 
     # -- the stream's events ------------------------------------------------------
 
@@ -131,8 +140,9 @@ class ServerCall(grpc.aio.ServicerContext):
         if self._requests is not None:
             self._requests.received(data, end_stream)
             return
+        window = self._window
         try:
-            messages = self._reader.feed(data)
+            messages = window.feed(data)
         except MessageTooLarge as large:
             self._refuse_large(large.length)
             return
@@ -140,20 +150,16 @@ class ServerCall(grpc.aio.ServicerContext):
             if len(messages) > 1 or self._message is not None:
                 self._fail_now(grpc.StatusCode.INTERNAL, "a unary call carried two messages")
                 return
-            flags, message = messages[0]
+            flags, message, _ = messages[0]
             self._message = self._inflate(flags, message)
             if self._message is None:
                 return
-        else:
-            # Room for the whole message at once, rather than a window update per frame.
-            missing = self._reader.awaited - self.stream.recv_window
-            if missing > 0:
-                self.stream.grant(missing)
+        window.arrived(end_stream)
         if end_stream:
             if self._message is None:
                 self._fail_now(grpc.StatusCode.INTERNAL, "the request ended without its message")
                 return
-            if not self._reader.between_messages:
+            if not window.reader.between_messages:
                 self._fail_now(grpc.StatusCode.INTERNAL, "a unary call carried two messages")
                 return
             self._start()
@@ -169,6 +175,22 @@ class ServerCall(grpc.aio.ServicerContext):
 
     def writable(self) -> None:
         _release(self._writable)
+
+    def room_reserved(self) -> None:
+        if not self.finished:
+            self._window.room_reserved()
+
+    def _stalled(self) -> None:
+        """The request message did not arrive in time: the call ends, its buffer freed."""
+        if self.finished:
+            return
+        timeout = self._connection.server.message_timeout
+        self._fail_now(
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+            f"the request message did not arrive in full within {timeout:g} s (the broker's "
+            "--request-message-timeout), so the broker dropped it; send it again, and for a "
+            "large message over a slow link raise that limit",
+        )
 
     # -- running the handler -----------------------------------------------------
 
@@ -193,6 +215,11 @@ class ServerCall(grpc.aio.ServicerContext):
             else:
                 request = _deserialized(handler, self._message)
                 self._message = None
+                # Taken: the client may send as much again. (Unreserved first: a release
+                # under the reservation would open the window for it again.)
+                stream = self.stream
+                stream.unreserve()
+                stream.release(stream.held)
             if handler.response_streaming:
                 await self._serve_stream(handler, request)
             else:
@@ -346,6 +373,7 @@ class ServerCall(grpc.aio.ServicerContext):
         self.writable()
 
     def _close_timer(self) -> None:
+        self._window.stop()
         if self._deadline_timer is not None:
             self._deadline_timer.cancel()
             self._deadline_timer = None
@@ -524,8 +552,10 @@ class _RequestStream:
 
     def __init__(self, call: ServerCall) -> None:
         self._call = call
-        self._reader = MessageReader(call._connection.server.max_message)
-        self._messages: collections.deque[tuple[bytes, int]] = collections.deque()
+        self._window = call._window
+        self._reader = call._window.reader
+        # Each waiting message, its framed size and the room reserved for it.
+        self._messages: collections.deque[tuple[bytes, int, int]] = collections.deque()
         self._queued = 0  # octets of the messages waiting to be taken
         self._ended = False
         self._cancelled = False
@@ -533,21 +563,20 @@ class _RequestStream:
 
     def received(self, data: bytes, end_stream: bool) -> None:
         call = self._call
+        window = self._window
         try:
-            messages = self._reader.feed(data)
+            messages = window.feed(data)
         except MessageTooLarge as large:
             call._refuse_large(large.length)
             return
-        for flags, message in messages:
+        for flags, message, claim in messages:
             inflated = call._inflate(flags, message)
             if inflated is None:
                 return
-            self._messages.append((inflated, len(message) + 5))
+            self._messages.append((inflated, len(message) + 5, claim))
             self._queued += len(message) + 5
-        # A message larger than the window: room for the rest of it, no more.
-        missing = self._reader.awaited - call.stream.recv_window
-        if missing > 0:
-            call.stream.grant(missing)
+        between = self._reader.between_messages
+        window.arrived(between or end_stream, began=bool(messages) and not between)
         if end_stream:
             self._ended = True
             if not self._reader.between_messages:
@@ -576,8 +605,9 @@ class _RequestStream:
                 await self._waiter
             finally:
                 self._waiter = None
-        message, size = self._messages.popleft()
+        message, size, claim = self._messages.popleft()
         self._queued -= size
+        self._window.taken(size, claim)
         # Taken: the client may send again, as far as what waits here and what it may
         # still send stay within the stream's usual window.
         stream = self._call.stream

@@ -56,6 +56,11 @@ class MessageReader:
             self._length = -1
 
     @property
+    def length(self) -> int:
+        """The length the current message's prefix announced (-1: no prefix read yet)."""
+        return self._length
+
+    @property
     def awaited(self) -> int:
         """Octets still to come of the message being read (0 when between messages)."""
         return self._length - self.buffered if self._length >= 0 else 0

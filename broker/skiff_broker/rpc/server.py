@@ -21,6 +21,9 @@ Invariants:
   turn of the last call's end: when its answer is written or its reset read.
 - ``opened`` (asked by the listener at the preface deadline) is true once the client's
   HTTP/2 preface and SETTINGS have arrived.
+- Request octets not yet taken by handlers are bounded per connection
+  (``buffer_per_connection``) and across every connection sharing ``buffer_budget``
+  (the broker's servers share one); past them clients wait on flow control.
 """
 
 from __future__ import annotations
@@ -35,10 +38,12 @@ import grpc
 
 from ..http2.connection import Limits, ServerConnection, Stream
 from ..http2.hpack import encode_headers
+from ..http2.receive_budget import ReceiveBudget
 from ..rate_limited_log import RateLimitedLog
 from ..tls.listener import peer_string
 from .call import ServerCall
 from .grpc_headers import CODE_NUMBERS, Metadatum, RequestHeaders, trailers_only
+from .request_window import StallWatch
 
 log = logging.getLogger(__name__)
 
@@ -67,14 +72,30 @@ class RpcServer:
         max_concurrent_streams: int = 1000,
         call_context: contextvars.Context | None = None,
         idle_timeout_s: float = 0.0,
+        buffer_per_connection: int = 32 << 20,
+        buffer_budget: ReceiveBudget | None = None,
+        message_timeout: float = 30.0,
     ) -> None:
+        """``buffer_budget``: shared with other servers (else this server's own, four
+        connections' worth); ``message_timeout``: seconds a request message may take to
+        arrive from its first octet."""
+        if buffer_per_connection < max_message + 5:
+            raise ValueError(
+                f"a connection's request buffer ({buffer_per_connection} octets) must hold "
+                f"the largest request message ({max_message} octets and its 5-octet prefix)"
+            )
         self.max_message = max_message
         # 0: connections are never closed for being idle.
         self.idle_timeout_s = idle_timeout_s
         # What each call's task starts from: telemetry's unsampled trace, so that calls
         # that start none need not set one (see telemetry.root_sampling).
         self.call_context = call_context
-        self.limits = Limits(max_concurrent_streams=max_concurrent_streams)
+        self.limits = Limits(
+            max_concurrent_streams=max_concurrent_streams, buffer_budget=buffer_per_connection
+        )
+        self.buffer_budget = buffer_budget or ReceiveBudget(4 * buffer_per_connection)
+        self.message_timeout = message_timeout
+        self._stall_watch: StallWatch | None = None
         self._interceptors = tuple(interceptors)
         self._generic: list[grpc.GenericRpcHandler] = []
         self._methods: dict[str, grpc.RpcMethodHandler | None] = {}
@@ -150,6 +171,12 @@ class RpcServer:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
+    def stall_watch(self, loop: asyncio.AbstractEventLoop) -> StallWatch:
+        """The one watch over this server's requests in flight (made on the first call)."""
+        if self._stall_watch is None:
+            self._stall_watch = StallWatch(loop, self.message_timeout)
+        return self._stall_watch
+
     def protocol(self) -> ServedConnection:
         """A protocol for one accepted connection (a listener's factory)."""
         return ServedConnection(self)
@@ -183,6 +210,7 @@ class _NotGrpc:
         )
 
     def data_received(self, data: bytes, end_stream: bool) -> None:
+        self._stream.release(len(data))
         if end_stream:
             self._stream.send_headers(self._block)
             self._stream.send_data(_NOT_GRPC, end_stream=True)
@@ -193,6 +221,9 @@ class _NotGrpc:
     def writable(self) -> None:
         """The answer is all queued already."""
 
+    def room_reserved(self) -> None:
+        """Nothing is reserved: what arrives is dropped."""
+
 
 class ServedConnection(asyncio.Protocol):
     """One client connection: bytes to and from its HTTP/2 state, calls to the server."""
@@ -200,6 +231,7 @@ class ServedConnection(asyncio.Protocol):
     def __init__(self, server: RpcServer) -> None:
         self.server = server
         self.loop = asyncio.get_running_loop()
+        self.stall_watch = server.stall_watch(self.loop)
         self.transport: asyncio.Transport | None = None
         self.peer = "unknown"
         self.h2: ServerConnection = None  # type: ignore[assignment]
@@ -225,7 +257,12 @@ class ServedConnection(asyncio.Protocol):
         address = transport.get_extra_info("peername")
         if address:
             self.peer = peer_string(address)
-        self.h2 = ServerConnection(self, self.server.limits, output_ready=self._output_ready)
+        self.h2 = ServerConnection(
+            self,
+            self.server.limits,
+            output_ready=self._output_ready,
+            budget=self.server.buffer_budget,
+        )
         self.server.connections.add(self)
         if self.server._stopping:
             self.h2.shut_down()

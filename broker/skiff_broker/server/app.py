@@ -24,6 +24,7 @@ from ..config import BrokerConfig
 from ..delivery.long_polling import ArrivalHub
 from ..ha.config import Role
 from ..ha.replication import Replication
+from ..http2.receive_budget import ReceiveBudget
 from ..records.service import RecordService
 from ..records.service import add_to_server as add_record_service
 from ..rpc.server import RpcServer
@@ -175,6 +176,10 @@ class BrokerServer:
             if self.config.auth.enabled
             else []
         )
+        # One budget for request data across every client port's connections.
+        per_connection, total = self.config.request_buffers.in_effect(inbound)
+        self._request_buffer = ReceiveBudget(total)
+        self._buffer_per_connection = per_connection
         server = self._server_with_every_service(self.messaging, hub, interceptors, inbound)
         await self.health.starting()
         external = None
@@ -247,6 +252,9 @@ class BrokerServer:
             max_concurrent_streams=MAX_CONCURRENT_STREAMS,
             call_context=call_context,
             idle_timeout_s=self.config.connections.idle_timeout_s,
+            buffer_per_connection=self._buffer_per_connection,
+            buffer_budget=self._request_buffer,
+            message_timeout=self.config.request_buffers.message_timeout_s,
         )
         # RocketMQ RPCs and record appends and fetches get SERVER spans (their calls start
         # in the unsampled context: a store append under an untraced call is never

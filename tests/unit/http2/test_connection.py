@@ -15,6 +15,7 @@ from skiff_broker.http2 import frames as fr
 from skiff_broker.http2.connection import Limits, ServerConnection, Stream
 from skiff_broker.http2.frames import ErrorCode
 from skiff_broker.http2.hpack import HeaderDecoder, encode_headers
+from skiff_broker.http2.receive_budget import ReceiveBudget
 
 REQUEST = [
     (":method", "POST"),
@@ -33,6 +34,10 @@ class Recorder:
         self.data: list[tuple[bytes, bool]] = []
         self.resets: list[int] = []
         self.writable_calls = 0
+        self.rooms_reserved = 0
+
+    def room_reserved(self) -> None:
+        self.rooms_reserved += 1
 
     def data_received(self, data: bytes, end_stream: bool) -> None:
         self.data.append((data, end_stream))
@@ -62,9 +67,14 @@ class App:
 class Peer:
     """The client side: frames in, the server's frames out."""
 
-    def __init__(self, limits: Limits | None = None, settings: dict[int, int] | None = None):
+    def __init__(
+        self,
+        limits: Limits | None = None,
+        settings: dict[int, int] | None = None,
+        budget: ReceiveBudget | None = None,
+    ):
         self.app = App()
-        self.conn = ServerConnection(self.app, limits)
+        self.conn = ServerConnection(self.app, limits, budget=budget)
         self.opening = self.frames()
         self.send(fr.PREFACE + fr.settings(settings or {}))
 
@@ -104,7 +114,7 @@ def resets(frames):  # type: ignore[no-untyped-def]
 
 def test_the_server_opens_with_its_limits_and_acknowledges_the_clients_settings():
     peer = Peer()
-    (settings_frame, window) = peer.opening
+    (settings_frame,) = peer.opening
     assert settings_frame[0] == fr.SETTINGS
     assert dict(fr.parse_settings(settings_frame[3])) == {
         fr.MAX_CONCURRENT_STREAMS: 1000,
@@ -112,9 +122,7 @@ def test_the_server_opens_with_its_limits_and_acknowledges_the_clients_settings(
         fr.MAX_FRAME_SIZE: 16_384,
         fr.ENABLE_PUSH: 0,
     }
-    # The connection's window is widened at once; streams keep the default.
-    assert window[0] == fr.WINDOW_UPDATE and window[2] == 0
-    assert fr.read_word(window[3]) == (16 << 20) - fr.DEFAULT_WINDOW
+    # No window past the protocol's 65,535 until streams reserve room for more.
     assert peer.frames() == [(fr.SETTINGS, fr.ACK, 0, b"")]
 
 
@@ -319,6 +327,21 @@ def test_headers_over_the_list_limit_refuse_the_stream_and_keep_the_table():
     assert big  # the refused list, for the reader
 
 
+def test_a_flood_of_header_lists_over_the_limit_ends_the_connection():
+    peer = Peer(Limits(oversized_header_budget=10, oversized_header_refill_per_s=0.0))
+    peer.frames()
+    # One entry, then blocks of 16,000 references to it: each far over the list's limit.
+    peer.send(fr.frame(fr.HEADERS, fr.END_HEADERS, 1, encode_headers(REQUEST) + b"\x40\x01x\x01y"))
+    bomb = b"\xbe" * 16_000
+    stream_id = 3
+    while not peer.conn.closed and stream_id < 100:
+        peer.send(fr.frame(fr.HEADERS, fr.END_HEADERS | fr.END_STREAM, stream_id, bomb))
+        stream_id += 2
+    assert len(peer.app.too_large) == 10
+    assert peer.goaway()[1] == ErrorCode.ENHANCE_YOUR_CALM
+    assert "SETTINGS_MAX_HEADER_LIST_SIZE (16384 octets)" in str(peer.conn.error)
+
+
 def test_shutting_down_refuses_new_streams_and_closes_once_the_open_ones_end():
     peer = Peer()
     peer.frames()
@@ -403,27 +426,130 @@ def test_a_grant_opens_the_streams_window_and_padding_is_given_back():
 def test_a_stream_that_sends_past_its_window_is_reset():
     peer = Peer()
     peer.frames()
-    peer.send(peer.request(1))
+    peer.send(peer.request(1) + peer.request(3))
+    # Stream 3's reservation opens the connection's window; stream 1's stays as it was.
+    assert peer.app.requests[1][0].reserve(1 << 20)
     big = fr.DEFAULT_WINDOW + 1
-    chunks = [data(1, b"x" * 16_384) for _ in range(big // 16_384)] + [
-        data(1, b"x" * (big % 16_384))
-    ]
-    peer.send(b"".join(chunks))
+    peer.send(b"".join(data(1, b"x" * 16_384) for _ in range(big // 16_384)))
+    peer.send(data(1, b"x" * (big % 16_384)))
     assert resets(peer.frames()) == [(1, ErrorCode.FLOW_CONTROL_ERROR)]
     assert not peer.conn.closed
 
 
-def test_the_connection_window_is_given_back_as_data_arrives():
+def test_data_past_the_connections_window_ends_the_connection():
     peer = Peer()
     peer.frames()
-    sent = 0
-    stream_id = 1
-    while sent < 9 << 20:
-        peer.send(peer.request(stream_id) + data(stream_id, b"x" * 16_000, end_stream=True))
-        sent += 16_000
-        stream_id += 2
-    updates = [fr.read_word(f[3]) for f in peer.frames() if f[0] == fr.WINDOW_UPDATE]
-    assert sum(updates) >= 8 << 20
+    peer.send(peer.request(1) + peer.request(3))
+    peer.send(data(1, b"x" * 16_000) * 2 + data(3, b"y" * 16_000) * 2 + data(3, b"y" * 1_535))
+    assert not peer.conn.closed
+    peer.send(data(3, b"y"))
+    assert peer.goaway()[1] == ErrorCode.FLOW_CONTROL_ERROR
+
+
+def window_updates(frames, stream_id=0):  # type: ignore[no-untyped-def]
+    return [fr.read_word(f[3]) for f in frames if f[0] == fr.WINDOW_UPDATE and f[2] == stream_id]
+
+
+def test_the_connection_window_comes_back_as_handlers_release_what_they_took():
+    peer = Peer()
+    peer.frames()
+    peer.send(peer.request(1) + data(1, b"x" * 16_000) * 3)
+    stream = peer.app.requests[0][0]
+    # Held by the handler: the window stays shut.
+    assert stream.held == peer.conn.held == 48_000
+    assert window_updates(peer.frames()) == []
+    stream.release(10_000)
+    assert window_updates(peer.frames()) == []  # less than a quarter: it waits
+    stream.release(38_000)
+    assert window_updates(peer.frames()) == [48_000]
+    assert peer.conn.held == 0
+
+
+def test_what_no_handler_holds_comes_back_without_a_release():
+    peer = Peer()
+    peer.frames()
+    padded = fr.frame(fr.DATA, fr.PADDED, 1, b"\xff" + b"abc" + b"\x00" * 255)
+    peer.send(peer.request(1) + padded * 400)
+    # 400 x 259 flow-controlled octets: past the 65,535, yet padding is no one's to hold.
+    assert not peer.conn.closed
+    assert peer.conn.held == 1_200
+    given_back = sum(window_updates(peer.frames()))
+    assert fr.DEFAULT_WINDOW + given_back - 1_200 >= 400 * 259 - 16_384
+    # DATA on a stream reset here (in flight when it was) is dropped and given back too.
+    peer.app.requests[0][0].reset(ErrorCode.CANCEL)
+    peer.frames()
+    peer.send(data(1, b"z" * 16_000) * 2)
+    assert sum(window_updates(peer.frames())) >= 1_200 + 32_000 - 16_384
+
+
+def test_a_reset_stream_gives_back_what_its_handler_held():
+    peer = Peer()
+    peer.frames()
+    peer.send(peer.request(1) + data(1, b"x" * 15_000) * 4)
+    peer.frames()
+    peer.send(fr.rst_stream(1, ErrorCode.CANCEL))
+    assert window_updates(peer.frames()) == [60_000]
+    assert peer.conn.held == 0
+
+
+def test_a_reservation_opens_the_connections_window_only_as_far_as_the_streams():
+    peer = Peer()
+    peer.frames()
+    peer.send(peer.request(1))
+    stream = peer.app.requests[0][0]
+    assert stream.reserve(4 << 20)
+    # Room for 4 MiB, but the stream's window lets the peer send its 65,535 only.
+    assert window_updates(peer.frames()) == [fr.DEFAULT_WINDOW]
+    stream.grant(1 << 20)
+    sent = peer.frames()
+    assert window_updates(sent, 1) == [1 << 20]
+    assert window_updates(sent) == [1 << 20]
+    peer.send(data(1, b"x" * 16_384) * 64)
+    assert stream.held == 1 << 20
+    # Taken and unreserved: the window shrinks back to the protocol's own.
+    stream.release(stream.held)
+    stream.unreserve()
+    assert window_updates(peer.frames()) == []
+    assert peer.conn.reserved == 0
+
+
+def test_reservations_past_the_connections_budget_wait_their_turn():
+    peer = Peer(Limits(buffer_budget=1 << 20))
+    peer.frames()
+    peer.send(peer.request(1) + peer.request(3) + peer.request(5))
+    first, second, third = (r[0] for r in peer.app.requests)
+    assert first.reserve(600_000)
+    assert not second.reserve(600_000)
+    # Small enough to fit, but behind the one waiting: it waits too.
+    assert not third.reserve(100_000)
+    assert peer.conn.reserved == 600_000
+    first.unreserve()
+    assert peer.app.handlers[3].rooms_reserved == 1
+    assert peer.app.handlers[5].rooms_reserved == 1
+    assert peer.conn.reserved == 700_000
+
+
+def test_connections_sharing_a_budget_wait_for_each_other_and_give_it_all_back():
+    budget = ReceiveBudget(1 << 20)
+    a, b = Peer(budget=budget), Peer(budget=budget)
+    for peer in (a, b):
+        peer.frames()
+        peer.send(peer.request(1))
+    first = a.app.requests[0][0]
+    assert first.reserve(800_000)
+    first.grant(700_000)
+    assert not b.app.requests[0][0].reserve(800_000)
+    assert budget.used == 800_000 and budget.waiting == 1
+    # Reset, but A's peer may still send what its connection's window allows: that much
+    # stays claimed, and B still waits.
+    a.send(fr.rst_stream(1, ErrorCode.CANCEL))
+    assert budget.used == fr.DEFAULT_WINDOW + 700_000
+    assert b.app.handlers[1].rooms_reserved == 0
+    a.conn.connection_lost()
+    assert b.app.handlers[1].rooms_reserved == 1
+    assert budget.used == 800_000 and budget.waiting == 0
+    b.conn.connection_lost()
+    assert budget.used == 0
 
 
 def test_the_decoder_is_the_one_the_peers_encoder_talks_to():

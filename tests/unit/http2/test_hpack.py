@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -384,6 +386,68 @@ def test_a_field_past_the_limit_not_entering_the_table_is_skipped_undecoded():
         decoder.decode(long_string)
     # Entering the table, it is decoded, and its fault found.
     refused(b"\x40" + long_string[1:], "EOS symbol", decoder)
+
+
+def decoding_work(decoder: HeaderDecoder, block: bytes) -> int:
+    """Lines of the decoder's Python run to decode ``block``: its work, counted the same on
+    any machine (what runs in C, such as a regular expression, counts for nothing)."""
+    files = {hpack.__file__, huffman.__file__}
+    lines = 0
+
+    def tracer(frame, event, arg):  # type: ignore[no-untyped-def]
+        nonlocal lines
+        if frame.f_code.co_filename not in files:
+            return None
+        if event == "line":
+            lines += 1
+        return tracer
+
+    sys.settrace(tracer)
+    try:
+        decoder.decode(block)
+    except HeaderListTooLarge:
+        pass
+    finally:
+        sys.settrace(None)
+    return lines
+
+
+def literal_block(size: int) -> bytes:
+    """Literal fields without indexing, new names, as gRPC metadata looks, ``size`` octets."""
+    block = b""
+    n = 0
+    while len(block) < size:
+        block += b"\x00" + string(f"x-meta-{n}") + string(f"value-{n:024d}")
+        n += 1
+    return block[:size] if len(block) == size else block
+
+
+@pytest.mark.parametrize("value", ["", "1", "v" * 100, "v" * 3000])
+def test_references_to_one_entry_cost_no_more_than_literals_of_the_same_size(value):
+    # 16,000 references to one table entry: the bomb of an indexed reference that costs
+    # the sender one octet and a decoder that decodes it one field.
+    decoder = HeaderDecoder()
+    decoder.decode(incremental("x-bomb", value))
+    bomb = b"\xbe" * 16_000
+    literals = literal_block(len(bomb))
+    assert decoding_work(decoder, bomb) <= decoding_work(HeaderDecoder(), literals)
+    # And the table is what it was: the next block still means what the peer meant.
+    assert decoder.decode(b"\xbe") == [("x-bomb", value)]
+
+
+def test_references_coded_on_several_octets_are_skipped_past_the_limit_too():
+    decoder = HeaderDecoder(max_header_list_size=1000)
+    for n in range(70):
+        decoder.decode(incremental(f"x-{n:02d}", "v"))
+    oldest = integer(0x80, 7, hpack._STATIC_COUNT + 70)  # 0xff and one continuation octet
+    assert len(oldest) == 2
+    block = oldest * 8_000 + incremental("x-after", "w") + oldest
+    assert decoding_work(decoder, block) <= decoding_work(HeaderDecoder(), literal_block(16_000))
+    with pytest.raises(HeaderListTooLarge):
+        decoder.decode(block)
+    assert decoder.decode(b"\xbe") == [("x-after", "w")]
+    # A reference past the limit whose integer never ends is still refused.
+    refused(b"\xbe" * 100 + b"\xff" + b"\x80" * 6, "continuation octets", decoder)
 
 
 # -- encode_headers ------------------------------------------------------------------------
