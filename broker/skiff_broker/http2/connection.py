@@ -567,10 +567,13 @@ class ServerConnection:
             raise ConnectionFault(
                 ErrorCode.PROTOCOL_ERROR, f"stream {stream_id} is not a client's (even)"
             )
+        if flags & fr.PRIORITY_FLAG and len(payload) < (6 if flags & fr.PADDED else 5):
+            raise ConnectionFault(ErrorCode.FRAME_SIZE_ERROR, "HEADERS too short")
         payload = self._unpad(flags, payload)
         if flags & fr.PRIORITY_FLAG:
             if len(payload) < 5:
-                raise ConnectionFault(ErrorCode.FRAME_SIZE_ERROR, "HEADERS too short")
+                # Long enough for its fields, but the padding runs into them (RFC 9113 6.2).
+                raise ConnectionFault(ErrorCode.PROTOCOL_ERROR, "padding over the priority fields")
             if fr.read_word(payload) & fr.STREAM_MASK == stream_id:
                 # Decoded all the same, to keep the header table in step.
                 self._self_dependent = stream_id
