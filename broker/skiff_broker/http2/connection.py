@@ -634,6 +634,10 @@ class ServerConnection:
                 stream.handler.data_received(b"", True)
             return
         if stream_id <= self._last_stream_id:
+            if stream_id in self._reset_here:
+                # Sent before our reset reached the peer (trailers, say): decoded above,
+                # so the table is in step, and otherwise ignored (RFC 9113 section 5.1).
+                return
             raise ConnectionFault(ErrorCode.STREAM_CLOSED, f"stream {stream_id} was already used")
         self._last_stream_id = stream_id
         if stream_id > self._accept_up_to:
