@@ -51,7 +51,7 @@ def _build_home(kind: str, version: str, *sources: Path) -> Path:
     return skiff_cache() / "official-clients" / f"{kind}-{version}-{digest.hexdigest()[:12]}"
 
 
-def _go_binary() -> str:
+def _go_binary(what: str) -> str:
     """``go`` from PATH, else the toolchain scripts/go-toolchain keeps in the cache."""
     found = shutil.which("go")
     if found:
@@ -60,7 +60,7 @@ def _go_binary() -> str:
     if cached:
         return str(cached[-1])
     raise ClientsUnavailable(
-        "the official Go client needs Go >= 1.22: run scripts/go-toolchain (scripts/test does)"
+        f"{what} needs Go >= 1.22: run scripts/go-toolchain (scripts/test does)"
     )
 
 
@@ -139,7 +139,7 @@ def go_build(folder: Path, package: str, binary: Path, what: str) -> None:
     there already; ClientsUnavailable says what is missing."""
     if binary.exists():
         return
-    go = _go_binary()
+    go = _go_binary(what)
     binary.parent.mkdir(parents=True, exist_ok=True)
     env = {
         **os.environ,

@@ -790,10 +790,13 @@ class ServerConnection:
             raise ConnectionFault(
                 ErrorCode.PROTOCOL_ERROR, f"stream {stream_id} is not a client's (even)"
             )
+        if flags & fr.PRIORITY_FLAG and len(payload) < (6 if flags & fr.PADDED else 5):
+            raise ConnectionFault(ErrorCode.FRAME_SIZE_ERROR, "HEADERS too short")
         payload = self._unpad(flags, payload)
         if flags & fr.PRIORITY_FLAG:
             if len(payload) < 5:
-                raise ConnectionFault(ErrorCode.FRAME_SIZE_ERROR, "HEADERS too short")
+                # Long enough for its fields, but the padding runs into them (RFC 9113 6.2).
+                raise ConnectionFault(ErrorCode.PROTOCOL_ERROR, "padding over the priority fields")
             if fr.read_word(payload) & fr.STREAM_MASK == stream_id:
                 # Decoded all the same, to keep the header table in step.
                 self._self_dependent = stream_id
@@ -860,6 +863,10 @@ class ServerConnection:
                 stream.handler.data_received(b"", True)
             return
         if stream_id <= self._last_stream_id:
+            if stream_id in self._reset_here:
+                # Sent before our reset reached the peer (trailers, say): decoded above,
+                # so the table is in step, and otherwise ignored (RFC 9113 section 5.1).
+                return
             raise ConnectionFault(ErrorCode.STREAM_CLOSED, f"stream {stream_id} was already used")
         self._last_stream_id = stream_id
         if stream_id > self._accept_up_to:

@@ -485,6 +485,7 @@ header_lists = st.lists(
 )
 
 
+@settings(deadline=None)
 @given(header_lists)
 def test_decode_undoes_encode_headers(headers):
     decoder = HeaderDecoder(max_header_list_size=1 << 20)
@@ -537,7 +538,7 @@ class IndexingEncoder:
         return bytes(out)
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(st.data(), st.integers(0, 400), st.integers(1, 8))
 def test_a_decoder_stays_in_step_with_an_indexing_encoder(data, table_size, block_count):
     pool = data.draw(st.lists(st.tuples(names, texts), min_size=1, max_size=8))
@@ -560,7 +561,7 @@ def test_a_decoder_stays_in_step_with_an_indexing_encoder(data, table_size, bloc
 valid_start = st.sampled_from([b"", *(bytes.fromhex(b) for b in C4_BLOCKS + C6_BLOCKS)])
 
 
-@settings(max_examples=500)
+@settings(max_examples=500, deadline=None)
 @given(
     st.lists(st.tuples(valid_start, st.binary(max_size=48)), max_size=4),
     st.integers(0, 300),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from skiff_broker.http2 import huffman
@@ -116,6 +116,7 @@ def test_huffman_error_is_a_value_error():
     assert issubclass(HuffmanError, ValueError)
 
 
+@settings(deadline=None)
 @given(st.binary(max_size=512))
 def test_decode_undoes_encode(data):
     coded = huffman.encode(data)
@@ -148,6 +149,7 @@ def _decode_bit_by_bit(data: bytes) -> bytes:
     return bytes(out)
 
 
+@settings(deadline=None)
 @given(st.binary(max_size=64))
 def test_any_octets_decode_as_the_bit_by_bit_reading_does(data):
     try:
@@ -159,6 +161,7 @@ def test_any_octets_decode_as_the_bit_by_bit_reading_does(data):
         assert huffman.decode(data) == expected
 
 
+@settings(deadline=None)
 @given(st.binary(min_size=1, max_size=64), st.integers(1, 7))
 def test_valid_strings_cut_short_or_padded_wrong_are_refused_or_decode_as_read(data, cut):
     coded = huffman.encode(data)
