@@ -17,6 +17,7 @@ from .config import BrokerConfig
 from .logs import configure_logging
 from .port_check import PortUnavailable, check_can_listen
 from .store.config import StoreConfig
+from .store.private_files import umask_for
 
 if TYPE_CHECKING:
     from .server.app import BrokerServer
@@ -64,6 +65,8 @@ def broker(**options: Any) -> None:
     try:
         config.replication.resolve_role(config.cluster.pod_name)
         config.validate()
+        # What the broker creates without an explicit mode is private too (private_files.py).
+        os.umask(umask_for(config.store.data_dir_gid))
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     try:

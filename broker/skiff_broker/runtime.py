@@ -25,6 +25,7 @@ from .metadata.topic_table import MessageType, Permission, TopicConfig, TopicTab
 from .store.file_sizes import adopt_sizes_on_disk
 from .store.message_store import MessageStore
 from .store.observer import StoreObserver
+from .store.private_files import directory_mode, tighten
 from .store.service_thread import ServiceThread
 from .wire import property_names as prop
 
@@ -97,6 +98,7 @@ class Broker:
             self.store.read_only_reason = REPLICA_REFUSAL.format(name=self.config.broker_name)
         self.store.lock_data_dir()
         try:
+            self._make_private()
             self._load_state()
             self.store.start()
         except BaseException:
@@ -114,6 +116,31 @@ class Broker:
                 self.store.shutdown()
             raise
         self._persister.start()
+
+    def _make_private(self) -> None:
+        """Tighten what others may read or list in the data directory; one line each way."""
+        store_config = self.config.store
+        gid = store_config.data_dir_gid
+        done = tighten(store_config.data_dir, gid)
+        if done.changed:
+            log.warning(
+                "tightened %d file(s) and %d directory(ies) under %s that other users could "
+                "read or list: files are now 0600, directories %s",
+                done.files,
+                done.directories,
+                store_config.data_dir,
+                f"{directory_mode(gid):o}" + (f" of group {gid}" if gid is not None else ""),
+            )
+        if done.left:
+            log.warning(
+                "%d path(s) under %s are not this user's (uid %d), so their modes stay as they "
+                "are: %s; chown them to uid %d (what the broker writes inside them is 0600)",
+                done.left,
+                store_config.data_dir,
+                os.geteuid(),
+                done.left_text(),
+                os.geteuid(),
+            )
 
     def _load_state(self) -> None:
         discard = self.config.discard_damaged_state
