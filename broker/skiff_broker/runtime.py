@@ -36,6 +36,23 @@ REPLICA_REFUSAL = (
     "(routes list only the master's queues as writable)"
 )
 
+UNVETTED_USERS = (
+    "authentication is on, but %d user(s) of this data directory were made while it was "
+    "off or by an older Skiff that did not record how (%s): anyone could have planted "
+    "them, so they are refused. Apply each again as a super user (skiff admin user apply, "
+    "signed), or stop the broker and use `skiff store user apply` (or `delete`) on its "
+    "data directory"
+)
+# How many access keys a log line names before it only counts the rest.
+_NAMED_AT_MOST = 20
+
+
+def _named(keys: list[str]) -> str:
+    shown = ", ".join(keys[:_NAMED_AT_MOST])
+    rest = len(keys) - _NAMED_AT_MOST
+    return f"{shown} and {rest} more" if rest > 0 else shown
+
+
 # Topics only the broker reads and writes: scheduled and half messages live there
 # until they are due or committed, so no client may send to or read from them.
 
@@ -153,6 +170,9 @@ class Broker:
         bootstrap = self.bootstrap_user
         if bootstrap is not None and self.users.apply_user(bootstrap):
             log.info("applied the bootstrap super user from --auth-init-user")
+        unvetted = self.users.unvetted()
+        if unvetted and self.config.auth.enabled:
+            log.warning(UNVETTED_USERS, len(unvetted), _named(unvetted))
 
     @property
     def bootstrap_user(self) -> User | None:
