@@ -10,13 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from . import __version__
+from . import __version__, offline_users
 from .broker_options import ByteSize, broker_config, declared, with_broker_options
 from .commands import register as register_client_commands
 from .config import BrokerConfig
 from .logs import configure_logging
 from .port_check import PortUnavailable, check_can_listen
 from .store.config import StoreConfig
+from .store.private_files import umask_for
 
 if TYPE_CHECKING:
     from .server.app import BrokerServer
@@ -58,12 +59,15 @@ def broker(**options: Any) -> None:
 
     config: BrokerConfig = broker_config(options)
     config.replication.secret = _ha_secret(config.replication.secret_file)
+    config.auth.init_user = _init_user(config.auth.init_user, config.auth.init_user_file)
     config.store.store_host = config.advertised_endpoint or _store_host(config.listen)
     config.metrics_listen = config.metrics_listen.strip()
     config.cluster.pod_name = config.cluster.pod_name or _pod_name()
     try:
         config.replication.resolve_role(config.cluster.pod_name)
         config.validate()
+        # What the broker creates without an explicit mode is private too (private_files.py).
+        os.umask(umask_for(config.store.data_dir_gid))
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     try:
@@ -109,6 +113,30 @@ def _ha_secret(path: str) -> bytes:
     except OSError as exc:
         raise click.UsageError(
             f"cannot read --ha-secret-file {path}: {exc.strerror}; check the path and that "
+            "this user may read it"
+        ) from None
+
+
+def _init_user(given: str, path: str) -> str:
+    """The bootstrap super user: --auth-init-user, else the contents of its file."""
+    if given and click.get_current_context().get_parameter_source("auth_init_user") is (
+        click.core.ParameterSource.COMMANDLINE
+    ):
+        log.warning(
+            "--auth-init-user on the command line shows its secret to every user of this "
+            "machine (ps); give it in SKIFF_AUTH_INIT_USER or --auth-init-user-file instead"
+        )
+    if not path:
+        return given
+    if given:
+        raise click.UsageError("give --auth-init-user or --auth-init-user-file, not both")
+    try:
+        with open(path, encoding="utf-8") as spec_file:
+            return spec_file.read().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "it is not UTF-8 text"
+        raise click.UsageError(
+            f"cannot read --auth-init-user-file {path}: {reason}; check the path and that "
             "this user may read it"
         ) from None
 
@@ -176,7 +204,10 @@ register_client_commands(main)
 
 @main.group()
 def store() -> None:
-    """Inspect a data directory offline."""
+    """Inspect a data directory offline; edit a stopped broker's users."""
+
+
+store.add_command(offline_users.user)
 
 
 # The broker's names and default for the same settings.

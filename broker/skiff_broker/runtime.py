@@ -25,6 +25,7 @@ from .metadata.topic_table import MessageType, Permission, TopicConfig, TopicTab
 from .store.file_sizes import adopt_sizes_on_disk
 from .store.message_store import MessageStore
 from .store.observer import StoreObserver
+from .store.private_files import directory_mode, tighten
 from .store.service_thread import ServiceThread
 from .wire import property_names as prop
 
@@ -34,6 +35,23 @@ REPLICA_REFUSAL = (
     "broker {name} is a replica and takes no writes; send to its master "
     "(routes list only the master's queues as writable)"
 )
+
+UNVETTED_USERS = (
+    "authentication is on, but %d user(s) of this data directory were made while it was "
+    "off or by an older Skiff that did not record how (%s): anyone could have planted "
+    "them, so they are refused. Apply each again as a super user (skiff admin user apply, "
+    "signed), or stop the broker and use `skiff store user apply` (or `delete`) on its "
+    "data directory"
+)
+# How many access keys a log line names before it only counts the rest.
+_NAMED_AT_MOST = 20
+
+
+def _named(keys: list[str]) -> str:
+    shown = ", ".join(keys[:_NAMED_AT_MOST])
+    rest = len(keys) - _NAMED_AT_MOST
+    return f"{shown} and {rest} more" if rest > 0 else shown
+
 
 # Topics only the broker reads and writes: scheduled and half messages live there
 # until they are due or committed, so no client may send to or read from them.
@@ -97,6 +115,7 @@ class Broker:
             self.store.read_only_reason = REPLICA_REFUSAL.format(name=self.config.broker_name)
         self.store.lock_data_dir()
         try:
+            self._make_private()
             self._load_state()
             self.store.start()
         except BaseException:
@@ -115,6 +134,31 @@ class Broker:
             raise
         self._persister.start()
 
+    def _make_private(self) -> None:
+        """Tighten what others may read or list in the data directory; one line each way."""
+        store_config = self.config.store
+        gid = store_config.data_dir_gid
+        done = tighten(store_config.data_dir, gid)
+        if done.changed:
+            log.warning(
+                "tightened %d file(s) and %d directory(ies) under %s that other users could "
+                "read or list: files are now 0600, directories %s",
+                done.files,
+                done.directories,
+                store_config.data_dir,
+                f"{directory_mode(gid):o}" + (f" of group {gid}" if gid is not None else ""),
+            )
+        if done.left:
+            log.warning(
+                "%d path(s) under %s are not this user's (uid %d), so their modes stay as they "
+                "are: %s; chown them to uid %d (what the broker writes inside them is 0600)",
+                done.left,
+                store_config.data_dir,
+                os.geteuid(),
+                done.left_text(),
+                os.geteuid(),
+            )
+
     def _load_state(self) -> None:
         discard = self.config.discard_damaged_state
         self.topics.load(discard_damaged=discard)
@@ -128,6 +172,9 @@ class Broker:
         bootstrap = self.bootstrap_user
         if bootstrap is not None and self.users.apply_user(bootstrap):
             log.info("applied the bootstrap super user from --auth-init-user")
+        unvetted = self.users.unvetted()
+        if unvetted and self.config.auth.enabled:
+            log.warning(UNVETTED_USERS, len(unvetted), _named(unvetted))
 
     @property
     def bootstrap_user(self) -> User | None:

@@ -98,8 +98,19 @@ async def _reconcile_user(
         format_time(keys.previous_expires_at) if keys.previous_expires_at else None
     )
 
-    access = await broker_access(state, broker, set_ready)
     broker_spec = BrokerSpec.from_manifest(broker.get("spec") or {})
+    if not broker_spec.auth.enabled:
+        # Brokers refuse user management while authentication is off (anyone could plant a
+        # super user then); the resync applies the user once the Broker enforces it.
+        set_ready(
+            False,
+            "AuthDisabled",
+            f"Broker {desired.broker!r} does not enforce authentication (spec.auth.enabled "
+            "is false), and brokers take no users while it is off; the user is applied once "
+            "spec.auth.enabled is true",
+        )
+        return
+    access = await broker_access(state, broker, set_ready)
     groups = broker_spec.groups
     masters = await group_masters(state, namespace, desired.broker, groups)
     leaving = retiring(keys, token, now)
@@ -153,14 +164,6 @@ async def _reconcile_user(
             f"{format_time(keys.previous_expires_at)}"
         )
     placed = f"user {keys.current.access_key} is on {groups}/{groups} group(s)"
-    if not broker_spec.auth.enabled:
-        set_ready(
-            True,
-            "AuthDisabled",
-            f"{placed}, but Broker {desired.broker!r} does not enforce authentication "
-            f"(spec.auth.enabled is false), so its ACL has no effect until it does{grace}",
-        )
-        return
     set_ready(True, "Reconciled", f"{placed}{grace}")
 
 

@@ -57,6 +57,12 @@ _RESET_TARGETS = {
     apb.OFFSET: ResetTarget.OFFSET,
     apb.TIMESTAMP: ResetTarget.TIMESTAMP,
 }
+USER_ADMIN_NEEDS_AUTH = (
+    "users and ACLs cannot be applied or read while authentication is off: any caller "
+    "could make itself a super user. Start the broker with --auth enabled and sign as a super user "
+    "(the first one comes from --auth-init-user, env SKIFF_AUTH_INIT_USER), or stop the "
+    "broker and edit its users with `skiff store user apply --data-dir DIR`"
+)
 _MAX_QUERY_MESSAGES = 1000
 _DEFAULT_QUERY_MESSAGES = 32
 # Reads wait this long for messages just sent to reach queues and index, then
@@ -234,9 +240,13 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
 
     # -- users and ACLs -----------------------------------------------------
     # Replicated like topics: a replica takes them from its master and refuses changes.
+    # While authentication is off, only removals are served (they grant nothing, and the
+    # operator's finalizer needs them): an unsigned apply could plant a super user, and a
+    # look-up would show whom to impersonate; see USER_ADMIN_NEEDS_AUTH.
 
     @_handler
     def ApplyUser(self, request: apb.ApplyUserRequest) -> apb.ApplyUserResponse:
+        self._refuse_users_while_auth_off()
         self._refuse_users_on_replica()
         return self._users.apply_user(request.user)
 
@@ -247,14 +257,17 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
 
     @_handler
     def GetUser(self, request: apb.GetUserRequest) -> apb.User:
+        self._refuse_users_while_auth_off()
         return self._users.get_user(request.access_key)
 
     @_handler
     def ListUsers(self, request: apb.ListUsersRequest) -> apb.ListUsersResponse:
+        self._refuse_users_while_auth_off()
         return self._users.list_users()
 
     @_handler
     def ApplyAcl(self, request: apb.ApplyAclRequest) -> apb.ApplyAclResponse:
+        self._refuse_users_while_auth_off()
         self._refuse_users_on_replica()
         return self._users.apply_acl(request.acl)
 
@@ -265,10 +278,12 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
 
     @_handler
     def GetAcl(self, request: apb.GetAclRequest) -> apb.Acl:
+        self._refuse_users_while_auth_off()
         return self._users.get_acl(request.access_key)
 
     @_handler
     def ListAcls(self, request: apb.ListAclsRequest) -> apb.ListAclsResponse:
+        self._refuse_users_while_auth_off()
         return self._users.list_acls()
 
     # -- broker state -------------------------------------------------------
@@ -339,6 +354,10 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
                 "this broker is a replica: it takes its topics from its master; "
                 "change topics on the master"
             )
+
+    def _refuse_users_while_auth_off(self) -> None:
+        if not self._broker.config.auth.enabled:
+            raise FailedPrecondition(USER_ADMIN_NEEDS_AUTH)
 
     def _refuse_users_on_replica(self) -> None:
         if self._broker.is_replica:

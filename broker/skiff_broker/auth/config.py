@@ -27,6 +27,14 @@ class AuthConfig:
         "ACCESS_KEY:SECRET_KEY of a super user created (or reset) at every start, to "
         "bootstrap users and ACLs (env SKIFF_AUTH_INIT_USER, which keeps it out of `ps`).",
     )
+    init_user_file: str = option(
+        "",
+        "--auth-init-user-file",
+        "SKIFF_AUTH_INIT_USER_FILE",
+        "A file holding ACCESS_KEY:SECRET_KEY of the bootstrap super user, instead of "
+        "--auth-init-user (surrounding whitespace ignored; keep the file 0600).",
+        kind="file",
+    )
     max_clock_skew_s: float = option(
         float(DEFAULT_MAX_SKEW_S),
         "--auth-clock-skew",

@@ -2,7 +2,9 @@
 
 ``apply`` creates or replaces and says whether anything changed, so running it
 again with the same arguments is harmless. Each broker keeps its own users and
-ACLs: apply them to every broker of a cluster.
+ACLs: apply them to every broker of a cluster. A broker with authentication off
+refuses them all but ``delete`` (an unsigned call could plant a super user): make
+the first user with ``--auth-init-user`` or ``skiff store user apply``.
 """
 
 from __future__ import annotations

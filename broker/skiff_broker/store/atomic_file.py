@@ -1,4 +1,7 @@
-"""Replacing a small file so that a crash leaves either the old or the new content."""
+"""Replacing a small file so that a crash leaves either the old or the new content.
+
+Every version written is ``FILE_MODE`` (0600: state files hold secrets), whatever the umask.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import contextlib
 import os
 
 from .mapped_file import fsync_directory
+from .private_files import FILE_MODE
 
 
 def write_atomically(path: str, data: bytes) -> None:
@@ -48,8 +52,10 @@ def write_with_backup(path: str, data: bytes, backup_path: str) -> None:
 def _write_temporary(path: str, data: bytes) -> str:
     """``data`` in ``<path>.tmp``, on disk; returns that name."""
     tmp = f"{path}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     try:
+        # A leftover temporary file keeps its mode through O_CREAT: set it.
+        os.fchmod(fd, FILE_MODE)
         view = memoryview(data)
         while view:
             written = os.write(fd, view)

@@ -12,6 +12,8 @@ import dataclasses
 import os
 import struct
 
+from .private_files import FILE_MODE
+
 _LAYOUT = struct.Struct(">qqqqqq")
 FILE_SIZE = 4096
 
@@ -63,7 +65,7 @@ class Checkpoint:
             self.confirm_phy_offset,
             self.clean_shutdown_offset,
         )
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, FILE_MODE)
         try:
             if os.fstat(fd).st_size < FILE_SIZE:
                 os.posix_fallocate(fd, 0, FILE_SIZE)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import grp
 import os
 
 from ..wire.message_size import MAX_MESSAGE_SIZE_OPTION, ROCKETMQ_MAX_MESSAGE_SIZE
@@ -42,6 +43,15 @@ class StoreConfig:
         "SKIFF_DATA_DIR",
         "Where the commit log, queues, index and config live.",
         kind="directory",
+    )
+    # Files stay 0600 either way: messages and users' secrets are the broker's alone.
+    data_dir_group: str = option(
+        "",
+        "--data-dir-group",
+        "SKIFF_DATA_DIR_GROUP",
+        "A group (name or number) that may list the data directory: its directories become "
+        "2750 and that group's (the broker's user must be a member); its files stay 0600. "
+        "Default: directories 0700.",
     )
     flush_type: FlushType = option(
         FlushType.ASYNC_FLUSH,
@@ -193,6 +203,26 @@ class StoreConfig:
             raise ValueError(
                 "disk_max_used_space_ratio is a percentage: set it between 1 and 100, e.g. 75"
             )
+        gid = self.data_dir_gid
+        if gid is not None and os.geteuid() != 0 and gid not in {os.getegid(), *os.getgroups()}:
+            raise ValueError(
+                f"--data-dir-group {self.data_dir_group}: this user is not a member of that "
+                "group, so it cannot give the data directory to it; add the user to the group "
+                "or name one of its groups"
+            )
+
+    @property
+    def data_dir_gid(self) -> int | None:
+        """The group of --data-dir-group; None: the directory is the user's alone."""
+        name = self.data_dir_group.strip()
+        if not name:
+            return None
+        try:
+            return int(name) if name.isdigit() else grp.getgrnam(name).gr_gid
+        except KeyError:
+            raise ValueError(
+                f"--data-dir-group {name}: no such group; name an existing group or its number"
+            ) from None
 
     @property
     def warms_segments(self) -> bool:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .errors import DiskFullError, SegmentWriteError, StoreCorruptError
+from .private_files import FILE_MODE
 
 if TYPE_CHECKING:
     from .transient_store_pool import TransientStorePool
@@ -60,7 +61,7 @@ def allocate_file(path: str, file_size: int, what: str) -> int:
     mapping would be a SIGBUS instead of an error. ``what`` names the file in the
     DiskFullError raised when there is no room for it.
     """
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     try:
         os.posix_fallocate(fd, 0, file_size)
     except OSError as exc:

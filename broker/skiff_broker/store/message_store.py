@@ -41,6 +41,7 @@ from .mapped_file import fsync_directory
 from .message import Message, StoredMessage
 from .observer import NULL_OBSERVER, AppendCaller, StoreObserver
 from .prepared_records import PreparedRecords
+from .private_files import FILE_MODE
 from .queries import query_by_key, sample_stats
 from .queue_check import QueueCheck
 from .reading import QueueReader, read_message
@@ -58,6 +59,29 @@ from .transient_store_pool import TransientStorePool
 from .writing import ReplicationGate, StoreWriter
 
 log = logging.getLogger(__name__)
+
+
+def hold_data_dir_lock(data_dir: str) -> int:
+    """Take ``data_dir``'s ``lock`` file (made if needed) or fail at once; its descriptor.
+
+    The lock lasts until the descriptor is closed (or the process ends).
+    """
+    os.makedirs(data_dir, exist_ok=True)
+    fd = os.open(os.path.join(data_dir, "lock"), os.O_RDWR | os.O_CREAT, FILE_MODE)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StoreError(
+            f"data directory {data_dir} is in use by another process; "
+            "stop it or choose another --data-dir"
+        ) from None
+    return fd
+
+
+def _create_marker(path: str) -> None:
+    """An empty file (the ``abort`` marker), private like everything in the directory."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, FILE_MODE))
 
 
 class MessageStore:
@@ -149,8 +173,7 @@ class MessageStore:
             self.clean_start = not os.path.exists(config.abort_path)
             self.checkpoint = Checkpoint.load(config.checkpoint_path)
             self._recover()
-            with open(config.abort_path, "wb"):
-                pass
+            _create_marker(config.abort_path)
             fsync_directory(config.data_dir)
         except BaseException:
             self._close_files()
@@ -195,8 +218,7 @@ class MessageStore:
             if clean and os.path.exists(config.abort_path):
                 os.unlink(config.abort_path)
             elif not clean:
-                with open(config.abort_path, "wb"):
-                    pass
+                _create_marker(config.abort_path)
             fsync_directory(config.data_dir)
             self.commit_log.close()
             self.consume_queues.close()
@@ -209,17 +231,7 @@ class MessageStore:
         """Hold the directory's ``lock`` file for this store (again: no-op) or fail at once."""
         if self._lock_fd >= 0:
             return
-        os.makedirs(self.config.data_dir, exist_ok=True)
-        fd = os.open(os.path.join(self.config.data_dir, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise StoreError(
-                f"data directory {self.config.data_dir} is in use by another process; "
-                "stop it or choose another --data-dir"
-            ) from None
-        self._lock_fd = fd
+        self._lock_fd = hold_data_dir_lock(self.config.data_dir)
 
     def unlock_data_dir(self) -> None:
         """Release the lock of a store that is not running (a start that failed)."""

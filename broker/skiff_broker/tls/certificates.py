@@ -79,8 +79,10 @@ def self_signed(data_dir: str, names: list[str]) -> tuple[str, str]:
         pass
     cert_pem, key_pem = _make_self_signed(names)
     os.makedirs(directory, mode=0o700, exist_ok=True)
+    # Exactly 0700: not group-listable, nor set-group-ID inherited from the data directory.
+    os.chmod(directory, 0o700)
     _write_new(key_path, key_pem, 0o600)
-    _write_new(cert_path, cert_pem, 0o644)
+    _write_new(cert_path, cert_pem, 0o600)
     log.info(
         "made a self-signed TLS certificate for %s in %s (give --tls-cert/--tls-key to use "
         "your own)",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from skiff_broker.auth.model import PolicyEntry, User, UserType
@@ -91,3 +93,43 @@ def test_the_masters_bootstrap_user_wins_over_the_replicas_and_bad_documents_cha
     with pytest.raises((KeyError, TypeError, ValueError)):
         replica.replace_all({"users": {"x": {"username": "x", "password": "short"}}}, keep=root)
     assert replica.secret_of("root") == "masters-secret"
+
+
+LEGACY = {
+    "users": {
+        "old": {"username": "old", "password": "old-secret", "userType": "Super"},
+        "root": {"username": "root", "password": "root-secret", "userType": "Super"},
+    },
+    "acls": {},
+}
+
+
+def test_users_of_a_file_that_does_not_say_how_they_were_made_are_kept_but_not_admitted(
+    tmp_path,
+):
+    (tmp_path / "auth.json").write_text(json.dumps(LEGACY))
+    store = opened(tmp_path)
+    assert store.unvetted() == ["old", "root"]
+    assert store.user("old") == User("old", "old-secret", UserType.SUPER)
+    assert store.secret_of("old") is None
+    # Applying one as it is vouches for it (a change, written); the other stays refused.
+    assert store.apply_user(User("old", "old-secret", UserType.SUPER))
+    assert not store.apply_user(User("old", "old-secret", UserType.SUPER))
+    again = opened(tmp_path)
+    assert again.unvetted() == ["root"]
+    assert again.secret_of("old") == "old-secret" and again.secret_of("root") is None
+    assert again.delete_user("root") and opened(tmp_path).unvetted() == []
+
+
+def test_a_replica_takes_the_masters_vetting_but_vouches_for_its_own_bootstrap_user(tmp_path):
+    master = UserStore(str(tmp_path / "master.json"))
+    (tmp_path / "master.json").write_text(json.dumps(LEGACY))
+    master.load()
+    replica = opened(tmp_path)
+    root = User("root", "root-secret", UserType.SUPER)
+    replica.apply_user(root)
+    assert replica.replace_all(master.snapshot(), keep=root)
+    assert replica.unvetted() == ["old"]
+    assert replica.secret_of("root") == "root-secret" and replica.secret_of("old") is None
+    # A legacy document from an older master: every user but the kept one unvetted.
+    assert not replica.replace_all(LEGACY, keep=root)
