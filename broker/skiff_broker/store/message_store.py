@@ -242,7 +242,8 @@ class MessageStore:
         self.consume_queues.load()
         if self.index is not None:
             # Index entries survive a crash; replayed records are skipped by offset,
-            # so nothing needs throwing away here.
+            # so nothing needs throwing away here. Loading mends the newest file's tail
+            # whatever the last exit was (see IndexService.load).
             self.index.load(True, 0)
         end_before = self.commit_log.queue.max_wrote_offset
         recovered = recover_commit_log(
