@@ -325,9 +325,10 @@ class QueueReader:
                     status = GetStatus.OFFSET_TOO_SMALL
                     first_kept = self.mender.first_kept(cq, queue_offset)
                     return GetResult(status, [], first_kept, min_offset, max_offset)
-                if message is None or (accept is not None and not accept(message)):
+                if not isinstance(message, StoredMessage):
+                    continue  # nothing readable there
+                if accept is not None and not accept(message):
                     continue
-                assert isinstance(message, StoredMessage)
                 messages.append(message)
                 size_total += size
                 if size_total >= max_bytes or len(messages) >= max_count:
@@ -390,6 +391,7 @@ class QueueReader:
                 # Retention deleted the rest while it was read: end before it.
                 count, next_offset, deleted = before - dropped, first_queue_offset, True
                 break
+            bad: int | None
             if chunk is None:
                 bad = self._first_unsound(cq, first_queue_offset, physical, starts, length)
             else:
