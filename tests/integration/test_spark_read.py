@@ -142,6 +142,29 @@ def test_bad_options_say_what_to_do(spark, broker):
         ).load().collect()
 
 
+def test_a_batch_read_of_an_empty_range_is_an_empty_dataframe(spark, broker):
+    with AdminClient(broker.endpoint) as admin:
+        admin.create_topic("sr-empty", read_queues=2)
+        admin.create_topic("sr-nothing-new", read_queues=2)
+
+    def reader(topic: str):
+        # A DataFrameReader keeps every option set on it: a fresh one per read.
+        return (
+            spark.read.format("skiff").option("endpoints", broker.endpoint).option("topic", topic)
+        )
+
+    # A topic nobody wrote to.
+    empty = reader("sr-empty").load()
+    assert empty.collect() == []
+    assert empty.count() == 0
+
+    # Messages there, but the range starts at the end: nothing new.
+    send_known(broker.endpoint, "sr-nothing-new", requests=2, per_request=5)
+    assert reader("sr-nothing-new").option("startingOffsets", "latest").load().collect() == []
+    # The same topic read from the start holds them all.
+    assert len(reader("sr-nothing-new").load().collect()) == 10
+
+
 def last_checkpointed_offsets(checkpoint: Path) -> dict:
     offsets_dir = checkpoint / "offsets"
     newest = max((p for p in offsets_dir.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))

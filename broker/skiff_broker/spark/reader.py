@@ -196,7 +196,9 @@ class SkiffBatchReader(DataSourceReader):
         )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        yield from read_slice(partition.value)
+        # An empty plan still gets one task, with nothing in it: it reads nothing.
+        if partition.value is not None:
+            yield from read_slice(partition.value)
 
 
 class SkiffStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -258,7 +260,9 @@ class SkiffStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _partitions(self._options, slices)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        yield from read_slice(partition.value)
+        # An empty plan still gets one task, with nothing in it: it reads nothing.
+        if partition.value is not None:
+            yield from read_slice(partition.value)
 
     def commit(self, end: dict) -> None:
         log.debug("micro-batch read up to %s", end)

@@ -43,8 +43,9 @@ _SLOT_DTYPE = np.dtype(">i4")
 _ENTRY_DTYPE = np.dtype(
     [("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev_index", ">i4")]
 )
-# Entries read at once when relinking a file after a crash.
-_RELINK_CHUNK = 1 << 20
+# Entries a writer adds between two header writes at most (see put_keys): the newest
+# so many are all a kill can leave out of their chains, and all a load looks at.
+TAIL_ENTRIES = 1 << 16
 
 
 def index_file_size(hash_slot_num: int, index_num: int) -> int:
@@ -221,8 +222,9 @@ class IndexFile:
     def put_key(self, key: str, phy_offset: int, store_timestamp_ms: int) -> bool:
         """Add one entry; returns False when the file is full.
 
-        Offsets must not decrease from one call to the next: the service relies on
-        chains being ordered by offset to recognise replayed records.
+        Offsets must not decrease from one call to the next (the service relies on
+        chains being ordered by offset to recognise replayed records), except for an
+        older record indexed again after its entry was found cut off from every chain.
         """
         if self._closed:
             raise ValueError(f"index file {self.path} is closed")
@@ -253,8 +255,10 @@ class IndexFile:
         )
         if prev == INVALID_INDEX:
             self._hash_slot_count += 1
-        self._end_timestamp = store_timestamp_ms
-        self._end_phy_offset = phy_offset
+        if phy_offset >= self._end_phy_offset:
+            # An older record indexed again (see IndexService.load) leaves the ends alone.
+            self._end_timestamp = store_timestamp_ms
+            self._end_phy_offset = phy_offset
         # The count goes up before the slot points at the entry, so a concurrent
         # reader that sees the new slot value also accepts it as written.
         self._index_count = entry + 1
@@ -273,9 +277,30 @@ class IndexFile:
         The file's bytes come out exactly as from ``put_key`` calls: an entry links to
         the batch's previous entry of its slot, else to what the slot held; each slot
         ends up naming its newest entry.
+
+        Entries go in at most ``TAIL_ENTRIES`` at a time, each lot's entries, header and
+        slots in that order: a kill leaves only the last lot's entries out of their
+        chains, and ``relink_tail`` needs to look at no more than that.
         """
         if self._closed:
             raise ValueError(f"index file {self.path} is closed")
+        done = 0
+        total = len(key_hashes)
+        while done < total:
+            put = self._put_lot(
+                key_hashes[done : done + TAIL_ENTRIES],
+                phy_offsets[done : done + TAIL_ENTRIES],
+                stamps_ms[done : done + TAIL_ENTRIES],
+            )
+            done += put
+            if put < TAIL_ENTRIES:
+                break
+        return done
+
+    def _put_lot(
+        self, key_hashes: np.ndarray, phy_offsets: np.ndarray, stamps_ms: np.ndarray
+    ) -> int:
+        """``put_keys`` of up to ``TAIL_ENTRIES`` keys."""
         first = self._index_count
         count = min(len(key_hashes), self.index_num - first)
         if count <= 0:
@@ -323,33 +348,77 @@ class IndexFile:
         of their chains.
 
         A writer stopped after the header counted new entries but before their slots named
-        them (``put_keys`` writes a whole run's entries and header first) leaves those
-        entries out of every chain, though their own links are whole. Recovery calls this
-        on the newest file after a crash, before anything reads or writes it.
+        them (``put_key`` and ``put_keys`` write entries, then the header, then the slots)
+        leaves those entries, at most the newest ``TAIL_ENTRIES``, out of every chain,
+        though their own links are whole. A slot naming an entry the header does not
+        count (its page reached the disk before the header's) is read as empty by
+        everyone, and its chain with it; it is pointed back at its newest counted entry
+        too. Recovery calls this on the newest file, before anything reads or writes it.
         """
         slot_table = np.frombuffer(self._mm, _SLOT_DTYPE, self.hash_slot_num, HEADER_SIZE)
-        lost_slots: list[np.ndarray] = []
-        lost_numbers: list[np.ndarray] = []
-        # In chunks: a full file holds millions of entries.
-        for first in range(1, self._index_count, _RELINK_CHUNK):
-            count = min(_RELINK_CHUNK, self._index_count - first)
-            entries = np.frombuffer(
-                self._mm, _ENTRY_DTYPE, count, self._entries_pos + first * ENTRY_SIZE
-            )
-            numbers = np.arange(first, first + count, dtype=np.int64)
-            slots = entries["key_hash"].astype(np.int64) % self.hash_slot_num
-            # A slot reaches every entry up to the one it names: chains run newest to oldest.
-            unlinked = slot_table[slots] < numbers
-            if unlinked.any():
-                lost_slots.append(slots[unlinked])
-                lost_numbers.append(numbers[unlinked])
-        if not lost_slots:
+        count = self._index_count
+        uncounted = np.flatnonzero((slot_table < INVALID_INDEX) | (slot_table >= count))
+        if uncounted.size:
+            slot_table[uncounted] = INVALID_INDEX
+        first = max(1, count - TAIL_ENTRIES)
+        # Where an uncounted slot's newest counted entry is older than the tail, the chain
+        # runs on from the newest entry of the tail that names it... or, with none there,
+        # from older entries: those slots are searched in the whole file.
+        numbers, slots = self._entry_slots(first, count)
+        unlinked = slot_table[slots] < numbers
+        lost_slots = [slots[unlinked]]
+        lost_numbers = [numbers[unlinked]]
+        if uncounted.size:
+            untouched = np.setdiff1d(uncounted, slots)
+            for start in range(1, first, TAIL_ENTRIES) if untouched.size else ():
+                older, older_slots = self._entry_slots(start, min(start + TAIL_ENTRIES, first))
+                hit = np.isin(older_slots, untouched)
+                lost_slots.insert(-1, older_slots[hit])
+                lost_numbers.insert(-1, older[hit])
+        backwards = np.concatenate(lost_slots)[::-1]
+        if not backwards.size:
             return 0
         # Entries are numbered in order, so a slot's newest is its last occurrence.
-        backwards = np.concatenate(lost_slots)[::-1]
         touched, last = np.unique(backwards, return_index=True)
         slot_table[touched] = np.concatenate(lost_numbers)[::-1][last]
-        return len(backwards)
+        return int(np.count_nonzero(unlinked)) + int(uncounted.size)
+
+    def _entry_slots(self, first: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+        """Entry numbers ``first`` .. ``end - 1`` and the slot of each."""
+        entries = np.frombuffer(
+            self._mm, _ENTRY_DTYPE, end - first, self._entries_pos + first * ENTRY_SIZE
+        )
+        numbers = np.arange(first, end, dtype=np.int64)
+        return numbers, entries["key_hash"].astype(np.int64) % self.hash_slot_num
+
+    def unchained_offsets(self) -> np.ndarray:
+        """Commit-log offsets of the newest ``TAIL_ENTRIES`` entries that no chain reaches.
+
+        Walks the chains from their slots as ``select_phy_offsets`` does, as far back as
+        the tail. After ``relink_tail`` a process that was killed leaves none; a link
+        damaged on disk cuts off the older part of its chain, whose records must be
+        indexed again.
+        """
+        count = self._index_count
+        first = max(1, count - TAIL_ENTRIES)
+        if count <= first:
+            return np.empty(0, dtype=np.int64)
+        entries = np.frombuffer(
+            self._mm, _ENTRY_DTYPE, count - first, self._entries_pos + first * ENTRY_SIZE
+        )
+        previous = entries["prev_index"].astype(np.int64)
+        unwritten = entries["time_diff"] < 0  # where select_phy_offsets stops
+        reached = np.zeros(count - first, dtype=bool)
+        heads = np.frombuffer(self._mm, _SLOT_DTYPE, self.hash_slot_num, HEADER_SIZE)
+        frontier = heads[(heads >= first) & (heads < count)].astype(np.int64)
+        while frontier.size:
+            frontier = frontier[~unwritten[frontier - first]]
+            reached[frontier - first] = True
+            older = previous[frontier - first]
+            # Links always point to older entries; anything else ends the chain.
+            older = older[(older >= first) & (older < frontier)]
+            frontier = older[~reached[older - first]]
+        return entries["phy_offset"][~reached].astype(np.int64)
 
     # -- reading -------------------------------------------------------------
 

@@ -97,6 +97,11 @@ class IndexService:
         self._promised_keys = 0
         # Commit-log offset of the newest record build_index is done with.
         self._built_through = -1
+        # Offsets of records below the index's end whose entries no chain reaches (found
+        # by load): re-dispatch indexes them again instead of skipping them as replayed.
+        self._rebuild: set[int] = set()
+        # The lowest of them, where re-dispatch must start (None: nothing to rebuild).
+        self.rebuild_from: int | None = None
 
     @property
     def files(self) -> list[IndexFile]:
@@ -119,9 +124,11 @@ class IndexService:
         were never flushed, or entries of records the store is about to truncate
         and re-dispatch; they are deleted. Every newer file goes with the first
         such file, so that the newest remaining file still tells how far the
-        index is complete. That file's entries a crash counted but left out of their
-        hash chains (see ``IndexFile.relink_tail``) are linked again, since the records
-        it says it holds are not indexed again.
+        index is complete. Whatever the last exit was, that file's entries a kill
+        counted but left out of their hash chains (see ``IndexFile.relink_tail``) are
+        linked again, since the records it says it holds are not indexed again; records
+        of entries that still no chain reaches are indexed again by re-dispatch, from
+        ``rebuild_from`` on.
         """
         with self._lock:
             if self._files:
@@ -157,17 +164,41 @@ class IndexService:
             for f in loaded:
                 f.close()
             raise
-        if loaded and not last_exit_ok:
-            relinked = loaded[-1].relink_tail()
-            if relinked:
-                log.warning(
-                    "index file %s: %d entries a crash had left out of their hash chains are "
-                    "findable again",
-                    loaded[-1].path,
-                    relinked,
-                )
+        if loaded:
+            self._mend_newest(loaded[-1])
         with self._lock:
             self._files = loaded
+
+    def _mend_newest(self, newest: IndexFile) -> None:
+        """Make every entry of the newest file findable, whatever the last exit was: a
+        kill between header and slots (this run's or one that a later start missed) is
+        relinked; records of entries still cut off are indexed again when re-dispatched.
+        """
+        relinked = newest.relink_tail()
+        if relinked:
+            log.warning(
+                "index file %s: %d entries a crash had left out of their hash chains are "
+                "findable again",
+                newest.path,
+                relinked,
+            )
+        unchained = newest.unchained_offsets()
+        if unchained.size:
+            self._rebuild = set(unchained.tolist())
+            self.rebuild_from = int(unchained.min())
+            log.warning(
+                "index file %s: %d entries are cut off from their hash chains (a damaged "
+                "link); their records, from commit-log offset %d, are indexed again",
+                newest.path,
+                unchained.size,
+                self.rebuild_from,
+            )
+
+    def end_rebuild(self) -> None:
+        """Re-dispatch met every record it could (the rest retention deleted): records
+        below the index's end are skipped as replayed again from now on."""
+        self._rebuild = set()
+        self.rebuild_from = None
 
     def _adopt_spare(self, reserved_path: str) -> None:
         """Keep a spare a crash left: records acknowledged before it may need it
@@ -315,11 +346,13 @@ class IndexService:
         with self._lock:
             current = self._files[-1] if self._files else None
         if current is not None:
-            if phy_offset < current.end_phy_offset:
+            rebuilt = phy_offset in self._rebuild
+            if phy_offset < current.end_phy_offset and not rebuilt:
                 self._built_through = max(self._built_through, phy_offset)
                 return
-            if phy_offset == current.end_phy_offset and current.index_count > 1:
+            if rebuilt or (phy_offset == current.end_phy_offset and current.index_count > 1):
                 index_keys = [k for k in index_keys if not self._indexed(k, phy_offset)]
+            self._rebuild.discard(phy_offset)
 
         for index_key in index_keys:
             current = self._put_key(current, index_key, phy_offset, store_timestamp_ms)

@@ -74,7 +74,11 @@ def cut_logics(
         index.truncate(end)
         # Truncation drops whole index files: rebuild from where the index now ends.
         files = index.files
-        reput = max(min(reput, files[-1].end_phy_offset if files else 0), commit_log.min_offset)
+        reput = min(reput, files[-1].end_phy_offset if files else 0)
+        if index.rebuild_from is not None:
+            # Records whose entries no chain reaches are indexed again as they are met.
+            reput = min(reput, index.rebuild_from)
+        reput = max(reput, commit_log.min_offset)
     dispatcher.reput_offset = reput
     if check_queues:
         dispatcher.unit_is_sound = unit_soundness(commit_log.queue, end, skipped)
@@ -84,6 +88,8 @@ def cut_logics(
     finally:
         dispatcher.unit_is_sound = None
         dispatcher.verified_from = dispatcher.verified_below = 0
+    if index is not None:
+        index.end_rebuild()
     if checked is not None and checked.bad:
         _report_queue_repairs(dispatcher, damage_report, checked, found_by)
     min_offset = commit_log.min_offset

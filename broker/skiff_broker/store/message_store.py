@@ -119,6 +119,7 @@ class MessageStore:
         )
         # Queue reads are the reader's own methods, handed on as they are (see reading.py).
         reader = QueueReader(config, self.commit_log, self.consume_queues)
+        reader.mender.on_repair = self._record_read_repair
         self.get_messages = reader.get_messages
         self.get_records = reader.get_records
         self.scan_queue = reader.scan_queue
@@ -254,7 +255,8 @@ class MessageStore:
         self.consume_queues.load()
         if self.index is not None:
             # Index entries survive a crash; replayed records are skipped by offset,
-            # so nothing needs throwing away here.
+            # so nothing needs throwing away here. Loading mends the newest file's tail
+            # whatever the last exit was (see IndexService.load).
             self.index.load(True, 0)
         end_before = self.commit_log.queue.max_wrote_offset
         recovered = recover_commit_log(
@@ -291,6 +293,11 @@ class MessageStore:
             found_by=found_by,
             skipped=recovered.damages,
         )
+
+    def _record_read_repair(
+        self, topic: str, queue_id: int, bad: int, rebuilt: int, reason: str
+    ) -> None:
+        self.damage_report.record_queue_repair(topic, queue_id, bad, rebuilt, reason, "read")
 
     def _record_dispatch_damage(self, damage: Damage) -> None:
         self.damage_report.record_skips([damage], self.commit_log.queue, "dispatch")

@@ -205,3 +205,15 @@ def _check_queue(
         # A cut tail is rebuilt from the last good unit on (its records may be older
         # than the part of the log recovery re-read).
         result.restart = restart if result.restart is None else min(result.restart, restart)
+
+
+def unit_problem(
+    log_queue: MappedFileQueue, end: int, cq: ConsumeQueue, index: int, physical: int, size: int
+) -> str | None:
+    """What is wrong with one unit by the quick check (None: sound), with the log's
+    readable bytes ending at ``end``: what a read checks before trusting a unit."""
+    records = _Log(log_queue, end, False)
+    try:
+        return records.quick_problem(cq, index, physical, size)
+    except (ValueError, struct.error):
+        return f"unit {index} points at {physical}, in a segment no longer readable"

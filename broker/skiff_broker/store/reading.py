@@ -12,6 +12,12 @@ Invariants:
   its offset counts as read, so ``next_offset`` moves past it.
 - A read answers with the queue's bounds as it found them; ``next_offset`` is the first
   offset it did not look at (or, when it found nothing readable, where to look next).
+- Every unit a read uses is checked against the record it points at (recovery's quick
+  check: size, magic, queue id, queue offset, physical offset). One that fails is
+  mended by ``UnitMender`` (rebuilt from the log or made blank, one WARNING) and the
+  read goes on with it as mended: a read never returns another queue's record.
+- ``OFFSET_TOO_SMALL`` is answered only for offsets retention deleted, and then always
+  with a ``next_offset`` after the offset asked for.
 """
 
 from __future__ import annotations
@@ -22,13 +28,15 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from ..wire.field_arrays import fields_at
 from ..wire.record_check import check_run
 from .commit_log import CommitLog
 from .config import StoreConfig
 from .consume_queue import ConsumeQueue
 from .consume_queue_table import ConsumeQueueTable
-from .message import CorruptRecordError, StoredMessage
+from .message import MESSAGE_MAGIC, CorruptRecordError, StoredMessage
 from .results import GetResult, GetStatus, RecordsResult
+from .unit_mending import UnitMender
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +45,11 @@ _FILTER_READ_UNITS = 256
 _SCAN_BATCH = 256
 # Units from which an unfiltered read finds its runs with numpy rather than unit by unit.
 _ARRAY_MIN_UNITS = 256
+# Bad units one read mends before it answers with what it has.
+_MENDS_PER_READ = 8
+# Where a record's QUEUEID, QUEUEOFFSET and PHYSICALOFFSET fields are.
+_QUEUE_ID_AT, _QUEUE_OFFSET_AT, _PHYSICAL_AT = 12, 20, 28
+_GONE = object()  # a record retention deleted
 
 
 class _Run(typing.NamedTuple):
@@ -69,18 +82,19 @@ def out_of_bounds(cq: ConsumeQueue | None, offset: int) -> tuple[GetStatus, int,
 
 def _matching_units(
     cq: ConsumeQueue, start: int, end: int, batch: int, tag_codes: set[int] | None
-) -> Iterator[tuple[int, int, int]]:
+) -> Iterator[tuple[int, int | None, int]]:
     """(queue offset, commit-log offset, size) of each unit in [start, end) whose tag is in
     ``tag_codes`` (every unit when None), reading ``batch`` units at a time.
 
     An offset with nothing stored (a blank stretch or a deleted file) yields commit-log
-    offset -1. Exhausted, the scan has looked at every offset below ``end``.
+    offset None (a damaged unit may hold any number, -1 too). Exhausted, the scan has
+    looked at every offset below ``end``.
     """
     offset = start
     while offset < end:
         units = cq.read_units(offset, min(batch, end - offset))
         if not units:
-            yield offset, -1, 0
+            yield offset, None, 0
             offset += 1
             continue
         for physical, size, tag_code in units:
@@ -141,6 +155,15 @@ def _whole_runs(
     return runs, next_offset, taken
 
 
+def _unit_run(start: int, end: int, before: int, first_offset: int, at: list[int]) -> _Run:
+    return _Run(start, end - start, before, first_offset, np.array(at, dtype=np.int64))
+
+
+def _run_sizes(starts: np.ndarray, length: int) -> list[int]:
+    """The size of each record of a run, by where its units say they start."""
+    return np.diff(np.append(starts, length)).tolist()
+
+
 def _intact_records(
     run: bytes, physical: int, starts: np.ndarray | None = None
 ) -> tuple[list[bytes], int, int | None]:
@@ -194,6 +217,32 @@ def read_message(commit_log: CommitLog, physical: int, size: int) -> StoredMessa
         return None
 
 
+def _belongs(message: StoredMessage, cq: ConsumeQueue, queue_offset: int) -> bool:
+    return (
+        message.queue_offset == queue_offset
+        and message.queue_id == cq.queue_id
+        and message.topic == cq.topic
+    )
+
+
+def _first_disagreeing(
+    chunk: bytes, physical: int, starts: np.ndarray, cq: ConsumeQueue, first_offset: int
+) -> int | None:
+    """Index of the first record of a run whose fields disagree with the unit that led
+    there (the units say the records start at ``starts`` in ``chunk``), None if none."""
+    end = len(chunk)
+    sizes = np.diff(np.append(starts, end))
+    inside = (starts >= 0) & (starts + _PHYSICAL_AT + 8 <= end)
+    at = np.where(inside, starts, 0)
+    ok = inside & (fields_at(chunk, end, at, ">i4") == sizes)
+    ok &= fields_at(chunk, end, at + 4, ">u4") == MESSAGE_MAGIC
+    ok &= fields_at(chunk, end, at + _QUEUE_ID_AT, ">i4") == cq.queue_id
+    expected = np.arange(first_offset, first_offset + len(starts), dtype=np.int64)
+    ok &= fields_at(chunk, end, at + _QUEUE_OFFSET_AT, ">i8") == expected
+    ok &= fields_at(chunk, end, at + _PHYSICAL_AT, ">i8") == at + physical
+    return None if ok.all() else int(np.argmin(ok))
+
+
 class QueueReader:
     """Reads the consume queues of one store and the records their units point at."""
 
@@ -203,6 +252,34 @@ class QueueReader:
         self.config = config
         self.commit_log = commit_log
         self.consume_queues = consume_queues
+        self.mender = UnitMender(commit_log)
+
+    def _checked_message(
+        self, cq: ConsumeQueue, queue_offset: int, physical: int, size: int
+    ) -> StoredMessage | object | None:
+        """The message of one unit, checked to be that unit's; None where nothing readable
+        is there (the unit mended blank, or its record failed its CRC), ``_GONE`` where
+        retention deleted it."""
+        commit_log = self.commit_log
+        corrupt: CorruptRecordError | None = None
+        try:
+            message = commit_log.get_message(physical, size)
+        except CorruptRecordError as exc:
+            message, corrupt = None, exc
+        if message is not None and _belongs(message, cq, queue_offset):
+            return message
+        gone = message is None and corrupt is None
+        if gone and self.mender.deleted_by_retention(cq, queue_offset, physical):
+            return _GONE
+        if self.mender.problem(cq, queue_offset, physical, size) is None:
+            if corrupt is not None:
+                log.error("skipping corrupt record: %s", corrupt)
+            return None
+        mended = self.mender.mend(cq, queue_offset)
+        if mended is None:
+            return None
+        message = read_message(commit_log, mended[0], mended[1])
+        return message if message is not None and _belongs(message, cq, queue_offset) else None
 
     def get_messages(
         self,
@@ -237,12 +314,20 @@ class QueueReader:
         if max_count > 0 and max_bytes > 0 and end > offset:
             next_offset = end
             batch = _FILTER_READ_UNITS if filtering else max_count
-            commit_log = self.commit_log
             for queue_offset, physical, size in _matching_units(cq, offset, end, batch, tag_codes):
-                if physical < 0:
+                if physical is None:
                     continue
-                message = read_message(commit_log, physical, size)
-                if message is None or (accept is not None and not accept(message)):
+                message = self._checked_message(cq, queue_offset, physical, size)
+                if message is _GONE:
+                    if messages:
+                        next_offset = queue_offset
+                        break
+                    status = GetStatus.OFFSET_TOO_SMALL
+                    first_kept = self.mender.first_kept(cq, queue_offset)
+                    return GetResult(status, [], first_kept, min_offset, max_offset)
+                if not isinstance(message, StoredMessage):
+                    continue  # nothing readable there
+                if accept is not None and not accept(message):
                     continue
                 messages.append(message)
                 size_total += size
@@ -266,22 +351,74 @@ class QueueReader:
 
         Records that sit next to each other in the log are copied as one run.
         Each record's body CRC is checked; one that fails is logged and left out,
-        as :meth:`get_messages` does.
+        as :meth:`get_messages` does. Each record is checked to be its unit's; a unit
+        that is not is mended, and the read goes on from it.
         """
+        for attempt in range(_MENDS_PER_READ, 0, -1):
+            answer = self._records_once(
+                topic, queue_id, offset, max_count, max_bytes, tag_codes, last=attempt == 1
+            )
+            if answer is not None:
+                return answer
+        raise AssertionError("the last attempt always answers")
+
+    def _records_once(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        max_bytes: int,
+        tag_codes: set[int] | None,
+        *,
+        last: bool,
+    ) -> RecordsResult | None:
+        """One attempt of :meth:`get_records`; None when a bad unit was met and mended, so
+        that a read again goes through it. The ``last`` attempt answers with the records
+        before the bad unit instead."""
         runs: list[_Run] = []
         status, next_offset, min_offset, max_offset, count = self._runs_of(
             topic, queue_id, offset, max_count, max_bytes, tag_codes, runs
         )
+        cq = self.consume_queues.get(topic, queue_id)
         chunks = []
         dropped = 0
         deleted = False
         for physical, length, before, first_queue_offset, starts in runs:
+            assert cq is not None and starts is not None
             chunk = self.commit_log.read(physical, length)
-            if chunk is None:
-                # Retention deleted the rest while it was read: end before it, and
-                # let the next fetch find out where the queue starts now.
+            if chunk is None and self.mender.deleted_by_retention(cq, first_queue_offset, physical):
+                # Retention deleted the rest while it was read: end before it.
                 count, next_offset, deleted = before - dropped, first_queue_offset, True
                 break
+            bad: int | None
+            if chunk is None:
+                bad = self._first_unsound(cq, first_queue_offset, physical, starts, length)
+            else:
+                bad = _first_disagreeing(chunk, physical, starts, cq, first_queue_offset)
+            if bad is not None:
+                bad_offset = first_queue_offset + bad
+                unit = (physical + int(starts[bad]), _run_sizes(starts, length)[bad])
+                mended = self.mender.mend(cq, bad_offset)
+                if mended is not None and mended[:2] == unit:
+                    # The unit is in place and its record damaged: the record rules below.
+                    bad = None
+                if chunk is None and bad is None:
+                    count, next_offset = before - dropped, bad_offset + 1
+                    break
+            if bad is not None and not last:
+                return None
+            if bad is not None:
+                if chunk is not None and bad:
+                    cut = int(starts[bad])
+                    good, failed, _ = _intact_records(chunk[:cut], physical, starts[:bad])
+                    chunks += good
+                    dropped += failed
+                # Mended blank, the next read steps over it; rebuilt, it reads it.
+                count = before + bad - dropped
+                next_offset = bad_offset + (mended is None)
+                break
+            assert chunk is not None
             good, failed, broken_at = _intact_records(chunk, physical, starts)
             chunks += good
             dropped += failed
@@ -296,11 +433,26 @@ class QueueReader:
         data = b"".join(chunks)
         if status is GetStatus.FOUND and not data:
             if deleted and not chunks:
-                # Retention took every record found: point at the queue's start now.
-                status, next_offset = GetStatus.OFFSET_TOO_SMALL, self.min_offset(topic, queue_id)
+                # Retention took every record found: go on where the queue starts now.
+                assert cq is not None
+                status, next_offset = (
+                    GetStatus.OFFSET_TOO_SMALL,
+                    self.mender.first_kept(cq, next_offset),
+                )
             else:
                 status = GetStatus.NO_MATCHED_MESSAGE
         return RecordsResult(status, data, count, next_offset, min_offset, max_offset)
+
+    def _first_unsound(
+        self, cq: ConsumeQueue, first_offset: int, physical: int, starts: np.ndarray, length: int
+    ) -> int:
+        """Index of the first unit of a run that the quick check refuses (0 if none does:
+        the run as a whole could not be read)."""
+        sizes = _run_sizes(starts, length)
+        for index, (start, size) in enumerate(zip(starts.tolist(), sizes, strict=True)):
+            if self.mender.problem(cq, first_offset + index, physical + start, size) is not None:
+                return index
+        return 0
 
     def _runs_of(
         self,
@@ -333,8 +485,11 @@ class QueueReader:
             batch = _FILTER_READ_UNITS
         next_offset = offset
         size_total = 0
-        run_start = run_end = segment_end = -1
+        run_end = segment_end = -1
+        # None: no run open (a damaged unit may name any offset, -1 too).
+        run_start: int | None = None
         run_count = run_first = records = 0
+        at: list[int] = []  # where the current run's records start, by their units
         if max_count > 0 and max_bytes > 0 and end > offset:
             next_offset = end
             if tag_codes is None and batch >= _ARRAY_MIN_UNITS:
@@ -346,29 +501,31 @@ class QueueReader:
                     runs += found_runs
                     return GetStatus.FOUND, next_offset, min_offset, max_offset, records
             for queue_offset, physical, size in _matching_units(cq, offset, end, batch, tag_codes):
-                if physical < 0:
+                if physical is None:
                     # No run spans an offset with nothing stored.
-                    if run_start >= 0:
-                        runs.append(_Run(run_start, run_end - run_start, run_count, run_first))
-                        run_start = -1
+                    if run_start is not None:
+                        runs.append(_unit_run(run_start, run_end, run_count, run_first, at))
+                        run_start = None
                     continue
                 # A record the tag filter skipped stands between its neighbours: they are
                 # not adjacent, so no run spans it.
-                if physical == run_end and physical + size <= segment_end:
+                if run_start is not None and physical == run_end and physical + size <= segment_end:
                     run_end += size
                 else:
-                    if run_start >= 0:
-                        runs.append(_Run(run_start, run_end - run_start, run_count, run_first))
+                    if run_start is not None:
+                        runs.append(_unit_run(run_start, run_end, run_count, run_first, at))
                     run_start, run_end, run_count = physical, physical + size, records
                     run_first = queue_offset
                     segment_end = (physical // segment_size + 1) * segment_size
+                    at = []
+                at.append(physical - run_start)
                 records += 1
                 size_total += size
                 if size_total >= max_bytes or records >= max_count:
                     next_offset = queue_offset + 1
                     break
-        if run_start >= 0:
-            runs.append(_Run(run_start, run_end - run_start, run_count, run_first))
+        if run_start is not None:
+            runs.append(_unit_run(run_start, run_end, run_count, run_first, at))
         return GetStatus.FOUND, next_offset, min_offset, max_offset, records
 
     def scan_queue(

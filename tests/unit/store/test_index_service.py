@@ -360,13 +360,13 @@ def test_a_run_indexed_together_leaves_the_files_of_one_record_at_a_time(
     assert contents[1] == contents[0]
 
 
-@pytest.mark.parametrize("chunk", [None, 7], ids=["one-chunk", "chunks-of-7"])
+@pytest.mark.parametrize("tail", [None, 50], ids=["default-tail", "tail-of-the-run"])
 def test_a_run_a_crash_left_out_of_its_hash_chains_is_found_after_recovery(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int | None
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tail: int | None
 ) -> None:
-    if chunk is not None:
-        # Entries are checked a chunk at a time; runs and slots must cross chunk edges.
-        monkeypatch.setattr(index_file, "_RELINK_CHUNK", chunk)
+    if tail is not None:
+        # A load looks at the newest TAIL_ENTRIES entries only: the run's 50 must do.
+        monkeypatch.setattr(index_file, "TAIL_ENTRIES", tail)
     # A run's keys are written as arrays: entries, then the header that counts them, then
     # the slots that name them. A writer killed before the slots leaves the run counted
     # but out of every chain; its records stamped in the same millisecond as the
