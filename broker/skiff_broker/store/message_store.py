@@ -247,6 +247,10 @@ class MessageStore:
             # so nothing needs throwing away here.
             self.index.load(True, 0)
         end_before = self.commit_log.queue.max_wrote_offset
+        if self.commit_log.queue.extended_segments:
+            # A clean end says nothing of a segment cut short since: check every record,
+            # and every unit against the record it points at.
+            scan_everything = True
         recovered = recover_commit_log(
             self.commit_log.queue,
             self.checkpoint,
