@@ -48,7 +48,6 @@ def broker(**options: Any) -> None:
     """
     import uvloop
 
-    from .ha.epoch_file import EpochFileError
     from .ha.replica_book import ReplicaBookError
     from .ha.role_file import RoleFileError
     from .ha.successor_check import SupersededMaster
@@ -81,7 +80,6 @@ def broker(**options: Any) -> None:
     except (
         StoreError,
         OSError,
-        EpochFileError,
         StateFileError,
         RoleFileError,
         ReplicaBookError,
