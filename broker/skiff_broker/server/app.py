@@ -36,6 +36,7 @@ from ..tls.settings import TlsMode
 from .health import BrokerHealth
 from .messaging_service import MessagingService, add_to_server
 from .sending import transaction_check_sender
+from .slow_callbacks import report_slow_callbacks
 
 log = logging.getLogger(__name__)
 
@@ -308,6 +309,7 @@ class BrokerServer:
         """Serve until SIGTERM or SIGINT; ``on_listening`` runs once the ports are open."""
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        report_slow_callbacks(loop, self.config.slow_callback_report_ms)
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         await self.start()
