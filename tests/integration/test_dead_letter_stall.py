@@ -76,6 +76,14 @@ def master_and_replica(tmp_path: Path, *master_args: str) -> Iterator[tuple[Brok
             broker.kill()
 
 
+def replica_in_sync(master: BrokerProcess, replica: BrokerProcess) -> bool:
+    with AdminClient(master.endpoint) as admin:
+        state = admin.broker_info()
+    with AdminClient(replica.endpoint) as admin:
+        copied = admin.broker_info().commit_log_max_offset
+    return copied == state.commit_log_max_offset and any(r.in_sync for r in state.replicas)
+
+
 def topics_on_disk(broker: BrokerProcess) -> set[str]:
     with contextlib.suppress(FileNotFoundError, ValueError):
         return set(
@@ -102,7 +110,10 @@ def test_a_dead_letter_waiting_for_a_stalled_replica_leaves_other_clients_served
         MessagingClient(master.endpoint, timeout=300) as client,
     ):
         client.send([OutgoingMessage(TOPIC, b"poison")])
+        # Until the replica holds the log and counts as in sync: then SYNC writes wait for it.
+        wait_for(lambda: replica_in_sync(master, replica), "the replica in sync")
         [received] = client.receive(GROUP, TOPIC, max_messages=1, invisible_s=1)
+        assert received.body == b"poison"
 
         os.kill(replica.proc.pid, signal.SIGSTOP)
         outcome: list[object] = []
