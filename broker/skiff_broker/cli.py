@@ -49,7 +49,6 @@ def broker(**options: Any) -> None:
     """
     import uvloop
 
-    from .ha.epoch_file import EpochFileError
     from .ha.replica_book import ReplicaBookError
     from .ha.role_file import RoleFileError
     from .ha.successor_check import SupersededMaster
@@ -85,7 +84,6 @@ def broker(**options: Any) -> None:
     except (
         StoreError,
         OSError,
-        EpochFileError,
         StateFileError,
         RoleFileError,
         ReplicaBookError,

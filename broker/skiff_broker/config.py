@@ -109,6 +109,15 @@ class BrokerConfig:
     )
     # Group offsets and pop state are written to disk this often.
     persist_interval_s: float = 5.0
+    slow_callback_report_ms: float = option(
+        0.0,
+        "--slow-callback-report-ms",
+        "SKIFF_SLOW_CALLBACK_REPORT_MS",
+        "Run the event loop in asyncio debug mode and log a WARNING ('slow callback: ...', "
+        "field slow_callback_ms) for every callback that holds it longer than this; 0: off. "
+        "Debug mode slows the broker: for finding what blocks, not for production.",
+        minimum=0,
+    )
     discard_damaged_state: bool = option(
         False,
         "--discard-damaged-state",

@@ -261,3 +261,69 @@ def test_store_check_reads_the_segment_size_from_the_files(tmp: Path) -> None:
     assert wrong.returncode != 0
     assert "Traceback" not in wrong.stderr
     assert "leave the option out" in wrong.stderr
+
+
+# -- files cut short or unreadable after a clean stop ------------------------------
+
+
+@pytest.mark.parametrize("segment_index", [0, 1])
+def test_a_segment_cut_short_keeps_every_record_before_the_cut(
+    tmp: Path, segment_index: int
+) -> None:
+    with running_broker(tmp) as broker:
+        sent = produce(broker, COUNT)
+    data_dir = data_dir_of(tmp)
+    files = segments(data_dir)
+    assert len(files) >= 3
+    victim = files[segment_index]
+    segment_size = victim.stat().st_size
+    records = records_of(victim)
+    # Mid-record, well inside the segment (as a copy or a file system cuts a file).
+    position, size, _ = records[len(records) // 2]
+    os.truncate(victim, position + size // 2)
+    lost = {body for pos, _, body in records if pos >= position}
+    assert lost and lost < sent
+
+    with running_broker(tmp) as broker:
+        received = drain(broker)
+        warnings = warnings_of(broker)
+    assert sorted(received) == sorted(sent - lost), "every record outside the cut reads back"
+    assert any("cut short" in w and victim.name in w for w in warnings), warnings
+    # Zero-extended to the segments' size, not moved away.
+    assert victim.stat().st_size == segment_size
+
+
+def epoch_lines(data_dir: Path) -> list[str]:
+    return (data_dir / "epoch").read_text().splitlines()[2:]
+
+
+@pytest.mark.parametrize("damage", ["flipped", "empty", "garbage"])
+def test_a_damaged_epoch_file_starts_the_broker_with_every_message(tmp: Path, damage: str) -> None:
+    with running_broker(tmp) as broker:
+        sent = produce(broker, 100)
+    # A second start begins term 2; the file it replaced is the .bak.
+    with running_broker(tmp):
+        pass
+    data_dir = data_dir_of(tmp)
+    main, backup = data_dir / "epoch", data_dir / "epoch.bak"
+    assert epoch_lines(data_dir)[0] == "1-0" and len(epoch_lines(data_dir)) == 2
+    assert backup.exists()
+    if damage == "flipped":
+        flip_byte(main, main.stat().st_size - 2)  # the .bak is good
+    else:
+        for copy in (main, backup):
+            copy.write_bytes(b"" if damage == "empty" else os.urandom(50))
+
+    with running_broker(tmp) as broker:
+        received = drain(broker)
+        warnings = warnings_of(broker)
+        assert sorted(received) == sorted(sent)
+        # Still taking writes, in a term numbered above every one it may have used.
+        assert produce(broker, 1)
+    if damage == "flipped":
+        assert any("read its previous version" in w for w in warnings), warnings
+        assert epoch_lines(data_dir)[-1].startswith("3-")
+    else:
+        assert any("rebuilt from the commit log" in w for w in warnings), warnings
+        # The whole log is one term, from its first offset.
+        assert epoch_lines(data_dir) == ["1-0"]

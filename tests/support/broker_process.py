@@ -2,10 +2,12 @@
 
 ``running_broker(tmp_path, *extra_args)`` starts ``python -m skiff_broker broker``
 on 127.0.0.1 with a free port and the data directory ``tmp_path / "data"``, waits
-for its "listening on" log line and yields a handle. Starting it again with the
-same ``tmp_path`` reopens the same data directory, which is how restarts are
-tested. The broker's stderr goes to a log file under ``tmp_path`` (a pipe could
-fill up and block it); a failure message includes its tail.
+for its "listening on" log line and yields a handle. Every test broker runs with
+asyncio's slow-callback report (``--slow-callback-report-ms``); ``running_broker``
+fails the test when a call that may block (``MAY_BLOCK_METHODS``) held the loop past
+it. Starting it again with the same ``tmp_path`` reopens the same data directory,
+which is how restarts are tested. The broker's stderr goes to a log file under
+``tmp_path`` (a pipe could fill up and block it); a failure message includes its tail.
 
 Import it as ``tests.support.broker_process``: the suite runs as ``python -m pytest`` from
 the repository root, which puts the root on ``sys.path``.
@@ -18,6 +20,7 @@ import dataclasses
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -26,6 +29,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from skiff_broker.metadata.topic_table import TopicConfig, TopicTable
+from skiff_broker.server.slow_callbacks import SLOW_CALLBACK_FIELD
 
 SKIFF = [sys.executable, "-m", "skiff_broker"]
 # Small segments: the tests write little and each segment is pre-allocated; it must
@@ -46,6 +50,36 @@ SMALL_FILES_ENV = {
 }
 
 
+# A callback that holds a test broker's event loop longer is reported in its log.
+SLOW_CALLBACK_REPORT_MS = "100"
+
+# The calls whose handlers would wait for the disk or the replicas if they ran on the
+# event loop (a dead-letter move, state files written with fsync, look-ups reading the
+# index): a slow callback of one of these fails the test. Only these: on this loaded
+# 2-core machine, callbacks that block on nothing crossed 100 ms too (a 500-message
+# SendMessage 104-252 ms, a ReceiveMessage 127 ms, QueryRoute 110 ms, the HTTP/2 flush
+# 146-197 ms, trivial admin calls 102-112 ms), which would fail tests at random.
+MAY_BLOCK_METHODS = frozenset(
+    {
+        "/apache.rocketmq.v2.MessagingService/ForwardMessageToDeadLetterQueue",
+        *(
+            f"/skiff.admin.v1.AdminService/{method}"
+            for method in (
+                "CreateTopic",
+                "UpdateTopic",
+                "DeleteTopic",
+                "ApplyUser",
+                "DeleteUser",
+                "ApplyAcl",
+                "DeleteAcl",
+                "LookupMessage",
+                "QueryMessagesByKey",
+            )
+        ),
+    }
+)
+_TASK_NAME = re.compile(r"<Task \w+ name='([^']*)'")
+
 # Every test broker serves or follows replication, which needs the group's secret.
 HA_SECRET = "secret-shared-by-the-test-brokers"
 
@@ -58,6 +92,8 @@ def broker_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
         "SKIFF_HA_SECRET": HA_SECRET,
         # Several brokers run at once: each serves its metrics on a port of its own.
         "SKIFF_METRICS_LISTEN": "127.0.0.1:0",
+        # asyncio's debug report of callbacks holding the broker's event loop.
+        "SKIFF_SLOW_CALLBACK_REPORT_MS": SLOW_CALLBACK_REPORT_MS,
         "PYTHONPATH": os.pathsep.join(sys.path),
         **(extra or {}),
     }
@@ -98,6 +134,36 @@ class BrokerProcess:
             with contextlib.suppress(ValueError):
                 records.append(json.loads(line))
         return records
+
+    def slow_callbacks(self) -> list[str]:
+        """What the broker reported holding its event loop past SLOW_CALLBACK_REPORT_MS
+        in the calls of MAY_BLOCK_METHODS while serving (from its "listening on" line to
+        its "stopping" line; start-up and the stop's last flush are left out).
+
+        The log has every report, of any callback, for reading when a test is slow.
+        """
+        reports = []
+        serving = False
+        for record in self.log_lines():
+            message = record.get("msg", "")
+            if message.startswith("listening on "):
+                serving = True
+            elif message == "stopping":
+                serving = False
+            elif serving and SLOW_CALLBACK_FIELD in record:
+                called = _TASK_NAME.search(message)
+                if called is not None and called.group(1) in MAY_BLOCK_METHODS:
+                    reports.append(message)
+        return reports
+
+    def assert_loop_never_held(self) -> None:
+        """Fail if a call that may block held the broker's loop past SLOW_CALLBACK_REPORT_MS."""
+        reports = self.slow_callbacks()
+        assert not reports, (
+            f"a call that may wait for the disk or the replicas held the broker's event loop "
+            f"past {SLOW_CALLBACK_REPORT_MS} ms (run its blocking part off the loop):\n"
+            + "\n".join(reports)
+        )
 
     def _tail(self) -> str:
         return self.log()[-4000:]
@@ -224,6 +290,7 @@ def running_broker(
         raise
     if broker.proc.poll() is None:
         broker.stop()
+    broker.assert_loop_never_held()
 
 
 @contextlib.contextmanager

@@ -69,7 +69,7 @@ def test_each_kind_of_option_reaches_its_field(monkeypatch: pytest.MonkeyPatch) 
             "400",
             "--flush-type",
             "SYNC_FLUSH",
-            "--no-clean-file-forcibly",
+            "--clean-file-forcibly",
             "--role",
             "replica",
             "--replication-mode",
@@ -87,7 +87,7 @@ def test_each_kind_of_option_reaches_its_field(monkeypatch: pytest.MonkeyPatch) 
     # Unless given, a hash slot for every four index keys.
     assert (config.store.max_index_num, config.store.max_hash_slot_num) == (400, 100)
     assert config.store.flush_type is FlushType.SYNC_FLUSH
-    assert config.store.clean_file_forcibly_enable is False
+    assert config.store.clean_file_forcibly_enable is True
     assert config.replication.role is Role.REPLICA
     assert config.replication.mode is ReplicationMode.SYNC
     assert config.auth.enabled is True

@@ -79,6 +79,10 @@ async def _answer_error(context: grpc.aio.ServicerContext, error: Exception) -> 
 
 # Handlers take no context: they report what went wrong by raising an AdminError.
 _handler = rpc_boundary(_answer_error, expected=(AdminError,), with_context=False)
+# Handlers that write state files (fsync) or read the log and index from disk.
+_blocking_handler = rpc_boundary(
+    _answer_error, expected=(AdminError,), with_context=False, off_loop=True
+)
 
 
 # -- conversions ---------------------------------------------------------------
@@ -197,7 +201,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
 
     # -- topics -------------------------------------------------------------
 
-    @_handler
+    @_blocking_handler
     def CreateTopic(self, request: apb.CreateTopicRequest) -> apb.Topic:
         self._refuse_on_replica()
         spec = request.topic
@@ -212,7 +216,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         )
         return topic_to_proto(self._topics.create(topic))
 
-    @_handler
+    @_blocking_handler
     def UpdateTopic(self, request: apb.UpdateTopicRequest) -> apb.Topic:
         self._refuse_on_replica()
         spec = request.topic
@@ -224,7 +228,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         )
         return topic_to_proto(self._topics.update(_topic_name(spec.name), change))
 
-    @_handler
+    @_blocking_handler
     def DeleteTopic(self, request: apb.DeleteTopicRequest) -> apb.DeleteTopicResponse:
         self._refuse_on_replica()
         self._topics.delete(_topic_name(request.name))
@@ -244,13 +248,13 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     # operator's finalizer needs them): an unsigned apply could plant a super user, and a
     # look-up would show whom to impersonate; see USER_ADMIN_NEEDS_AUTH.
 
-    @_handler
+    @_blocking_handler
     def ApplyUser(self, request: apb.ApplyUserRequest) -> apb.ApplyUserResponse:
         self._refuse_users_while_auth_off()
         self._refuse_users_on_replica()
         return self._users.apply_user(request.user)
 
-    @_handler
+    @_blocking_handler
     def DeleteUser(self, request: apb.DeleteUserRequest) -> apb.DeleteUserResponse:
         self._refuse_users_on_replica()
         return self._users.delete_user(request.access_key)
@@ -265,13 +269,13 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         self._refuse_users_while_auth_off()
         return self._users.list_users()
 
-    @_handler
+    @_blocking_handler
     def ApplyAcl(self, request: apb.ApplyAclRequest) -> apb.ApplyAclResponse:
         self._refuse_users_while_auth_off()
         self._refuse_users_on_replica()
         return self._users.apply_acl(request.acl)
 
-    @_handler
+    @_blocking_handler
     def DeleteAcl(self, request: apb.DeleteAclRequest) -> apb.DeleteAclResponse:
         self._refuse_users_on_replica()
         return self._users.delete_acl(request.access_key)
@@ -513,7 +517,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
 
     # -- look-ups -----------------------------------------------------------
 
-    @_handler
+    @_blocking_handler
     def LookupMessage(self, request: apb.LookupMessageRequest) -> apb.StoredMessage:
         topic = self._topics.get(_topic_name(request.topic))
         message_id = _required(request.message_id.strip(), "message ID")
@@ -527,7 +531,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             "or it may have been deleted by retention"
         )
 
-    @_handler
+    @_blocking_handler
     def QueryMessagesByKey(
         self, request: apb.QueryMessagesByKeyRequest
     ) -> apb.QueryMessagesResponse:

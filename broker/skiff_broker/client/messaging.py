@@ -285,6 +285,17 @@ class MessagingClient(BrokerClient):
             receipt_handle=system.receipt_handle,
         )
 
+    def forward_to_dead_letter(self, group: str, topic: str, message: ReceivedMessage) -> None:
+        """Give up on a received message: the broker moves it to ``%DLQ%<group>`` now."""
+        request = spb.ForwardMessageToDeadLetterQueueRequest(
+            group=pb.Resource(name=group),
+            topic=pb.Resource(name=topic),
+            receipt_handle=message.receipt_handle,
+            message_id=message.message_id,
+            delivery_attempt=message.delivery_attempt,
+        )
+        _check(self._transport.call(self._stub.ForwardMessageToDeadLetterQueue, request).status)
+
     def ack(self, group: str, topic: str, messages: Sequence[ReceivedMessage]) -> None:
         """Acknowledge received messages: they are consumed and not delivered again."""
         if not messages:

@@ -292,7 +292,7 @@ class LeaseElector:
     def _next_epoch(self, record: LeaseRecord) -> int:
         client = self.replication.client
         seen = client.highest_epoch_seen if client is not None else 0
-        return max(record.epoch, self.replication.epochs.epoch, seen) + 1
+        return max(record.epoch, self.replication.epochs.highest_used, seen) + 1
 
     async def _create(self) -> None:
         record = LeaseRecord(
@@ -300,7 +300,7 @@ class LeaseElector:
             cluster=self.config.name,
             holder=self.me,
             duration_s=self.config.lease_duration_s,
-            epoch=self.replication.epochs.epoch + 1,
+            epoch=self.replication.epochs.highest_used + 1,
             endpoint=self._client_endpoint(),
             ha_address=self.config.ha_advertise,
             in_sync=[self.me],

@@ -7,6 +7,12 @@ the group's attempts goes to ``%DLQ%<group>`` instead. For FIFO consumption a
 queue hands out nothing new while an earlier delivery of it is in flight, so a
 message group is consumed in order.
 
+Moving a message to ``%DLQ%<group>`` is a store write, which under SYNC_FLUSH or
+SYNC replication waits for the disk or the replicas: it is awaited with the
+store's async put, never under the pop lock and never blocking the event loop.
+A delivery being moved is neither handed out again nor moved twice; if the write
+fails it stays in flight and is tried again at its next due time.
+
 State is persisted (``config/popState.json``) so that offsets, attempts and
 invisible times survive a restart; after a crash at most what changed since the
 last persist is delivered again.
@@ -19,6 +25,7 @@ retention bring it down (RocketMQ's popInflightMessageThreshold).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import threading
@@ -51,6 +58,8 @@ class InFlight:
     attempt: int
     retrieve_time: int
     invisible_time: int
+    # Its move to the dead-letter topic is under way (not persisted: redone after a restart).
+    moving: bool = False
 
     @property
     def visible_at(self) -> int:
@@ -90,6 +99,16 @@ class PopError(Exception):
     """An ack or change of invisible time that does not match a delivery in flight."""
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _DeadLetter:
+    """A delivery that used up its attempts, to be moved to its group's DLQ topic."""
+
+    group: str
+    state: QueueState
+    entry: InFlight
+    message: StoredMessage
+
+
 class PopService:
     def __init__(
         self,
@@ -117,6 +136,8 @@ class PopService:
         self._lock = threading.RLock()
         self._queues: dict[tuple[str, str, int], QueueState] = {}
         self._dirty = False
+        # Found by pop(), moved by move_due_dead_letters() (outside the lock).
+        self._due_dead_letters: list[_DeadLetter] = []
 
     # -- state --------------------------------------------------------------
 
@@ -235,6 +256,8 @@ class PopService:
             if len(result) >= wanted:
                 break
             entry = state.in_flight[offset]
+            if entry.moving:
+                continue  # on its way to the dead-letter topic
             if entry.visible_at > now:
                 if fifo:
                     break  # later messages of the queue wait for this one
@@ -244,12 +267,8 @@ class PopService:
                 del state.in_flight[offset]  # gone with retention
                 continue
             if entry.attempt >= self.max_attempts:
-                try:
-                    self._to_dead_letter(group, message, entry.attempt)
-                except PopError as exc:
-                    log.error("%s; it stays in flight", exc)
-                    continue
-                del state.in_flight[offset]
+                entry.moving = True
+                self._due_dead_letters.append(_DeadLetter(group, state, entry, message))
                 continue
             entry.attempt += 1
             entry.retrieve_time = now
@@ -348,35 +367,67 @@ class PopService:
                 message, queue_id, offset, entry.attempt, entry.retrieve_time, invisible_ms
             )
 
-    def forward_to_dead_letter(
+    async def forward_to_dead_letter(
         self, group: str, topic: str, queue_id: int, offset: int, retrieve_time: int
     ) -> None:
+        """Move one delivery in flight to the group's DLQ topic now (the client gave up)."""
         with self._lock:
             state, entry = self._entry(group, topic, queue_id, offset, retrieve_time)
+            if entry.moving:
+                raise PopError(f"{topic}/{queue_id}/{offset} is being moved to the DLQ already")
             message = self._read(topic, queue_id, offset)
-            if message is not None:
-                self._to_dead_letter(group, message, entry.attempt)
-            del state.in_flight[offset]
+            if message is None:
+                del state.in_flight[offset]  # gone with retention
+                self._dirty = True
+                return
+            entry.moving = True
+        await self._move(_DeadLetter(group, state, entry, message))
+
+    async def move_due_dead_letters(self) -> None:
+        """Move the deliveries pop() found out of attempts; a failed move stays in flight."""
+        with self._lock:
+            due, self._due_dead_letters = self._due_dead_letters, []
+        for dead in due:
+            try:
+                await self._move(dead)
+            except PopError as exc:
+                log.error("%s; it stays in flight", exc)
+
+    async def _move(self, dead: _DeadLetter) -> None:
+        try:
+            await self._to_dead_letter(dead.group, dead.message, dead.entry.attempt)
+        except BaseException:
+            with self._lock:
+                dead.entry.moving = False
+            raise
+        with self._lock:
+            offset = dead.entry.offset
+            # Unless an ack took it meanwhile (then the DLQ holds a copy of an acked one).
+            if dead.state.in_flight.get(offset) is dead.entry:
+                del dead.state.in_flight[offset]
             self._dirty = True
 
-    def _to_dead_letter(self, group: str, message: StoredMessage, attempts: int) -> None:
+    async def _to_dead_letter(self, group: str, message: StoredMessage, attempts: int) -> None:
         topic = prop.dlq_topic(group)
-        self._ensure_dlq_topic(topic)
+        # Creating it writes topics.json: not on the event loop.
+        await asyncio.to_thread(self._ensure_dlq_topic, topic)
         properties = dict(message.properties)
         properties[prop.DLQ_ORIGIN_TOPIC] = message.topic
         properties[prop.DLQ_ORIGIN_MESSAGE_ID] = message.unique_id
-        result = self._store.put_message(
-            Message(
-                topic=topic,
-                body=message.body,
-                queue_id=0,
-                properties=properties,
-                flag=message.flag,
-                sys_flag=message.sys_flag,
-                born_timestamp=message.born_timestamp,
-                born_host=message.born_host,
-                reconsume_times=attempts,
-            )
+        result = await self._store.put_messages_async(
+            [
+                Message(
+                    topic=topic,
+                    body=message.body,
+                    queue_id=0,
+                    properties=properties,
+                    flag=message.flag,
+                    sys_flag=message.sys_flag,
+                    born_timestamp=message.born_timestamp,
+                    born_host=message.born_host,
+                    reconsume_times=attempts,
+                )
+            ]
         )
         if result.status is not PutStatus.PUT_OK:
             # Keep it in flight: it is retried at its next due time.

@@ -13,10 +13,15 @@ skiff.records.v1, skiff.admin.v1) is wrapped by :func:`rpc_boundary`:
 
 A server-streaming method (:func:`rpc_stream_boundary`) keeps what it already
 sent; the answer to its failure is its last response.
+
+A plain (not async) handler runs on the event loop, so it must not wait for the
+disk or the network; one that does (writes a state file with fsync, reads what
+may not be in memory) is declared ``off_loop`` and runs in a worker thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import logging
@@ -48,22 +53,30 @@ def rpc_boundary(
     *,
     expected: tuple[type[Exception], ...] = (),
     with_context: bool = True,
+    off_loop: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Awaitable[Any]]]:
     """Decorate a servicer method ``(self, request[, context])``, plain or async.
 
     ``with_context=False`` is for handlers that take no context (they report
-    errors only by raising).
+    errors only by raising). ``off_loop``: a plain handler that may block runs in
+    a worker thread (with the caller's context variables), never on the loop.
     """
 
     def wrap(handler: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
         name = handler.__qualname__
+        if off_loop and inspect.iscoroutinefunction(handler):
+            raise TypeError(f"{name} is async: off_loop is for plain handlers that block")
 
         @functools.wraps(handler)
         async def call(self: object, request: Any, context: grpc.aio.ServicerContext) -> Any:
             if isinstance(request, Undecodable):
                 await refuse(context, request)
             try:
-                result = handler(self, request, context) if with_context else handler(self, request)
+                args = (self, request, context) if with_context else (self, request)
+                if off_loop:
+                    result = await asyncio.to_thread(handler, *args)
+                else:
+                    result = handler(*args)
                 if inspect.isawaitable(result):
                     result = await result
                 return result

@@ -197,7 +197,10 @@ class ServerCall(grpc.aio.ServicerContext):
     def _start(self) -> None:
         base = self._connection.server.call_context
         context = None if base is None else base.copy()
-        self._task = self._connection.loop.create_task(self._run(), context=context)
+        # Named for its method: a slow-callback report then says which call held the loop.
+        self._task = self._connection.loop.create_task(
+            self._run(), name=self.request_headers.path, context=context
+        )
 
     async def _run(self) -> None:
         try:

@@ -40,6 +40,7 @@ from .clients import ClientSession
 from .health import BrokerHealth
 from .messaging_service import MessagingService, add_to_server
 from .sending import transaction_check_sender
+from .slow_callbacks import report_slow_callbacks
 
 log = logging.getLogger(__name__)
 
@@ -335,6 +336,7 @@ class BrokerServer:
         """Serve until SIGTERM or SIGINT; ``on_listening`` runs once the ports are open."""
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        report_slow_callbacks(loop, self.config.slow_callback_report_ms)
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         await self.start()

@@ -283,8 +283,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return self._receiver.change_invisible_duration(request)
 
     @_unary(spb.ForwardMessageToDeadLetterQueueResponse)
-    def ForwardMessageToDeadLetterQueue(self, request, context):
-        return self._receiver.forward_to_dead_letter(request)
+    async def ForwardMessageToDeadLetterQueue(self, request, context):
+        return await self._receiver.forward_to_dead_letter(request)
 
     @_stream(spb.PullMessageResponse)
     async def PullMessage(self, request, context):

@@ -173,6 +173,8 @@ class Receiver:
                 tag_filter,
                 fifo=fifo,
             )
+            # Those out of attempts go to the DLQ topic: a store write, awaited.
+            await pop.move_due_dead_letters()
             remaining = deadline - time.monotonic()
             if deliveries:
                 size = sum(len(d.message.body) for d in deliveries)
@@ -258,14 +260,14 @@ class Receiver:
         )
         return spb.ChangeInvisibleDurationResponse(status=OK, receipt_handle=renewed.encode())
 
-    def forward_to_dead_letter(
+    async def forward_to_dead_letter(
         self, request: spb.ForwardMessageToDeadLetterQueueRequest
     ) -> spb.ForwardMessageToDeadLetterQueueResponse:
         require_group_name(request.group.name)
         require_topic_name(request.topic.name)
         handle = ReceiptHandle.decode(request.receipt_handle)
         try:
-            self._broker.pop.forward_to_dead_letter(
+            await self._broker.pop.forward_to_dead_letter(
                 request.group.name,
                 request.topic.name,
                 handle.queue_id,

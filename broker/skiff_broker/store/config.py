@@ -154,17 +154,20 @@ class StoreConfig:
     disk_max_used_space_ratio: int = 75
     disk_space_clean_forcibly_ratio: float = 0.85
     disk_space_warning_level_ratio: float = 0.90
-    # RocketMQ's cleanFileForciblyEnable: past disk_space_clean_forcibly_ratio (or
-    # once writes are refused) delete the oldest segments whatever their age,
-    # consumed or not, with a WARNING counting them per topic. Off: keep them
-    # until they expire, and refuse writes (DISK_FULL) past the warning ratio.
+    # RocketMQ's cleanFileForciblyEnable (on there, off here): past
+    # disk_space_clean_forcibly_ratio (or once writes are refused) delete the oldest
+    # segments whatever their age, consumed or not, with a WARNING counting them per
+    # topic. Off: only segments every consuming group has read go early; the rest
+    # are kept until they expire, and writes are refused (DISK_FULL) past the
+    # warning ratio.
     clean_file_forcibly_enable: bool = option(
-        True,
+        False,
         "--clean-file-forcibly",
         "SKIFF_CLEAN_FILE_FORCIBLY",
         "When the disk passes 85% use, delete the oldest segments even if unexpired and "
-        "unconsumed (logged per topic as a WARNING); off keeps them and refuses writes "
-        "(DISK_FULL) past 90% (RocketMQ's cleanFileForciblyEnable).",
+        "unconsumed (logged per topic as a WARNING; RocketMQ's cleanFileForciblyEnable). "
+        "Off (the default): only segments every consuming group has read go early, and "
+        "writes are refused (DISK_FULL) past 90% until consumers catch up.",
     )
     clean_resource_interval: float = 10.0
     delete_commit_log_files_interval: float = 0.1

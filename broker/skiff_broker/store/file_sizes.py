@@ -39,12 +39,29 @@ def _one_size(directory: str, names: list[str], what: str) -> int | None:
 
 
 def commit_log_segment_size(data_dir: str) -> int | None:
-    """The segments' size, or None when there is no segment yet."""
+    """The segments' size, or None when there is no segment yet.
+
+    A segment can only lose bytes (cut short by a copy or a file system), never gain
+    them: where sizes differ, the size is the largest, which the segments' names (the
+    offsets of their first bytes) must space them by. The short ones are zero-extended
+    when the commit log is loaded and recovered up to their last valid record.
+    """
     directory = os.path.join(data_dir, "commitlog")
     if not os.path.isdir(directory):
         return None
-    names = [n for n in os.listdir(directory) if _is_segment_name(n, 20)]
-    return _one_size(directory, names, "commit-log segment")
+    names = sorted(n for n in os.listdir(directory) if _is_segment_name(n, 20))
+    sizes = {os.path.getsize(os.path.join(directory, name)) for name in names}
+    if len(sizes) <= 1:
+        return sizes.pop() if sizes else None
+    size = max(sizes)
+    starts = [int(name) for name in names]
+    if any(start % size for start in starts):
+        raise StoreError(
+            f"commit-log segment files in {directory} have different sizes ({sorted(sizes)}) "
+            f"and names that are not multiples of the largest, {size}; a store's segments "
+            "all have one size: restore the odd one from a backup or move it away"
+        )
+    return size
 
 
 def consume_queue_units_per_file(data_dir: str) -> int | None:

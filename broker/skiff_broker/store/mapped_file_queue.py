@@ -6,6 +6,7 @@ first byte, so the segment holding any offset is found by arithmetic.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import logging
 import os
@@ -13,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from .errors import StoreCorruptError
+from .errors import DiskFullError, StoreCorruptError
 from .mapped_file import MappedFile, is_reserved, reserve_file, segment_name
 from .segment_allocator import SegmentAllocator
 from .transient_store_pool import TransientStorePool
@@ -42,6 +43,8 @@ class MappedFileQueue:
         self.committed_where = 0
         # fdatasync calls made, for the fsyncs-per-message figure.
         self.flush_count = 0
+        # Segments found cut short by the last load(): (path, size it had).
+        self.extended_segments: list[tuple[str, int]] = []
 
     def use_allocator(self, allocator: SegmentAllocator | None) -> None:
         """Have new segments made by ``allocator`` (which prepares each one's successor).
@@ -63,8 +66,11 @@ class MappedFileQueue:
             elif name.isdigit() and len(name) == 20:
                 names.append(name)
         files = []
+        self.extended_segments = []
         for name in sorted(names):
-            mf = MappedFile(os.path.join(self.directory, name), self.file_size)
+            path = os.path.join(self.directory, name)
+            self._extend_if_short(path)
+            mf = MappedFile(path, self.file_size)
             mf.set_positions(self.file_size)
             files.append(mf)
         for before, after in itertools.pairwise(files):
@@ -76,6 +82,40 @@ class MappedFileQueue:
                     os.path.basename(after.path),
                 )
         self._files = tuple(files)
+
+    def _extend_if_short(self, path: str) -> None:
+        """Give a segment that was cut short its full size back, as zero bytes.
+
+        Its records up to the cut stay where they were; recovery then sees the zeros
+        as where its valid data stops (``extended_segments`` tells it to check).
+        Blocks are allocated, not left sparse: the last segment may be written to.
+        """
+        size = os.path.getsize(path)
+        if size >= self.file_size:
+            return  # a longer one is refused when it is opened
+        fd = os.open(path, os.O_RDWR)
+        try:
+            try:
+                os.posix_fallocate(fd, size, self.file_size - size)
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise DiskFullError(
+                        f"segment {path} is {size} bytes, shorter than the segments' "
+                        f"{self.file_size}, and there is no space to extend it: free disk "
+                        "space and start again (its records are kept)"
+                    ) from exc
+                raise
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self.extended_segments.append((path, size))
+        log.warning(
+            "segment %s was %d bytes, shorter than the segments' %d (cut short): "
+            "zero-extended; its records up to the cut are kept and checked",
+            path,
+            size,
+            self.file_size,
+        )
 
     # -- segments -----------------------------------------------------------
 

@@ -50,7 +50,9 @@ from .results import PutResult, StoreStats
 from .retention import (
     ConsumerProgress,
     DiskState,
+    EarlyDeletion,
     RetentionService,
+    consumed_below,
     unread_below,
     warn_deleted_unread,
 )
@@ -259,6 +261,10 @@ class MessageStore:
             # whatever the last exit was (see IndexService.load).
             self.index.load(True, 0)
         end_before = self.commit_log.queue.max_wrote_offset
+        if self.commit_log.queue.extended_segments:
+            # A clean end says nothing of a segment cut short since: check every record,
+            # and every unit against the record it points at.
+            scan_everything = True
         recovered = recover_commit_log(
             self.commit_log.queue,
             self.checkpoint,
@@ -578,7 +584,9 @@ class MessageStore:
 
         Never deletes the segment being written, nor past what is flushed and dispatched.
         """
-        deleted = self._delete_expired_commit_log(regardless_of_age)
+        deleted = self._delete_expired_commit_log(
+            EarlyDeletion.FORCIBLY if regardless_of_age else EarlyDeletion.NONE
+        )
         self._delete_expired_logic_files()
         return deleted
 
@@ -624,20 +632,36 @@ class MessageStore:
         self.checkpoint.index_msg_timestamp = logics_stamp
         self.checkpoint.flush()
 
-    def _delete_expired_commit_log(self, clean_immediately: bool) -> int:
+    def _delete_expired_commit_log(self, early: EarlyDeletion) -> int:
         config = self.config
+        queue = self.commit_log.queue
         deleted_below = self.commit_log.min_offset
-        deleted = self.commit_log.queue.delete_expired_by_time(
-            config.file_reserved_time_hours * 3600,
-            interval=config.delete_commit_log_files_interval,
-            clean_immediately=clean_immediately,
-            batch_max=config.delete_files_batch_max,
-            deletable_below=min(self.commit_log.flushed_offset, self.dispatcher.reput_offset),
-        )
-        if deleted and clean_immediately:
-            new_min = self.commit_log.min_offset
-            unread = unread_below(self.consume_queues, new_min, self.consumer_progress)
-            warn_deleted_unread(deleted_below, new_min, unread)
+        written_out = min(self.commit_log.flushed_offset, self.dispatcher.reput_offset)
+
+        def delete(clean_immediately: bool, deletable_below: int, batch_max: int) -> int:
+            return queue.delete_expired_by_time(
+                config.file_reserved_time_hours * 3600,
+                interval=config.delete_commit_log_files_interval,
+                clean_immediately=clean_immediately,
+                batch_max=batch_max,
+                deletable_below=deletable_below,
+            )
+
+        if early is EarlyDeletion.FORCIBLY:
+            deleted = delete(True, written_out, config.delete_files_batch_max)
+            if deleted:
+                new_min = self.commit_log.min_offset
+                unread = unread_below(self.consume_queues, new_min, self.consumer_progress)
+                warn_deleted_unread(deleted_below, new_min, unread)
+            return deleted
+        deleted = delete(False, written_out, config.delete_files_batch_max)
+        if early is EarlyDeletion.CONSUMED and deleted < config.delete_files_batch_max:
+            # Read after the expired ones went: a queue's first unit may still name
+            # a deleted record, which only lowers the bound.
+            consumed = consumed_below(self.consume_queues, self.consumer_progress)
+            deleted += delete(
+                True, min(written_out, consumed), config.delete_files_batch_max - deleted
+            )
         return deleted
 
     def _delete_expired_logic_files(self) -> None:

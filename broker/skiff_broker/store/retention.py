@@ -2,22 +2,29 @@
 
 Like RocketMQ's clean services: segments older than ``file_reserved_time`` go
 at the ``delete_when`` hour; past ``disk_max_used_space_ratio`` they go at any
-hour; past ``disk_space_clean_forcibly_ratio`` the oldest go whatever their
-age, if ``clean_file_forcibly_enable`` (RocketMQ's ``cleanFileForciblyEnable``,
-on by default); past ``disk_space_warning_level_ratio`` writes are refused until
-cleaning (or the operator) brings use back under it. Consume-queue and index
-files follow the commit log's minimum offset.
+hour; past ``disk_space_warning_level_ratio`` writes are refused (DISK_FULL)
+until cleaning (or the operator) brings use back under it. Consume-queue and
+index files follow the commit log's minimum offset.
 
-Deleting segments before their time may delete messages no consumer has read:
-the store logs that as a WARNING with counts per topic. With forcible cleaning
-off nothing unexpired is deleted, and a full disk refuses writes instead.
+Past ``disk_space_clean_forcibly_ratio`` (or once writes are refused) the oldest
+segments go before their time, but by default only those every reader is done
+with: a segment goes when every group that consumes a topic in it has consumed
+all of that topic's messages in it. A queue no group has read keeps its
+segments until they expire. Invariant: by default nothing acknowledged that a
+group has not consumed is deleted before ``file_reserved_time``.
+
+``clean_file_forcibly_enable`` (RocketMQ's ``cleanFileForciblyEnable``, on by
+default there, off here) deletes the oldest segments consumed or not; the store
+logs what that took from readers as a WARNING with counts per topic.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable
 
@@ -68,6 +75,14 @@ class DiskState:
     full: bool = False
 
 
+class EarlyDeletion(enum.Enum):
+    """What may go before its time when the disk is nearly full."""
+
+    NONE = "none"
+    CONSUMED = "consumed"  # segments every consuming group is done with
+    FORCIBLY = "forcibly"  # the oldest, consumed or not
+
+
 class RetentionService(ServiceThread):
     name = "retention"
 
@@ -75,7 +90,7 @@ class RetentionService(ServiceThread):
         self,
         config: StoreConfig,
         *,
-        delete_commit_log: Callable[[bool], int],
+        delete_commit_log: Callable[[EarlyDeletion], int],
         delete_logic_files: Callable[[], None],
         on_disk_state: Callable[[DiskState], None],
         clock: Callable[[], float] = time.time,
@@ -98,30 +113,81 @@ class RetentionService(ServiceThread):
         state = self.check_disk()
         config = self._config
         # Once writes are refused, waiting for files to age would refuse them for
-        # days: clean regardless of age even if the forcible ratio is set higher,
-        # unless the operator chose to keep unexpired messages over accepting writes.
-        clean_immediately = config.clean_file_forcibly_enable and (
-            state.full or state.ratio > config.disk_space_clean_forcibly_ratio
-        )
+        # days: delete early even if the forcible ratio is set higher. What may go
+        # early is what every reader is done with, unless the operator chose to
+        # accept writes over keeping unconsumed messages.
+        pressed = state.full or state.ratio > config.disk_space_clean_forcibly_ratio
+        early = EarlyDeletion.NONE
+        if pressed:
+            early = (
+                EarlyDeletion.FORCIBLY
+                if config.clean_file_forcibly_enable
+                else EarlyDeletion.CONSUMED
+            )
         space_to_delete = state.ratio > config.disk_max_used_space_ratio / 100
         hour = time.localtime(self._clock()).tm_hour
         if (
             is_delete_hour(config.delete_when, hour)
             or space_to_delete
-            or clean_immediately
+            or pressed
             or self.manual_delete
         ):
             self.manual_delete = False
-            deleted = self._delete_commit_log(clean_immediately)
+            deleted = self._delete_commit_log(early)
             if deleted:
                 log.info(
                     "deleted %d commit-log segments (disk %.0f%% used%s)",
                     deleted,
                     state.ratio * 100,
-                    ", cleaning regardless of age" if clean_immediately else "",
+                    _EARLY_NOTES[early],
                 )
                 self.check_disk()
         self._delete_logic_files()
+
+
+_EARLY_NOTES = {
+    EarlyDeletion.NONE: "",
+    EarlyDeletion.CONSUMED: ", early where every consuming group had read them",
+    EarlyDeletion.FORCIBLY: ", cleaning regardless of age",
+}
+
+
+# -- what consumers are done with ---------------------------------------------
+
+
+def consumed_below(queues: Iterable[ConsumeQueue], progress: ConsumerProgress | None) -> int:
+    """The commit-log offset below which every record some queue points at is consumed.
+
+    A queue's records count as consumed up to the lowest committed offset of the
+    groups that consume its topic; a queue no group consumes has consumed nothing
+    (its first record bounds the result). Records of no queue do not bound it. The
+    result is ``sys.maxsize`` when every queue is read to its end.
+    """
+    bound = sys.maxsize
+    for cq in queues:
+        first, end = cq.min_offset, cq.max_offset
+        if end <= first:
+            continue
+        groups = _groups_of(progress, cq.topic, cq.queue_id)
+        # -1: a group of the topic that never committed on this queue read none of it.
+        read_to = max(first, min(groups.values())) if groups else first
+        if read_to >= end:
+            continue
+        physical = _physical_at_or_after(cq, read_to)
+        if physical is not None:
+            bound = min(bound, physical)
+    return bound
+
+
+def _physical_at_or_after(cq: ConsumeQueue, queue_offset: int) -> int | None:
+    """The commit-log offset of the first unit from ``queue_offset`` on, None if none."""
+    end = cq.max_offset
+    while queue_offset < end:
+        units = cq.read_units(queue_offset, 1)
+        if units:
+            return units[0][0]
+        queue_offset += 1  # a blank unit
+    return None
 
 
 # -- what deleting before their time took ------------------------------------
@@ -179,9 +245,9 @@ def warn_deleted_unread(old_min: int, new_min: int, by_topic: dict[str, Unread])
     )
     log.warning(
         "disk nearly full: deleted commit log %d..%d regardless of age, with %d messages "
-        "not yet consumed (%s); set clean_file_forcibly_enable off (skiff broker "
-        "--no-clean-file-forcibly) to refuse writes instead, or give the data directory "
-        "a larger disk",
+        "not yet consumed (%s), because clean_file_forcibly_enable is on; turn it off "
+        "(skiff broker --no-clean-file-forcibly, the default) to refuse writes instead, "
+        "or give the data directory a larger disk",
         old_min,
         new_min,
         sum(u.messages for u in by_topic.values()),

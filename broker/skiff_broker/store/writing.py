@@ -173,21 +173,22 @@ class StoreWriter:
 
     def _disk_full_reason(self) -> str:
         config = self.config
+        limit = (
+            f"disk {self._disk.ratio:.0%} full (limit {config.disk_space_warning_level_ratio:.0%})"
+        )
         if config.clean_file_forcibly_enable:
-            cleaning = (
-                "retention is deleting the oldest flushed segments, consumed or not; "
-                "writes resume once space is freed"
-            )
-        else:
-            cleaning = (
-                "messages are kept until they expire (clean_file_forcibly_enable is off: "
-                "skiff broker --clean-file-forcibly lets retention delete the oldest "
-                "unconsumed ones instead)"
+            return (
+                f"{limit}; retention is deleting the oldest flushed segments, consumed or "
+                "not; writes resume once space is freed; give the data directory a larger "
+                "disk or lower --file-reserved-hours"
             )
         return (
-            f"disk {self._disk.ratio:.0%} full (limit {config.disk_space_warning_level_ratio:.0%})"
-            f"; {cleaning}; give the data directory a larger disk or lower "
-            "--file-reserved-hours"
+            f"{limit}; messages not yet consumed are kept until they expire "
+            "(--file-reserved-hours), and writes resume once space is freed: retention "
+            "deletes the oldest segments once every consuming group has read them; "
+            "give the data directory a larger disk, or start the broker with "
+            "--clean-file-forcibly to let retention delete the oldest unconsumed "
+            "messages instead"
         )
 
     # -- appending ----------------------------------------------------------

@@ -9,7 +9,6 @@ import pytest
 from skiff_broker.ha.epoch_file import (
     EpochEntry,
     EpochFile,
-    EpochFileError,
     consistent_point,
 )
 
@@ -35,14 +34,52 @@ def test_a_new_term_never_reuses_a_number_heard_of(tmp_path: Path) -> None:
     assert epochs.new_term(800, above=2) == EpochEntry(3, 800)
 
 
-def test_a_damaged_file_stops_with_what_to_do(tmp_path: Path) -> None:
+def test_a_damaged_file_is_read_from_its_backup_and_never_reuses_a_term(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     path = tmp_path / "epoch"
     epochs = EpochFile(str(path))
     epochs.new_term(0)
     epochs.new_term(100)
+    # The .bak holds the version before the newest term.
+    assert (tmp_path / "epoch.bak").read_text().splitlines()[2:] == ["1-0"]
     path.write_text(path.read_text().replace("2-100", "2-999"))
-    with pytest.raises(EpochFileError, match=r"damaged.*delete it together with the commit log"):
-        EpochFile(str(path)).load()
+    again = EpochFile(str(path))
+    with caplog.at_level("WARNING"):
+        again.load()
+    assert again.entries == [EpochEntry(1, 0)]
+    assert "read its previous version" in caplog.text
+    # Term 2 may have been used: the next one is 3.
+    assert again.new_term(500) == EpochEntry(3, 500)
+    # The damaged version did not become the .bak; the new one is whole.
+    assert (tmp_path / "epoch.bak").read_text().splitlines()[2:] == ["1-0"]
+    reread = EpochFile(str(path))
+    reread.load()
+    assert reread.entries == [EpochEntry(1, 0), EpochEntry(3, 500)]
+
+
+@pytest.mark.parametrize("damage", ["empty", "garbage", "flipped"])
+def test_when_neither_copy_can_be_read_the_log_is_one_term_above_every_legible_epoch(
+    tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "epoch"
+    epochs = EpochFile(str(path))
+    for start in (0, 100, 200):
+        epochs.new_term(start)
+    for copy in (path, tmp_path / "epoch.bak"):
+        if damage == "empty":
+            copy.write_bytes(b"")
+        elif damage == "garbage":
+            copy.write_bytes(bytes(range(50)))
+        else:
+            copy.write_text(copy.read_text().replace("2-100", "2-107"))
+    again = EpochFile(str(path))
+    with caplog.at_level("WARNING"):
+        again.load()
+    assert again.entries == []
+    assert "rebuilt from the commit log" in caplog.text
+    # Epochs 2 and 3 are still legible in the flipped copies.
+    assert again.new_term(0).epoch == (4 if damage == "flipped" else 1)
 
 
 def test_replace_and_truncate_keep_the_file_in_step(tmp_path: Path) -> None:

@@ -637,6 +637,7 @@ def test_disk_use_past_the_cleaning_ratios_deletes_regardless_of_age(
         tmpfs / "store",
         flush_type=FlushType.ASYNC_FLUSH,
         delete_when="04",
+        clean_file_forcibly_enable=True,
         disk_space_clean_forcibly_ratio=forcibly,
         disk_space_warning_level_ratio=warning,
         # The flusher never runs on its own: the test decides what is flushed.
@@ -750,10 +751,11 @@ def test_a_consume_queue_file_that_cannot_be_allocated_refuses_the_write_unstore
         assert_readable(store, producer.sent)
 
 
-def test_with_forcible_cleaning_off_a_full_disk_keeps_messages_and_refuses_writes(
+def test_by_default_a_full_disk_keeps_unconsumed_messages_and_refuses_writes(
     tmpfs: Path,
 ) -> None:
-    config = tmpfs_config(tmpfs / "store", clean_file_forcibly_enable=False)
+    config = tmpfs_config(tmpfs / "store")
+    assert not config.clean_file_forcibly_enable
     with MessageStore(config) as store:
         producer = Producer(store, body_size=4 * KiB)
         producer.fill_segments(4, batch=2)
@@ -775,11 +777,50 @@ def test_with_forcible_cleaning_off_a_full_disk_keeps_messages_and_refuses_write
         assert_readable(store, producer.sent)
 
 
+def test_by_default_a_full_disk_deletes_early_only_what_every_group_consumed(
+    tmpfs: Path,
+) -> None:
+    config = tmpfs_config(tmpfs / "store")
+    with MessageStore(config) as store:
+        producer = Producer(store, body_size=4 * KiB)
+        producer.fill_segments(4, batch=2)
+        wait_readable(store, producer.sent)
+        wait_prepared_segment(store)
+        segments = list(store.commit_log.queue.files)
+        wait_flushed_to(store, segments[-1].file_from_offset)
+        # The first message of queue 1 in the third segment is the oldest one that
+        # "late" has not consumed; "done" read everything.
+        third = segments[2].file_from_offset
+        first_unread = min(
+            (s for s in producer.sent if s.queue_id == 1 and s.physical_offset >= third),
+            key=lambda s: s.queue_offset,
+        )
+        late = {0: store.max_offset(TOPIC, 0), 1: first_unread.queue_offset}
+        store.consumer_progress = lambda topic, queue_id: {
+            "done": store.max_offset(topic, queue_id),
+            "late": late[queue_id],
+        }
+        make_filler(tmpfs / "filler", filler_to_reach(tmpfs, 0.95))
+
+        retention_for(store, hour=12).step()
+
+        # The two segments every group had read went; the one with "late"'s next
+        # message stays, and so does everything after it.
+        assert [os.path.exists(mf.path) for mf in segments] == [False, False, True, True]
+        assert store.commit_log.min_offset == third
+        assert_readable(store, [s for s in producer.sent if s.physical_offset >= third])
+
+        # A topic no group consumes has read nothing: nothing more may go early.
+        store.consumer_progress = lambda topic, queue_id: {}
+        retention_for(store, hour=12).step()
+        assert store.commit_log.min_offset == third
+
+
 def test_deleting_unexpired_messages_warns_with_counts_per_topic_and_unread_groups(
     tmpfs: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    config = tmpfs_config(tmpfs / "store")
-    assert config.clean_file_forcibly_enable  # RocketMQ's default
+    # RocketMQ's default, Skiff's opt-in.
+    config = tmpfs_config(tmpfs / "store", clean_file_forcibly_enable=True)
     with MessageStore(config) as store:
         producer = Producer(store, body_size=4 * KiB)
         producer.fill_segments(4, batch=2)
