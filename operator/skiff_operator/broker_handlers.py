@@ -75,7 +75,7 @@ async def _reconcile_broker(
     broker_spec = BrokerSpec.from_manifest(spec)
     identity = BrokerIdentity(name, namespace, str(body.metadata.uid))
 
-    cluster = render_cluster(identity)
+    cluster = render_cluster(identity, broker_spec)
     clash = await _name_clash(api, cluster.bootstrap_service, identity)
     if clash:
         _set_ready(patch, conditions, False, "ApplyFailed", clash, generation)
@@ -158,7 +158,14 @@ async def _apply_pod_monitor(api: KubeApi, spec: BrokerSpec, broker: BrokerIdent
             "PodMonitor kind: install the Prometheus Operator (or its CRDs), or scrape port "
             "5557 (metrics) of the broker pods yourself"
         )
-    return f"PodMonitor {pod_monitor_name(broker.name)} scrapes port metrics of every broker pod"
+    made = f"PodMonitor {pod_monitor_name(broker.name)} scrapes port metrics of every broker pod"
+    if not spec.metrics.allow_from:
+        # Made all the same: naming the scrapers later needs no second step.
+        return (
+            f"{made}, but spec.metrics.allowFrom names no one, so the brokers serve /metrics "
+            "on their loopback only: add Prometheus's namespaceSelector and podSelector there"
+        )
+    return made
 
 
 async def _name_clash(api: KubeApi, service: Mapping[str, Any], broker: BrokerIdentity) -> str:
