@@ -100,7 +100,9 @@ async def _reconcile_broker(
             if group.network_policy is None:
                 # Turned off: a policy applied earlier would keep fencing the pods.
                 await api.delete("NetworkPolicy", namespace, network_policy_name(name, group.index))
-        patch.status["podMonitor"] = await _apply_pod_monitor(api, broker_spec, identity)
+        patch.status["podMonitor"] = await _apply_pod_monitor(
+            api, broker_spec, identity, bool(state.config.render_settings().scrapers(broker_spec))
+        )
     except KubeApiError as exc:
         _set_ready(patch, conditions, False, "ApplyFailed", exc.message, generation)
         raise kopf.TemporaryError(
@@ -135,7 +137,9 @@ async def _ensure_certificate(
     return await ensure_certificate(state.api, identity, spec, state.config.cluster_domain, now)
 
 
-async def _apply_pod_monitor(api: KubeApi, spec: BrokerSpec, broker: BrokerIdentity) -> str:
+async def _apply_pod_monitor(
+    api: KubeApi, spec: BrokerSpec, broker: BrokerIdentity, scraped: bool
+) -> str:
     """Make (or remove) the Broker's PodMonitor; what became of it, for status.podMonitor.
 
     The kind exists only where the Prometheus Operator's CRDs are installed; without
@@ -159,11 +163,12 @@ async def _apply_pod_monitor(api: KubeApi, spec: BrokerSpec, broker: BrokerIdent
             "5557 (metrics) of the broker pods yourself"
         )
     made = f"PodMonitor {pod_monitor_name(broker.name)} scrapes port metrics of every broker pod"
-    if not spec.metrics.allow_from:
+    if not scraped:
         # Made all the same: naming the scrapers later needs no second step.
         return (
-            f"{made}, but spec.metrics.allowFrom names no one, so the brokers serve /metrics "
-            "on their loopback only: add Prometheus's namespaceSelector and podSelector there"
+            f"{made}, but spec.metrics.allowFrom names no one (nor does the operator's "
+            "--metrics-allow-from), so the brokers serve /metrics on their loopback only: add "
+            "Prometheus's namespaceSelector and podSelector there"
         )
     return made
 

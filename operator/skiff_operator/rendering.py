@@ -15,10 +15,10 @@ stable per-pod DNS names, a client Service in front of whichever pod labels itse
 NodePort or LoadBalancer Service in front of the master, and (unless
 ``spec.networkPolicy.enabled`` is false) a NetworkPolicy fencing the group's pods: the
 client ports open to anyone, the replication port only to the group's own pods, the
-metrics port only to the peers ``spec.metrics.allowFrom`` names (none by default: then
-/metrics is bound on the pod's loopback), no other port. It is per group because a
-policy cannot say "the same group as the pod it protects": one per Broker would let any
-group's pods reach every group's replication port.
+metrics port only to the peers ``spec.metrics.allowFrom`` (or the operator's default)
+names (none by default: then /metrics is bound on the pod's loopback), no other port. It
+is per group because a policy cannot say "the same group as the pod it protects": one
+per Broker would let any group's pods reach every group's replication port.
 
 TLS (``spec.tls``): the pods mount one Secret with the certificate read-only at
 ``/etc/skiff/tls`` and point SKIFF_TLS_CERT/KEY/CA at its files. Only the Secret's name
@@ -53,6 +53,7 @@ from skiff_broker.wire.store_sizes import (
 from . import API_VERSION
 from .broker_spec import BrokerSpec, CertificateSource
 from .certificates import CertificateContents, KeyPair
+from .metrics_access import scrapers
 from .naming import (
     ADMIN_ACCESS_KEY,
     ADMIN_SECRET_KEY,
@@ -115,6 +116,12 @@ class RenderSettings:
 
     default_image: str = "skiff/broker:0.1.0"
     cluster_domain: str = "cluster.local"
+    # Who may scrape /metrics of Brokers whose spec.metrics.allowFrom names nobody.
+    metrics_allow_from: tuple[Mapping[str, Any], ...] = ()
+
+    def scrapers(self, spec: BrokerSpec) -> tuple[Mapping[str, Any], ...]:
+        """The peers admitted to the metrics port of a Broker with ``spec``."""
+        return scrapers(spec.metrics.allow_from, self.metrics_allow_from)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -353,7 +360,7 @@ def broker_settings(
         "SKIFF_ROLE": "LEASE",
         "SKIFF_LEASE_DURATION": str(spec.lease_duration_seconds),
         "SKIFF_HA_LISTEN": f"0.0.0.0:{HA_PORT}",
-        "SKIFF_METRICS_LISTEN": metrics_listen(spec),
+        "SKIFF_METRICS_LISTEN": metrics_listen(render.scrapers(spec)),
         "SKIFF_REPLICATION_MODE": spec.replication_mode,
         "SKIFF_TLS_MODE": spec.tls.mode,
         # `skiff broker` defaults to a laptop's sizes; pods get RocketMQ's production ones.
@@ -376,15 +383,15 @@ def broker_settings(
     return dict(sorted(settings.items()))
 
 
-def metrics_listen(spec: BrokerSpec) -> str:
+def metrics_listen(admitted: tuple[Mapping[str, Any], ...]) -> str:
     """Where the brokers serve /metrics: the pod's loopback unless someone is let in.
 
     The metrics name every topic and consumer group. Bound on loopback, nothing but the
-    pod itself reaches them, whatever the cluster's network plugin enforces; with
-    ``spec.metrics.allowFrom`` the port listens on the pod's address and the group's
-    NetworkPolicy admits only those peers.
+    pod itself reaches them, whatever the cluster's network plugin enforces; with peers
+    ``admitted`` the port listens on the pod's address and the group's NetworkPolicy
+    admits only those peers.
     """
-    host = "0.0.0.0" if spec.metrics.allow_from else "127.0.0.1"
+    host = "0.0.0.0" if admitted else "127.0.0.1"
     return f"{host}:{METRICS_PORT}"
 
 
@@ -486,7 +493,9 @@ def render_group(
         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": dict(selector)}},
     }
     network_policy = (
-        _network_policy(spec, broker, index, metadata) if spec.network_policy.enabled else None
+        _network_policy(spec, broker, index, metadata, render.scrapers(spec))
+        if spec.network_policy.enabled
+        else None
     )
     return GroupManifests(
         index, name, config_map, headless, client, stateful_set, budget, external, network_policy
@@ -498,9 +507,10 @@ def _network_policy(
     broker: BrokerIdentity,
     index: int,
     metadata: Callable[[str], dict[str, Any]],
+    admitted: tuple[Mapping[str, Any], ...],
 ) -> dict[str, Any]:
     """Ingress to the group's pods: client ports from anywhere, replication from the group,
-    metrics only from the peers ``spec.metrics.allowFrom`` names.
+    metrics only from the peers ``admitted`` (see metrics_access).
 
     Egress stays open: the brokers call DNS, the API server (their Lease) and other
     groups' brokers on the client port.
@@ -519,11 +529,11 @@ def _network_policy(
             "ports": [{"protocol": "TCP", "port": HA_PORT}],
         },
     ]
-    if spec.metrics.allow_from:
+    if admitted:
         # Only the scrapers the user named; without any, no rule (and a loopback bind).
         ingress.append(
             {
-                "from": [dict(peer) for peer in spec.metrics.allow_from],
+                "from": [dict(peer) for peer in admitted],
                 "ports": [{"protocol": "TCP", "port": METRICS_PORT}],
             }
         )

@@ -8,6 +8,8 @@ import subprocess
 import yaml
 from tests.support.kube_control_plane import REPO_ROOT, ControlPlane
 
+from skiff_operator.metrics_access import parse_allow_from
+
 CHART = str(REPO_ROOT / "charts" / "skiff")
 
 
@@ -215,3 +217,27 @@ def test_kubectl_apply_of_the_examples(crds: ControlPlane) -> None:
     cluster = crds.get("broker", "orders", "examples")
     assert cluster is not None
     assert cluster["spec"]["externalAccess"]["nodePortBase"] == 30911
+
+
+def test_the_chart_names_the_scrapers_of_every_brokers_metrics(
+    control_plane: ControlPlane,
+) -> None:
+    def operator_env(*values: str) -> dict[str, str]:
+        (deployment,) = [
+            d for d in rendered_kinds(control_plane, *values) if d["kind"] == "Deployment"
+        ]
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        return {e["name"]: e.get("value", "") for e in container["env"]}
+
+    # By default nobody: the operator gets no scrapers and the brokers bind loopback.
+    assert "SKIFF_OPERATOR_METRICS_ALLOW_FROM" not in operator_env()
+    env = operator_env(
+        "--set", "metrics.allowFrom[0].namespaceSelector.matchLabels.team=obs",
+        "--set", "metrics.allowFrom[0].podSelector.matchLabels.app=prometheus",
+    )  # fmt: skip
+    assert parse_allow_from(env["SKIFF_OPERATOR_METRICS_ALLOW_FROM"]) == (
+        {
+            "namespaceSelector": {"matchLabels": {"team": "obs"}},
+            "podSelector": {"matchLabels": {"app": "prometheus"}},
+        },
+    )

@@ -375,6 +375,22 @@ def test_without_named_scrapers_no_rule_admits_the_metrics_port() -> None:
         assert group.config_map["data"]["SKIFF_METRICS_LISTEN"] == "127.0.0.1:5557"
 
 
+def test_the_operators_default_scrapers_serve_brokers_that_name_none() -> None:
+    default = {"namespaceSelector": {"matchLabels": {"team": "observability"}}}
+    render = RenderSettings(metrics_allow_from=(default,))
+    (group,) = render_broker(spec(), BROKER, render)
+    assert group.network_policy is not None
+    assert group.network_policy["spec"]["ingress"][-1] == {
+        "from": [default],
+        "ports": [{"protocol": "TCP", "port": 5557}],
+    }
+    assert group.config_map["data"]["SKIFF_METRICS_LISTEN"] == "0.0.0.0:5557"
+    # A Broker's own list wins over the default.
+    (own,) = render_broker(spec(metrics={"allowFrom": [PROMETHEUS]}), BROKER, render)
+    assert own.network_policy is not None
+    assert own.network_policy["spec"]["ingress"][-1]["from"] == [PROMETHEUS]
+
+
 def test_network_policy_can_be_turned_off() -> None:
     (group,) = render_broker(spec(networkPolicy={"enabled": False}), BROKER)
     assert group.network_policy is None
