@@ -110,7 +110,13 @@ def test_the_chart_deployment_runs_the_operator(
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
             [str(bin_dir / container["command"][0]), *container.get("args", [])],
-            env={**base, **env, "KUBECONFIG": str(kubeconfig)},
+            # This checkout's code, not whatever the console script's install points at.
+            env={
+                **base,
+                **env,
+                "KUBECONFIG": str(kubeconfig),
+                "PYTHONPATH": os.pathsep.join(sys.path),
+            },
             stdout=log,
             stderr=log,
             stdin=subprocess.DEVNULL,
