@@ -1035,6 +1035,37 @@ def test_deleting_a_user_removes_it_from_the_brokers_and_its_secret(cluster: Clu
         )
 
 
+def test_a_user_made_again_before_collection_gets_fresh_keys(cluster: Cluster) -> None:
+    cluster.apply(user_manifest("again"))
+    cluster.wait_ready("user", "again", "True", "Reconciled")
+    first = stored_keys(cluster, "again")["accessKey"]
+    # Deleted while no garbage collector runs: the old Secret outlives its User.
+    cluster.delete("user", "again")
+    assert cluster.get("secret", "again-credentials") is not None
+    cluster.apply(user_manifest("again"))
+    # The leftover keys are not taken over (they were removed from the brokers) ...
+    wait_for(
+        lambda: "belongs to an earlier User 'again'" in cluster.operator_log_text(),
+        "the operator to turn the leftover Secret down",
+        deadline_s=DEADLINE_S,
+    )
+    assert first not in users_on_broker(cluster)
+    assert stored_keys(cluster, "again")["accessKey"] == first
+    with running_controllers(cluster.plane, "garbage-collector-controller"):
+        # ... but once the Secret is collected, the new User gets a pair of its own.
+        user = cluster.wait_ready("user", "again", "True", "Reconciled")
+    fresh = stored_keys(cluster, "again")["accessKey"]
+    assert fresh != first
+    assert user["status"]["accessKey"] == fresh and fresh in users_on_broker(cluster)
+    with running_controllers(cluster.plane, "garbage-collector-controller"):
+        cluster.delete("user", "again")
+        wait_for(
+            lambda: cluster.get("secret", "again-credentials") is None,
+            "the User's Secret to be collected",
+            deadline_s=DEADLINE_S,
+        )
+
+
 def test_a_user_of_a_missing_broker_says_so_and_deletes_freely(cluster: Cluster) -> None:
     orphan = user_manifest("stray")
     orphan["spec"]["brokerRef"]["name"] = "nowhere"
