@@ -75,7 +75,7 @@ async def _reconcile_broker(
     broker_spec = BrokerSpec.from_manifest(spec)
     identity = BrokerIdentity(name, namespace, str(body.metadata.uid))
 
-    cluster = render_cluster(identity)
+    cluster = render_cluster(identity, broker_spec)
     clash = await _name_clash(api, cluster.bootstrap_service, identity)
     if clash:
         _set_ready(patch, conditions, False, "ApplyFailed", clash, generation)
@@ -100,7 +100,9 @@ async def _reconcile_broker(
             if group.network_policy is None:
                 # Turned off: a policy applied earlier would keep fencing the pods.
                 await api.delete("NetworkPolicy", namespace, network_policy_name(name, group.index))
-        patch.status["podMonitor"] = await _apply_pod_monitor(api, broker_spec, identity)
+        patch.status["podMonitor"] = await _apply_pod_monitor(
+            api, broker_spec, identity, bool(state.config.render_settings().scrapers(broker_spec))
+        )
     except KubeApiError as exc:
         _set_ready(patch, conditions, False, "ApplyFailed", exc.message, generation)
         raise kopf.TemporaryError(
@@ -135,7 +137,9 @@ async def _ensure_certificate(
     return await ensure_certificate(state.api, identity, spec, state.config.cluster_domain, now)
 
 
-async def _apply_pod_monitor(api: KubeApi, spec: BrokerSpec, broker: BrokerIdentity) -> str:
+async def _apply_pod_monitor(
+    api: KubeApi, spec: BrokerSpec, broker: BrokerIdentity, scraped: bool
+) -> str:
     """Make (or remove) the Broker's PodMonitor; what became of it, for status.podMonitor.
 
     The kind exists only where the Prometheus Operator's CRDs are installed; without
@@ -158,7 +162,15 @@ async def _apply_pod_monitor(api: KubeApi, spec: BrokerSpec, broker: BrokerIdent
             "PodMonitor kind: install the Prometheus Operator (or its CRDs), or scrape port "
             "5557 (metrics) of the broker pods yourself"
         )
-    return f"PodMonitor {pod_monitor_name(broker.name)} scrapes port metrics of every broker pod"
+    made = f"PodMonitor {pod_monitor_name(broker.name)} scrapes port metrics of every broker pod"
+    if not scraped:
+        # Made all the same: naming the scrapers later needs no second step.
+        return (
+            f"{made}, but spec.metrics.allowFrom names no one (nor does the operator's "
+            "--metrics-allow-from), so the brokers serve /metrics on their loopback only: add "
+            "Prometheus's namespaceSelector and podSelector there"
+        )
+    return made
 
 
 async def _name_clash(api: KubeApi, service: Mapping[str, Any], broker: BrokerIdentity) -> str:

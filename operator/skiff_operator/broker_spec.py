@@ -102,9 +102,15 @@ class TlsSpec:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class MetricsSpec:
-    """Whether the operator makes a Prometheus Operator PodMonitor over the brokers."""
+    """Who may scrape the brokers' /metrics, and whether a PodMonitor is made for them.
+
+    ``allow_from`` holds NetworkPolicy peers (``namespaceSelector`` and/or ``podSelector``,
+    as the API server stored them). Empty: the port is bound on the pod's loopback only,
+    since the metrics name every topic and consumer group.
+    """
 
     pod_monitor: bool = False
+    allow_from: tuple[Mapping[str, Any], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -202,5 +208,8 @@ class BrokerSpec:
                 if issuer.get("name")
                 else None,
             ),
-            metrics=MetricsSpec(pod_monitor=bool(metrics.get("podMonitor", False))),
+            metrics=MetricsSpec(
+                pod_monitor=bool(metrics.get("podMonitor", False)),
+                allow_from=tuple(dict(peer) for peer in metrics.get("allowFrom") or ()),
+            ),
         )

@@ -9,6 +9,7 @@ import click
 
 from . import __version__
 from .config import OperatorConfig
+from .metrics_access import parse_allow_from
 
 _DEFAULTS = OperatorConfig()
 _Command = TypeVar("_Command", bound=Callable[..., Any])
@@ -69,6 +70,13 @@ MISSING_KOPF = (
     _DEFAULTS.liveness_endpoint,
     help="Health endpoint for the liveness probe ('' turns it off).",
 )
+@_setting(
+    "--metrics-allow-from",
+    "",
+    help="JSON list of NetworkPolicy peers (namespaceSelector, podSelector) that may scrape "
+    "the /metrics of Brokers naming none in spec.metrics.allowFrom. Empty: nobody; the "
+    "brokers then serve /metrics on their loopback only.",
+)
 @_setting("--log-format", "json", type=click.Choice(["json", "plain"]))
 @click.option("--verbose", "-v", is_flag=True, envvar="SKIFF_OPERATOR_VERBOSE")
 def main(
@@ -80,11 +88,16 @@ def main(
     topic_resync_interval: float,
     retry_delay: float,
     liveness: str,
+    metrics_allow_from: str,
     log_format: str,
     verbose: bool,
 ) -> None:
     """Run the Skiff operator: Broker and Topic resources (skiff.io/v1alpha1)."""
     watched = tuple(n.strip() for item in namespaces for n in item.split(",") if n.strip())
+    try:
+        scrapers = parse_allow_from(metrics_allow_from)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
     config = OperatorConfig(
         namespaces=watched,
         default_broker_image=broker_image,
@@ -94,6 +107,7 @@ def main(
         topic_resync_interval_s=topic_resync_interval,
         retry_delay_s=retry_delay,
         liveness_endpoint=liveness,
+        metrics_allow_from=scrapers,
     )
     try:
         config.validate()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from typing import Any
 
 from .broker_endpoints import DEFAULT_TEMPLATE, EndpointResolver
 from .rendering import RenderSettings
@@ -24,10 +26,14 @@ class OperatorConfig:
     # Timeout of one admin call to a broker.
     admin_timeout_s: float = 10.0
     liveness_endpoint: str = "http://0.0.0.0:8080/healthz"
+    # Who may scrape /metrics of Brokers that name nobody themselves (metrics_access.py).
+    metrics_allow_from: tuple[Mapping[str, Any], ...] = ()
 
     def render_settings(self) -> RenderSettings:
         return RenderSettings(
-            default_image=self.default_broker_image, cluster_domain=self.cluster_domain
+            default_image=self.default_broker_image,
+            cluster_domain=self.cluster_domain,
+            metrics_allow_from=self.metrics_allow_from,
         )
 
     def endpoint_resolver(self) -> EndpointResolver:

@@ -1,22 +1,24 @@
 """A Broker rendered into the Kubernetes objects that run it: a pure function of the spec.
 
-Per Broker: the brokers' ServiceAccount with a namespaced Role and RoleBinding (the
-group Leases, their own pod's role label, the external endpoints ConfigMap: nothing
-more), a bootstrap Service over every pod, and a Secret with the replication secret
-every pod reads into SKIFF_HA_SECRET; with ``spec.auth.enabled`` (the default) also a
-Secret with a random super user every pod reads into SKIFF_AUTH_INIT_USER, whose keys
-the operator signs its admin calls with. These Secrets are the children never
-re-applied: their random contents are made once (``render_ha_secret``,
-``render_admin_secret``) and kept while the Broker lives, since the running pods hold
-them. Per broker group: a StatefulSet, a
-headless Service for stable per-pod DNS names, a client Service in front of whichever
-pod labels itself ``skiff.io/role=master``, a ConfigMap with the broker settings as
-``SKIFF_*`` variables (the pods read it with ``envFrom``), a PodDisruptionBudget, with
-external access on a NodePort or LoadBalancer Service in front of the master, and
-(unless ``spec.networkPolicy.enabled`` is false) a NetworkPolicy fencing the group's pods:
-the client ports open to anyone, the replication port only to the group's own pods, no
-other port. It is per group because a policy cannot say "the same group as the pod it
-protects": one per Broker would let any group's pods reach every group's replication port.
+Per Broker: the brokers' ServiceAccount with a namespaced Role and RoleBinding (by name:
+this Broker's group Leases, the role label of its own pods, its external endpoints
+ConfigMap; nothing of another Broker), a bootstrap Service over every pod, and a Secret
+with the replication secret every pod reads into SKIFF_HA_SECRET; with
+``spec.auth.enabled`` (the default) also a Secret with a random super user every pod
+reads into SKIFF_AUTH_INIT_USER, whose keys the operator signs its admin calls with.
+These Secrets are the children never re-applied: their random contents are made once
+(``render_ha_secret``, ``render_admin_secret``) and kept while the Broker lives, since
+the running pods hold them. Per broker group: a StatefulSet, a headless Service for
+stable per-pod DNS names, a client Service in front of whichever pod labels itself
+``skiff.io/role=master``, a ConfigMap with the broker settings as ``SKIFF_*`` variables
+(the pods read it with ``envFrom``), a PodDisruptionBudget, with external access on a
+NodePort or LoadBalancer Service in front of the master, and (unless
+``spec.networkPolicy.enabled`` is false) a NetworkPolicy fencing the group's pods: the
+client ports open to anyone, the replication port only to the group's own pods, the
+metrics port only to the peers ``spec.metrics.allowFrom`` (or the operator's default)
+names (none by default: then /metrics is bound on the pod's loopback), no other port. It
+is per group because a policy cannot say "the same group as the pod it protects": one
+per Broker would let any group's pods reach every group's replication port.
 
 TLS (``spec.tls``): the pods mount one Secret with the certificate read-only at
 ``/etc/skiff/tls`` and point SKIFF_TLS_CERT/KEY/CA at its files. Only the Secret's name
@@ -51,6 +53,7 @@ from skiff_broker.wire.store_sizes import (
 from . import API_VERSION
 from .broker_spec import BrokerSpec, CertificateSource
 from .certificates import CertificateContents, KeyPair
+from .metrics_access import scrapers
 from .naming import (
     ADMIN_ACCESS_KEY,
     ADMIN_SECRET_KEY,
@@ -71,11 +74,13 @@ from .naming import (
     bootstrap_service_name,
     broker_service_account_name,
     ca_secret_name,
+    endpoints_config_map_name,
     external_service_name,
     group_name,
     group_suffix,
     ha_secret_name,
     headless_service_name,
+    lease_name,
     network_policy_name,
     pod_monitor_name,
     settings_config_map_name,
@@ -111,6 +116,12 @@ class RenderSettings:
 
     default_image: str = "skiff/broker:0.1.0"
     cluster_domain: str = "cluster.local"
+    # Who may scrape /metrics of Brokers whose spec.metrics.allowFrom names nobody.
+    metrics_allow_from: tuple[Mapping[str, Any], ...] = ()
+
+    def scrapers(self, spec: BrokerSpec) -> tuple[Mapping[str, Any], ...]:
+        """The peers admitted to the metrics port of a Broker with ``spec``."""
+        return scrapers(spec.metrics.allow_from, self.metrics_allow_from)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -148,17 +159,52 @@ class ClusterManifests:
         return [self.service_account, self.role, self.role_binding, self.bootstrap_service]
 
 
-# What a broker does with the API server, exactly: elect the group's master through its
-# Lease, label its own pod with its role, read the external endpoints ConfigMap.
-BROKER_RULES: tuple[dict[str, Any], ...] = (
-    {
-        "apiGroups": ["coordination.k8s.io"],
-        "resources": ["leases"],
-        "verbs": ["get", "list", "watch", "create", "update", "patch"],
-    },
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "patch"]},
-    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]},
-)
+def broker_pod_names(broker_name: str, spec: BrokerSpec) -> list[str]:
+    """Every pod the Broker's StatefulSets make: ``<group>-<ordinal>``."""
+    return [
+        f"{group_name(broker_name, index)}-{ordinal}"
+        for index in range(spec.groups)
+        for ordinal in range(spec.replicas_per_group)
+    ]
+
+
+def broker_rules(broker_name: str, spec: BrokerSpec) -> list[dict[str, Any]]:
+    """What a broker does with the API server, exactly, and only on its own Broker's objects.
+
+    It lists its cluster's Leases (by label: RBAC cannot narrow a list by name), reads
+    and writes its group's Lease, labels its own pod with its role and reads the external
+    endpoints map. Every write is narrowed by ``resourceNames`` to this Broker's Leases
+    and pods, so a broker of another Broker in the namespace cannot move this one's
+    master nor relabel its pods. ``create`` cannot be narrowed by name (the object does
+    not exist yet), so it is a rule of its own: a group's first broker creates the Lease
+    (a Lease deleted by hand is made again the same way); a Lease created under another
+    Broker's name stays unwritable to its creator, since update and patch are by name.
+    The operator holds every right granted here (Kubernetes lets it grant no more).
+    """
+    leases = [lease_name(broker_name, index) for index in range(spec.groups)]
+    return [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["list"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        # patch: no more than update on the same names; kubectl and tools use it.
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": leases,
+            "verbs": ["get", "update", "patch"],
+        },
+        {
+            "apiGroups": [""],
+            "resources": ["pods"],
+            "resourceNames": broker_pod_names(broker_name, spec),
+            "verbs": ["patch"],
+        },
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": [endpoints_config_map_name(broker_name)],
+            "verbs": ["get"],
+        },
+    ]
 
 
 def owner_reference(broker: BrokerIdentity) -> dict[str, Any]:
@@ -243,8 +289,12 @@ def render_admin_secret(broker: BrokerIdentity) -> dict[str, Any]:
     }
 
 
-def render_cluster(broker: BrokerIdentity) -> ClusterManifests:
-    """The brokers' identity and rights, and the one Service every client can start from."""
+def render_cluster(broker: BrokerIdentity, spec: BrokerSpec) -> ClusterManifests:
+    """The brokers' identity and rights, and the one Service every client can start from.
+
+    The Role names every pod and Lease of ``spec``'s groups; it is applied before the
+    groups, so a pod added by scaling out may label itself from its start.
+    """
 
     def metadata(object_name: str) -> dict[str, Any]:
         return {
@@ -265,7 +315,7 @@ def render_cluster(broker: BrokerIdentity) -> ClusterManifests:
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
         "metadata": metadata(account),
-        "rules": [{key: list(value) for key, value in rule.items()} for rule in BROKER_RULES],
+        "rules": broker_rules(broker.name, spec),
     }
     role_binding = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -310,7 +360,7 @@ def broker_settings(
         "SKIFF_ROLE": "LEASE",
         "SKIFF_LEASE_DURATION": str(spec.lease_duration_seconds),
         "SKIFF_HA_LISTEN": f"0.0.0.0:{HA_PORT}",
-        "SKIFF_METRICS_LISTEN": f"0.0.0.0:{METRICS_PORT}",
+        "SKIFF_METRICS_LISTEN": metrics_listen(render.scrapers(spec)),
         "SKIFF_REPLICATION_MODE": spec.replication_mode,
         "SKIFF_TLS_MODE": spec.tls.mode,
         # `skiff broker` defaults to a laptop's sizes; pods get RocketMQ's production ones.
@@ -331,6 +381,18 @@ def broker_settings(
     # The CRD refuses keys that would override the per-pod ones above.
     settings.update(spec.settings)
     return dict(sorted(settings.items()))
+
+
+def metrics_listen(admitted: tuple[Mapping[str, Any], ...]) -> str:
+    """Where the brokers serve /metrics: the pod's loopback unless someone is let in.
+
+    The metrics name every topic and consumer group. Bound on loopback, nothing but the
+    pod itself reaches them, whatever the cluster's network plugin enforces; with peers
+    ``admitted`` the port listens on the pod's address and the group's NetworkPolicy
+    admits only those peers.
+    """
+    host = "0.0.0.0" if admitted else "127.0.0.1"
+    return f"{host}:{METRICS_PORT}"
 
 
 def settings_hash(settings: Mapping[str, str], pod_spec: Mapping[str, Any]) -> str:
@@ -431,7 +493,9 @@ def render_group(
         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": dict(selector)}},
     }
     network_policy = (
-        _network_policy(spec, broker, index, metadata) if spec.network_policy.enabled else None
+        _network_policy(spec, broker, index, metadata, render.scrapers(spec))
+        if spec.network_policy.enabled
+        else None
     )
     return GroupManifests(
         index, name, config_map, headless, client, stateful_set, budget, external, network_policy
@@ -443,19 +507,36 @@ def _network_policy(
     broker: BrokerIdentity,
     index: int,
     metadata: Callable[[str], dict[str, Any]],
+    admitted: tuple[Mapping[str, Any], ...],
 ) -> dict[str, Any]:
-    """Ingress to the group's pods: client ports from anywhere, replication from the group.
+    """Ingress to the group's pods: client ports from anywhere, replication from the group,
+    metrics only from the peers ``admitted`` (see metrics_access).
 
     Egress stays open: the brokers call DNS, the API server (their Lease) and other
     groups' brokers on the client port.
     """
-    # Prometheus scrapes /metrics from wherever it runs, like any client.
-    client_ports = [
-        {"protocol": "TCP", "port": CLIENT_PORT},
-        {"protocol": "TCP", "port": METRICS_PORT},
-    ]
+    client_ports = [{"protocol": "TCP", "port": CLIENT_PORT}]
     if spec.external_access.enabled:
         client_ports.append({"protocol": "TCP", "port": EXTERNAL_PORT})
+    ingress: list[dict[str, Any]] = [
+        # No "from": clients may be anywhere (other namespaces, outside the cluster
+        # through the external Service); the operator and the other groups' brokers
+        # call this port too.
+        {"ports": client_ports},
+        # Replicas connect to their master; only pods of this very group.
+        {
+            "from": [{"podSelector": {"matchLabels": group_selector(broker.name, index)}}],
+            "ports": [{"protocol": "TCP", "port": HA_PORT}],
+        },
+    ]
+    if admitted:
+        # Only the scrapers the user named; without any, no rule (and a loopback bind).
+        ingress.append(
+            {
+                "from": [dict(peer) for peer in admitted],
+                "ports": [{"protocol": "TCP", "port": METRICS_PORT}],
+            }
+        )
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -464,17 +545,7 @@ def _network_policy(
             "podSelector": {"matchLabels": group_selector(broker.name, index)},
             # Only Ingress is listed, so egress is not restricted by this policy.
             "policyTypes": ["Ingress"],
-            "ingress": [
-                # No "from": clients may be anywhere (other namespaces, outside the
-                # cluster through the external Service); the operator and the other
-                # groups' brokers call this port too.
-                {"ports": client_ports},
-                # Replicas connect to their master; only pods of this very group.
-                {
-                    "from": [{"podSelector": {"matchLabels": group_selector(broker.name, index)}}],
-                    "ports": [{"protocol": "TCP", "port": HA_PORT}],
-                },
-            ],
+            "ingress": ingress,
         },
     }
 

@@ -180,6 +180,15 @@ async def _stored_keys(state: OperatorState, name: str, namespace: str, uid: str
         secret = await state.api.get("Secret", namespace, credentials_secret_name(name))
         if secret is None:
             raise kopf.TemporaryError("the credentials Secret vanished while being created")
+    owners = (secret.get("metadata") or {}).get("ownerReferences") or []
+    users = {o.get("uid") for o in owners if o.get("kind") == "User"}
+    if users and uid not in users:
+        # A deleted User's Secret waiting for garbage collection: its keys are not this
+        # User's to take over.
+        raise kopf.TemporaryError(
+            f"Secret {credentials_secret_name(name)} belongs to an earlier User {name!r} and "
+            "is being garbage-collected; its keys are not reused, fresh ones follow"
+        )
     try:
         return Keys.from_secret(secret)
     except (KeyError, ValueError) as exc:
@@ -243,7 +252,7 @@ def _apply_on(
 async def _delete_user(
     state: OperatorState, spec: kopf.Spec, name: str, namespace: str, logger: logging.Logger
 ) -> None:
-    """Finalizer: the user leaves every group's master, then its Secret goes."""
+    """Finalizer: the user leaves every group's master; its Secret goes with the User."""
     broker_name = spec["brokerRef"]["name"]
     secret = await state.api.get("Secret", namespace, credentials_secret_name(name))
     broker = await state.api.get("Broker", namespace, broker_name)
@@ -273,8 +282,8 @@ async def _delete_user(
             ) from exc
     else:
         logger.info("Broker %s or the keys are gone; releasing user %s", broker_name, name)
-    # The owner reference would do it too; deleting now leaves no usable keys behind.
-    await state.api.delete("Secret", namespace, credentials_secret_name(name))
+    # The keys are off every broker now; the Secret, owned by the User, goes with it by
+    # garbage collection, so the operator needs no right to delete Secrets.
 
 
 delete_user = finalizer("User", _delete_user)

@@ -1,8 +1,8 @@
 """Real broker processes holding real Leases on the test API server, as a Broker's pods would.
 
-Each test gets its own namespace with the brokers' RBAC of the cluster contract
-(a ServiceAccount ``<cluster>-broker``, a Role on leases, pods and configmaps, a
-RoleBinding) and a kubeconfig holding that ServiceAccount's token from the
+Each test gets its own namespace with the brokers' RBAC as the operator renders it
+(a ServiceAccount ``<cluster>-broker``, a Role naming the cluster's Leases, pods and
+endpoints ConfigMap, a RoleBinding) and a kubeconfig holding that ServiceAccount's token from the
 TokenRequest API, so every Lease and pod call a broker makes is checked by RBAC
 as in a cluster. No kubelet runs: each broker is a local process whose Pod
 object exists (so it can label itself) but never starts.
@@ -27,6 +27,8 @@ from tests.support.waiting import wait_for
 
 from skiff_broker.endpoints import endpoints_of
 from skiff_broker.metadata.topic_table import TopicConfig
+from skiff_operator.broker_spec import BrokerSpec
+from skiff_operator.rendering import BrokerIdentity, render_cluster
 
 CLUSTER = "orders"
 TOPIC = "payments"
@@ -34,46 +36,25 @@ QUEUES = 4
 CLUSTER_DEADLINE_S = 120.0
 # Short heartbeats so that a lost replication peer is noticed quickly.
 FAST_HEARTBEATS = ("--ha-heartbeat-interval", "0.5", "--ha-heartbeat-timeout", "5")
+# The Broker whose brokers' Role the tests run under: groups orders-a and orders-b, pods
+# orders-<group>-0 to -2.
+RENDERED_LAYOUT = {"groups": 2, "replicasPerGroup": 3}
 
 _namespaces = itertools.count()
 
 
 def broker_rbac(namespace: str) -> list[dict]:
-    """The contract's Role for brokers, bound to their ServiceAccount."""
-    account = f"{CLUSTER}-broker"
-    return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": {"name": account, "namespace": namespace},
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": account, "namespace": namespace},
-            "rules": [
-                {
-                    "apiGroups": ["coordination.k8s.io"],
-                    "resources": ["leases"],
-                    "verbs": ["get", "list", "watch", "create", "update", "patch"],
-                },
-                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "patch"]},
-                {
-                    "apiGroups": [""],
-                    "resources": ["configmaps"],
-                    "verbs": ["get", "list", "watch"],
-                },
-            ],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": account, "namespace": namespace},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
-            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
-        },
-    ]
+    """The brokers' ServiceAccount, Role and RoleBinding exactly as the operator renders
+    them for a Broker of two groups of three pods (every pod name the tests use).
+
+    Without the owner reference: no Broker object exists here.
+    """
+    identity = BrokerIdentity(CLUSTER, namespace, "00000000-0000-0000-0000-000000000000")
+    rendered = render_cluster(identity, BrokerSpec.from_manifest(RENDERED_LAYOUT))
+    access = [rendered.service_account, rendered.role, rendered.role_binding]
+    for manifest in access:
+        del manifest["metadata"]["ownerReferences"]
+    return [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}, *access]
 
 
 class Cluster:

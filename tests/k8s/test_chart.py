@@ -8,6 +8,8 @@ import subprocess
 import yaml
 from tests.support.kube_control_plane import REPO_ROOT, ControlPlane
 
+from skiff_operator.metrics_access import parse_allow_from
+
 CHART = str(REPO_ROOT / "charts" / "skiff")
 
 
@@ -39,16 +41,18 @@ def test_helm_template_applies_with_server_side_dry_run(crds: ControlPlane) -> N
         "--set", "examples.broker.externalAccess.type=NodePort",
         "--set", "examples.broker.externalAccess.nodePortBase=30911",
         "--set", "examples.broker.podMonitor=true",
+        "--set", "examples.broker.metricsAllowFrom[0].namespaceSelector.matchLabels.team=obs",
+        "--set", "examples.broker.metricsAllowFrom[0].podSelector.matchLabels.app=prometheus",
     )  # fmt: skip
     kinds = sorted({doc["kind"] for doc in yaml.safe_load_all(rendered) if doc})
     assert kinds == [
         "Broker",
-        "ClusterRole",
-        "ClusterRoleBinding",
         "ConfigMap",
         "CustomResourceDefinition",
         "Deployment",
         "NetworkPolicy",
+        "Role",
+        "RoleBinding",
         "ServiceAccount",
         "StorageClass",
         "Topic",
@@ -61,7 +65,15 @@ def test_helm_template_applies_with_server_side_dry_run(crds: ControlPlane) -> N
     assert "broker.skiff.io/skiff serverside-applied (server dry run)" in output
     (broker,) = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Broker"]
     assert broker["spec"]["externalAccess"] == {"type": "NodePort", "nodePortBase": 30911}
-    assert broker["spec"]["metrics"] == {"podMonitor": True}
+    assert broker["spec"]["metrics"] == {
+        "podMonitor": True,
+        "allowFrom": [
+            {
+                "namespaceSelector": {"matchLabels": {"team": "obs"}},
+                "podSelector": {"matchLabels": {"app": "prometheus"}},
+            }
+        ],
+    }
     # A dry run stores nothing.
     assert crds.get("deployment", "skiff-operator", "chart-dry-run") is None
 
@@ -104,9 +116,7 @@ def rendered_kinds(control_plane: ControlPlane, *values: str) -> list[dict]:
 def test_namespaced_rbac_is_a_role_per_watched_namespace_and_nothing_cluster_wide(
     crds: ControlPlane,
 ) -> None:
-    documents = rendered_kinds(
-        crds, "--set", "rbac.clusterWide=false", "--set", "operator.watchNamespaces={team-a,team-b}"
-    )
+    documents = rendered_kinds(crds, "--set", "operator.watchNamespaces={team-a,team-b}")
     kinds = sorted(d["kind"] for d in documents)
     assert kinds == [
         # The dashboard, in the release namespace: it holds no rights.
@@ -121,9 +131,13 @@ def test_namespaced_rbac_is_a_role_per_watched_namespace_and_nothing_cluster_wid
     ]
     roles = {d["metadata"]["namespace"]: d for d in documents if d["kind"] == "Role"}
     assert sorted(roles) == ["team-a", "team-b"]
-    (cluster_role,) = [d for d in rendered_kinds(crds) if d["kind"] == "ClusterRole"]
+    (cluster_role,) = [
+        d
+        for d in rendered_kinds(crds, "--set", "rbac.clusterWide=true")
+        if d["kind"] == "ClusterRole"
+    ]
     # The same rights, less the one cluster-scoped read (node addresses).
-    nodes = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}
+    nodes = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}
     assert nodes in cluster_role["rules"]
     for role in roles.values():
         assert role["rules"] == [r for r in cluster_role["rules"] if r != nodes]
@@ -142,16 +156,24 @@ def test_namespaced_rbac_is_a_role_per_watched_namespace_and_nothing_cluster_wid
     assert "role.rbac.authorization.k8s.io/skiff-operator serverside-applied" in output
 
 
-def test_namespaced_rbac_without_watched_namespaces_is_refused(
-    control_plane: ControlPlane,
-) -> None:
-    result = subprocess.run(
-        [control_plane.tool("helm"), "template", "x", CHART, "--set", "rbac.clusterWide=false"],
-        capture_output=True,
-        text=True,
+def test_by_default_the_operator_is_namespaced_to_its_release(control_plane: ControlPlane) -> None:
+    documents = rendered_kinds(control_plane)
+    rights = sorted(
+        (d["kind"], d["metadata"].get("namespace"))
+        for d in documents
+        if d["kind"] in ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
     )
-    assert result.returncode != 0
-    assert "rbac.clusterWide=false needs operator.watchNamespaces" in result.stderr
+    assert rights == [("Role", "skiff-system"), ("RoleBinding", "skiff-system")]
+    (deployment,) = [d for d in documents if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["SKIFF_OPERATOR_NAMESPACES"] == "skiff-system"
+    # Watching every namespace is the opt-in that brings the ClusterRole.
+    everywhere = rendered_kinds(control_plane, "--set", "rbac.clusterWide=true")
+    assert {"ClusterRole", "ClusterRoleBinding"} <= {d["kind"] for d in everywhere}
+    (deployment,) = [d for d in everywhere if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert "SKIFF_OPERATOR_NAMESPACES" not in {e["name"] for e in container["env"]}
 
 
 def test_the_operator_pod_admits_only_its_health_port(control_plane: ControlPlane) -> None:
@@ -195,3 +217,27 @@ def test_kubectl_apply_of_the_examples(crds: ControlPlane) -> None:
     cluster = crds.get("broker", "orders", "examples")
     assert cluster is not None
     assert cluster["spec"]["externalAccess"]["nodePortBase"] == 30911
+
+
+def test_the_chart_names_the_scrapers_of_every_brokers_metrics(
+    control_plane: ControlPlane,
+) -> None:
+    def operator_env(*values: str) -> dict[str, str]:
+        (deployment,) = [
+            d for d in rendered_kinds(control_plane, *values) if d["kind"] == "Deployment"
+        ]
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        return {e["name"]: e.get("value", "") for e in container["env"]}
+
+    # By default nobody: the operator gets no scrapers and the brokers bind loopback.
+    assert "SKIFF_OPERATOR_METRICS_ALLOW_FROM" not in operator_env()
+    env = operator_env(
+        "--set", "metrics.allowFrom[0].namespaceSelector.matchLabels.team=obs",
+        "--set", "metrics.allowFrom[0].podSelector.matchLabels.app=prometheus",
+    )  # fmt: skip
+    assert parse_allow_from(env["SKIFF_OPERATOR_METRICS_ALLOW_FROM"]) == (
+        {
+            "namespaceSelector": {"matchLabels": {"team": "obs"}},
+            "podSelector": {"matchLabels": {"app": "prometheus"}},
+        },
+    )

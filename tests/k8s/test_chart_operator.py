@@ -4,9 +4,10 @@ The container's command and environment come from ``helm template``; the process
 here with the token of the chart's ServiceAccount. Two things differ from a pod and are
 replaced: the in-cluster credentials (a kubeconfig with the same token instead of the
 mounted token file) and the pod's network (the liveness port becomes a free loopback port).
-It runs twice: with the default cluster-wide RBAC and with ``rbac.clusterWide=false`` (a
-Role per watched namespace), each install in namespaces of its own so that the rights of
-one cannot help the other.
+It runs three times: with no values at all (the default: a Role in the release namespace,
+the one namespace watched), with ``operator.watchNamespaces`` (a Role per watched
+namespace) and with the opt-in ``rbac.clusterWide=true`` (a ClusterRole), each install in
+namespaces of its own so that the rights of one cannot help the other.
 """
 
 from __future__ import annotations
@@ -48,24 +49,28 @@ def broker_watches(plane: ControlPlane) -> dict[str, int]:
     return counts
 
 
-@pytest.mark.parametrize("cluster_wide", [True, False], ids=["cluster-wide", "namespaced"])
+@pytest.mark.parametrize("install", ["default", "listed", "cluster-wide"])
 def test_the_chart_deployment_runs_the_operator(
-    crds: ControlPlane, tmp_path: Path, cluster_wide: bool
+    crds: ControlPlane, tmp_path: Path, install: str
 ) -> None:
-    prefix = "chart" if cluster_wide else "scoped"
+    cluster_wide = install == "cluster-wide"
+    prefix = {"default": "home", "listed": "scoped", "cluster-wide": "chart"}[install]
     release_namespace, watched, not_watched = (
         f"{prefix}-system",
-        f"{prefix}-run",
+        # By default the operator watches its own namespace.
+        f"{prefix}-system" if install == "default" else f"{prefix}-run",
         f"{prefix}-not-watched",
     )
-    for namespace in (release_namespace, watched, not_watched):
+    for namespace in {release_namespace, watched, not_watched}:
         crds.kubectl("create", "namespace", namespace)
+    values = ["--set", f"operator.brokerImage.repository={BROKER_IMAGE}"]
+    if install != "default":
+        values += ["--set", f"operator.watchNamespaces={{{watched}}}"]
+    if cluster_wide:
+        values += ["--set", "rbac.clusterWide=true"]
     rendered = crds.helm(
         "template", prefix, str(REPO_ROOT / "charts" / "skiff"),
-        "--namespace", release_namespace,
-        "--set", f"operator.watchNamespaces={{{watched}}}",
-        "--set", f"operator.brokerImage.repository={BROKER_IMAGE}",
-        "--set", f"rbac.clusterWide={str(cluster_wide).lower()}",
+        "--namespace", release_namespace, *values,
     )  # fmt: skip
     documents = [d for d in yaml.safe_load_all(rendered) if d]
     cluster_scoped = {d["kind"] for d in documents} & {"ClusterRole", "ClusterRoleBinding"}
@@ -105,7 +110,13 @@ def test_the_chart_deployment_runs_the_operator(
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
             [str(bin_dir / container["command"][0]), *container.get("args", [])],
-            env={**base, **env, "KUBECONFIG": str(kubeconfig)},
+            # This checkout's code, not whatever the console script's install points at.
+            env={
+                **base,
+                **env,
+                "KUBECONFIG": str(kubeconfig),
+                "PYTHONPATH": os.pathsep.join(sys.path),
+            },
             stdout=log,
             stderr=log,
             stdin=subprocess.DEVNULL,

@@ -210,6 +210,8 @@ def cluster(crds: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Ite
     rbac = crds.helm(
         "template", "skiff", str(REPO_ROOT / "charts" / "skiff"),
         "--namespace", OPERATOR_NAMESPACE,
+        # The operator here watches every namespace (the tests read nodes, too): the opt-in.
+        "--set", "rbac.clusterWide=true",
         "--show-only", "templates/serviceaccount.yaml",
         "--show-only", "templates/rbac.yaml",
     )  # fmt: skip
@@ -238,7 +240,10 @@ def test_the_operator_identity_has_only_what_it_needs(cluster: Cluster) -> None:
 
     assert can("patch", "statefulsets.apps") == "yes"
     assert can("patch", "brokers.skiff.io/status") == "yes"
-    assert can("watch", "leases.coordination.k8s.io") == "yes"
+    # Leases: read for status and adopted (patch); list, create and update are held
+    # only to grant them to the brokers. Nothing watches them.
+    assert can("patch", "leases.coordination.k8s.io") == "yes"
+    assert can("watch", "leases.coordination.k8s.io") == "no"
     assert can("create", "roles.rbac.authorization.k8s.io") == "yes"
     assert can("delete", "pods") == "yes"
     assert can("list", "nodes") == "yes"
@@ -246,12 +251,19 @@ def test_the_operator_identity_has_only_what_it_needs(cluster: Cluster) -> None:
     assert can("delete", "networkpolicies.networking.k8s.io") == "yes"
     assert can("escalate", "networkpolicies.networking.k8s.io") == "no"
     # Secrets: made once (replication, admin), read by name (a User's keys go to every
-    # group's master, also masters elected later) and renewed by name (TLS); never listed.
+    # group's master, also masters elected later) and renewed by name (TLS); never listed,
+    # never deleted (a User's Secret goes with the User by garbage collection).
     assert can("get", "secrets") == "yes"
     assert can("patch", "secrets") == "yes"
     assert can("list", "secrets") == "no"
     assert can("watch", "secrets") == "no"
     assert can("create", "secrets") == "yes"
+    assert can("delete", "secrets") == "no"
+    # Pods: listed and deleted to roll out a template; patch only to grant it onwards.
+    assert can("get", "pods") == "no"
+    assert can("update", "pods") == "no"
+    assert can("delete", "serviceaccounts") == "no"
+    assert can("delete", "roles.rbac.authorization.k8s.io") == "no"
     assert can("create", "pods") == "no"
     assert can("delete", "leases.coordination.k8s.io") == "no"
     assert can("escalate", "roles.rbac.authorization.k8s.io") == "no"
@@ -376,14 +388,24 @@ def test_the_brokers_account_may_do_exactly_what_the_contract_says(cluster: Clus
         )  # fmt: skip
         return result.stdout.strip()
 
+    # The Broker has one group of two pods: these names, and nothing else, may be written.
     allowed = {
-        "leases.coordination.k8s.io": {"get", "list", "watch", "create", "update", "patch"},
-        "pods": {"get", "patch"},
-        "configmaps": {"get", "list", "watch"},
+        "leases.coordination.k8s.io": {"list", "create"},
+        f"leases.coordination.k8s.io/{BROKER}-a": {"get", "list", "create", "update", "patch"},
+        f"leases.coordination.k8s.io/{BROKER}-b": {"list", "create"},
+        "pods": set(),
+        f"pods/{BROKER}-a-0": {"patch"},
+        f"pods/{BROKER}-a-1": {"patch"},
+        f"pods/{BROKER}-a-2": set(),
+        "configmaps": set(),
+        f"configmaps/{BROKER}-endpoints": {"get"},
+        f"configmaps/{BROKER}-a-settings": set(),
     }
     verbs = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
     for resource, granted in allowed.items():
         for verb in verbs:
+            if "/" in resource and verb in ("list", "create", "deletecollection"):
+                continue  # not asked of one object
             expected = "yes" if verb in granted else "no"
             assert can(verb, resource) == expected, f"{verb} {resource}"
     for verb, resource in (
@@ -395,7 +417,7 @@ def test_the_brokers_account_may_do_exactly_what_the_contract_says(cluster: Clus
     ):
         assert can(verb, resource) == "no", f"{verb} {resource}"
     # Namespaced: nothing in any other namespace.
-    assert can("get", "leases.coordination.k8s.io", OPERATOR_NAMESPACE) == "no"
+    assert can("list", "leases.coordination.k8s.io", OPERATOR_NAMESPACE) == "no"
 
 
 def micro_time(at: datetime.datetime) -> str:
@@ -703,8 +725,9 @@ def start_broker_from_stored_pod_spec(cluster: Cluster) -> BrokerProcess:
     ha_port = free_port()
     env["SKIFF_HA_LISTEN"] = f"127.0.0.1:{ha_port}"
     env["SKIFF_HA_ADVERTISE"] = f"127.0.0.1:{ha_port}"
-    # The pod's own metrics port, here on a shared machine: a free one.
-    assert env["SKIFF_METRICS_LISTEN"] == "0.0.0.0:5557"
+    # The pod's own metrics port, here on a shared machine: a free one. Nobody is named
+    # to scrape it, so the pod binds it on its loopback.
+    assert env["SKIFF_METRICS_LISTEN"] == "127.0.0.1:5557"
     env["SKIFF_METRICS_LISTEN"] = "127.0.0.1:0"
     # The pod's broker elects its master through the group's Lease; the election is the
     # broker's and is tested with broker processes holding real Leases. Here the broker
@@ -1000,9 +1023,47 @@ def test_a_user_waits_for_a_group_without_a_master(cluster: Cluster) -> None:
 def test_deleting_a_user_removes_it_from_the_brokers_and_its_secret(cluster: Cluster) -> None:
     access_key = stored_keys(cluster, "billing")["accessKey"]
     assert access_key in users_on_broker(cluster)
-    cluster.delete("user", "billing")
-    assert access_key not in users_on_broker(cluster)
-    assert cluster.get("secret", "billing-credentials") is None
+    # The Secret goes with its User by garbage collection (the operator may not delete
+    # Secrets).
+    with running_controllers(cluster.plane, "garbage-collector-controller"):
+        cluster.delete("user", "billing")
+        assert access_key not in users_on_broker(cluster)
+        wait_for(
+            lambda: cluster.get("secret", "billing-credentials") is None,
+            "the User's Secret to be collected",
+            deadline_s=DEADLINE_S,
+        )
+
+
+def test_a_user_made_again_before_collection_gets_fresh_keys(cluster: Cluster) -> None:
+    cluster.apply(user_manifest("again"))
+    cluster.wait_ready("user", "again", "True", "Reconciled")
+    first = stored_keys(cluster, "again")["accessKey"]
+    # Deleted while no garbage collector runs: the old Secret outlives its User.
+    cluster.delete("user", "again")
+    assert cluster.get("secret", "again-credentials") is not None
+    cluster.apply(user_manifest("again"))
+    # The leftover keys are not taken over (they were removed from the brokers) ...
+    wait_for(
+        lambda: "belongs to an earlier User 'again'" in cluster.operator_log_text(),
+        "the operator to turn the leftover Secret down",
+        deadline_s=DEADLINE_S,
+    )
+    assert first not in users_on_broker(cluster)
+    assert stored_keys(cluster, "again")["accessKey"] == first
+    with running_controllers(cluster.plane, "garbage-collector-controller"):
+        # ... but once the Secret is collected, the new User gets a pair of its own.
+        user = cluster.wait_ready("user", "again", "True", "Reconciled")
+    fresh = stored_keys(cluster, "again")["accessKey"]
+    assert fresh != first
+    assert user["status"]["accessKey"] == fresh and fresh in users_on_broker(cluster)
+    with running_controllers(cluster.plane, "garbage-collector-controller"):
+        cluster.delete("user", "again")
+        wait_for(
+            lambda: cluster.get("secret", "again-credentials") is None,
+            "the User's Secret to be collected",
+            deadline_s=DEADLINE_S,
+        )
 
 
 def test_a_user_of_a_missing_broker_says_so_and_deletes_freely(cluster: Cluster) -> None:
@@ -1323,7 +1384,13 @@ def test_external_access_exposes_each_master_and_maps_its_address(cluster: Clust
 def test_each_group_is_fenced_by_a_network_policy_that_can_be_turned_off(
     cluster: Cluster,
 ) -> None:
-    fenced = broker_manifest(groups=2, externalAccess={"type": "LoadBalancer"})
+    scraper = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+    }
+    fenced = broker_manifest(
+        groups=2, externalAccess={"type": "LoadBalancer"}, metrics={"allowFrom": [scraper]}
+    )
     fenced["metadata"]["name"] = "fenced"
     cluster.apply(fenced)
     for suffix in "ab":
@@ -1335,18 +1402,21 @@ def test_each_group_is_fenced_by_a_network_policy_that_can_be_turned_off(
         group = {"skiff.io/broker": "fenced", "skiff.io/group": suffix}
         assert policy["spec"]["podSelector"] == {"matchLabels": group}
         assert policy["spec"]["policyTypes"] == ["Ingress"]
-        clients, replication = policy["spec"]["ingress"]
-        # Client, metrics and external ports from anywhere; replication only from the group.
+        clients, replication, metrics = policy["spec"]["ingress"]
+        # Client and external ports from anywhere; replication only from the group;
+        # metrics only from the scraper the spec names.
         assert "from" not in clients
         assert clients["ports"] == [
             {"protocol": "TCP", "port": 8081},
-            {"protocol": "TCP", "port": 5557},
             {"protocol": "TCP", "port": 8082},
         ]
         assert replication == {
             "from": [{"podSelector": {"matchLabels": group}}],
             "ports": [{"protocol": "TCP", "port": 10912}],
         }
+        assert metrics == {"from": [scraper], "ports": [{"protocol": "TCP", "port": 5557}]}
+    settings = cluster.get("configmap", "fenced-a-settings")
+    assert settings is not None and settings["data"]["SKIFF_METRICS_LISTEN"] == "0.0.0.0:5557"
     cluster.merge_patch("broker", "fenced", {"spec": {"networkPolicy": {"enabled": False}}})
     for suffix in "ab":
         wait_for(
@@ -1712,9 +1782,21 @@ def test_probes_ask_the_health_service_and_a_pod_monitor_follows_the_spec(
     assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "metrics", "path": "/metrics"}]
     (owner,) = monitor["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["name"]) == ("Broker", "monitored")
-    wait_for(
-        lambda: pod_monitor_status().startswith("PodMonitor monitored"),
+    # Made, but Prometheus cannot reach /metrics until the spec names it.
+    unreachable = wait_for(
+        lambda: pod_monitor_status() if pod_monitor_status().startswith("PodMonitor") else "",
         "the status",
+        deadline_s=DEADLINE_S,
+    )
+    assert "spec.metrics.allowFrom names no one" in unreachable
+    prometheus = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
+    named = {"podMonitor": True, "allowFrom": [prometheus]}
+    cluster.merge_patch("broker", "monitored", {"spec": {"metrics": named}})
+    wait_for(
+        lambda: (
+            pod_monitor_status() == "PodMonitor monitored scrapes port metrics of every broker pod"
+        ),
+        "the status once a scraper is named",
         deadline_s=DEADLINE_S,
     )
 

@@ -29,8 +29,20 @@ def spec(**fields: object) -> BrokerSpec:
     return BrokerSpec.from_manifest(fields)
 
 
+def rights_of(role: dict) -> set[tuple[str, str, str, str]]:
+    """(API group, resource, verb, name) of every right the Role grants; name "*": any."""
+    return {
+        (group, resource, verb, name)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+        for name in rule.get("resourceNames") or ["*"]
+    }
+
+
 def test_brokers_get_their_own_account_with_exactly_the_lease_rights() -> None:
-    cluster = render_cluster(BROKER)
+    cluster = render_cluster(BROKER, spec(groups=2, replicasPerGroup=2))
     assert [m["kind"] for m in cluster.all()] == [
         "ServiceAccount",
         "Role",
@@ -42,23 +54,19 @@ def test_brokers_get_their_own_account_with_exactly_the_lease_rights() -> None:
         (owner,) = manifest["metadata"]["ownerReferences"]
         assert (owner["kind"], owner["uid"], owner["controller"]) == ("Broker", BROKER.uid, True)
     assert cluster.service_account["metadata"]["name"] == "orders-broker"
-    rights = {
-        (group, resource, verb)
-        for rule in cluster.role["rules"]
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
-        for verb in rule["verbs"]
-    }
-    assert rights == {
+    leases = ("orders-a", "orders-b")
+    pods = ("orders-a-0", "orders-a-1", "orders-b-0", "orders-b-1")
+    assert rights_of(cluster.role) == {
+        # Listing by label cannot be narrowed by name; creating cannot either.
+        ("coordination.k8s.io", "leases", "list", "*"),
+        ("coordination.k8s.io", "leases", "create", "*"),
         *(
-            ("coordination.k8s.io", "leases", verb)
-            for verb in ("get", "list", "watch", "create", "update", "patch")
+            ("coordination.k8s.io", "leases", verb, lease)
+            for verb in ("get", "update", "patch")
+            for lease in leases
         ),
-        ("", "pods", "get"),
-        ("", "pods", "patch"),
-        ("", "configmaps", "get"),
-        ("", "configmaps", "list"),
-        ("", "configmaps", "watch"),
+        *(("", "pods", "patch", pod) for pod in pods),
+        ("", "configmaps", "get", "orders-endpoints"),
     }
     binding = cluster.role_binding
     assert binding["roleRef"] == {
@@ -73,8 +81,33 @@ def test_brokers_get_their_own_account_with_exactly_the_lease_rights() -> None:
     assert cluster.service_account["automountServiceAccountToken"] is False
 
 
+def test_the_brokers_role_follows_the_groups_and_replicas() -> None:
+    small = rights_of(render_cluster(BROKER, spec()).role)
+    assert ("", "pods", "patch", "orders-a-0") in small
+    assert ("", "pods", "patch", "orders-a-1") not in small
+    assert ("coordination.k8s.io", "leases", "update", "orders-b") not in small
+    grown = rights_of(render_cluster(BROKER, spec(groups=2, replicasPerGroup=3)).role)
+    assert ("", "pods", "patch", "orders-b-2") in grown
+    assert ("coordination.k8s.io", "leases", "update", "orders-b") in grown
+
+
+def test_two_brokers_of_a_namespace_share_no_object_they_may_write() -> None:
+    other = BrokerIdentity(name="billing", namespace="shop", uid="1c2d3e4f-0000-0000-0000-0000")
+    layout = spec(groups=3, replicasPerGroup=3)
+
+    def named(identity: BrokerIdentity) -> set[tuple[str, str, str, str]]:
+        return {r for r in rights_of(render_cluster(identity, layout).role) if r[3] != "*"}
+
+    ours, theirs = named(BROKER), named(other)
+    assert ours and theirs
+    assert {(g, r, n) for g, r, _, n in ours}.isdisjoint({(g, r, n) for g, r, _, n in theirs})
+    # What is not narrowed by name only lists or creates: it writes nothing that exists.
+    unnamed = {r for r in rights_of(render_cluster(BROKER, layout).role) if r[3] == "*"}
+    assert {verb for _, _, verb, _ in unnamed} == {"list", "create"}
+
+
 def test_the_bootstrap_service_covers_every_pod_of_every_group() -> None:
-    service = render_cluster(BROKER).bootstrap_service
+    service = render_cluster(BROKER, spec()).bootstrap_service
     assert service["metadata"]["name"] == "orders"
     assert service["spec"]["selector"] == {"skiff.io/broker": "orders"}
     assert service["spec"]["ports"] == [{"name": "grpc", "port": 8081, "targetPort": "grpc"}]
@@ -155,10 +188,10 @@ def test_the_crd_refuses_settings_for_every_variable_the_operator_renders() -> N
 
 
 def test_cluster_rendering_is_pure() -> None:
-    first = render_cluster(BROKER).all()
+    first = render_cluster(BROKER, spec()).all()
     first[1]["rules"][0]["verbs"].append("delete")
     first[3]["spec"]["selector"]["extra"] = "x"
-    again = render_cluster(BROKER)
+    again = render_cluster(BROKER, spec())
     assert "delete" not in again.role["rules"][0]["verbs"]
     assert again.bootstrap_service["spec"]["selector"] == {"skiff.io/broker": "orders"}
     external = spec(groups=2, externalAccess={"type": "NodePort", "nodePortBase": 30100})

@@ -134,7 +134,8 @@ def test_config_map_carries_the_broker_settings_as_skiff_variables() -> None:
     assert data["SKIFF_CLUSTER"] == "orders"
     assert data["SKIFF_LEASE_DURATION"] == "15"
     assert data["SKIFF_HA_LISTEN"] == "0.0.0.0:10912"
-    assert data["SKIFF_METRICS_LISTEN"] == "0.0.0.0:5557"
+    # Nobody named to scrape: /metrics (every topic and group) stays on the pod's loopback.
+    assert data["SKIFF_METRICS_LISTEN"] == "127.0.0.1:5557"
     assert "SKIFF_EXTERNAL_LISTEN" not in data
     assert data["SKIFF_REPLICATION_MODE"] == "SYNC"
     assert data["SKIFF_DEFAULT_READ_QUEUES"] == "16"
@@ -330,11 +331,9 @@ def test_network_policy_opens_the_client_port_to_all_and_replication_to_the_grou
         pod_labels = group.stateful_set["spec"]["template"]["metadata"]["labels"]
         assert fenced.items() <= pod_labels.items()
         assert policy["spec"]["policyTypes"] == ["Ingress"]
+        # No rule names the metrics port: nobody was named to scrape it.
         clients, replication = policy["spec"]["ingress"]
-        # The client port and Prometheus' scrapes of /metrics.
-        assert clients == {
-            "ports": [{"protocol": "TCP", "port": 8081}, {"protocol": "TCP", "port": 5557}]
-        }
+        assert clients == {"ports": [{"protocol": "TCP", "port": 8081}]}
         assert replication == {
             "from": [{"podSelector": {"matchLabels": fenced}}],
             "ports": [{"protocol": "TCP", "port": 10912}],
@@ -346,12 +345,50 @@ def test_network_policy_opens_the_external_port_with_external_access() -> None:
     assert group.network_policy is not None
     clients = group.network_policy["spec"]["ingress"][0]
     assert clients == {
-        "ports": [
-            {"protocol": "TCP", "port": 8081},
-            {"protocol": "TCP", "port": 5557},
-            {"protocol": "TCP", "port": 8082},
-        ]
+        "ports": [{"protocol": "TCP", "port": 8081}, {"protocol": "TCP", "port": 8082}]
     }
+
+
+PROMETHEUS = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+}
+
+
+def test_metrics_are_admitted_only_from_the_peers_the_spec_names() -> None:
+    (group,) = render_broker(spec(metrics={"allowFrom": [PROMETHEUS]}), BROKER)
+    assert group.network_policy is not None
+    rules = group.network_policy["spec"]["ingress"]
+    metrics = [r for r in rules if {"protocol": "TCP", "port": 5557} in r["ports"]]
+    # One rule, from exactly the named peers, for the metrics port alone.
+    assert metrics == [{"from": [PROMETHEUS], "ports": [{"protocol": "TCP", "port": 5557}]}]
+    # Scrapers reach the pod's address now, through that rule only.
+    assert group.config_map["data"]["SKIFF_METRICS_LISTEN"] == "0.0.0.0:5557"
+
+
+def test_without_named_scrapers_no_rule_admits_the_metrics_port() -> None:
+    for broker_spec in (spec(), spec(metrics={"podMonitor": True}), spec(metrics={})):
+        (group,) = render_broker(broker_spec, BROKER)
+        assert group.network_policy is not None
+        ported = [p["port"] for r in group.network_policy["spec"]["ingress"] for p in r["ports"]]
+        assert 5557 not in ported and "metrics" not in ported
+        assert group.config_map["data"]["SKIFF_METRICS_LISTEN"] == "127.0.0.1:5557"
+
+
+def test_the_operators_default_scrapers_serve_brokers_that_name_none() -> None:
+    default = {"namespaceSelector": {"matchLabels": {"team": "observability"}}}
+    render = RenderSettings(metrics_allow_from=(default,))
+    (group,) = render_broker(spec(), BROKER, render)
+    assert group.network_policy is not None
+    assert group.network_policy["spec"]["ingress"][-1] == {
+        "from": [default],
+        "ports": [{"protocol": "TCP", "port": 5557}],
+    }
+    assert group.config_map["data"]["SKIFF_METRICS_LISTEN"] == "0.0.0.0:5557"
+    # A Broker's own list wins over the default.
+    (own,) = render_broker(spec(metrics={"allowFrom": [PROMETHEUS]}), BROKER, render)
+    assert own.network_policy is not None
+    assert own.network_policy["spec"]["ingress"][-1]["from"] == [PROMETHEUS]
 
 
 def test_network_policy_can_be_turned_off() -> None:
