@@ -13,7 +13,6 @@ without waiting for the replica at all.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import threading
@@ -31,7 +30,7 @@ from tests.support.waiting import wait_for
 
 from skiff_broker.client.admin import AdminClient
 from skiff_broker.client.messaging import MessagingClient, OutgoingMessage, ReceivedMessage
-from skiff_broker.metadata.topic_table import TopicConfig
+from skiff_broker.metadata.topic_table import TopicConfig, TopicTable
 
 TOPIC = "dlq-orders"
 GROUP = "dlq-workers"
@@ -87,11 +86,11 @@ def replica_in_sync(master: BrokerProcess, replica: BrokerProcess) -> bool:
 
 
 def topics_on_disk(broker: BrokerProcess) -> set[str]:
-    with contextlib.suppress(FileNotFoundError, ValueError):
-        return set(
-            json.loads((broker.data_dir / "config" / "topics.json").read_text())["topicConfigTable"]
-        )
-    return set()
+    """The topics the broker has made durable (topics.json and its journal)."""
+    table = TopicTable(str(broker.data_dir / "config" / "topics.json"))
+    with contextlib.suppress(ValueError):
+        table.load()
+    return {topic.name for topic in table.all()}
 
 
 def moves(broker: BrokerProcess) -> list[str]:

@@ -115,9 +115,12 @@ class AuthGate(grpc.aio.ServerInterceptor):
         return access_key
 
     def _enabled_secret(self, access_key: str) -> str | None:
-        """The secret of an enabled user; None for an unknown or disabled one."""
+        """The secret of an enabled, vetted user; None for an unknown, disabled or
+        unvetted one (see ``UserStore.secret_of``)."""
         user = self._users.user(access_key)
-        return user.secret_key if user is not None and user.enabled else None
+        if user is None or not user.enabled:
+            return None
+        return self._users.secret_of(access_key)
 
     def _authorize(
         self, access_key: str, needs: tuple[Need, ...], context: grpc.aio.ServicerContext
@@ -209,7 +212,7 @@ def may(users: UserStore, access_key: str, needs: tuple[Need, ...], peer: str) -
     user's policies may have changed since.
     """
     user = users.user(access_key)
-    if user is None or not user.enabled:
+    if user is None or not user.enabled or users.secret_of(access_key) is None:
         return False
     return decide(user, users.acl(access_key), needs, caller_ip(peer)) is None
 
