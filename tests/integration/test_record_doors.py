@@ -161,8 +161,8 @@ def test_send_message_refuses_bodies_and_properties_a_record_cannot_hold(tmp_pat
         too_big = send_one(stub, v2_message(bomb, pb.Encoding.GZIP))
         assert too_big.code == pb.Code.MESSAGE_CORRUPTED and "maximum" in too_big.message
         separator = send_one(stub, v2_message(b"tagged", tag="a\x02b"))
-        assert separator.code == pb.Code.ILLEGAL_MESSAGE_PROPERTY_KEY
-        assert "separator" in separator.message
+        assert separator.code == pb.Code.ILLEGAL_MESSAGE_TAG
+        assert "control character" in separator.message
 
         zipped = send_one(stub, v2_message(gzip.compress(b"squeezed" * 100), pb.Encoding.GZIP))
         assert zipped.code == pb.Code.OK, zipped

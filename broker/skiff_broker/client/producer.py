@@ -48,6 +48,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc
 from ..endpoints import address_of, endpoints_of
 from ..records.v1 import records_pb2 as rpb
 from ..wire import property_names as prop
+from ..wire.message_rules import message_problem
 from ..wire.properties import encode_properties, id_only_properties, id_only_properties_each
 from ..wire.record_codec import client_record_pieces
 from .channels import ClientTls
@@ -323,9 +324,11 @@ def _stored_properties(
     if keys:
         stored[prop.KEYS] = " ".join(keys)
     stored[prop.UNIQ_KEY] = message_id
-    problem = prop.producer_property_problem(stored)
-    if problem is None and any(not k or any(c.isspace() for c in k) for k in keys):
-        problem = "message keys must be non-empty without whitespace"
+    problem = prop.message_id_problem(message_id)
+    if problem is None:
+        # The send door's rules: each key on its own, so an empty one is refused too.
+        refusal = message_problem(properties, tag or None, keys)
+        problem = None if refusal is None else refusal.text
     if problem is not None:
         raise InvalidArgument(f"message not sent: {problem}")
     return stored

@@ -22,7 +22,6 @@ from ..delivery.topic_writes import (
     writable_topic,
 )
 from ..delivery.transactions import CheckSender, TransactionRefused
-from ..error_text import quoted
 from ..metadata.topic_table import TopicConfig
 from ..runtime import Broker
 from ..store.hashing import java_string_hash
@@ -31,6 +30,7 @@ from ..store.results import PutResult
 from ..telemetry.traffic import NO_TRAFFIC, TrafficObserver
 from ..wire import property_names as prop
 from ..wire.compressed_body import compressed_body_problem
+from ..wire.message_rules import Refusal, message_group_problem, message_problem
 from ..wire.properties import properties_problem
 from ..wire.record_layout import COMPRESSED
 from .clients import ClientRegistry, ClientSession
@@ -41,7 +41,14 @@ from .status import CODE_OK, OK, Code, RequestError, put_code, status, transacti
 
 log = logging.getLogger(__name__)
 
-MAX_MESSAGE_GROUP_BYTES = 64
+# The v2 status code of each kind of property refusal.
+_REFUSAL_CODES = {
+    Refusal.KEY: Code.ILLEGAL_MESSAGE_KEY,
+    Refusal.TAG: Code.ILLEGAL_MESSAGE_TAG,
+    Refusal.PROPERTY: Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+    Refusal.TOO_LARGE: Code.MESSAGE_PROPERTIES_TOO_LARGE,
+    Refusal.GROUP: Code.ILLEGAL_MESSAGE_GROUP,
+}
 _TYPE_NAMES = {v: k for k, v in pb.MessageType.items()}
 # Delivery timestamps this large are milliseconds in the seconds field (some clients do that).
 _SECONDS_LIMIT = 10**11
@@ -199,19 +206,14 @@ class Sender:
                 Code.MESSAGE_BODY_TOO_LARGE,
                 f"message body is {len(proto.body)} bytes; the limit is {limit}",
             )
-        properties = self._user_properties(proto)
-        if system.HasField("tag"):
-            if not system.tag.strip() or "|" in system.tag:
-                raise RequestError(
-                    Code.ILLEGAL_MESSAGE_TAG,
-                    f"tag {quoted(system.tag)} must be non-blank without '|'",
-                )
-            properties[prop.TAGS] = system.tag
+        tag = system.tag if system.HasField("tag") else None
+        problem = message_problem(proto.user_properties, tag, system.keys)
+        if problem is not None:
+            raise RequestError(_REFUSAL_CODES[problem.refusal], problem.text)
+        properties = dict(proto.user_properties)
+        if tag is not None:
+            properties[prop.TAGS] = tag
         if system.keys:
-            if any(not k or any(c.isspace() for c in k) for k in system.keys):
-                raise RequestError(
-                    Code.ILLEGAL_MESSAGE_KEY, "message keys must be non-empty without whitespace"
-                )
             properties[prop.KEYS] = " ".join(system.keys)
         properties[prop.UNIQ_KEY] = system.message_id
         message_type = system.message_type or self._implied_type(system)
@@ -222,16 +224,16 @@ class Sender:
                 f"{_TYPE_NAMES.get(message_type, message_type)}",
             )
         group = ""
+        if system.message_group:
+            # Checked on any message that names one, as RocketMQ does.
+            problem = message_group_problem(system.message_group)
+            if problem is not None:
+                raise RequestError(Code.ILLEGAL_MESSAGE_GROUP, problem.text)
         if message_type == FIFO:
             group = system.message_group
             if not group:
                 raise RequestError(
                     Code.ILLEGAL_MESSAGE_GROUP, "a FIFO message needs a message group"
-                )
-            if len(group.encode()) >= MAX_MESSAGE_GROUP_BYTES:
-                raise RequestError(
-                    Code.ILLEGAL_MESSAGE_GROUP,
-                    f"a message group must be shorter than {MAX_MESSAGE_GROUP_BYTES} bytes",
                 )
             properties[prop.MESSAGE_GROUP] = group
         deliver_at = 0
@@ -289,29 +291,6 @@ class Sender:
         if system.HasField("delivery_timestamp"):
             return DELAY
         return NORMAL
-
-    @staticmethod
-    def _user_properties(proto: pb.Message) -> dict[str, str]:
-        user = dict(proto.user_properties)
-        size = sum(len(k) + len(v) for k, v in user.items())
-        if len(user) > prop.MAX_USER_PROPERTIES or size > prop.MAX_USER_PROPERTIES_BYTES:
-            raise RequestError(
-                Code.MESSAGE_PROPERTIES_TOO_LARGE,
-                f"user properties are limited to {prop.MAX_USER_PROPERTIES} entries and "
-                f"{prop.MAX_USER_PROPERTIES_BYTES // 1024} KiB",
-            )
-        for name, value in user.items():
-            if prop.is_reserved(name):
-                raise RequestError(
-                    Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
-                    f"property {quoted(name)} is reserved for the broker; choose another name",
-                )
-            if not name or "\x01" in name + value or "\x02" in name + value:
-                raise RequestError(
-                    Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
-                    f"property {quoted(name)} is empty or holds a control character \\x01/\\x02",
-                )
-        return user
 
     # -- EndTransaction -----------------------------------------------------
 

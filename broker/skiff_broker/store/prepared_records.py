@@ -9,7 +9,7 @@ fields that are the broker's to set (queue, born and store hosts, reconsume
 count, transaction offset) are overwritten. The queue offset, physical offset
 and store timestamp are filled in under the commit log's lock, as for any
 other append. Every property set must pass the producer's rules
-(``wire.property_names.producer_property_problem``).
+(``wire.message_rules.producer_property_problem``).
 
 A long append of usual records (plain, IPv4-sized hosts, nothing but a message ID
 of one length for properties: what ``BatchingProducer`` sends) is first checked
@@ -29,8 +29,9 @@ from ..wire.body_crc import crc32
 from ..wire.compressed_body import compressed_body_problem
 from ..wire.field_arrays import fields_at
 from ..wire.hosts import host_flags
+from ..wire.message_rules import producer_property_problem
 from ..wire.properties import ID_ONLY_PREFIX, Property, decode_properties
-from ..wire.property_names import message_id_problem, producer_property_problem
+from ..wire.property_names import message_id_problem
 from ..wire.record_check import check_run, record_starts
 from ..wire.record_codec import topic_problem
 from ..wire.record_layout import (

@@ -5,8 +5,6 @@ Every name RocketMQ keeps for itself is refused too, used here or not, so a
 message that moves between Skiff and RocketMQ means the same on both.
 """
 
-from ..error_text import quoted
-
 KEYS = "KEYS"
 TAGS = "TAGS"
 UNIQ_KEY = "UNIQ_KEY"
@@ -116,50 +114,14 @@ def is_reserved(name: str) -> bool:
     return name in RESERVED or name.startswith(_ROCKETMQ_TRANSIENT_PREFIX)
 
 
-# Properties a producer sets among the broker's own, and its limits on the rest
-# (RocketMQ's proxy limits).
-PRODUCER_PROPERTIES = frozenset({TAGS, KEYS, UNIQ_KEY})
-MAX_USER_PROPERTIES = 128
-MAX_USER_PROPERTIES_BYTES = 16 * 1024
-
-
 def message_id_problem(message_id: str) -> str | None:
     """Why a producer's message may not have this ID (its UNIQ_KEY); None if it may.
 
-    A message whose only property is its ID passes ``producer_property_problem`` exactly
-    when its ID passes this: the Append door checks a run of such records by their IDs.
+    A message whose only property is its ID passes
+    ``message_rules.producer_property_problem`` exactly when its ID passes this: the Append door
+    checks a run of such records by their IDs.
     """
     return None if message_id.strip() else "it needs a UNIQ_KEY property: the message ID"
-
-
-def producer_property_problem(properties: dict[str, str]) -> str | None:
-    """Why a producer's message may not carry these properties; None if it may.
-
-    ``properties`` are a stored record's: the user's plus TAGS, KEYS and UNIQ_KEY.
-    """
-    problem = message_id_problem(properties.get(UNIQ_KEY, ""))
-    if problem is not None:
-        return problem
-    user = 0
-    size = 0
-    for name, value in properties.items():
-        if name in PRODUCER_PROPERTIES:
-            continue
-        if is_reserved(name):
-            return f"property {quoted(name)} is reserved for the broker; choose another name"
-        if not name:
-            return "a property name must not be empty"
-        user += 1
-        size += len(name) + len(value)
-    if user > MAX_USER_PROPERTIES or size > MAX_USER_PROPERTIES_BYTES:
-        return (
-            f"user properties are limited to {MAX_USER_PROPERTIES} entries and "
-            f"{MAX_USER_PROPERTIES_BYTES // 1024} KiB"
-        )
-    tag = properties.get(TAGS)
-    if tag is not None and (not tag.strip() or "|" in tag):
-        return f"tag {quoted(tag)} must be non-blank without '|'"
-    return None
 
 
 # System topics.

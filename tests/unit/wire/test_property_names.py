@@ -5,11 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from skiff_broker.wire.property_names import (
-    UNIQ_KEY,
-    message_id_problem,
-    producer_property_problem,
-)
+from skiff_broker.wire.message_rules import producer_property_problem
+from skiff_broker.wire.property_names import UNIQ_KEY, message_id_problem
 
 
 @given(message_id=st.text(max_size=40) | st.sampled_from(["", " ", "\t\n", "\x1f", "\x00"]))
