@@ -76,7 +76,16 @@ class BrokerConfig:
         "Deliveries of a message before it goes to %DLQ%<group>.",
         minimum=1,
     )
-    min_invisible_time_ms: int = 1_000
+    # RocketMQ's proxy: minInvisibleTimeMillsForRecv 10 s, maxInvisibleTimeMills 12 h.
+    min_invisible_time_s: float = option(
+        10.0,
+        "--min-invisible-time",
+        "SKIFF_MIN_INVISIBLE_TIME",
+        "Seconds: the shortest invisible duration a receive may ask for (RocketMQ's "
+        "minInvisibleTimeMillsForRecv); shorter ones are refused with ILLEGAL_INVISIBLE_TIME.",
+        minimum=0,
+        maximum=12 * 3600,
+    )
     max_invisible_time_ms: int = 12 * 3600 * 1000
     # Push consumers send no invisible time; the broker chooses it.
     default_invisible_time_ms: int = 60_000
@@ -139,6 +148,10 @@ class BrokerConfig:
     # What the client port holds of requests not yet taken by their handlers, and for how long.
     request_buffers: RequestBufferConfig = dataclasses.field(default_factory=RequestBufferConfig)
 
+    @property
+    def min_invisible_time_ms(self) -> int:
+        return round(self.min_invisible_time_s * 1000)
+
     def validate(self) -> None:
         self.store.validate()
         host, _, port = self.listen.rpartition(":")
@@ -153,8 +166,10 @@ class BrokerConfig:
                 )
         if self.max_delivery_attempts < 1:
             raise ValueError("max delivery attempts must be at least 1")
-        if not 0 < self.min_invisible_time_ms <= self.max_invisible_time_ms:
-            raise ValueError("the invisible time range is empty")
+        if not 0 <= self.min_invisible_time_ms <= self.max_invisible_time_ms:
+            raise ValueError(
+                f"--min-invisible-time must be 0 to {self.max_invisible_time_ms // 1000} seconds"
+            )
         if self.transaction_check_interval_s <= 0:
             raise ValueError("the transaction check interval must be positive")
         if self.transaction_timeout_s < 0 or self.transaction_check_max < 0:

@@ -32,7 +32,7 @@ from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
 from rocketmq.v5.exception import BadRequestException
 from rocketmq.v5.util.misc import Misc
 from tests.support.broker_fixture import module_broker
-from tests.support.broker_process import BrokerProcess
+from tests.support.broker_process import SHORT_INVISIBLE_ARGS, BrokerProcess
 from tests.support.official_client import receive_all, started_producer, started_simple_consumer
 from tests.support.waiting import wait_for
 
@@ -41,8 +41,8 @@ from skiff_broker.metadata.topic_table import MessageType, TopicConfig
 MAX_ATTEMPTS = 2
 # Generous: polls end as soon as their condition holds.
 DEADLINE_S = 90.0
-# The shortest invisible time the broker accepts is 1 s; a little more keeps the
-# "not yet redelivered" window of the FIFO test comfortably wide.
+# The broker is started accepting invisible times from 1 s (SHORT_INVISIBLE_ARGS); a little
+# more keeps the "not yet redelivered" window of the FIFO test comfortably wide.
 SHORT_INVISIBLE_S = 3
 
 NORMAL_TOPICS = (
@@ -67,6 +67,7 @@ broker = module_broker(
     "interop",
     "--max-delivery-attempts",
     str(MAX_ATTEMPTS),
+    *SHORT_INVISIBLE_ARGS,
     topics=(
         *(TopicConfig(name, 4, 4) for name in NORMAL_TOPICS),
         *(TopicConfig(name, 4, 4, message_type=MessageType.FIFO) for name in FIFO_TOPICS),

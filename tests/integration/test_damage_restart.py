@@ -26,6 +26,7 @@ from rocketmq import (
     SimpleConsumer,
 )
 from tests.support.broker_process import (
+    SHORT_INVISIBLE_ARGS,
     SKIFF,
     BrokerProcess,
     broker_env,
@@ -151,7 +152,7 @@ def warnings_of(broker: BrokerProcess) -> list[str]:
 
 @pytest.mark.parametrize("field", ["body", "totalsize", "physicaloffset"])
 def test_a_flipped_byte_then_a_crash_loses_only_that_message(tmp: Path, field: str) -> None:
-    with running_broker(tmp) as broker:
+    with running_broker(tmp, *SHORT_INVISIBLE_ARGS) as broker:
         sent = produce(broker, COUNT)
         broker.kill()
     data_dir = data_dir_of(tmp)
@@ -160,7 +161,7 @@ def test_a_flipped_byte_then_a_crash_loses_only_that_message(tmp: Path, field: s
     offset = int(segment.name) + position
     flip_byte(segment, position + {"body": 100, "totalsize": 2, "physicaloffset": 34}[field])
 
-    with running_broker(tmp) as broker:
+    with running_broker(tmp, *SHORT_INVISIBLE_ARGS) as broker:
         received = drain(broker)
         warnings = warnings_of(broker)
     assert sorted(received) == sorted(sent - {body}), "every other message reads back, once"
@@ -178,7 +179,7 @@ def test_a_flipped_byte_then_a_crash_loses_only_that_message(tmp: Path, field: s
 
 
 def test_an_overwritten_consume_queue_unit_is_rebuilt_after_a_crash(tmp: Path) -> None:
-    with running_broker(tmp) as broker:
+    with running_broker(tmp, *SHORT_INVISIBLE_ARGS) as broker:
         sent = produce(broker, 200)
         broker.kill()
     data_dir = data_dir_of(tmp)
@@ -187,7 +188,7 @@ def test_an_overwritten_consume_queue_unit_is_rebuilt_after_a_crash(tmp: Path) -
         f.seek(7 * 20)  # the unit of queue offset 7: points at no record now
         f.write(struct.pack(">qiq", 123_456_789, 4242, 99))
 
-    with running_broker(tmp) as broker:
+    with running_broker(tmp, *SHORT_INVISIBLE_ARGS) as broker:
         received = drain(broker)
         warnings = warnings_of(broker)
     assert sorted(received) == sorted(sent), "the message behind the bad unit reads back"
@@ -197,7 +198,7 @@ def test_an_overwritten_consume_queue_unit_is_rebuilt_after_a_crash(tmp: Path) -
 
 
 def test_store_check_and_repair_on_a_damaged_copy(tmp: Path) -> None:
-    with running_broker(tmp) as broker:
+    with running_broker(tmp, *SHORT_INVISIBLE_ARGS) as broker:
         sent = produce(broker, COUNT)
     data_dir = data_dir_of(tmp)
     copy_tmp = tmp / "copy"
@@ -226,7 +227,7 @@ def test_store_check_and_repair_on_a_damaged_copy(tmp: Path) -> None:
     assert result["bad_units"] == expected
     assert result["records"] == COUNT - 1
 
-    with running_broker(tmp) as broker:
+    with running_broker(tmp, *SHORT_INVISIBLE_ARGS) as broker:
         busy = store_check(data_dir, "--repair")
         assert busy.returncode != 0
         assert "in use by another process" in busy.stderr
@@ -245,13 +246,13 @@ def test_store_check_and_repair_on_a_damaged_copy(tmp: Path) -> None:
     assert again.returncode == 0, again.stdout + again.stderr
     assert "(in the report)" in again.stdout
 
-    with running_broker(copy_tmp) as broker:
+    with running_broker(copy_tmp, *SHORT_INVISIBLE_ARGS) as broker:
         received = drain(broker)
     assert sorted(received) == sorted(sent - {body})
 
 
 def test_store_check_reads_the_segment_size_from_the_files(tmp: Path) -> None:
-    with running_broker(tmp) as broker:
+    with running_broker(tmp, *SHORT_INVISIBLE_ARGS) as broker:
         produce(broker, 20)
     data_dir = data_dir_of(tmp)
     checked = store_check(data_dir, "--json")
@@ -270,7 +271,7 @@ def test_store_check_reads_the_segment_size_from_the_files(tmp: Path) -> None:
 def test_a_segment_cut_short_keeps_every_record_before_the_cut(
     tmp: Path, segment_index: int
 ) -> None:
-    with running_broker(tmp) as broker:
+    with running_broker(tmp, *SHORT_INVISIBLE_ARGS) as broker:
         sent = produce(broker, COUNT)
     data_dir = data_dir_of(tmp)
     files = segments(data_dir)
@@ -284,7 +285,7 @@ def test_a_segment_cut_short_keeps_every_record_before_the_cut(
     lost = {body for pos, _, body in records if pos >= position}
     assert lost and lost < sent
 
-    with running_broker(tmp) as broker:
+    with running_broker(tmp, *SHORT_INVISIBLE_ARGS) as broker:
         received = drain(broker)
         warnings = warnings_of(broker)
     assert sorted(received) == sorted(sent - lost), "every record outside the cut reads back"
@@ -299,10 +300,10 @@ def epoch_lines(data_dir: Path) -> list[str]:
 
 @pytest.mark.parametrize("damage", ["flipped", "empty", "garbage"])
 def test_a_damaged_epoch_file_starts_the_broker_with_every_message(tmp: Path, damage: str) -> None:
-    with running_broker(tmp) as broker:
+    with running_broker(tmp, *SHORT_INVISIBLE_ARGS) as broker:
         sent = produce(broker, 100)
     # A second start begins term 2; the file it replaced is the .bak.
-    with running_broker(tmp):
+    with running_broker(tmp, *SHORT_INVISIBLE_ARGS):
         pass
     data_dir = data_dir_of(tmp)
     main, backup = data_dir / "epoch", data_dir / "epoch.bak"
@@ -314,7 +315,7 @@ def test_a_damaged_epoch_file_starts_the_broker_with_every_message(tmp: Path, da
         for copy in (main, backup):
             copy.write_bytes(b"" if damage == "empty" else os.urandom(50))
 
-    with running_broker(tmp) as broker:
+    with running_broker(tmp, *SHORT_INVISIBLE_ARGS) as broker:
         received = drain(broker)
         warnings = warnings_of(broker)
         assert sorted(received) == sorted(sent)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from tests.support.broker_process import (
+    SHORT_INVISIBLE_ARGS,
     BrokerProcess,
     create_topics,
     data_dir_of,
@@ -56,6 +57,7 @@ def master_and_replica(tmp_path: Path, *master_args: str) -> Iterator[tuple[Brok
             "--sync-replication-timeout",
             SYNC_TIMEOUT_S,
             *HEARTBEATS,
+            *SHORT_INVISIBLE_ARGS,
             *master_args,
         )
         started.append(master)

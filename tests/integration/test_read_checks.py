@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
 from tests.support.broker_process import (
+    SHORT_INVISIBLE_ARGS,
     SMALL_FILES_ENV,
     BrokerProcess,
     create_topics,
@@ -101,7 +102,7 @@ def unlink_newest_entries(index_dir: Path, newest: int) -> int:
 def test_index_entries_a_kill_left_out_of_their_chains_are_found_after_restart(
     tmp: Path, exit: str
 ) -> None:
-    with running_broker(tmp) as broker:
+    with running_broker(tmp, *SHORT_INVISIBLE_ARGS) as broker:
         sent = send(broker, 120)
         with AdminClient(broker.endpoint) as admin:
             # Indexed before the stop: the newest one is found by its key.
@@ -113,7 +114,10 @@ def test_index_entries_a_kill_left_out_of_their_chains_are_found_after_restart(
     # Two keys a record (its key and its message ID): the last 40 records' entries.
     unlink_newest_entries(data_dir_of(tmp) / "index", 80)
 
-    with running_broker(tmp) as broker, AdminClient(broker.endpoint) as admin:
+    with (
+        running_broker(tmp, *SHORT_INVISIBLE_ARGS) as broker,
+        AdminClient(broker.endpoint) as admin,
+    ):
         missing_by_key = [
             m.keys[0] for m in sent if not admin.query_messages_by_key(TOPIC, m.keys[0])
         ]
@@ -171,7 +175,7 @@ def drain(broker: BrokerProcess) -> list[bytes]:
 
 
 def test_a_damaged_unit_after_a_clean_stop_reads_back_with_one_warning(tmp: Path) -> None:
-    with running_broker(tmp) as broker:
+    with running_broker(tmp, *SHORT_INVISIBLE_ARGS) as broker:
         sent = send(broker, 200)
     # Clean stop. Queue 0: unit 7's offset flipped (every bit). Queue 1: unit 9 points
     # at the record of unit 10, a real record of the same queue but not its own.
@@ -180,7 +184,7 @@ def test_a_damaged_unit_after_a_clean_stop_reads_back_with_one_warning(tmp: Path
     write_unit_offset(tmp, 1, 9, read_unit(tmp, 1, 10)[0])
     bodies = sorted(m.body for m in sent)
 
-    with running_broker(tmp) as broker:
+    with running_broker(tmp, *SHORT_INVISIBLE_ARGS) as broker:
         try:
             pulled = pull_all(broker, 0)  # the fetch path (get_records) meets unit 7
         except DataLost as lost:
@@ -207,7 +211,7 @@ def test_reads_during_retention_never_point_at_the_offset_asked_for(tmp_path: Pa
     answers: list[tuple[int, int]] = []
     problems: list[BaseException] = []
     stop = threading.Event()
-    with running_broker(tmp_path, *RETENTION_ARGS) as broker:
+    with running_broker(tmp_path, *SHORT_INVISIBLE_ARGS, *RETENTION_ARGS) as broker:
         with AdminClient(broker.endpoint) as admin:
             admin.create_topic(topic, read_queues=1)
 

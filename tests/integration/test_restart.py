@@ -27,6 +27,7 @@ from rocketmq import (
 )
 from tests.support.broker_process import (
     COMMIT_LOG_FILE_SIZE,
+    SHORT_INVISIBLE_ARGS,
     SKIFF,
     BrokerProcess,
     broker_env,
@@ -143,14 +144,14 @@ def stored_records(data_dir: Path) -> int:
 
 
 def test_clean_restart_continues_from_the_committed_offsets(tmp):
-    with running_broker(tmp) as broker:
+    with running_broker(tmp, *SHORT_INVISIBLE_ARGS) as broker:
         sent = produce(broker, 40)
         with consumer(broker) as client:
             acked = receive(client, 15, ack=True)
             unacked = receive(client, 5, ack=False)
         broker.stop()
 
-    with running_broker(tmp) as broker:
+    with running_broker(tmp, *SHORT_INVISIBLE_ARGS) as broker:
         later = produce(broker, 10, start=40)
         with consumer(broker) as client:
             after = drain(client)
@@ -166,7 +167,7 @@ def test_clean_restart_continues_from_the_committed_offsets(tmp):
 
 
 def test_killed_sync_flush_broker_loses_no_acknowledged_message(tmp):
-    with running_broker(tmp, "--flush-type", "SYNC_FLUSH") as broker:
+    with running_broker(tmp, *SHORT_INVISIBLE_ARGS, "--flush-type", "SYNC_FLUSH") as broker:
         sent = produce(broker, 40)
         with consumer(broker) as client:
             persisted = receive(client, 15, ack=True)
@@ -181,7 +182,10 @@ def test_killed_sync_flush_broker_loses_no_acknowledged_message(tmp):
         sent |= produce(broker, 10, start=40)
         broker.kill()
 
-    with running_broker(tmp, "--flush-type", "SYNC_FLUSH") as broker, consumer(broker) as client:
+    with (
+        running_broker(tmp, *SHORT_INVISIBLE_ARGS, "--flush-type", "SYNC_FLUSH") as broker,
+        consumer(broker) as client,
+    ):
         after = drain(client)
 
     after_ids = set(ids(after))

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from tests.support.broker_process import (
+    SHORT_INVISIBLE_ARGS,
     SKIFF,
     START_DEADLINE_S,
     broker_env,
@@ -93,7 +94,7 @@ def test_every_message_reads_through_skiff(rocketmq_data):
     by_queue: dict[tuple[str, int], list[dict]] = collections.defaultdict(list)
     for message in sent:
         by_queue[(message["topic"], message["queue_id"])].append(message)
-    with running_broker(rocketmq_data, *_sizes()) as broker:
+    with running_broker(rocketmq_data, *SHORT_INVISIBLE_ARGS, *_sizes()) as broker:
         with AdminClient(broker.endpoint) as admin:
             for topic, queues in MANIFEST["topics"].items():
                 assert admin.get_topic(topic).read_queues == queues
@@ -126,7 +127,7 @@ def test_every_message_reads_through_skiff(rocketmq_data):
 
 def test_every_consumer_position_reads_through_skiff(rocketmq_data):
     expected = _expected_offsets()
-    with running_broker(rocketmq_data, *_sizes()) as broker:
+    with running_broker(rocketmq_data, *SHORT_INVISIBLE_ARGS, *_sizes()) as broker:
         for (group, topic), queues in sorted(expected.items()):
             with PullConsumer(broker.endpoint, group=group) as consumer:
                 for queue_id, offset in queues.items():
@@ -147,7 +148,7 @@ def test_skiff_writes_the_positions_back_as_strict_json_keeping_rocketmqs_as_bak
     config = data_dir_of(rocketmq_data) / "config"
     rocketmq_version = (config / "consumerOffset.json").read_bytes()
     with (
-        running_broker(rocketmq_data, *_sizes()) as broker,
+        running_broker(rocketmq_data, *SHORT_INVISIBLE_ARGS, *_sizes()) as broker,
         PullConsumer(broker.endpoint, group=group) as consumer,
     ):
         consumer.commit_offset(topic, 0, 2)
@@ -211,7 +212,7 @@ def test_the_official_consumer_continues_where_rocketmq_left_the_group(rocketmq_
         MANIFEST["acked"]
     )
     invisible_s = 3
-    with running_broker(rocketmq_data, *_sizes()) as broker:
+    with running_broker(rocketmq_data, *SHORT_INVISIBLE_ARGS, *_sizes()) as broker:
         consumer = SimpleConsumer(
             ClientConfiguration(broker.endpoint, Credentials()),
             MANIFEST["group"],

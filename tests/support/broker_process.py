@@ -82,6 +82,9 @@ _TASK_NAME = re.compile(r"<Task \w+ name='([^']*)'")
 
 # Every test broker serves or follows replication, which needs the group's secret.
 HA_SECRET = "secret-shared-by-the-test-brokers"
+# For a broker whose receives ask for invisible times under the default minimum (10 s),
+# so that tests of redelivery wait seconds, not tens of seconds.
+SHORT_INVISIBLE_ARGS = ("--min-invisible-time", "1")
 
 
 def broker_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

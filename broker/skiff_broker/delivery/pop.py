@@ -99,6 +99,15 @@ class PopError(Exception):
     """An ack or change of invisible time that does not match a delivery in flight."""
 
 
+class ReceiptExpired(PopError):
+    """An ack or change of invisible time that came after the delivery's invisible time.
+
+    As RocketMQ's proxy has it, a handle is dead once retrieve time + invisible time is
+    not after now, whether or not the message has been handed out again: the delivery
+    stays in flight and the message comes again.
+    """
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class _DeadLetter:
     """A delivery that used up its attempts, to be moved to its group's DLQ topic."""
@@ -337,9 +346,24 @@ class PopService:
             )
         return state, entry
 
+    def _live_entry(
+        self, group: str, topic: str, queue_id: int, offset: int, retrieve_time: int
+    ) -> tuple[QueueState, InFlight]:
+        """The delivery in flight, if its invisible time has not run out."""
+        state, entry = self._entry(group, topic, queue_id, offset, retrieve_time)
+        late_ms = self._clock() - entry.visible_at
+        if late_ms >= 0:
+            raise ReceiptExpired(
+                f"receipt handle is expired: the invisible time of {topic}/{queue_id}/{offset} "
+                f"ran out {late_ms} ms ago and the message will be delivered again; "
+                "ack or change the invisible duration before it runs out, or receive with "
+                "a longer invisible duration"
+            )
+        return state, entry
+
     def ack(self, group: str, topic: str, queue_id: int, offset: int, retrieve_time: int) -> None:
         with self._lock:
-            state, _ = self._entry(group, topic, queue_id, offset, retrieve_time)
+            state, _ = self._live_entry(group, topic, queue_id, offset, retrieve_time)
             del state.in_flight[offset]
             self._dirty = True
 
@@ -354,7 +378,7 @@ class PopService:
     ) -> Delivery:
         """Restart the invisible time from now; the delivery gets a new handle."""
         with self._lock:
-            _, entry = self._entry(group, topic, queue_id, offset, retrieve_time)
+            _, entry = self._live_entry(group, topic, queue_id, offset, retrieve_time)
             now = self._clock()
             # A handle must change even within one millisecond.
             entry.retrieve_time = max(now, entry.retrieve_time + 1)

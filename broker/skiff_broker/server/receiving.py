@@ -23,7 +23,9 @@ from .status import CODE_OK, OK, Code, RequestError, status
 
 # Answer this long before the client's deadline, so it gets the answer, not a timeout.
 _DEADLINE_MARGIN_S = 1.0
-_MAX_BATCH = 1024
+# One receive hands out at most this many; a larger batch size is capped, not refused
+# (RocketMQ's proxy: MAX_MSG_NUMS_FOR_POP_REQUEST).
+MAX_RECEIVE_BATCH = 32
 
 
 def _now_ms() -> int:
@@ -32,6 +34,22 @@ def _now_ms() -> int:
 
 def _duration_ms(duration: Duration) -> int:
     return duration.seconds * 1000 + duration.nanos // 1_000_000
+
+
+def check_invisible_time(invisible_ms: int, minimum_ms: int, maximum_ms: int) -> None:
+    """ILLEGAL_INVISIBLE_TIME outside the range, worded as RocketMQ's proxy words it."""
+    if invisible_ms < minimum_ms:
+        raise RequestError(
+            Code.ILLEGAL_INVISIBLE_TIME,
+            f"the invisibleTime is too small. min is {minimum_ms} "
+            "(milliseconds); ask for a longer invisible duration",
+        )
+    if invisible_ms > maximum_ms:
+        raise RequestError(
+            Code.ILLEGAL_INVISIBLE_TIME,
+            f"the invisibleTime is too large. max is {maximum_ms} "
+            "(milliseconds); ask for a shorter invisible duration",
+        )
 
 
 class Receiver:
@@ -82,13 +100,12 @@ class Receiver:
         if not request.HasField("invisible_duration"):
             return config.default_invisible_time_ms
         invisible = _duration_ms(request.invisible_duration)
-        if not config.min_invisible_time_ms <= invisible <= config.max_invisible_time_ms:
-            raise RequestError(
-                Code.ILLEGAL_INVISIBLE_TIME,
-                f"invisible duration must be {config.min_invisible_time_ms} ms to "
-                f"{config.max_invisible_time_ms // 3_600_000} h",
+        # RocketMQ does not check what an auto-renewing (push) consumer asks for.
+        if not request.auto_renew:
+            check_invisible_time(
+                invisible, config.min_invisible_time_ms, config.max_invisible_time_ms
             )
-        return invisible
+        return min(max(invisible, 0), config.max_invisible_time_ms)
 
     # -- ReceiveMessage -----------------------------------------------------
 
@@ -146,9 +163,13 @@ class Receiver:
         group = require_group_name(request.group.name)
         topic = self._readable_topic(request.message_queue.topic.name)
         tag_filter = self.message_filter(request.filter_expression)
-        batch = request.batch_size or 32
-        if not 0 < batch <= _MAX_BATCH:
-            raise RequestError(Code.BAD_REQUEST, f"batch size must be 1 to {_MAX_BATCH}")
+        if request.batch_size < 0:
+            raise RequestError(
+                Code.BAD_REQUEST,
+                f"batch size {request.batch_size} is negative; ask for 1 to "
+                f"{MAX_RECEIVE_BATCH} messages (0 means {MAX_RECEIVE_BATCH})",
+            )
+        batch = min(request.batch_size or MAX_RECEIVE_BATCH, MAX_RECEIVE_BATCH)
         invisible = self._invisible_ms(request)
         config = self._broker.config
         polling_ms = (
@@ -230,12 +251,8 @@ class Receiver:
         require_topic_name(request.topic.name)
         config = self._broker.config
         invisible = _duration_ms(request.invisible_duration)
-        # A consumer asking for a quick retry may go below the receive minimum.
-        if not 0 <= invisible <= config.max_invisible_time_ms:
-            raise RequestError(
-                Code.ILLEGAL_INVISIBLE_TIME,
-                f"invisible duration must be 0 to {config.max_invisible_time_ms // 3_600_000} h",
-            )
+        # A consumer asking for a quick retry may go below the receive minimum (RocketMQ: 0).
+        check_invisible_time(invisible, 0, config.max_invisible_time_ms)
         handle = ReceiptHandle.decode(request.receipt_handle)
         try:
             d = self._broker.pop.change_invisible_time(
