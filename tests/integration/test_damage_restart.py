@@ -13,17 +13,14 @@ import os
 import shutil
 import struct
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 from rocketmq import (
     ClientConfiguration,
     Credentials,
-    FilterExpression,
     Message,
     Producer,
-    SimpleConsumer,
 )
 from tests.support.broker_process import (
     SHORT_INVISIBLE_ARGS,
@@ -34,6 +31,7 @@ from tests.support.broker_process import (
     data_dir_of,
     running_broker,
 )
+from tests.support.official_client import receive_until_quiet
 
 from skiff_broker.metadata.topic_table import TopicConfig
 from skiff_broker.store.message import MESSAGE_MAGIC, SIZE_MAGIC, decode_record
@@ -79,20 +77,8 @@ def produce(broker: BrokerProcess, count: int) -> set[bytes]:
 
 
 def drain(broker: BrokerProcess) -> list[bytes]:
-    """Receive and ack until a long poll (longer than the invisible time) brings nothing."""
-    client = SimpleConsumer(config(broker), GROUP, {TOPIC: FilterExpression()}, INVISIBLE_S + 2)
-    client.startup()
-    received: list[bytes] = []
-    try:
-        end = time.monotonic() + DEADLINE_S
-        while batch := client.receive(32, INVISIBLE_S):
-            assert time.monotonic() < end, "messages keep coming"
-            for msg in batch:
-                received.append(msg.body)
-                client.ack(msg)
-    finally:
-        client.shutdown()
-    return received
+    """Receive and ack with the official client until a long poll brings nothing."""
+    return receive_until_quiet(broker.endpoint, GROUP, TOPIC, INVISIBLE_S, DEADLINE_S)
 
 
 # -- bytes on disk ----------------------------------------------------------------

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
 from tests.support.broker_process import (
     SHORT_INVISIBLE_ARGS,
     SMALL_FILES_ENV,
@@ -28,6 +27,7 @@ from tests.support.broker_process import (
     data_dir_of,
     running_broker,
 )
+from tests.support.official_client import receive_until_quiet
 from tests.support.queue_ends import wait_for_messages
 from tests.support.retention_broker import RETENTION_ARGS, wait_for_deletion
 
@@ -158,20 +158,7 @@ def pull_all(broker: BrokerProcess, queue_id: int) -> list[bytes]:
 
 def drain(broker: BrokerProcess) -> list[bytes]:
     """Receive and ack with the official client until a long poll brings nothing."""
-    config = ClientConfiguration(broker.endpoint, Credentials())
-    client = SimpleConsumer(config, "checked-group", {TOPIC: FilterExpression()}, INVISIBLE_S + 2)
-    client.startup()
-    received: list[bytes] = []
-    try:
-        end = time.monotonic() + DEADLINE_S
-        while batch := client.receive(32, INVISIBLE_S):
-            assert time.monotonic() < end, "messages keep coming"
-            for msg in batch:
-                received.append(msg.body)
-                client.ack(msg)
-    finally:
-        client.shutdown()
-    return received
+    return receive_until_quiet(broker.endpoint, "checked-group", TOPIC, INVISIBLE_S, DEADLINE_S)
 
 
 def test_a_damaged_unit_after_a_clean_stop_reads_back_with_one_warning(tmp: Path) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 from rocketmq import (
     ClientConfiguration,
+    Credentials,
     FilterExpression,
     Message,
     Producer,
@@ -73,4 +74,25 @@ def receive_all(
             received.append(msg)
             if ack:
                 consumer.ack(msg)
+    return received
+
+
+def receive_until_quiet(
+    endpoint: str, group: str, topic: str, invisible_s: int, deadline_s: float = RECEIVE_DEADLINE_S
+) -> list[bytes]:
+    """Receive and ack with a SimpleConsumer until a long poll (longer than the invisible
+    time, so nothing is still due) brings nothing; the bodies, in the order received."""
+    config = ClientConfiguration(endpoint, Credentials())
+    client = SimpleConsumer(config, group, {topic: FilterExpression()}, invisible_s + 2)
+    client.startup()
+    received: list[bytes] = []
+    try:
+        end = time.monotonic() + deadline_s
+        while batch := client.receive(32, invisible_s):
+            assert time.monotonic() < end, "messages keep coming"
+            for msg in batch:
+                received.append(msg.body)
+                client.ack(msg)
+    finally:
+        client.shutdown()
     return received
