@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -31,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "broker")]
 
 from tests.support.broker_process import create_topics, data_dir_of, running_broker  # noqa: E402
+from tests.support.process_stats import cpu_seconds  # noqa: E402
 
 from skiff_broker.client.messaging import MessagingClient, OutgoingMessage  # noqa: E402
 from skiff_broker.metadata.topic_table import TopicConfig  # noqa: E402
@@ -44,11 +44,6 @@ VARIANTS = {
     "tag 100%": ("*", None, 1),
     "sql 100%": ("*", "a >= 0", 1),
 }
-
-
-def broker_cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def fill(client: MessagingClient, count: int) -> None:
@@ -67,7 +62,7 @@ def drain(client: MessagingClient, pid: int, variant: str, wanted: int) -> dict[
     tags, sql, _ = VARIANTS[variant]
     group = f"bench-{uuid.uuid4().hex[:8]}"
     got = 0
-    cpu_before, started = broker_cpu_s(pid), time.perf_counter()
+    cpu_before, started = cpu_seconds(pid), time.perf_counter()
     while got < wanted:
         batch = client.receive(
             group, TOPIC, max_messages=32, tag_expression=tags, sql92=sql, wait_s=2
@@ -77,7 +72,7 @@ def drain(client: MessagingClient, pid: int, variant: str, wanted: int) -> dict[
         client.ack(group, TOPIC, batch)
         got += len(batch)
     elapsed = time.perf_counter() - started
-    cpu = broker_cpu_s(pid) - cpu_before
+    cpu = cpu_seconds(pid) - cpu_before
     return {"msg_per_s": got / elapsed, "cpu_us_per_msg": cpu / got * 1e6}
 
 

@@ -81,6 +81,7 @@ from tests.support.broker_process import (  # noqa: E402
     data_dir_of,
     running_broker,
 )
+from tests.support.process_stats import cpu_seconds  # noqa: E402
 from tests.support.span_files import send_request  # noqa: E402
 
 from broker_bench import BrokerProfile  # noqa: E402
@@ -209,13 +210,6 @@ async def _append_for(store: MessageStore, seconds: float, appenders: int) -> fl
 # -- server level ----------------------------------------------------------------------
 
 
-def process_cpu_seconds(pid: int) -> float:
-    """User plus system CPU time of every thread of process ``pid`` so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    # After the command name: state is field 3, utime and stime are fields 14 and 15.
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def broker_setup(
     work: Path, flush_type: str, mode: str, endpoint: str
 ) -> tuple[Path, dict[str, str], tuple[str, ...]]:
@@ -277,11 +271,11 @@ async def _send_for(
     await asyncio.sleep(WARMUP_S)
     counting = True
     started = time.perf_counter()
-    cpu_started = process_cpu_seconds(broker_pid)
+    cpu_started = cpu_seconds(broker_pid)
     await asyncio.sleep(seconds)
     counting = False
     elapsed = time.perf_counter() - started
-    cpu = process_cpu_seconds(broker_pid) - cpu_started
+    cpu = cpu_seconds(broker_pid) - cpu_started
     stop = True
     await asyncio.gather(*tasks)
     return count / elapsed, cpu * 1e6 / max(count, 1)

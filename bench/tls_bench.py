@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import sys
 import tempfile
@@ -29,17 +28,12 @@ from rocketmq.grpc_protocol import definition_pb2 as pb  # noqa: E402
 from rocketmq.grpc_protocol import service_pb2 as spb  # noqa: E402
 from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub  # noqa: E402
 from tests.support.broker_process import start_broker  # noqa: E402
+from tests.support.process_stats import cpu_seconds  # noqa: E402
 
 from skiff_broker.client.channels import ClientTls, aio_channel  # noqa: E402
 
 TOPIC = "tls-bench"
 WORKLOADS = {"small (256 B)": 256, "large (256 KiB)": 256 * 1024}
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (from /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _send_rate(
@@ -73,11 +67,11 @@ async def _send_rate(
 
         tasks = [asyncio.create_task(caller()) for _ in range(callers)]
         await asyncio.sleep(min(1.0, seconds / 3))  # warm-up: connection, handshake
-        start_count, started, cpu = done, time.perf_counter(), _cpu_seconds(pid)
+        start_count, started, cpu = done, time.perf_counter(), cpu_seconds(pid)
         await asyncio.sleep(seconds)
         sent = done - start_count
         rate = sent / (time.perf_counter() - started)
-        cpu_per_message = (_cpu_seconds(pid) - cpu) / max(sent, 1)
+        cpu_per_message = (cpu_seconds(pid) - cpu) / max(sent, 1)
         stop = True
         await asyncio.gather(*tasks)
     return rate, cpu_per_message

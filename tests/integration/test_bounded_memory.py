@@ -36,6 +36,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
 from tests.support.broker_process import BrokerProcess, create_topics, data_dir_of, running_broker
+from tests.support.process_stats import resident_bytes
 
 from skiff_broker.metadata.topic_table import TopicConfig
 from skiff_broker.server.clients import TELEMETRY_OUTBOX_LIMIT
@@ -55,14 +56,6 @@ STALLED_ROUNDS = 3
 MAX_ROUNDS = 500
 PER_ROUND = 5
 DEADLINE_S = 60.0
-
-
-def resident_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError(f"no VmRSS in /proc/{pid}/status")
 
 
 class FloodingStream:

@@ -10,7 +10,6 @@ closes can be read in order. A normal client is a gRPC channel calling QueryRout
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import ssl
 import struct
@@ -28,6 +27,7 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
 from tests.support.broker_process import BrokerProcess, create_topics, data_dir_of
 from tests.support.broker_process import running_broker as _running_broker
+from tests.support.process_stats import cpu_seconds
 from tests.support.waiting import wait_for
 
 from skiff_broker.http2 import frames as fr
@@ -379,12 +379,6 @@ _LIMITED = (
 
 def open_descriptors(pid: int) -> int:
     return len(list(Path(f"/proc/{pid}/fd").iterdir()))
-
-
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU time of the process so far (/proc/<pid>/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def test_out_of_descriptors_the_broker_pauses_accepting_without_spinning(tmp_path):

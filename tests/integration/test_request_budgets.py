@@ -27,6 +27,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
 from tests.support.broker_process import BrokerProcess, create_topics, data_dir_of, running_broker
+from tests.support.process_stats import resident_bytes
 from tests.support.raw_http2 import (
     DEADLINE_EXCEEDED,
     RawClient,
@@ -57,14 +58,6 @@ SLACK = 32 * MiB
 # A bound on the work of the attack loop, not on time.
 MAX_ROUNDS = 2_000
 IDLE_ROUNDS = 40  # rounds in a row with nothing sent: flow control holds every stream
-
-
-def resident_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError(f"no VmRSS in /proc/{pid}/status")
 
 
 def test_unfinished_messages_stay_within_the_request_buffer_budget(tmp_path: Path) -> None:
