@@ -182,8 +182,13 @@ class _Node:
     evaluate: Evaluate
     boolean: bool = False  # a BooleanExpression (conditions, TRUE, FALSE, NULL)
     constant: bool = False
-    value: Any = None  # a constant's value
+    value: Any = None  # a constant's value, or a negated number's
     property: str | None = None  # a property's name
+
+
+def _known_number(node: _Node) -> bool:
+    """A number known when the expression is compiled: a literal, or one negated."""
+    return type(node.value) in (int, float, JavaLong)
 
 
 def _constant(value: Any, *, boolean: bool = False) -> _Node:
@@ -351,7 +356,8 @@ class _Parser:
         self._check_ordered_operand(left, where)
         self._check_ordered_operand(right, where)
         wanted = _ORDER_TESTS[operator]
-        if left.property is not None and right.constant:
+        # A negated literal is no constant to RocketMQ's checks, but its value is known.
+        if left.property is not None and _known_number(right):
             return _condition(_property_against_number(left.property, right.value, wanted))
         lhs, rhs = left.evaluate, right.evaluate
 
@@ -476,7 +482,7 @@ _ORDER_TESTS: dict[str, Callable[[int], bool]] = {
 
 def _negate(node: _Node) -> _Node:
     """Unary minus: a number's negation; NULL for anything else (strings, conditions)."""
-    if node.constant and type(node.value) in (int, float, JavaLong):
+    if _known_number(node):
         value = node.value
         negated = JavaLong(-value) if type(value) is JavaLong else -value
         # -2147483648 is a 64-bit literal negated, as in Java; it stays a long.

@@ -22,6 +22,11 @@ def matches(expression: str, **properties: str) -> bool:
         ("a > 5", {"a": "5"}, False),
         ("a >= 5 AND a <= 5", {"a": "5"}, True),
         ("a < -3", {"a": "-4"}, True),
+        ("a > -5", {"a": "-4"}, True),
+        ("a > -5", {"a": "-4.5"}, False),  # read as a 32-bit int, as the literal is
+        ("a > -5.0", {"a": "-4.5"}, True),
+        ("a >= - -5", {"a": "5"}, True),
+        ("a BETWEEN -1 AND -5", {"a": "-3"}, False),  # no bounds check on negations
         ("a = 5", {"a": "5"}, True),
         ("a = 5", {"a": "+5"}, True),
         ("a <> 5", {"a": "6"}, True),
