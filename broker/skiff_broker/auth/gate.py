@@ -115,18 +115,15 @@ class AuthGate(grpc.aio.ServerInterceptor):
         return access_key
 
     def _enabled_secret(self, access_key: str) -> str | None:
-        """The secret of an enabled, vetted user; None for an unknown, disabled or
-        unvetted one (see ``UserStore.secret_of``)."""
-        user = self._users.user(access_key)
-        if user is None or not user.enabled:
-            return None
-        return self._users.secret_of(access_key)
+        """The secret of an admitted user; None for an unknown, disabled or unvetted one."""
+        user = self._users.admitted(access_key)
+        return None if user is None else user.secret_key
 
     def _authorize(
         self, access_key: str, needs: tuple[Need, ...], context: grpc.aio.ServicerContext
     ) -> None:
-        user = self._users.user(access_key)
-        if user is None or not user.enabled:  # deleted or disabled since the signature check
+        user = self._users.admitted(access_key)
+        if user is None:  # deleted or disabled since the signature check
             raise _Refused(False, not_matching(access_key))
         refusal = decide(user, self._users.acl(access_key), needs, caller_ip(context.peer()))
         if refusal is not None:
@@ -211,8 +208,8 @@ def may(users: UserStore, access_key: str, needs: tuple[Need, ...], peer: str) -
     For what the broker sends on its own, long after the request that set it up: the
     user's policies may have changed since.
     """
-    user = users.user(access_key)
-    if user is None or not user.enabled or users.secret_of(access_key) is None:
+    user = users.admitted(access_key)
+    if user is None:
         return False
     return decide(user, users.acl(access_key), needs, caller_ip(peer)) is None
 

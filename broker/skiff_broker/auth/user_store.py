@@ -14,7 +14,7 @@ with authentication on, the bootstrap user of ``--auth-init-user``, or an offlin
 ``skiff store user`` edit of a stopped directory), except users of a file written
 before Skiff recorded how users were made (no ``format`` field): nothing says
 those were not planted by an unsigned call while authentication was off, so they
-are kept but unvetted, and ``secret_of`` knows no secret for them (a signature
+are kept but unvetted, and ``admitted`` knows none of them (a signature
 by one never verifies) until they are applied again through a vetted path.
 """
 
@@ -105,12 +105,12 @@ class UserStore:
         """Access keys of users kept but not admitted (made by no vetted path, see above)."""
         return sorted(self._unvetted)
 
-    def secret_of(self, access_key: str) -> str | None:
-        """The secret a signature by ``access_key`` is checked with; None: unknown or unvetted."""
+    def admitted(self, access_key: str) -> User | None:
+        """The user, if it may sign calls now: known, enabled and vetted; else None."""
         user = self._users.get(access_key)
-        if user is None or access_key in self._unvetted:
+        if user is None or not user.enabled or access_key in self._unvetted:
             return None
-        return user.secret_key
+        return user
 
     def apply_user(self, user: User) -> bool:
         """Create or replace the user, vetted; whether anything changed.
