@@ -31,6 +31,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "broker")]
 
 from tests.support.broker_process import create_topics, data_dir_of, running_broker  # noqa: E402
 from tests.support.process_stats import cpu_seconds  # noqa: E402
+from tests.support.queue_ends import wait_until_dispatched  # noqa: E402
 
 from skiff_broker.client.messaging import MessagingClient, OutgoingMessage  # noqa: E402
 from skiff_broker.metadata.topic_table import TopicConfig  # noqa: E402
@@ -89,7 +90,8 @@ def main() -> None:
         create_topics(data_dir_of(work), TopicConfig(TOPIC, QUEUES, QUEUES))
         with running_broker(work) as broker, MessagingClient(broker.endpoint) as client:
             fill(client, args.messages)
-            time.sleep(1)  # let the dispatcher finish: drains then measure reads only
+            # Drains then measure reads only, not the dispatcher catching up.
+            wait_until_dispatched(broker.endpoint)
             for round_number in range(args.rounds):
                 order = list(VARIANTS) if round_number % 2 == 0 else list(reversed(VARIANTS))
                 for name in order:
