@@ -41,6 +41,12 @@ from .sql92_lexer import SqlSyntaxError, Token, tokens
 Properties = Mapping[str, str]
 Evaluate = Callable[[Properties], Any]
 
+# Bounds on a hostile expression: parentheses and unary operators nested this deep at
+# most (each level is several parser calls), and an evaluation this many calls deep
+# (a chain of N ANDs is N deep), well inside Python's recursion limit.
+MAX_NESTING = 64
+MAX_DEPTH = 256
+
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 _JAVA_INTEGER = re.compile(r"[+-]?[0-9]+")
@@ -184,6 +190,7 @@ class _Node:
     constant: bool = False
     value: Any = None  # a constant's value, or a negated number's
     property: str | None = None  # a property's name
+    depth: int = 1  # calls deep its evaluation goes
 
 
 def _known_number(node: _Node) -> bool:
@@ -200,8 +207,9 @@ _FALSE = _constant(False, boolean=True)
 _NULL = _constant(None, boolean=True)
 
 
-def _condition(evaluate: Evaluate) -> _Node:
-    return _Node(evaluate, boolean=True)
+def _condition(evaluate: Evaluate, *operands: _Node) -> _Node:
+    depth = 1 + max((operand.depth for operand in operands), default=0)
+    return _Node(evaluate, boolean=True, depth=depth)
 
 
 class _Parser:
@@ -211,6 +219,7 @@ class _Parser:
         self._text = expression
         self._tokens = found
         self._at = 0
+        self._nesting = 0
         self.names: set[str] = set()
 
     # -- tokens ---------------------------------------------------------------
@@ -240,7 +249,19 @@ class _Parser:
         end = self._peek()
         if end.kind != "END":
             self._fail(end, f"unexpected {_describe(end)} after a whole expression")
-        return self._as_condition(node, start)
+        root = self._as_condition(node, start)
+        if root.depth > MAX_DEPTH:
+            self._fail(
+                start,
+                f"the expression is {root.depth} conditions deep, more than {MAX_DEPTH}; "
+                "use IN (...) for a long list of alternatives, or split the filter",
+            )
+        return root
+
+    def _enter(self, token: Token) -> None:
+        self._nesting += 1
+        if self._nesting > MAX_NESTING:
+            self._fail(token, f"nested more than {MAX_NESTING} deep; write it flatter")
 
     def _as_condition(self, node: _Node, where: Token) -> _Node:
         if node.boolean:
@@ -254,7 +275,7 @@ class _Parser:
                     return None
                 return value if type(value) is bool else False
 
-            return _condition(boolean_cast)
+            return _condition(boolean_cast, node)
         self._fail(where, "this part is not a condition (compare it, e.g. a = 1)")
         raise AssertionError  # unreachable
 
@@ -310,7 +331,7 @@ class _Parser:
         def equal(p: Properties) -> bool | None:
             return _equal(lhs(p), rhs(p))
 
-        return _condition(equal)
+        return _condition(equal, left, right)
 
     def _comparison(self) -> _Node:
         left = self._unary()
@@ -358,13 +379,13 @@ class _Parser:
         wanted = _ORDER_TESTS[operator]
         # A negated literal is no constant to RocketMQ's checks, but its value is known.
         if left.property is not None and _known_number(right):
-            return _condition(_property_against_number(left.property, right.value, wanted))
+            return _condition(_property_against_number(left.property, right.value, wanted), left)
         lhs, rhs = left.evaluate, right.evaluate
 
         def ordered(p: Properties) -> bool | None:
             return _ordered(lhs(p), rhs(p), wanted)
 
-        return _condition(ordered)
+        return _condition(ordered, left, right)
 
     def _between(self, value: _Node, low: _Node, high: _Node, negated: bool, where: Token) -> _Node:
         if negated:
@@ -401,17 +422,18 @@ class _Parser:
 
     def _unary(self) -> _Node:
         token = self._peek()
+        if token.kind not in ("+", "-", "NOT"):
+            return self._primary()
+        self._take()
+        self._enter(token)
+        operand_start = self._peek()
+        operand = self._unary()
+        self._nesting -= 1
         if token.kind == "+":
-            self._take()
-            return self._unary()
+            return operand
         if token.kind == "-":
-            self._take()
-            return _negate(self._unary())
-        if token.kind == "NOT":
-            self._take()
-            operand_start = self._peek()
-            return _negation(self._as_condition(self._unary(), operand_start))
-        return self._primary()
+            return _negate(operand)
+        return _negation(self._as_condition(operand, operand_start))
 
     def _primary(self) -> _Node:
         token = self._take()
@@ -436,8 +458,10 @@ class _Parser:
             self.names.add(name)
             return _Node(lambda p: p.get(name), property=name)
         if kind == "(":
+            self._enter(token)
             node = self._or()
             self._expect(")", "a closing )")
+            self._nesting -= 1
             return node
         self._fail(token, f"expected a property, a literal or (, found {_describe(token)}")
         raise AssertionError  # unreachable
@@ -495,7 +519,7 @@ def _negate(node: _Node) -> _Node:
             return -value
         return None
 
-    return _Node(negate)
+    return _Node(negate, depth=node.depth + 1)
 
 
 def _negation(node: _Node) -> _Node:
@@ -505,12 +529,12 @@ def _negation(node: _Node) -> _Node:
         value = operand(p)
         return None if value is None else not value
 
-    return _condition(negation)
+    return _condition(negation, node)
 
 
 def _is_null(node: _Node) -> _Node:
     operand = node.evaluate
-    return _condition(lambda p: operand(p) is None)
+    return _condition(lambda p: operand(p) is None, node)
 
 
 def _logic(left: _Node, right: _Node, decisive: bool) -> _Node:
@@ -528,7 +552,7 @@ def _logic(left: _Node, right: _Node, decisive: bool) -> _Node:
             return None
         return not decisive
 
-    return _condition(logic)
+    return _condition(logic, left, right)
 
 
 def _both(left: _Node, right: _Node) -> _Node:
@@ -548,7 +572,7 @@ def _membership(node: _Node, members: frozenset[str], negated: bool) -> _Node:
             return None
         return (value in members) != negated
 
-    return _condition(membership)
+    return _condition(membership, node)
 
 
 _TEXT_TESTS: dict[str, Callable[[str, str], bool]] = {
@@ -570,7 +594,7 @@ def _text_test(node: _Node, kind: str, search: str, negated: bool) -> _Node:
             return False
         return test(value, search) != negated
 
-    return _condition(text_test)
+    return _condition(text_test, node)
 
 
 def _describe(token: Token) -> str:

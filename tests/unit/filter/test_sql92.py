@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skiff_broker.filter.sql92 import SqlFilter, compile_sql92
+from skiff_broker.filter.sql92 import MAX_DEPTH, MAX_NESTING, SqlFilter, compile_sql92
 from skiff_broker.filter.sql92_lexer import SqlSyntaxError
 
 
@@ -204,3 +204,26 @@ def test_matching_is_pure_and_never_raises(expression, properties):
     assert properties == before
     # Compiling again gives a filter that decides the same.
     assert compile_sql92(expression).matches(properties) is first
+
+
+def test_expressions_nested_or_chained_within_the_bounds_are_served():
+    nested = "(" * MAX_NESTING + "a = 1" + ")" * MAX_NESTING
+    assert compile_sql92(nested).matches({"a": "1"})
+    chained = " AND ".join(["a = 1"] * (MAX_DEPTH - 1))
+    assert compile_sql92(chained).matches({"a": "1"})
+
+
+@pytest.mark.parametrize(
+    ("expression", "words"),
+    [
+        ("(" * (MAX_NESTING + 1) + "a = 1" + ")" * (MAX_NESTING + 1), "nested more than"),
+        ("NOT " * (MAX_NESTING + 1) + "a = 1", "nested more than"),
+        ("a > " + "- " * (MAX_NESTING + 1) + "5", "nested more than"),
+        (" AND ".join(["a = 1"] * (MAX_DEPTH + 1)), "conditions deep"),
+        (" OR ".join(["a = 1"] * 5000), "IN \\(...\\)"),
+    ],
+)
+def test_a_hostile_depth_is_refused_as_a_syntax_error_not_a_crash(expression, words):
+    # Without the bounds these reach Python's recursion limit, parsing or matching.
+    with pytest.raises(SqlSyntaxError, match=words):
+        compile_sql92(expression)
