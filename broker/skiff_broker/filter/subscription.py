@@ -7,7 +7,8 @@ None: every message read). A tag filter has both; an SQL92 filter has only ``acc
 its properties are in the log, not in the consume queue.
 
 ``sql92_filter`` compiles each distinct expression once and keeps the last
-``COMPILED_LIMIT`` of them, so a consumer's every receive reuses its subscription's filter.
+``COMPILED_LIMIT`` of them (those up to ``COMPILED_MAX_LENGTH`` characters), so a
+consumer's every receive reuses its subscription's filter.
 
 Invariant: a filter is immutable, and ``accept(message)`` is pure.
 """
@@ -22,8 +23,10 @@ from typing import Protocol
 from ..wire.record_codec import StoredMessage
 from .sql92 import SqlFilter, compile_sql92
 
-# Distinct SQL92 expressions kept compiled (RocketMQ's parser keeps 100).
+# Distinct SQL92 expressions kept compiled (RocketMQ's parser keeps 100), each at most
+# this long, so that the cache holds a few MiB however large the expressions clients send.
 COMPILED_LIMIT = 1024
+COMPILED_MAX_LENGTH = 4096
 
 
 class MessageFilter(Protocol):
@@ -52,7 +55,13 @@ class Sql92Subscription:
         return lambda message: matches(message.properties)
 
 
-@functools.lru_cache(maxsize=COMPILED_LIMIT)
 def sql92_filter(expression: str) -> Sql92Subscription:
     """The compiled subscription; ``SqlSyntaxError`` (a ValueError) if it does not parse."""
+    if len(expression) > COMPILED_MAX_LENGTH:
+        return Sql92Subscription(compile_sql92(expression))
+    return _compiled(expression)
+
+
+@functools.lru_cache(maxsize=COMPILED_LIMIT)
+def _compiled(expression: str) -> Sql92Subscription:
     return Sql92Subscription(compile_sql92(expression))
