@@ -228,6 +228,10 @@ class HistogramSet:
             )
         return known
 
+    def histograms(self) -> list[ExplicitBucketHistogram]:
+        """The histograms made so far."""
+        return list(self._histograms.values())
+
     def metrics(self) -> list[Metric]:
         now_ns = time.time_ns()
         found = (h.metric(now_ns) for h in list(self._histograms.values()))

@@ -83,6 +83,11 @@ class MetricsEndpoint:
         self._thread: threading.Thread | None = None
         self.port = 0
 
+    @property
+    def registry(self) -> CollectorRegistry:
+        """What a scrape reads (the docs' metrics reference is made from it)."""
+        return self._reader.registry
+
     def start(self) -> int:
         """The port it listens on; OSError if it cannot listen."""
         try:

@@ -62,7 +62,7 @@ from .traffic import NO_TRAFFIC, TrafficObserver
 log = logging.getLogger(__name__)
 
 DEFAULT_SERVICE_NAME = "skiff-broker"
-# Chosen with bench/telemetry_bench.py (see README, "Telemetry"): a sampled request
+# Chosen with bench/telemetry_bench.py (see bench/results/telemetry-cost.md): a sampled request
 # costs the broker about 1.2 untraced requests more (its spans built, encoded and
 # exported), so at 1% sampled traces add about 1%; unsampled ones cost what every
 # request pays anyway (the SERVER span decision and the histogram samples).
