@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from tests.support.retention_broker import RETENTION_ARGS, wait_for_deletion
 
 from skiff_broker.client.admin import AdminClient
 from skiff_broker.client.messaging import MessagingClient, OutgoingMessage
+from skiff_broker.client.pull_consumer import PullConsumer
 from skiff_broker.spark.offsets import QueueSlice
 from skiff_broker.spark.reader import SliceToRead, read_slice
 from skiff_broker.spark.routes import Routes
@@ -253,7 +253,7 @@ def test_fail_on_data_loss_fails_or_skips_what_retention_deleted(spark, tmp_path
         assert [bytes(row.body[:4]) for row in rows] == [f"{i:04d}".encode() for i in offsets]
 
 
-def test_a_task_reads_its_whole_planned_range_once_the_broker_holds_it(broker):
+def test_a_task_reads_its_whole_planned_range_once_the_broker_holds_it(broker, monkeypatch):
     """A task's range ends where it was planned, not where its broker's queue ends now.
 
     A replica serving reads after a failover may not hold the planned end yet; the
@@ -268,9 +268,23 @@ def test_a_task_reads_its_whole_planned_range_once_the_broker_holds_it(broker):
     with Routes([broker.endpoint]) as routes:
         (group,) = routes.groups(topic)
     planned = SliceToRead((broker.endpoint,), QueueSlice(topic, group.group, 0, 0, 4), True, 2)
+    # The task has read what the broker holds and found it short of the planned end: it
+    # waits for the rest from then on. (max_offset is watched, not replaced: the broker
+    # answers it.)
+    found_short = threading.Event()
+    max_offset = PullConsumer.max_offset
+
+    def watched_max_offset(consumer: PullConsumer, topic_name: str, queue_id: int) -> int:
+        held = max_offset(consumer, topic_name, queue_id)
+        if topic_name == topic and held < 4:
+            found_short.set()
+        return held
+
+    monkeypatch.setattr(PullConsumer, "max_offset", watched_max_offset)
 
     def send_the_rest() -> None:
-        time.sleep(1.0)
+        if not found_short.wait(timeout=60):
+            return  # the rows asserted below then say what the task read
         with MessagingClient(broker.endpoint) as messaging:
             messaging.send([OutgoingMessage(topic, b"late 2"), OutgoingMessage(topic, b"late 3")])
 
