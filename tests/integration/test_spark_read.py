@@ -295,3 +295,36 @@ def test_a_task_reads_its_whole_planned_range_once_the_broker_holds_it(broker, m
     finally:
         late.join()
     assert [row["body"] for row in rows] == [b"held 0", b"held 1", b"late 2", b"late 3"]
+
+
+def test_a_task_reads_what_arrives_between_its_fetch_and_its_look_at_the_queue(broker, monkeypatch):
+    """The rest of a range can arrive after a fetch ended at the broker's end and before
+    the task asks how much the broker holds (a replica catching up receives it just then).
+    The broker then holds the planned end, and the task reads the rest instead of taking
+    its range as done (the next micro-batch starts at the planned end: they would be lost
+    to the query).
+    """
+    topic = "arrives-between"
+    with AdminClient(broker.endpoint) as admin:
+        admin.create_topic(topic, read_queues=1)
+    with MessagingClient(broker.endpoint) as messaging:
+        messaging.send([OutgoingMessage(topic, b"held 0"), OutgoingMessage(topic, b"held 1")])
+    with Routes([broker.endpoint]) as routes:
+        (group,) = routes.groups(topic)
+    planned = SliceToRead((broker.endpoint,), QueueSlice(topic, group.group, 0, 0, 4), True, 2)
+    max_offset = PullConsumer.max_offset
+    sent: list[bytes] = []
+
+    def after_the_rest_arrives(consumer: PullConsumer, topic_name: str, queue_id: int) -> int:
+        if topic_name == topic and not sent:
+            # The task's fetch has ended at offset 2; the rest lands before it asks.
+            sent.extend([b"late 2", b"late 3"])
+            with MessagingClient(broker.endpoint) as messaging:
+                messaging.send([OutgoingMessage(topic, body) for body in sent])
+            wait_for_messages(broker.endpoint, topic, 4)
+        return max_offset(consumer, topic_name, queue_id)
+
+    monkeypatch.setattr(PullConsumer, "max_offset", after_the_rest_arrives)
+    rows = [row for batch in read_slice(planned) for row in batch.to_pylist()]
+    assert sent
+    assert [row["body"] for row in rows] == [b"held 0", b"held 1", b"late 2", b"late 3"]
