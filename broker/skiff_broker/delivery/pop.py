@@ -126,7 +126,7 @@ class PopService:
         state_path: str,
         *,
         max_attempts: int,
-        ensure_dlq_topic: Callable[[str], None],
+        ensure_dlq_topic: Callable[[str], object],
         clock: Clock = _now_ms,
         max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:

@@ -242,7 +242,8 @@ class HistogramSet:
         metrics = self.metrics()
         if not metrics:
             return None
-        scope = ScopeMetrics(self.scope, metrics, self.scope.schema_url)
+        # An InstrumentationScope's schema URL is "" when it has none, never None.
+        scope = ScopeMetrics(self.scope, metrics, self.scope.schema_url or "")
         return MetricsData([ResourceMetrics(resource, [scope], resource.schema_url)])
 
 

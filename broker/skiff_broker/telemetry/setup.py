@@ -153,10 +153,16 @@ def _metric_exporter(name: str) -> MetricExporter:
     if name == "console":
         return ConsoleMetricExporter()
     if _protocol("metrics") == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-    else:
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-    return OTLPMetricExporter()
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+            OTLPMetricExporter as GrpcMetricExporter,
+        )
+
+        return GrpcMetricExporter()
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+        OTLPMetricExporter as HttpMetricExporter,
+    )
+
+    return HttpMetricExporter()
 
 
 def _ratio(default: float) -> float:
@@ -371,7 +377,8 @@ def telemetry_from_env(
             telemetry.metrics_endpoint = MetricsEndpoint(prometheus, metrics_listen)
         telemetry.meter_provider = MeterProvider(metric_readers=readers, resource=resource)
         telemetry.histograms = histograms
-    if metric_exporters:
+    # The histograms are there whenever there are exporters (set just above).
+    if metric_exporters and telemetry.histograms is not None:
         telemetry.histogram_export = PeriodicHistogramExport(
             telemetry.histograms,
             metric_exporters,
