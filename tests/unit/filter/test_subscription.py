@@ -64,6 +64,11 @@ def test_a_name_given_twice_is_read_as_its_last_value_as_the_decode_does():
     assert decode_properties(field)["a"] == "1"
     assert not subscription.field_matches(field)
     assert subscription.field_matches(b"a\x011\x02a\x016\x02")
+    # A field cut short of its last separator, and a value with the other separator in it.
+    for field in (b"UNIQ_KEY\x01id\x02a\x016", b"a\x016\x01x\x02", b"xa\x016\x02"):
+        assert subscription.field_matches(field) is subscription.accept(
+            _message(**decode_properties(field))
+        ), field
 
 
 def test_the_verdicts_kept_stay_bounded_and_right():
