@@ -303,6 +303,7 @@ class PopService:
             state.next_offset,
             wanted,
             tag_codes=tag_filter.tag_codes,
+            properties_check=tag_filter.properties_check,
             accept=tag_filter.accept,
         )
         if got.status is GetStatus.OFFSET_TOO_SMALL:
