@@ -239,11 +239,15 @@ class ClientRegistry:
             self.expire()
 
     def live_consumers(self) -> list[ClientSession]:
-        """Consumers with an open telemetry stream or a request in the last 30 seconds."""
+        """Consumers with an open telemetry stream or a request in the last 30 seconds.
+
+        Safe from another thread (the admin handlers run in one): it reads one copy of
+        the table, and a session's topics are replaced whole, never changed in place.
+        """
         now = time.monotonic()
         return [
             s
-            for s in self._sessions.values()
+            for s in list(self._sessions.values())
             if s.group
             and s.client_type != pb.ClientType.PRODUCER
             and (s.outbound is not None or now - s.last_seen < LIVE_WITHOUT_STREAM_S)
