@@ -163,19 +163,49 @@ def _announce(server: BrokerServer) -> None:
     # A wildcard listen address is reached on this host at 127.0.0.1.
     endpoint = _store_host(server.address)
     data_dir = server.config.store.data_dir
-    try_next = f"skiff topic create demo --endpoint {endpoint}"
+    role, steps = _next_steps(server, endpoint)
     if sys.stderr.isatty():
+        tried = "\n".join(
+            f"  {'try next:' if n == 0 else '':<17}{step}" for n, step in enumerate(steps)
+        )
         click.echo(
-            f"\nSkiff broker {__version__} is ready\n"
+            f"\nSkiff broker {__version__} is ready{role}\n"
             f"  endpoint:        {endpoint}\n"
             f"  data directory:  {data_dir}\n"
-            f"  try next:        {try_next}\n"
-            f"                   skiff send --topic demo --body hello --endpoint {endpoint}\n"
+            f"{tried}\n"
             "  stop with Ctrl-C\n",
             err=True,
         )
     else:
-        log.info("ready: endpoint %s, data directory %s; try: %s", endpoint, data_dir, try_next)
+        log.info(
+            "ready%s: endpoint %s, data directory %s; try: %s",
+            role,
+            endpoint,
+            data_dir,
+            steps[0],
+        )
+
+
+def _next_steps(server: BrokerServer, endpoint: str) -> tuple[str, list[str]]:
+    """How the banner names the broker's role, and the commands that work on it now.
+
+    A replica refuses topic changes and sends (they are its master's), so it is offered
+    reads only.
+    """
+    if server.replication.is_replica:
+        master = server.config.replication.master_address
+        return (
+            f" as a replica of {master} (it takes topics and messages from its master: "
+            "create topics and send there; read here)",
+            [
+                f"skiff topic list --endpoint {endpoint}",
+                f"skiff consume --topic NAME --peek --endpoint {endpoint}",
+            ],
+        )
+    return "", [
+        f"skiff topic create demo --endpoint {endpoint}",
+        f"skiff send --topic demo --body hello --endpoint {endpoint}",
+    ]
 
 
 def _one_line(text: str) -> str:
@@ -283,6 +313,13 @@ def _print_repair(repaired: RepairOutcome) -> None:
 
 
 def _print_check(outcome: CheckOutcome) -> None:
+    if outcome.live:
+        click.echo(
+            "note: a running broker holds this directory (its lock file): the check read it "
+            "while the broker writes, so a torn tail or disagreeing units at the newest "
+            "records may be writes in flight, not damage. Stop the broker for an exact "
+            "check; --repair needs it stopped."
+        )
     click.echo(
         f"{outcome.records} records in {outcome.segments} segments of {outcome.segment_size} "
         f"bytes; valid data ends at {outcome.valid_end}"

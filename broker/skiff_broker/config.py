@@ -122,6 +122,18 @@ class BrokerConfig:
         "Asks about one transaction before it is rolled back.",
         minimum=0,
     )
+    # RocketMQ's proxy and broker: channelExpiredTimeout, 120 s.
+    client_expiry_s: float = option(
+        120.0,
+        "--client-expiry",
+        "SKIFF_CLIENT_EXPIRY",
+        "Seconds a client session is kept with no Telemetry stream open and no request "
+        "(RocketMQ's channelExpiredTimeout); then the broker forgets it (its settings, "
+        "group and topics). Official clients heartbeat every 10 s, so only clients that "
+        "left are forgotten; one that comes back starts a new session.",
+        minimum=0,
+        min_open=True,
+    )
     # Group offsets and pop state are written to disk this often.
     persist_interval_s: float = 5.0
     slow_callback_report_ms: float = option(

@@ -92,7 +92,11 @@ def main(
     log_format: str,
     verbose: bool,
 ) -> None:
-    """Run the Skiff operator: Broker and Topic resources (skiff.io/v1alpha1)."""
+    """Run the Skiff operator: Broker, Topic and User resources (skiff.io/v1alpha1).
+
+    It needs Kubernetes credentials: a pod's ServiceAccount, or a kubeconfig ($KUBECONFIG,
+    else ~/.kube/config).
+    """
     watched = tuple(n.strip() for item in namespaces for n in item.split(",") if n.strip())
     try:
         scrapers = parse_allow_from(metrics_allow_from)
@@ -117,9 +121,14 @@ def main(
     try:
         import kopf
 
-        from .registration import register
+        from .registration import cluster_connection, register
     except ImportError as exc:
         raise click.ClickException(f"{MISSING_KOPF} ({exc})") from None
+    # Checked before kopf starts, which would retry a missing login forever.
+    try:
+        cluster_connection(kopf.OperatorSettings())
+    except kopf.LoginError as exc:
+        raise click.ClickException(str(exc)) from None
     kopf.configure(
         verbose=verbose,
         log_format=kopf.LogFormat.JSON if log_format == "json" else kopf.LogFormat.PLAIN,

@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 import kopf
+import yaml
 
 from . import GROUP, VERSION
 from .admin_access import AdminCredentials
@@ -22,16 +23,33 @@ ANNOTATION_PREFIX = "skiff.io"
 FINALIZER = "skiff.io/finalizer"
 
 
+NO_CREDENTIALS = (
+    "no Kubernetes credentials found: run the operator in a pod with a ServiceAccount, "
+    "or give it a kubeconfig (KUBECONFIG=/path/to/kubeconfig, or ~/.kube/config)"
+)
+
+
 def cluster_connection(settings: kopf.OperatorSettings) -> kopf.ConnectionInfo:
-    """In a pod: its ServiceAccount token; elsewhere: $KUBECONFIG or ~/.kube/config."""
-    connection = kopf.login_with_service_account(settings=settings) or kopf.login_with_kubeconfig(
-        settings=settings
-    )
-    if connection is None:
+    """In a pod: its ServiceAccount token; elsewhere: $KUBECONFIG or ~/.kube/config.
+
+    kopf.LoginError, with one sentence saying what to give, when neither is there or the
+    kubeconfig cannot be read.
+    """
+    try:
+        connection = kopf.login_with_service_account(
+            settings=settings
+        ) or kopf.login_with_kubeconfig(settings=settings)
+    except kopf.LoginError:
+        raise
+    except (OSError, ValueError, LookupError, TypeError, AttributeError, yaml.YAMLError) as exc:
+        # A malformed file fails in kopf's reading of it, somewhere: one line says which.
+        reason = " ".join(str(exc).split())
         raise kopf.LoginError(
-            "no Kubernetes credentials found: run the operator in a pod with a "
-            "ServiceAccount, or set KUBECONFIG"
-        )
+            f"cannot read the kubeconfig ({reason}); fix it, point KUBECONFIG at a valid "
+            "one, or run the operator in a pod with a ServiceAccount"
+        ) from None
+    if connection is None:
+        raise kopf.LoginError(NO_CREDENTIALS)
     return connection
 
 

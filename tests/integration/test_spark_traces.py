@@ -5,15 +5,21 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 import subprocess
 import sys
 from collections import defaultdict
 
 import pytest
 from tests.support.broker_process import broker_env
-from tests.support.span_files import produce_span_file
+from tests.support.span_files import SpanFileRun, produce_span_file
 
 from skiff_broker.spark.traces import NoSpansFound, analyze
+
+# The elapsed time every progress line ends with, and Spark's task counts (said only
+# while a step runs long, so their number depends on the machine).
+STEP = re.compile(r" \(\d+\.\d s\)$")
+SPARK_TASKS = re.compile(r"^  Spark: \d+ of \d+ tasks of \d+ stage\(s\) done")
 
 
 def durations_in(traces_path) -> dict[tuple, list[float]]:
@@ -57,8 +63,16 @@ def skiff(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_analyze_reports_append_and_flush_latency_of_real_spans(tmp_path):
-    run = produce_span_file(tmp_path, flush_type="SYNC_FLUSH", broker_name="broker-a")
+@pytest.fixture(scope="module")
+def span_run(tmp_path_factory: pytest.TempPathFactory) -> SpanFileRun:
+    """Spans a real broker exported, for the tests that analyse them (each runs Spark once)."""
+    return produce_span_file(
+        tmp_path_factory.mktemp("spans"), flush_type="SYNC_FLUSH", broker_name="broker-a"
+    )
+
+
+def test_analyze_reports_append_and_flush_latency_of_real_spans(span_run, tmp_path):
+    run = span_run
     expected = durations_in(run.traces_path)
     # What the broker was asked to do shows in the input: one append per sampled send. A broker
     # without replicas still reports its configured replication mode, ASYNC by default.
@@ -71,11 +85,24 @@ def test_analyze_reports_append_and_flush_latency_of_real_spans(tmp_path):
         "--window", "10 minutes", "--json",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    # Only the command's own line: Spark's JVM writes to a log beside the report.
+    # Only the command's own lines, its steps as they start: Spark's JVM writes to a log
+    # beside the report. A step that runs long also says how far Spark's tasks are.
     lines = done.stderr.splitlines()
-    assert len(lines) == 1, done.stderr[-3000:]
-    line = lines[0]
-    assert line.startswith("analysing ") and line.endswith(" with a local Spark job ...")
+    span_files = [p for p in run.traces_path.parent.iterdir() if p.suffix in (".json", ".jsonl")]
+    assert lines[0].startswith("analysing ") and lines[0].endswith(" with a local Spark job ...")
+    steps = [STEP.sub("", line) for line in lines[1:] if not SPARK_TASKS.match(line)]
+    assert steps == [
+        "  starting Spark",
+        f"  reading spans from {len(span_files)} file(s)",
+        f"  found {sum(len(v) for v in expected.values())} spans; computing latency per "
+        "group and 10 minutes window",
+        steps[3],  # the summary's row count, checked below
+        "  done",
+    ], done.stderr[-3000:]
+    assert steps[3].startswith("  writing the summary (") and steps[3].endswith(
+        " rows) and the plot"
+    )
+    assert all(STEP.search(line) for line in lines[1:])
     assert (out / "spark.log").is_file()
     report = json.loads(done.stdout)
 
@@ -101,6 +128,25 @@ def test_analyze_reports_append_and_flush_latency_of_real_spans(tmp_path):
     assert all(r["window_start"] < r["window_end"] for r in rows)
     with open(report["plot"], "rb") as png:
         assert png.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_table_shows_the_mean_beside_the_percentiles(span_run, tmp_path):
+    run = span_run
+    expected = durations_in(run.traces_path)
+    # The README promises count, failures, mean, p50, p90, p99 and max on the terminal.
+    shown = skiff(
+        "traces", "analyze", str(run.traces_path.parent), "--output", str(tmp_path / "table"),
+        "--window", "10 minutes",
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    header, *table_rows = shown.stdout.splitlines()[: 1 + len(expected)]
+    columns = header.split()
+    assert "MEAN" in columns and columns.index("MEAN") < columns.index("P50")
+    for line in table_rows:
+        kind, broker, topic, flush, replication, count, failed, mean = line.split()[:8]
+        values = expected[(kind, broker, topic, flush, replication)]
+        assert (int(count), int(failed)) == (len(values), 0)
+        assert math.isclose(float(mean), sum(values) / len(values), abs_tol=0.0005)
 
 
 def test_analyze_says_what_is_wrong_with_its_input(spark, tmp_path):

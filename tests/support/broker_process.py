@@ -74,6 +74,11 @@ MAY_BLOCK_METHODS = frozenset(
                 "DeleteAcl",
                 "LookupMessage",
                 "QueryMessagesByKey",
+                "GetConsumerLag",
+                "ListConsumerGroups",
+                "DescribeConsumerGroup",
+                "ResetConsumerGroupOffsets",
+                "DeleteConsumerGroup",
             )
         ),
     }

@@ -39,8 +39,9 @@ class ConsumerProgress:
     def refresh(self) -> None:
         """Bring every message appended so far into its queue and commit pop positions.
 
-        Called on the event loop, where producers' messages are appended: none can
-        be appended between this and the caller's check.
+        It waits for the dispatcher and writes state files: call it off the event loop
+        (the admin handlers that do run in a worker thread). Messages appended meanwhile
+        may or may not be counted, as for any look at a broker that is being written to.
         """
         if not self._broker.store.wait_dispatched(DISPATCH_WAIT_S):
             raise FailedPrecondition(

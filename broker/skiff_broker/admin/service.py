@@ -5,10 +5,10 @@ Errors are standard gRPC status codes with a message that says what to do; a
 request that is not valid (bytes that do not parse, invalid UTF-8 included, or
 a name no topic can have) is INVALID_ARGUMENT, and no message echoes more than
 a short prefix of what the user sent.
-Handlers run on the event loop, where producers' messages are appended, and do
-their work without awaiting: a topic check and the change it guards see the
-same state. They may block the loop briefly while the dispatcher catches up with
-the latest appends (normally milliseconds).
+Handlers do their work without awaiting: a topic check and the change it guards see
+the same state. Reads of memory only run on the event loop; handlers that write state
+files (fsync), wait for the dispatcher, or read the log and index from disk run in a
+worker thread (``_blocking_handler``), so no other connection waits for them.
 """
 
 from __future__ import annotations
@@ -79,7 +79,9 @@ async def _answer_error(context: grpc.aio.ServicerContext, error: Exception) -> 
 
 # Handlers take no context: they report what went wrong by raising an AdminError.
 _handler = rpc_boundary(_answer_error, expected=(AdminError,), with_context=False)
-# Handlers that write state files (fsync) or read the log and index from disk.
+# Handlers that write state files (fsync) or read the log and index from disk. Those of
+# consumer groups too: each first brings queues and committed offsets up to date
+# (``ConsumerProgress.refresh``), which persists the offsets table.
 _blocking_handler = rpc_boundary(
     _answer_error, expected=(AdminError,), with_context=False, off_loop=True
 )
@@ -392,7 +394,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             ]
         )
 
-    @_handler
+    @_blocking_handler
     def GetConsumerLag(self, request: apb.GetConsumerLagRequest) -> apb.GetConsumerLagResponse:
         group = _required(request.group, "consumer group")
         topic = self._topics.get(_topic_name(request.topic))
@@ -424,7 +426,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
 
     # -- consumer groups ----------------------------------------------------
 
-    @_handler
+    @_blocking_handler
     def ListConsumerGroups(
         self, request: apb.ListConsumerGroupsRequest
     ) -> apb.ListConsumerGroupsResponse:
@@ -441,7 +443,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             ]
         )
 
-    @_handler
+    @_blocking_handler
     def DescribeConsumerGroup(
         self, request: apb.DescribeConsumerGroupRequest
     ) -> apb.DescribeConsumerGroupResponse:
@@ -468,7 +470,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             ],
         )
 
-    @_handler
+    @_blocking_handler
     def ResetConsumerGroupOffsets(
         self, request: apb.ResetConsumerGroupOffsetsRequest
     ) -> apb.ResetConsumerGroupOffsetsResponse:
@@ -497,7 +499,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             applied=not request.dry_run,
         )
 
-    @_handler
+    @_blocking_handler
     def DeleteConsumerGroup(
         self, request: apb.DeleteConsumerGroupRequest
     ) -> apb.DeleteConsumerGroupResponse:

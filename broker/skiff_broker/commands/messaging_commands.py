@@ -119,8 +119,8 @@ def send(
 ) -> None:
     """Send messages to TOPIC: --body, --body-file, or one message per line of stdin.
 
-    Prints each message's ID with --json (one JSON object a line); otherwise
-    the ID of a single message, or a summary.
+    Prints each message's ID, queue and queue offset with --json (one JSON object a
+    line); otherwise the ID of a single message, or a summary.
     """
     if message_group and delay_seconds:
         raise click.UsageError("a message is FIFO (--message-group) or delayed, not both")
@@ -155,6 +155,7 @@ def send(
     last_offset = 0
     with (
         MessagingClient(endpoint, credentials=credentials) as client,
+        _QueueLookup(endpoint, credentials, topic) as queues,
         _progress(total, "sending") as bar,
     ):
         if message_group:
@@ -170,7 +171,12 @@ def send(
                 last_offset = receipt.offset
                 if as_json:
                     echo_json(
-                        {"topic": topic, "message_id": receipt.message_id, "offset": receipt.offset}
+                        {
+                            "topic": topic,
+                            "message_id": receipt.message_id,
+                            "queue_id": queues.queue_id(receipt.message_id),
+                            "offset": receipt.offset,
+                        }
                     )
                 if bar is not None:
                     bar.update(1)
@@ -188,13 +194,14 @@ def send(
                 err=True,
             )
             sys.exit(INTERRUPTED_EXIT_CODE)
-    if as_json:
-        return
-    if len(sent) == 1:
-        queue = _queue_of(endpoint, credentials, topic, sent[0])
-        click.echo(f"sent {sent[0]} to {topic} ({queue}queue offset {last_offset})")
-    else:
-        click.echo(f"sent {plural(len(sent), 'message')} to {topic}")
+        if as_json:
+            return
+        if len(sent) == 1:
+            queue_id = queues.queue_id(sent[0])
+            queue = "" if queue_id is None else f"queue {queue_id}, "
+            click.echo(f"sent {sent[0]} to {topic} ({queue}queue offset {last_offset})")
+        else:
+            click.echo(f"sent {plural(len(sent), 'message')} to {topic}")
 
 
 # A shell's code for a command ended by SIGINT (128 + 2).
@@ -213,18 +220,34 @@ def _next_step(exc: SkiffError, message_group: str | None) -> str:
     return ""
 
 
-def _queue_of(endpoint: str, credentials: Credentials | None, topic: str, message_id: str) -> str:
-    """``queue N, `` for a message just sent; empty if the broker does not say.
+class _QueueLookup:
+    """The queue each message just sent went to, looked up by message id (through one
+    admin connection, opened at the first look-up): the RocketMQ v2 send result carries
+    no queue id. None where the broker does not say (a delayed message waits in the
+    schedule topic until it is due)."""
 
-    The RocketMQ v2 send result carries no queue id, so it is looked up by message id.
-    """
-    from ..client.admin import AdminClient
+    def __init__(self, endpoint: str, credentials: Credentials | None, topic: str) -> None:
+        self._endpoint = endpoint
+        self._credentials = credentials
+        self._topic = topic
+        self._admin: Any = None
 
-    try:
-        with AdminClient(endpoint, credentials=credentials, timeout=5) as admin:
-            return f"queue {admin.lookup_message(topic, message_id).queue_id}, "
-    except SkiffError:
-        return ""
+    def __enter__(self) -> _QueueLookup:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._admin is not None:
+            self._admin.close()
+
+    def queue_id(self, message_id: str) -> int | None:
+        from ..client.admin import AdminClient
+
+        try:
+            if self._admin is None:
+                self._admin = AdminClient(self._endpoint, credentials=self._credentials, timeout=5)
+            return self._admin.lookup_message(self._topic, message_id).queue_id
+        except SkiffError:
+            return None
 
 
 class StartPosition(click.ParamType):
@@ -319,14 +342,20 @@ def consume(
         return
     throwaway = not group
     group = group or f"skiff-consume-{uuid.uuid4().hex[:12]}"
+    # Whether the broker answered a call that made the group: only then is a failed
+    # deletion of the throwaway group worth a warning.
+    made = [False]
     try:
         if start is not None:
             with AdminClient(endpoint, credentials=credentials) as admin:
                 admin.reset_consumer_group(group, topic, **_reset_to(start))
-        received = _consume(endpoint, credentials, group, topic, tag_filter, count, wait, as_json)
+            made[0] = True
+        received = _consume(
+            endpoint, credentials, group, topic, tag_filter, count, wait, as_json, made
+        )
     finally:
         if throwaway:
-            _delete_throwaway(endpoint, credentials, group)
+            _delete_throwaway(endpoint, credentials, group, warn=made[0])
     kept = " (throwaway, deleted)" if throwaway else ""
     click.echo(
         f"consumed {plural(received, 'message')} of {topic} for group {group}{kept}", err=True
@@ -342,7 +371,9 @@ def _consume(
     count: int | None,
     wait: float,
     as_json: bool,
+    made: list[bool],
 ) -> int:
+    """Receive, print and ack; ``made[0]`` is set once the broker answered a receive."""
     received = 0
     with (
         MessagingClient(endpoint, credentials=credentials) as client,
@@ -355,6 +386,7 @@ def _consume(
             batch = client.receive(
                 group, topic, max_messages=wanted, tag_expression=tag_filter, wait_s=remaining
             )
+            made[0] = True
             if not batch:
                 if remaining <= 0:
                     break
@@ -371,13 +403,20 @@ def _consume(
     return received
 
 
-def _delete_throwaway(endpoint: str, credentials: Credentials | None, group: str) -> None:
+def _delete_throwaway(
+    endpoint: str, credentials: Credentials | None, group: str, *, warn: bool
+) -> None:
+    """Delete the throwaway group; a failure is reported only if the group was made
+    (``warn``): a run that never reached the broker left nothing to delete, and its
+    own error says why."""
     try:
         with AdminClient(endpoint, credentials=credentials) as admin:
             admin.delete_consumer_group(group, force=True)
     except NotFound:
         pass  # it never consumed anything
     except SkiffError as exc:
+        if not warn:
+            return
         click.echo(
             f"warning: could not delete the throwaway group {group}: {exc.message}; "
             f"delete it with 'skiff group delete {group}'",

@@ -3,6 +3,8 @@ export, and append and flush latency percentiles from them.
 
 ``receive`` writes what ``analyze`` reads: OTLP JSON lines, as the OpenTelemetry
 Collector's file exporter writes them, so either tool's files work with the other.
+``analyze`` reports progress on stderr (each step, and Spark's task counts while a step
+runs long); the result goes to stdout, as a table or, with ``--json``, one JSON document.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import json
 import logging
 import os
 import re
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +53,46 @@ def _input_files(paths: tuple[str, ...]) -> list[str]:
     if not found:
         raise click.BadParameter("no .json or .jsonl span file found", param_hint="PATHS")
     return sorted(dict.fromkeys(os.path.abspath(f) for f in found))
+
+
+# While one step runs, what Spark's active stages have done is said this often.
+PROGRESS_INTERVAL_S = 10.0
+
+
+class _Progress:
+    """Says on stderr what the analysis is doing, with the time so far: each step as it
+    starts, and while a step runs long, every ``PROGRESS_INTERVAL_S`` the tasks Spark's
+    active stages have finished (so minutes of work never look like a hang)."""
+
+    def __init__(self) -> None:
+        self._started = time.monotonic()
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
+
+    def step(self, what: str) -> None:
+        click.echo(f"  {what} ({time.monotonic() - self._started:.1f} s)", err=True)
+
+    def watch(self, spark: Any) -> None:
+        """Report the tasks of ``spark``'s active stages until :meth:`stop`."""
+        tracker = spark.sparkContext.statusTracker()
+
+        def tick() -> None:
+            while not self._stop.wait(PROGRESS_INTERVAL_S):
+                stages = [tracker.getStageInfo(i) for i in tracker.getActiveStageIds()]
+                stages = [s for s in stages if s is not None]
+                if not stages:
+                    continue
+                done = sum(s.numCompletedTasks for s in stages)
+                total = sum(s.numTasks for s in stages)
+                self.step(f"Spark: {done} of {total} tasks of {len(stages)} stage(s) done")
+
+        self._ticker = threading.Thread(target=tick, name="analyze-progress", daemon=True)
+        self._ticker.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join()
 
 
 def _json_ready(row: dict[str, Any]) -> dict[str, Any]:
@@ -175,6 +219,8 @@ def analyze(
     from ..spark.traces import analyze as run_analysis
 
     click.echo(f"analysing {len(files)} span file(s) with a local Spark job ...", err=True)
+    progress = _Progress()
+    progress.step("starting Spark")
     # On a machine's first plot matplotlib logs that it builds its font cache; the line
     # above already says the command is busy.
     logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
@@ -188,12 +234,22 @@ def analyze(
             f"Spark did not start ({reason}); see {spark_log} for why. Spark needs Java 17 "
             "or newer: check that `java -version` works here, or point JAVA_HOME at one"
         ) from None
+    progress.watch(spark)
     try:
-        result = run_analysis(spark, files, Path(output), window=window, file_format=file_format)
+        result = run_analysis(
+            spark,
+            files,
+            Path(output),
+            window=window,
+            file_format=file_format,
+            progress=progress.step,
+        )
     except NoSpansFound as exc:
         raise click.ClickException(str(exc)) from None
     finally:
+        progress.stop()
         spark.stop()
+    progress.step("done")
     if as_json:
         click.echo(
             json.dumps(
@@ -217,6 +273,7 @@ def analyze(
                 "REPLICATION",
                 "COUNT",
                 "FAILED",
+                "MEAN MS",
                 "P50 MS",
                 "P90 MS",
                 "P99 MS",
@@ -231,6 +288,7 @@ def analyze(
                     r["replication_mode"],
                     r["count"],
                     r["failures"],
+                    format_ms(r["mean_ms"]),
                     format_ms(r["p50_ms"]),
                     format_ms(r["p90_ms"]),
                     format_ms(r["p99_ms"]),

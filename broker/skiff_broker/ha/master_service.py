@@ -190,10 +190,16 @@ class ReplicationMaster:
 
     def wait(self, offset: int) -> bool:
         if threading.get_ident() == self._loop_thread:
-            # A blocking write on the event loop (a dead-letter move during a receive)
-            # cannot wait here: the acknowledgements it waits for arrive on this loop.
-            # Such writes are the broker's own; producers' sends wait in wait_async.
-            return True
+            # The acknowledgements this would wait for arrive on this very loop, so a
+            # blocking write here cannot be confirmed. No write of the broker's is made so
+            # (the loop's use put_messages_async; delayed delivery and transaction
+            # rollbacks block on their own threads); should one be, it is answered as not
+            # replicated, never as confirmed.
+            log.error(
+                "a blocking write on the event loop cannot wait for SYNC replication; "
+                "it is answered as not confirmed by the replicas"
+            )
+            return False
         if self.config.mode is ReplicationMode.SYNC and not self.tracker.wait(offset, self.timeout):
             return False
         return self._holds_lease()

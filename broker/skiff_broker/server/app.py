@@ -72,6 +72,7 @@ class BrokerServer:
             cluster=config.cluster.name or cv.DEFAULT_CLUSTER,
             node_id=node_id,
             backlog=self.broker.consumer_backlog,
+            sessions=self._session_counts,
         )
         self.health = BrokerHealth()
         self.metrics_port = 0
@@ -80,6 +81,8 @@ class BrokerServer:
             config.replication, self.broker, name=self._replica_name, endpoint=self.client_endpoint
         )
         self.messaging: MessagingService | None = None
+        # Forgets the sessions of clients that left (``ClientRegistry.expire``).
+        self._session_expiry: asyncio.Task[None] | None = None
         self.port = 0
         self.external_port = 0
         self._servers: list[RpcServer] = []
@@ -161,6 +164,9 @@ class BrokerServer:
         self.messaging = MessagingService(
             self.broker, hub, cluster=self.routes, traffic=self.traffic
         )
+        self._session_expiry = asyncio.create_task(
+            self.messaging.clients.expire_periodically(), name="client session expiry"
+        )
         # Unresolved transactions are checked with producers over their telemetry streams;
         # with authentication on, only with those whose user may publish to the topic.
         self.broker.transactions.send_check = transaction_check_sender(
@@ -214,6 +220,7 @@ class BrokerServer:
         except OSError:
             for listener in self._listeners:
                 listener.stop_accepting()
+            self._session_expiry.cancel()
             self.broker.stop()
             self.telemetry.shutdown()
             raise
@@ -232,6 +239,10 @@ class BrokerServer:
                 self.config.tls.mode,
                 self.certificate.cert_file,
             )
+
+    def _session_counts(self) -> dict[str, int]:
+        """Client sessions remembered, by client type (read by the metrics)."""
+        return self.messaging.clients.counts_by_type() if self.messaging is not None else {}
 
     def _may_be_asked(self, session: ClientSession, topic: str) -> bool:
         """Whether the session's user may, now, be sent ``topic``'s transaction checks."""
@@ -328,6 +339,8 @@ class BrokerServer:
         if self.routes is not None:
             await self.routes.close()
         await self.replication.stop()
+        if self._session_expiry is not None:
+            self._session_expiry.cancel()
         self.broker.stop()
         # Last: spans of the final flushes are exported too.
         self.telemetry.shutdown()

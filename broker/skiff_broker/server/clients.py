@@ -26,6 +26,15 @@ to it). Broker-initiated commands that find the outbox full are
 dropped (a transaction check is asked again later). At most ``MAX_SESSIONS``
 sessions are remembered; past that the ones seen longest ago without an open
 stream are forgotten.
+
+A session is released when its client leaves, whichever way it goes: at once on
+NotifyClientTermination (its streams are closed), and otherwise once it has had no
+Telemetry stream open and no request for ``--client-expiry`` seconds (RocketMQ's
+``channelExpiredTimeout``, 120 s), which covers a client whose stream ended, whose
+connection closed, or that stopped without a word. ``expire`` does that sweep; the broker
+runs it every ``EXPIRY_SWEEP_S`` at most. Releasing a session touches nothing but that
+session: another session, even of the same access key, keeps everything, and a session
+with any stream still open (a client may hold one per connection) is never expired.
 """
 
 from __future__ import annotations
@@ -55,6 +64,8 @@ TELEMETRY_OUTBOX_LIMIT = 16
 LIVE_WITHOUT_STREAM_S = 30.0
 # Client sessions remembered (settings, group, topics: well under 1 KiB each).
 MAX_SESSIONS = 10_000
+# How often, at most, sessions past their expiry are looked for.
+EXPIRY_SWEEP_S = 10.0
 
 
 class TelemetryOutbox:
@@ -123,7 +134,10 @@ class ClientSession:
     # The topics its Settings say it publishes to: the ones it is asked about.
     published: set[str] = dataclasses.field(default_factory=set)
     settings: pb.Settings | None = None
+    # Where broker-initiated commands go: the newest of its open Telemetry streams.
     outbound: TelemetryOutbox | None = None
+    # Every Telemetry stream of the session still open, oldest first.
+    streams: list[TelemetryOutbox] = dataclasses.field(default_factory=list)
     # Where its telemetry stream comes from (a gRPC peer): ACLs may name source addresses.
     peer: str = ""
     last_seen: float = dataclasses.field(default_factory=time.monotonic)
@@ -139,6 +153,20 @@ class ClientRegistry:
         self._topics = topics
         self._sessions: dict[tuple[str, str], ClientSession] = {}
 
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def counts_by_type(self) -> dict[str, int]:
+        """Sessions remembered, by client type (``producer``, ``simple_consumer``, ...).
+
+        Safe from another thread (a metrics collection): it reads one copy of the table.
+        """
+        counts: dict[str, int] = {}
+        for session in list(self._sessions.values()):
+            kind = pb.ClientType.Name(session.client_type).lower().removeprefix("client_type_")
+            counts[kind] = counts.get(kind, 0) + 1
+        return counts
+
     def session(self, client_id: str, *, owner: str) -> ClientSession:
         """``owner``'s session of ``client_id`` (created if new)."""
         key = (owner, client_id)
@@ -153,7 +181,7 @@ class ClientRegistry:
     def _forget_idle(self) -> None:
         """Forget the tenth of sessions seen longest ago that have no open stream."""
         idle = sorted(
-            (s for s in self._sessions.values() if s.outbound is None),
+            (s for s in self._sessions.values() if not s.streams),
             key=lambda s: s.last_seen,
         )
         for session in idle[: max(1, MAX_SESSIONS // 10)]:
@@ -169,15 +197,57 @@ class ClientRegistry:
     def terminate(self, client_id: str, *, owner: str) -> None:
         """End ``owner``'s session of ``client_id``; another owner's stays as it is."""
         session = self._sessions.pop((owner, client_id), None)
-        if session is not None and session.outbound is not None:
-            session.outbound.close()
+        if session is not None:
+            for stream in session.streams:
+                stream.close()
+
+    def stream_opened(self, session: ClientSession, outbox: TelemetryOutbox, peer: str) -> None:
+        """A Telemetry stream of ``session`` opened: commands for it go there now."""
+        session.streams.append(outbox)
+        session.outbound = outbox
+        session.peer = peer
+        session.last_seen = time.monotonic()
+
+    def stream_closed(self, session: ClientSession, outbox: TelemetryOutbox) -> None:
+        """One of ``session``'s streams ended; its expiry counts from now once none is open."""
+        if outbox in session.streams:
+            session.streams.remove(outbox)
+        session.outbound = session.streams[-1] if session.streams else None
+        session.last_seen = time.monotonic()
+
+    def expire(self, now: float | None = None) -> int:
+        """Forget the sessions without an open stream that have made no request for
+        ``--client-expiry`` seconds; how many were forgotten."""
+        now = time.monotonic() if now is None else now
+        cutoff = now - self._config.client_expiry_s
+        gone = [
+            key
+            for key, session in self._sessions.items()
+            if not session.streams and session.last_seen <= cutoff
+        ]
+        for key in gone:
+            del self._sessions[key]
+        if gone:
+            log.debug("forgot %d client sessions that left", len(gone))
+        return len(gone)
+
+    async def expire_periodically(self) -> None:
+        """Run ``expire`` for as long as the broker serves (a task cancelled at stop)."""
+        interval = min(EXPIRY_SWEEP_S, self._config.client_expiry_s)
+        while True:
+            await asyncio.sleep(interval)
+            self.expire()
 
     def live_consumers(self) -> list[ClientSession]:
-        """Consumers with an open telemetry stream or a request in the last 30 seconds."""
+        """Consumers with an open telemetry stream or a request in the last 30 seconds.
+
+        Safe from another thread (the admin handlers run in one): it reads one copy of
+        the table, and a session's topics are replaced whole, never changed in place.
+        """
         now = time.monotonic()
         return [
             s
-            for s in self._sessions.values()
+            for s in list(self._sessions.values())
             if s.group
             and s.client_type != pb.ClientType.PRODUCER
             and (s.outbound is not None or now - s.last_seen < LIVE_WITHOUT_STREAM_S)

@@ -225,8 +225,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         client_id = metadata_value(context, "x-mq-client-id")
         session = self._clients.session(client_id, owner=_owner())
         outbound = TelemetryOutbox()
-        session.outbound = outbound
-        session.peer = context.peer()
+        self._clients.stream_opened(session, outbound, context.peer())
         rejected: list[Undecodable] = []
 
         async def read() -> None:
@@ -251,8 +250,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         finally:
             reader.cancel()
             outbound.close()
-            if session.outbound is outbound:
-                session.outbound = None
+            self._clients.stream_closed(session, outbound)
         if rejected:
             await _refuse(context, rejected[0])
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -305,7 +305,11 @@ def analyze(
     *,
     window: str = DEFAULT_WINDOW,
     file_format: str = "csv",
+    progress: Callable[[str], object] = lambda step: None,
 ) -> Analysis:
+    """Summarise the spans of ``paths`` into ``output``; ``progress`` hears of each step
+    as it starts (or ends, with what it found)."""
+    progress(f"reading spans from {len(paths)} file(s)")
     spans = load_spans(spark, paths).cache()
     try:
         count = spans.count()
@@ -314,10 +318,12 @@ def analyze(
                 f"no {APPEND_SPAN} or {FLUSH_SPAN} span in {', '.join(paths)}; are these "
                 "OTLP JSON trace files of a Skiff broker with tracing on?"
             )
+        progress(f"found {count} spans; computing latency per group and {window} window")
         windows, overall = summarize(spans, window)
     finally:
         spans.unpersist()
     suffix = "parquet" if file_format == "parquet" else "csv"
+    progress(f"writing the summary ({len(windows)} rows) and the plot")
     summary_path = write_summary(windows, output / f"latency-summary.{suffix}", file_format)
     plot_path = plot(windows, output / "latency.png")
     return Analysis(summary_path, plot_path, count, windows, overall)

@@ -81,6 +81,24 @@ def hold_data_dir_lock(data_dir: str) -> int:
     return fd
 
 
+def data_dir_in_use(data_dir: str) -> bool:
+    """Whether a process (a running broker) holds ``data_dir``'s lock right now.
+
+    Only looks: the lock file is not created, and no lock is kept after the answer.
+    """
+    try:
+        fd = os.open(os.path.join(data_dir, "lock"), os.O_RDONLY)
+    except FileNotFoundError:
+        return False  # every broker makes the file before it writes anything
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # releases the shared lock if it was taken
+    return False
+
+
 def _create_marker(path: str) -> None:
     """An empty file (the ``abort`` marker), private like everything in the directory."""
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT, FILE_MODE))

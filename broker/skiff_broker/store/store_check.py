@@ -7,6 +7,10 @@ Damage already in the report was handled by an earlier recovery or repair; only
 new damage, a torn tail or bad units make the check fail. Segment and
 consume-queue file sizes are read from the files themselves, so a store made
 with any segment size can be checked without options.
+
+A directory a running broker holds (its ``lock``) can be checked too, and the outcome
+says so (``live``): the broker appends, flushes and dispatches meanwhile, so the tail,
+the newest consume-queue units and the report may change while they are read.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from .damage_report import DamageReport
 from .errors import StoreError
 from .file_sizes import commit_log_segment_size, consume_queue_units_per_file
 from .mapped_file_queue import MappedFileQueue
-from .message_store import MessageStore
+from .message_store import MessageStore, data_dir_in_use
 from .queue_check import check_queues
 from .recovery import scan_from
 
@@ -73,6 +77,8 @@ class CheckOutcome:
     units_checked: int
     bad_units: dict[str, int]
     report: list[dict[str, Any]]
+    # A broker held the directory while it was checked: its newest bytes were in flux.
+    live: bool = False
 
     @property
     def ok(self) -> bool:
@@ -83,6 +89,7 @@ class CheckOutcome:
 
 
 def check(data_dir: str, commit_log_file_size: int | None = None) -> CheckOutcome:
+    live = data_dir_in_use(data_dir)
     config = config_for(data_dir, commit_log_file_size)
     queue = MappedFileQueue(config.commit_log_dir, config.commit_log_file_size)
     table = ConsumeQueueTable(config.consume_queue_dir, config.consume_queue_units_per_file)
@@ -113,6 +120,7 @@ def check(data_dir: str, commit_log_file_size: int | None = None) -> CheckOutcom
         units_checked=checked.checked,
         bad_units={f"{t}/{q}": len(units) for (t, q), units in checked.bad.items()},
         report=report.entries(),
+        live=live,
     )
 
 

@@ -1,5 +1,6 @@
 """RocketMQ 5's broker metrics: messages and bytes in and out, message sizes, and each
-consumer group's ready, in-flight and lagging messages.
+consumer group's ready, in-flight and lagging messages; and Skiff's count of the client
+sessions it remembers (``skiff_client_sessions``), which falls back when clients leave.
 
 Messages and bytes in are the message size histogram's count and sum (the broker's
 own cheap histogram, ``latency_histograms``): a stored message is one size sample, so a
@@ -17,7 +18,7 @@ Every point carries RocketMQ's ``cluster``, ``node_type`` and ``node_id`` labels
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
@@ -83,6 +84,7 @@ class BrokerMetrics(TrafficObserver):
         cluster: str,
         node_id: str,
         backlog: Callable[[], Iterable[GroupBacklog]],
+        sessions: Callable[[], Mapping[str, int]] = dict,
     ) -> None:
         self._common = {
             cv.LABEL_CLUSTER: cluster,
@@ -128,6 +130,22 @@ class BrokerMetrics(TrafficObserver):
             meter.create_observable_gauge(
                 name, callbacks=[self._observer(backlog_value)], description=description
             )
+        self._sessions = sessions
+        meter.create_observable_gauge(
+            cv.CLIENT_SESSIONS,
+            callbacks=[self._observe_sessions],
+            description="Client sessions the broker remembers, by client type; a session is "
+            "released when its client terminates or expires (--client-expiry)",
+        )
+
+    def _observe_sessions(self, options: CallbackOptions) -> Iterable[Observation]:
+        counts = self._sessions()
+        # Always a producer and a consumer point, so a scrape shows 0 rather than nothing.
+        kinds = {"producer": 0, "simple_consumer": 0, "push_consumer": 0, **counts}
+        return [
+            Observation(count, {**self._common, cv.LABEL_CLIENT_TYPE: kind})
+            for kind, count in kinds.items()
+        ]
 
     def received(self, topic: str, message_type: str, sizes: Sequence[int] | np.ndarray) -> None:
         self._message_size.record_each(sizes, (topic, message_type))

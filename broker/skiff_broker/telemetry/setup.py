@@ -26,7 +26,7 @@ import contextvars
 import dataclasses
 import logging
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 import grpc
 from opentelemetry import context as otel_context
@@ -269,10 +269,16 @@ class Telemetry:
         )
 
     def traffic_observer(
-        self, *, cluster: str, node_id: str, backlog: Callable[[], Iterable[GroupBacklog]]
+        self,
+        *,
+        cluster: str,
+        node_id: str,
+        backlog: Callable[[], Iterable[GroupBacklog]],
+        sessions: Callable[[], Mapping[str, int]] = dict,
     ) -> TrafficObserver:
         """What counts the messages in and out (RocketMQ's metrics); a no-op when metrics
-        are off. ``backlog`` gives the consumer groups' backlogs when the gauges are read."""
+        are off. ``backlog`` gives the consumer groups' backlogs when the gauges are read,
+        ``sessions`` the client sessions remembered by client type."""
         if self.meter_provider is None or self.histograms is None:
             return NO_TRAFFIC
         return BrokerMetrics(
@@ -281,6 +287,7 @@ class Telemetry:
             cluster=cluster,
             node_id=node_id,
             backlog=backlog,
+            sessions=sessions,
         )
 
     def start_metrics_endpoint(self) -> int:

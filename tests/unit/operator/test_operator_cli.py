@@ -1,8 +1,13 @@
-"""``skiff-operator`` flags: bad settings stop it before it touches a cluster."""
+"""``skiff-operator`` flags: bad settings, and missing credentials, stop it before it
+touches a cluster."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -63,3 +68,48 @@ def test_endpoint_templates_from_the_help_text(template: str, expected: str) -> 
     config = OperatorConfig(broker_endpoint_template=template)
     config.validate()
     assert config.endpoint_resolver().master_endpoint("default", "sample", 0) == expected
+
+
+def _operator(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``skiff-operator`` as a process, in a home with no ~/.kube and outside any pod."""
+    environment = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    environment.update(HOME=str(tmp_path), PYTHONPATH=os.pathsep.join(sys.path), **env)
+    return subprocess.run(
+        [sys.executable, "-m", "skiff_operator", "--log-format", "plain"],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    ("kubeconfig", "said"),
+    [
+        (None, "no Kubernetes credentials found"),
+        ("missing", "cannot read the kubeconfig ([Errno 2] No such file or directory"),
+        ("garbage: [\n", "cannot read the kubeconfig (while parsing"),
+    ],
+)
+def test_without_credentials_it_says_what_to_give_in_one_line_and_exits(
+    tmp_path: Path, kubeconfig: str | None, said: str
+) -> None:
+    env = {}
+    if kubeconfig is not None:
+        path = tmp_path / "kubeconfig"
+        if kubeconfig != "missing":
+            path.write_text(kubeconfig)
+        env["KUBECONFIG"] = str(path)
+    result = _operator(tmp_path, env)
+    assert result.returncode == 1
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("Error: ") and said in line
+    assert "ServiceAccount" in line and "KUBECONFIG" in line
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_help_names_every_resource_it_runs() -> None:
+    result = CliRunner().invoke(main, ["--help"])
+    assert result.exit_code == 0
+    assert "Broker, Topic and User resources" in result.output
+    assert "kubeconfig" in result.output

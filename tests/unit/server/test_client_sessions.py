@@ -69,7 +69,7 @@ def test_sessions_are_capped_forgetting_the_longest_idle_without_a_stream(
     )
     registry.heartbeat("streaming", pb.ClientType.PUSH_CONSUMER, "billing", owner="")
     streaming = registry.session("streaming", owner="")
-    streaming.outbound = TelemetryOutbox()
+    registry.stream_opened(streaming, TelemetryOutbox(), "ipv4:127.0.0.1:1")
     for number in range(100):
         registry.heartbeat(f"client-{number}", pb.ClientType.SIMPLE_CONSUMER, "billing", owner="")
         # Every session is a consumer seen just now, so a group's consumers are all of them.
@@ -88,7 +88,9 @@ def test_live_consumers_have_a_stream_open_or_were_seen_lately(tmp_path: Path) -
     )
     registry.heartbeat("recent", pb.ClientType.SIMPLE_CONSUMER, "billing", owner="")
     registry.heartbeat("streaming", pb.ClientType.PUSH_CONSUMER, "billing", owner="")
-    registry.session("streaming", owner="").outbound = TelemetryOutbox()
+    registry.stream_opened(
+        registry.session("streaming", owner=""), TelemetryOutbox(), "ipv4:127.0.0.1:1"
+    )
     registry.heartbeat("long-gone", pb.ClientType.SIMPLE_CONSUMER, "billing", owner="")
     registry.heartbeat("producer", pb.ClientType.PRODUCER, "", owner="")
     assert {s.client_id for s in registry.live_consumers()} == {"recent", "streaming", "long-gone"}
@@ -117,7 +119,7 @@ def producer_settings(*topics: str) -> pb.Settings:
 
 def streaming(registry: ClientRegistry, client_id: str, owner: str) -> clients.ClientSession:
     session = registry.session(client_id, owner=owner)
-    session.outbound = TelemetryOutbox()
+    registry.stream_opened(session, TelemetryOutbox(), "ipv4:127.0.0.1:1")
     return session
 
 
@@ -166,3 +168,55 @@ def test_a_session_belongs_to_the_identity_that_opened_it(tmp_path: Path) -> Non
     registry.terminate("shared-id", owner="payer")
     assert registry.producers_of("txpay") == []
     assert victim_outbox is not None and victim_outbox.put_nowait(command(1)) is False
+
+
+def test_a_session_without_a_stream_is_forgotten_after_the_expiry_and_not_before(
+    tmp_path: Path,
+) -> None:
+    registry = registry_in(tmp_path)
+    expiry = session_expiry(registry)
+    registry.heartbeat("left", pb.ClientType.SIMPLE_CONSUMER, "billing", owner="")
+    registry.heartbeat("beating", pb.ClientType.SIMPLE_CONSUMER, "billing", owner="")
+    left = registry.session("left", owner="")
+    seen = left.last_seen
+    assert registry.expire(now=seen + expiry - 1) == 0
+    # ``beating`` heartbeats again just before the sweep; ``left`` said nothing.
+    registry.session("beating", owner="").last_seen = seen + expiry
+    assert registry.expire(now=seen + expiry + 1) == 1
+    assert len(registry) == 1
+    assert {s.client_id for s in registry.live_consumers()} == {"beating"}
+
+
+def test_a_session_with_any_stream_open_is_never_expired(tmp_path: Path) -> None:
+    registry = registry_in(tmp_path)
+    session = registry.session("two-connections", owner="payer")
+    first, second = TelemetryOutbox(), TelemetryOutbox()
+    registry.stream_opened(session, first, "ipv4:127.0.0.1:1")
+    registry.stream_opened(session, second, "ipv4:127.0.0.1:2")
+    registry.apply_settings(session, producer_settings("txpay"))
+    far_future = session.last_seen + 10 * session_expiry(registry)
+    # The newer stream ends: the older one still carries the session's commands.
+    registry.stream_closed(session, second)
+    assert session.outbound is first
+    assert registry.expire(now=far_future) == 0
+    assert registry.producers_of("txpay") == [session]
+    registry.stream_closed(session, first)
+    assert session.outbound is None
+    assert registry.expire(now=session.last_seen + session_expiry(registry) + 1) == 1
+    assert len(registry) == 0
+
+
+def test_termination_closes_every_stream_of_the_session(tmp_path: Path) -> None:
+    registry = registry_in(tmp_path)
+    session = registry.session("leaving", owner="")
+    streams = [TelemetryOutbox(), TelemetryOutbox()]
+    for number, outbox in enumerate(streams):
+        registry.stream_opened(session, outbox, f"ipv4:127.0.0.1:{number}")
+    registry.terminate("leaving", owner="")
+    assert len(registry) == 0
+    assert all(outbox.put_nowait(command(1)) is False for outbox in streams)
+
+
+def session_expiry(registry: ClientRegistry) -> float:
+    """The expiry ``registry_in`` gives its registries: the broker's default."""
+    return BrokerConfig(store=StoreConfig(data_dir="unused")).client_expiry_s
