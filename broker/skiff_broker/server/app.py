@@ -27,6 +27,7 @@ from ..ha.replication import Replication
 from ..http2.receive_budget import ReceiveBudget
 from ..records.service import RecordService
 from ..records.service import add_to_server as add_record_service
+from ..remoting.server import RemotingServer
 from ..rpc.server import RpcServer
 from ..runtime import Broker
 from ..telemetry import conventions as cv
@@ -80,6 +81,7 @@ class BrokerServer:
             config.replication, self.broker, name=self._replica_name, endpoint=self.client_endpoint
         )
         self.messaging: MessagingService | None = None
+        self.remoting: RemotingServer | None = None
         self.port = 0
         self.external_port = 0
         self._servers: list[RpcServer] = []
@@ -209,17 +211,32 @@ class BrokerServer:
                 self.external_port = self._open_client_port(
                     external, self.config.cluster.external_listen, "--external-listen"
                 )
+            if self.config.remoting_enabled:
+                self.remoting = RemotingServer(
+                    self.broker,
+                    hub,
+                    budget=self._request_buffer,
+                    per_connection=self._buffer_per_connection,
+                    counts=self._connection_counts,
+                )
+                self.remoting.bind()
             await self.replication.start()
             self.metrics_port = self.telemetry.start_metrics_endpoint()
         except OSError:
             for listener in self._listeners:
                 listener.stop_accepting()
+            if self.remoting is not None:
+                self.remoting.stop_accepting()
             self.broker.stop()
             self.telemetry.shutdown()
             raise
         self._servers = [server] if external is None else [server, external]
         for listener in self._listeners:
             await listener.start()
+        if self.remoting is not None:
+            await self.remoting.start()
+            # Before "listening on": tests and tools read the port from this line.
+            log.info("remoting clients on %s", self.remoting.address)
         if external is not None:
             log.info("external clients on port %d", self.external_port)
         if self.elector is not None:
@@ -317,6 +334,9 @@ class BrokerServer:
         # ``grace`` to finish, then the rest are cancelled.
         for listener in self._listeners:
             listener.stop_accepting()
+        if self.remoting is not None:
+            await self.remoting.stop()
+            self.remoting = None
         await asyncio.gather(*(server.stop(grace) for server in self._servers))
         for listener in self._listeners:
             await listener.stop()
