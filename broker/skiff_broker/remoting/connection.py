@@ -3,9 +3,10 @@
 Invariants (the door's budgets):
 - What a connection holds of a client's requests is bounded: the decoder holds at most
   one unfinished frame (at most ``max_frame_length``), and decoded requests not yet
-  answered claim their bytes from the broker-wide ``budget`` and from the connection's
-  own ``per_connection`` allowance. While either is spent, the connection reads nothing
-  more (TCP pushes back on the client) until answers give bytes back.
+  answered claim their bytes (body plus ``REQUEST_OVERHEAD``) from the broker-wide
+  ``budget`` and from the connection's own ``per_connection`` allowance, and at most
+  ``MAX_OPEN_REQUESTS`` are open at once. While any of these is spent, the connection
+  reads nothing more (TCP pushes back on the client) until answers give room back.
 - A client that does not read its responses makes the transport pause writing; the
   connection then stops reading requests too, so unread answers pile up no further than
   those of the requests already taken.
@@ -32,7 +33,12 @@ from .frames import FrameDecoder, FrameError, RemotingCommand, encode
 log = logging.getLogger(__name__)
 
 _MALFORMED_LOG = RateLimitedLog(60.0)
-_FRAME_OVERHEAD = 64
+# What a request costs beyond its body while it is open: the decoded command, its task
+# and its answer, as Python holds them.
+REQUEST_OVERHEAD = 1024
+# Requests open at once on one connection (long polls and unanswered sends included);
+# past it the connection reads nothing more until answers go out.
+MAX_OPEN_REQUESTS = 1024
 
 # What the dispatcher does with one request: its response, or None (oneway, or unanswerable).
 Dispatch = Callable[[RemotingCommand, "RemotingConnection"], Awaitable[RemotingCommand | None]]
@@ -99,7 +105,7 @@ class RemotingConnection(asyncio.Protocol):
         if commands:
             self.opened = True
         for command in commands:
-            size = len(command.body) + _FRAME_OVERHEAD
+            size = len(command.body) + REQUEST_OVERHEAD
             if self._parked or not self._claim(size):
                 self._parked.append((command, size))
             else:
@@ -149,6 +155,8 @@ class RemotingConnection(asyncio.Protocol):
         self._update_reading()
 
     def _claim(self, size: int) -> bool:
+        if self._open_requests >= MAX_OPEN_REQUESTS:
+            return False
         if self._held and self._held + size > self._per_connection:
             return False
         if not self._budget.claim(size):
