@@ -12,9 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from rocketmq import ClientConfiguration, Credentials, Message
 from tests.official_clients import JavaClient, built_or_skipped, remoting_java_client, run_client
 from tests.support.broker_process import create_topics, data_dir_of, running_broker
+from tests.support.official_client import receive_all, started_producer, started_simple_consumer
 
+from skiff_broker.client.admin import AdminClient
 from skiff_broker.metadata.topic_table import TopicConfig
 
 MESSAGES = 4
@@ -65,3 +68,64 @@ def test_a_4x_producer_and_push_consumer_work_with_namesrv_set_to_the_broker(
         if message["msgId"] in sync_sent:
             assert message["queueId"] == sync_sent[message["msgId"]]["queueId"]
             assert message["queueOffset"] == sync_sent[message["msgId"]]["queueOffset"]
+
+
+def test_messages_cross_between_the_grpc_and_remoting_clients_with_ids_and_offsets(
+    tmp_path: Path, remoting_java: JavaClient
+) -> None:
+    create_topics(data_dir_of(tmp_path), TopicConfig("bridge", 2, 2))
+    logs = tmp_path / "client-logs"
+    with running_broker(tmp_path) as broker:
+        config = ClientConfiguration(broker.endpoint, Credentials())
+        grpc_sent = {}
+        with started_producer(config, "bridge") as producer:
+            for i in range(MESSAGES):
+                message = Message()
+                message.topic = "bridge"
+                message.body = f"grpc-{i}".encode()
+                message.tag = "FromGrpc"
+                message.keys = f"g{i}"
+                message.add_property("origin", "grpc")
+                grpc_sent[producer.send(message).message_id] = message
+        # A 4.x lite pull consumer reads the 5.x client's messages and commits its offsets.
+        pulled = run_client(
+            remoting_java.command(
+                "lite-pull",
+                logs,
+                namesrv=broker.remoting_endpoint,
+                topic="bridge",
+                group="bridge-readers",
+                count=MESSAGES,
+            ),
+            logs,
+        )
+        assert pulled.errors == [], pulled.stderr[-3000:]
+        by_id = {r["msgId"]: r for r in pulled.summary["received"]}
+        assert set(by_id) == set(grpc_sent)
+        for message_id, original in grpc_sent.items():
+            got = by_id[message_id]
+            assert got["body"] == original.body.decode() and got["tag"] == "FromGrpc"
+            assert got["properties"]["origin"] == "grpc"
+            assert set(got["properties"]["KEYS"].split()) == set(original.keys)
+        # The offsets it committed over remoting are the group's on the gRPC side.
+        with AdminClient(broker.endpoint) as admin:
+            lag = admin.consumer_lag("bridge-readers", "bridge")
+        assert lag.total_lag == 0
+        assert sum(q.consumer_offset for q in lag.queues) == MESSAGES
+        # The other way: a 4.x producer's messages read by the 5.x client, same IDs.
+        produced = run_client(
+            remoting_java.command(
+                "send", logs, namesrv=broker.remoting_endpoint, topic="bridge", count=MESSAGES
+            ),
+            logs,
+        )
+        assert produced.errors == [], produced.stderr[-3000:]
+        remoting_ids = {s["msgId"] for s in produced.summary["sent"]}
+        with started_simple_consumer(config, "grpc-readers", "bridge", "TagA") as consumer:
+            received = receive_all(consumer, MESSAGES)
+    assert {m.message_id for m in received} == remoting_ids
+    for message in received:
+        assert message.tag == "TagA" and message.properties["origin"] == "remoting"
+        assert message.body.decode().startswith("remoting-")
+        (key,) = message.keys
+        assert key.startswith("k")
