@@ -63,6 +63,12 @@ def test_a_4x_producer_and_push_consumer_work_with_namesrv_set_to_the_broker(
         assert message["properties"]["origin"] == "remoting"
         assert message["properties"]["KEYS"].startswith("k")
         assert message["topic"] == "orders"
+    # SQL92 over user properties, filtered by the broker: every kind's idx >= 1.
+    selected = outcome.summary["selected"]
+    assert sorted(int(m["properties"]["idx"]) for m in selected) == sorted(
+        int(s["idx"]) for s in sent if int(s["idx"]) >= 1
+    )
+    assert {m["msgId"] for m in selected} == {s["msgId"] for s in sent if int(s["idx"]) >= 1}
     sync_sent = {s["msgId"]: s for s in sent if s["kind"] == "sync"}
     for message in received:
         if message["msgId"] in sync_sent:

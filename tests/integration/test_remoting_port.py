@@ -176,9 +176,12 @@ def test_sends_the_rules_refuse_are_answered_and_nothing_is_stored(client):
     assert client.call(30, topic=TOPIC, queueId=1).ext_fields["offset"] == before
 
 
-def test_unknown_codes_are_answered_at_once_and_oneway_requests_never(client):
+def test_unknown_codes_are_answered_at_once_and_oneway_requests_never(broker, client):
     answer = client.call(9999)
     assert answer.code == 3 and "9999" in answer.remark
+    assert client.call(9999).code == 3
+    noted = [r for r in broker.log_lines() if "request code 9999" in r.get("msg", "")]
+    assert len(noted) == 1, "an unknown code is logged once, however often it comes"
     # A oneway request of an unknown code gets no answer: the next answer is the next call's.
     client.sock.sendall(encode(RemotingCommand(code=9998, opaque=777, flag=ONEWAY_FLAG)))
     assert client.call(206).code == 0

@@ -11,7 +11,9 @@
 //                    to TagA receives until every TagA message came or the deadline passed:
 //                    {"sent": [{"kind", "msgId", "offsetMsgId", "queueId", "queueOffset",
 //                    "tag"}], "received": [{"msgId", "tag", "queueId", "queueOffset",
-//                    "body", "properties"}], "errors": [text]}
+//                    "body", "properties"}], "errors": [text]}; then a second push
+//                    consumer (GROUP-sql) selects "origin = 'remoting' AND idx >= 1" by
+//                    SQL92 into "selected"
 //   send             a DefaultMQProducer sends COUNT messages (tag TagA, key k<i>, user
 //                    property origin=remoting) synchronously: {"sent": [...]}
 //   lite-pull        a DefaultLitePullConsumer of GROUP receives COUNT messages, commits
@@ -29,6 +31,7 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.MessageSelector;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
@@ -44,6 +47,7 @@ public class RemotingClient {
     static final List<String> errors = Collections.synchronizedList(new ArrayList<>());
     static final List<String> sent = Collections.synchronizedList(new ArrayList<>());
     static final ConcurrentLinkedQueue<String> received = new ConcurrentLinkedQueue<>();
+    static final ConcurrentLinkedQueue<String> selected = new ConcurrentLinkedQueue<>();
 
     public static void main(String[] args) throws Exception {
         String mode = args[0];
@@ -75,7 +79,8 @@ public class RemotingClient {
         }
         StringBuilder out = new StringBuilder("{\"sent\": [");
         out.append(String.join(", ", sent)).append("], \"received\": [");
-        out.append(String.join(", ", received)).append("], \"errors\": [");
+        out.append(String.join(", ", received)).append("], \"selected\": [");
+        out.append(String.join(", ", selected)).append("], \"errors\": [");
         List<String> quoted = new ArrayList<>();
         for (String e : errors) {
             quoted.add(quote(e));
@@ -96,11 +101,12 @@ public class RemotingClient {
     static Message message(String topic, String tag, String body, int i) {
         Message message = new Message(topic, tag, "k" + i, body.getBytes(StandardCharsets.UTF_8));
         message.putUserProperty("origin", "remoting");
+        message.putUserProperty("idx", String.valueOf(i));
         return message;
     }
 
-    static void record(String kind, SendResult result, String tag) {
-        sent.add("{\"kind\": " + quote(kind) + ", \"msgId\": " + quote(result.getMsgId())
+    static void record(String kind, SendResult result, String tag, int i) {
+        sent.add("{\"kind\": " + quote(kind) + ", \"idx\": " + i + ", \"msgId\": " + quote(result.getMsgId())
             + ", \"offsetMsgId\": " + quote(result.getOffsetMsgId())
             + ", \"status\": " + quote(String.valueOf(result.getSendStatus()))
             + ", \"queueId\": " + result.getMessageQueue().getQueueId()
@@ -111,7 +117,7 @@ public class RemotingClient {
         DefaultMQProducer producer = producer(namesrv, group);
         try {
             for (int i = 0; i < count; i++) {
-                record("sync", producer.send(message(topic, "TagA", "remoting-" + i, i)), "TagA");
+                record("sync", producer.send(message(topic, "TagA", "remoting-" + i, i)), "TagA", i);
             }
         } finally {
             producer.shutdown();
@@ -125,16 +131,17 @@ public class RemotingClient {
         try {
             for (int i = 0; i < count; i++) {
                 String tag = i % 2 == 0 ? "TagA" : "TagB";
-                record("sync", producer.send(message(topic, tag, "sync-" + i, i)), tag);
+                record("sync", producer.send(message(topic, tag, "sync-" + i, i)), tag, i);
                 if (tag.equals("TagA")) {
                     expected++;
                 }
             }
             CountDownLatch callbacks = new CountDownLatch(count);
             for (int i = 0; i < count; i++) {
+                final int index = i;
                 producer.send(message(topic, "TagA", "async-" + i, i), new SendCallback() {
                     public void onSuccess(SendResult result) {
-                        record("async", result, "TagA");
+                        record("async", result, "TagA", index);
                         callbacks.countDown();
                     }
 
@@ -151,7 +158,7 @@ public class RemotingClient {
             for (int i = 0; i < count; i++) {
                 Message message = message(topic, "TagA", "oneway-" + i, i);
                 producer.sendOneway(message);
-                sent.add("{\"kind\": \"oneway\", \"msgId\": "
+                sent.add("{\"kind\": \"oneway\", \"idx\": " + i + ", \"msgId\": "
                     + quote(MessageClientIDSetter.getUniqID(message)) + ", \"tag\": \"TagA\"}");
             }
             expected += count;
@@ -160,8 +167,10 @@ public class RemotingClient {
                 batch.add(message(topic, "TagA", "batch-" + i, i));
             }
             SendResult result = producer.send(batch);
-            for (String id : result.getMsgId().split(",")) {
-                sent.add("{\"kind\": \"batch\", \"msgId\": " + quote(id) + ", \"offsetMsgId\": "
+            String[] ids = result.getMsgId().split(",");
+            for (int i = 0; i < ids.length; i++) {
+                String id = ids[i];
+                sent.add("{\"kind\": \"batch\", \"idx\": " + i + ", \"msgId\": " + quote(id) + ", \"offsetMsgId\": "
                     + quote(result.getOffsetMsgId()) + ", \"tag\": \"TagA\"}");
             }
             expected += count;
@@ -190,6 +199,29 @@ public class RemotingClient {
             Thread.sleep(1000);
         } finally {
             consumer.shutdown();
+        }
+        // A second group selects by SQL92 over the user properties: the broker filters.
+        int wanted = 4 * (count - 1);
+        CountDownLatch some = new CountDownLatch(wanted);
+        DefaultMQPushConsumer sql = new DefaultMQPushConsumer(group + "-sql");
+        sql.setNamesrvAddr(namesrv);
+        sql.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        sql.subscribe(topic, MessageSelector.bySql("origin = 'remoting' AND idx >= 1"));
+        sql.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
+            for (MessageExt message : messages) {
+                selected.add(view(message));
+                some.countDown();
+            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        sql.start();
+        try {
+            if (!some.await(deadlineMs, TimeUnit.MILLISECONDS)) {
+                errors.add("selected " + selected.size() + " of " + wanted + " messages by SQL92");
+            }
+            Thread.sleep(1000);
+        } finally {
+            sql.shutdown();
         }
     }
 
