@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 from tests.support.broker_fixture import module_broker
-from tests.support.broker_process import BrokerProcess
+from tests.support.broker_process import BrokerProcess, running_broker
 from tests.support.process_stats import resident_bytes
 from tests.support.waiting import wait_for
 
@@ -247,3 +247,30 @@ def test_a_client_that_never_reads_is_held_back_while_others_are_served(broker):
         assert after.call(206).code == 0
     finally:
         after.close()
+
+
+def test_with_authentication_on_the_port_serves_no_one_until_signatures_are_checked(tmp_path):
+    env = {"SKIFF_AUTH": "enabled", "SKIFF_AUTH_INIT_USER": "root:root-secret"}
+    with running_broker(tmp_path, env=env) as secured:
+        remoting = Remoting(secured.remoting_endpoint)
+        try:
+            for code in (105, 310, 11, 9999):
+                answer = remoting.call(code, topic=TOPIC)
+                assert answer.code == 16 and "authentication is on" in answer.remark
+        finally:
+            remoting.close()
+
+
+def test_silent_and_idle_connections_are_closed(tmp_path):
+    args = ("--preface-timeout", "1", "--idle-connection-timeout", "1")
+    with running_broker(tmp_path, *args) as quick:
+        silent = Remoting(quick.remoting_endpoint)
+        idle = Remoting(quick.remoting_endpoint)
+        try:
+            # Half a frame and nothing more: closed at the opening deadline.
+            silent.sock.sendall(struct.pack(">i", 100))
+            assert idle.call(206).code == 0
+            assert silent.closed_by_broker() and idle.closed_by_broker()
+        finally:
+            silent.close()
+            idle.close()

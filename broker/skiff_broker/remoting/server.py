@@ -17,7 +17,7 @@ from .connection import RemotingConnection
 from .consuming import Consuming
 from .name_server import NameServer
 from .producing import Producing
-from .service import RemotingService
+from .service import AUTH_NOT_SERVED, RemotingService
 
 LISTEN_OPTION = "--remoting-listen"
 
@@ -37,7 +37,7 @@ class RemotingServer:
         self._budget = budget
         self._per_connection = per_connection
         self.consuming = Consuming(broker, hub)
-        self.service = RemotingService()
+        self.service = RemotingService(refuse_all=AUTH_NOT_SERVED if config.auth.enabled else "")
         self.service.add(NameServer(broker).handlers())
         self.service.add(Producing(broker).handlers())
         self.service.add(self.consuming.handlers())

@@ -28,6 +28,7 @@ from ..http2.receive_budget import ReceiveBudget
 from ..records.service import RecordService
 from ..records.service import add_to_server as add_record_service
 from ..remoting.server import RemotingServer
+from ..remoting.service import AUTH_NOT_SERVED
 from ..rpc.server import RpcServer
 from ..runtime import Broker
 from ..telemetry import conventions as cv
@@ -237,6 +238,8 @@ class BrokerServer:
             await self.remoting.start()
             # Before "listening on": tests and tools read the port from this line.
             log.info("remoting clients on %s", self.remoting.address)
+            if self.config.auth.enabled:
+                log.warning("%s", AUTH_NOT_SERVED)
         if external is not None:
             log.info("external clients on port %d", self.external_port)
         if self.elector is not None:
