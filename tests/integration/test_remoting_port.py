@@ -274,3 +274,26 @@ def test_silent_and_idle_connections_are_closed(tmp_path):
         finally:
             silent.close()
             idle.close()
+
+
+def test_a_delay_level_holds_the_message_back_then_delivers_it(client):
+    before = _max_offset(client, 1)
+    properties = "UNIQ_KEY\x01ID-DELAYED\x02TAGS\x01D\x02DELAY\x013\x02"
+    # Level 3 is 10 s in RocketMQ's default levels.
+    assert client.call(310, b"later", a="p", b=TOPIC, e=1, i=properties).code == 0
+    assert _max_offset(client, 1) == before
+    wait_for(lambda: _max_offset(client, 1) > before, "the delayed message's delivery", 60)
+    pulled = _pull(client, "delayed-readers", before, queueId=1)
+    assert pulled.code == 0 and b"ID-DELAYED" in pulled.body
+    batch_with_delay = client.call(
+        320, _batch_entry(b"a", properties) + _batch_entry(b"b", properties), a="p", b=TOPIC, e=1
+    )
+    assert batch_with_delay.code == 13 and "delay" in batch_with_delay.remark
+
+
+def _batch_entry(body: bytes, properties: str) -> bytes:
+    raw = properties.encode()
+    total = 20 + len(body) + 2 + len(raw)
+    return (
+        struct.pack(">iiiii", total, 0, 0, 0, len(body)) + body + struct.pack(">h", len(raw)) + raw
+    )

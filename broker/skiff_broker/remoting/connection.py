@@ -110,9 +110,10 @@ class RemotingConnection(asyncio.Protocol):
                 self._parked.append((command, size))
             else:
                 self._start(command, size)
-        if self._decoder._error is not None:
+        failed = self._decoder.failed
+        if failed is not None:
             # Commands before the bad frame are being answered; nothing after it is read.
-            self._malformed(self._decoder._error)
+            self._malformed(failed)
             return
         self._update_reading()
 

@@ -27,7 +27,7 @@ from ..metadata.topic_table import TOPIC_NAME_PATTERN, TopicConfig
 from ..runtime import Broker
 from ..server.routing import MAX_GROUP_NAME_LENGTH
 from ..store.message import StoredMessage
-from ..store.results import NOT_WRITTEN_YET, GetStatus
+from ..store.results import NOT_WRITTEN_YET, GetStatus, RecordsResult
 from .codes import PullSysFlag, RequestCode, ResponseCode
 from .connection import RemotingConnection
 from .frames import RemotingCommand
@@ -263,8 +263,7 @@ class Consuming:
             return request.response(answer.code, answer.remark)
         offset = int_field(request, "queueOffset")
         max_count = int_field(request, "maxMsgNums")
-        if not 0 < max_count <= _MAX_PULL_MESSAGES:
-            max_count = min(max(max_count, 1), _MAX_PULL_MESSAGES)
+        max_count = min(max(max_count, 1), _MAX_PULL_MESSAGES)
         sys_flag = PullSysFlag(int_field(request, "sysFlag", 0) & 0x1F)
         if PullSysFlag.SUBSCRIPTION in sys_flag:
             subscription = Subscription(
@@ -339,7 +338,7 @@ class Consuming:
             maxOffset=str(got.max_offset),
         )
         if code == ResponseCode.SUCCESS:
-            if hasattr(got, "data"):
+            if isinstance(got, RecordsResult):
                 response.body = got.data
             else:
                 response.body = b"".join(

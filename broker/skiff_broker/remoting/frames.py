@@ -306,6 +306,11 @@ class FrameDecoder:
     def buffered(self) -> int:
         return len(self._buffer)
 
+    @property
+    def failed(self) -> FrameError | None:
+        """The malformed frame met (after commands ``feed`` still returned), if any."""
+        return self._error
+
     def feed(self, data: bytes | memoryview) -> list[RemotingCommand]:
         """The commands ``data`` completes; FrameError on a malformed frame.
 

@@ -166,6 +166,11 @@ class Producing:
             return request.response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
         except Refused as exc:
             return request.response(exc.code, exc.remark)
+        if len(messages) > 1 and any(m.properties.get(DELAY_LEVEL, "0") != "0" for m in messages):
+            return request.response(
+                ResponseCode.MESSAGE_ILLEGAL,
+                "a batch cannot carry delay levels (as in RocketMQ); send delayed messages alone",
+            )
         delay_ms = self._delay_ms(messages)
         if delay_ms:
             result = await self._broker.delays.schedule(messages[0], _now_ms() + delay_ms)
