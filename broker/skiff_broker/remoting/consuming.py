@@ -265,6 +265,7 @@ class Consuming:
         max_count = int_field(request, "maxMsgNums")
         max_count = min(max(max_count, 1), _MAX_PULL_MESSAGES)
         sys_flag = PullSysFlag(int_field(request, "sysFlag", 0) & 0x1F)
+        subscription: Subscription | None
         if PullSysFlag.SUBSCRIPTION in sys_flag:
             subscription = Subscription(
                 request.ext_fields.get("expressionType") or "TAG",

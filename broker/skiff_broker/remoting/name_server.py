@@ -71,7 +71,7 @@ class NameServer:
             perm |= PERM_READ
         if topic.writable and not self._broker.is_replica:
             perm |= PERM_WRITE
-        route = {
+        route: dict[str, Any] = {
             "orderTopicConf": None,
             "queueDatas": [
                 {

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from .codes import ResponseCode
 from .connection import RemotingConnection
@@ -69,7 +69,7 @@ class RemotingService:
         self._unsupported_logged: set[int] = set()
         self._refuse_all = refuse_all
 
-    def add(self, handlers: dict[int, Handler]) -> None:
+    def add(self, handlers: Mapping[int, Handler]) -> None:
         self._handlers.update(handlers)
 
     @property
