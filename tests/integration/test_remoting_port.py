@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 from tests.support.broker_fixture import module_broker
-from tests.support.broker_process import BrokerProcess, running_broker
+from tests.support.broker_process import SKIFF, BrokerProcess, broker_env, running_broker
 from tests.support.process_stats import resident_bytes
 from tests.support.waiting import wait_for
 
@@ -297,3 +298,31 @@ def _batch_entry(body: bytes, properties: str) -> bytes:
     return (
         struct.pack(">iiiii", total, 0, 0, 0, len(body)) + body + struct.pack(">h", len(raw)) + raw
     )
+
+
+def test_a_busy_remoting_port_fails_the_start_and_names_the_option(broker, tmp_path):
+    done = subprocess.run(
+        [
+            *SKIFF,
+            "broker",
+            "--data-dir",
+            str(tmp_path / "d"),
+            "--listen",
+            "127.0.0.1:0",
+            "--remoting-listen",
+            broker.remoting_endpoint,
+        ],
+        env=broker_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "is in use by another process; pick another with --remoting-listen" in done.stderr
+    assert not (tmp_path / "d" / "commitlog").exists()
+
+
+def test_remoting_off_serves_no_remoting_port(tmp_path):
+    with running_broker(tmp_path, "--remoting-listen", "off") as plain:
+        assert plain.remoting_endpoint == ""
+        assert not [r for r in plain.log_lines() if "remoting clients on" in r.get("msg", "")]
