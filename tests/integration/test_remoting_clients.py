@@ -135,3 +135,34 @@ def test_messages_cross_between_the_grpc_and_remoting_clients_with_ids_and_offse
         assert message.body.decode().startswith("remoting-")
         (key,) = message.keys
         assert key.startswith("k")
+
+
+def test_clustering_consumers_of_one_group_split_the_queues_and_take_over_when_one_leaves(
+    tmp_path: Path, remoting_java: JavaClient
+) -> None:
+    create_topics(data_dir_of(tmp_path), TopicConfig("shared", 4, 4))
+    logs = tmp_path / "client-logs"
+    count = 12
+    with running_broker(tmp_path) as broker:
+        outcome = run_client(
+            remoting_java.command(
+                "rebalance",
+                logs,
+                namesrv=broker.remoting_endpoint,
+                topic="shared",
+                group="sharers",
+                count=count,
+            ),
+            logs,
+        )
+    assert outcome.errors == [] and outcome.returncode == 0, outcome.stderr[-3000:]
+    sent = [s["msgId"] for s in outcome.summary["sent"]]
+    received = outcome.summary["received"]
+    shared = [r for r in received if r["phase"] == 1]
+    alone = [r for r in received if r["phase"] == 2]
+    # While both are members each message goes to one of them, and both get some.
+    assert sorted(r["message"]["msgId"] for r in shared) == sorted(sent[:count])
+    assert {r["consumer"] for r in shared} == {"a", "b"}
+    # Once b left, a took its queues over and consumes everything.
+    assert sorted(r["message"]["msgId"] for r in alone) == sorted(sent[count:])
+    assert {r["consumer"] for r in alone} == {"a"}

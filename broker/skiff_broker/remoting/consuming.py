@@ -11,12 +11,15 @@ Invariants:
   same ``ArrivalHub`` as the gRPC door) at most its suspend time and the broker's
   long-polling maximum, then answers PULL_NOT_FOUND.
 - A group's members are the clients whose latest heartbeat named it over a connection
-  still open; a connection that closes takes its clients out of every group.
+  still open; a connection that closes takes its clients out of every group. When a
+  member joins or leaves, the others are told at once (NOTIFY_CONSUMER_IDS_CHANGED,
+  oneway), so they rebalance without waiting for their next periodic rebalance.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from collections.abc import Callable
 
@@ -27,10 +30,10 @@ from ..metadata.topic_table import TOPIC_NAME_PATTERN, TopicConfig
 from ..runtime import Broker
 from ..server.routing import MAX_GROUP_NAME_LENGTH
 from ..store.message import StoredMessage
-from ..store.results import NOT_WRITTEN_YET, GetStatus, RecordsResult
+from ..store.results import NOT_WRITTEN_YET, GetResult, GetStatus, RecordsResult
 from .codes import PullSysFlag, RequestCode, ResponseCode
 from .connection import RemotingConnection
-from .frames import RemotingCommand
+from .frames import ONEWAY_FLAG, RemotingCommand
 from .name_server import json_body
 from .service import HeaderError, int_field, text_field
 
@@ -86,6 +89,8 @@ class Consuming:
         self._hub = hub
         # group -> client id -> the client's latest heartbeat.
         self._groups: dict[str, dict[str, ConsumerClient]] = {}
+        # Opaques of the broker's own requests to clients.
+        self._opaques = itertools.count(1)
 
     def handlers(self) -> dict:
         return {
@@ -128,10 +133,25 @@ class Consuming:
         if not client_id and seen:
             return request.response(ResponseCode.SYSTEM_ERROR, "the heartbeat needs a clientID")
         for group, subscriptions in seen.items():
-            self._groups.setdefault(group, {})[client_id] = ConsumerClient(
-                client_id, connection, subscriptions
-            )
+            members = self._groups.setdefault(group, {})
+            known = members.get(client_id)
+            members[client_id] = ConsumerClient(client_id, connection, subscriptions)
+            if known is None or known.connection is not connection:
+                self._notify_changed(group, but=client_id)
         return request.response(ResponseCode.SUCCESS)
+
+    def _notify_changed(self, group: str, but: str = "") -> None:
+        """Tell the group's members (all but ``but``) to rebalance now."""
+        for member in self._groups.get(group, {}).values():
+            if member.client_id != but and not member.connection.closed:
+                member.connection.send(
+                    RemotingCommand(
+                        code=RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                        opaque=next(self._opaques),
+                        flag=ONEWAY_FLAG,
+                        ext_fields={"consumerGroup": group},
+                    )
+                )
 
     def unregister(
         self, request: RemotingCommand, connection: RemotingConnection
@@ -139,19 +159,23 @@ class Consuming:
         client_id = request.ext_fields.get("clientID", "")
         group = request.ext_fields.get("consumerGroup", "")
         members = self._groups.get(group)
-        if members is not None:
-            members.pop(client_id, None)
-            if not members:
+        if members is not None and members.pop(client_id, None) is not None:
+            if members:
+                self._notify_changed(group)
+            else:
                 del self._groups[group]
         return request.response(ResponseCode.SUCCESS)
 
     def connection_closed(self, connection: RemotingConnection) -> None:
         for group in list(self._groups):
             members = self._groups[group]
-            for client_id in [c for c, m in members.items() if m.connection is connection]:
+            gone = [c for c, m in members.items() if m.connection is connection]
+            for client_id in gone:
                 del members[client_id]
             if not members:
                 del self._groups[group]
+            elif gone:
+                self._notify_changed(group)
 
     def consumer_list(
         self, request: RemotingCommand, connection: RemotingConnection
@@ -316,16 +340,14 @@ class Consuming:
             suspend_ms = min(
                 int_field(request, "suspendTimeoutMillis", 0), config.max_long_polling_ms
             )
-            got = await self._hub.poll(
-                topic.name, suspend_ms / 1000, read, lambda got: got.status in NOT_WRITTEN_YET
-            )
+            got = await self._hub.poll(topic.name, suspend_ms / 1000, read, _nothing_yet)
         else:
             got = read()
         if got.status is GetStatus.FOUND:
             code = ResponseCode.SUCCESS
         elif got.status is GetStatus.NO_MATCHED_MESSAGE:
             code = ResponseCode.PULL_RETRY_IMMEDIATELY
-        elif got.status in NOT_WRITTEN_YET:
+        elif _nothing_yet(got):
             code = ResponseCode.PULL_NOT_FOUND
         elif got.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):
             code = ResponseCode.PULL_OFFSET_MOVED
@@ -354,6 +376,15 @@ class Consuming:
             if found is not None:
                 return found
         return None
+
+
+def _nothing_yet(got: GetResult | RecordsResult) -> bool:
+    """Nothing written at or after the offset yet: worth waiting for, and PULL_NOT_FOUND.
+
+    A queue no message ever reached has no consume queue at all: the same wait, not a
+    reason to pull again at once (the answer's next offset, 0, is where to pull next).
+    """
+    return got.status in NOT_WRITTEN_YET or got.status is GetStatus.NO_MATCHED_LOGIC_QUEUE
 
 
 class _Answer(Exception):

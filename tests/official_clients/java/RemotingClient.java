@@ -16,6 +16,11 @@
 //                    SQL92 into "selected"
 //   send             a DefaultMQProducer sends COUNT messages (tag TagA, key k<i>, user
 //                    property origin=remoting) synchronously: {"sent": [...]}
+//   rebalance        push consumers a and b of GROUP (clustering) share TOPIC's queues: a
+//                    alone holds them all; once b joins each holds half, and COUNT sync
+//                    sends are consumed between them; once b leaves a holds them all
+//                    again and consumes COUNT more: "received" entries are
+//                    {"consumer", "phase", "message"}
 //   lite-pull        a DefaultLitePullConsumer of GROUP receives COUNT messages, commits
 //                    them (commitSync) and stops: {"received": [...]}
 // Exit status 0 when no error occurred.
@@ -41,6 +46,7 @@ import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageClientIDSetter;
 import org.apache.rocketmq.common.message.MessageExt;
+import org.apache.rocketmq.common.message.MessageQueue;
 import org.apache.rocketmq.common.protocol.heartbeat.MessageModel;
 
 public class RemotingClient {
@@ -67,6 +73,9 @@ public class RemotingClient {
                     break;
                 case "send":
                     send(namesrv, topic, group, count);
+                    break;
+                case "rebalance":
+                    rebalance(namesrv, topic, group, count, deadlineMs);
                     break;
                 case "lite-pull":
                     litePull(namesrv, topic, group, count, deadlineMs);
@@ -222,6 +231,94 @@ public class RemotingClient {
             Thread.sleep(1000);
         } finally {
             sql.shutdown();
+        }
+    }
+
+    static volatile int phase = 1;
+
+    static DefaultMQPushConsumer member(String namesrv, String topic, String group, String name,
+        CountDownLatch[] latches) throws Exception {
+        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
+        consumer.setNamesrvAddr(namesrv);
+        consumer.setInstanceName(name);
+        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET);
+        consumer.subscribe(topic, "*");
+        consumer.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
+            for (MessageExt message : messages) {
+                received.add("{\"consumer\": " + quote(name) + ", \"phase\": " + phase
+                    + ", \"message\": " + view(message) + "}");
+                latches[0].countDown();
+            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        consumer.start();
+        return consumer;
+    }
+
+    static int held(DefaultMQPushConsumer consumer, String topic) {
+        int queues = 0;
+        for (MessageQueue queue
+            : consumer.getDefaultMQPushConsumerImpl().getRebalanceImpl().getProcessQueueTable().keySet()) {
+            if (queue.getTopic().equals(topic)) {
+                queues++;
+            }
+        }
+        return queues;
+    }
+
+    static boolean until(java.util.function.BooleanSupplier condition, long deadlineMs, String what)
+        throws InterruptedException {
+        long end = System.currentTimeMillis() + deadlineMs;
+        while (!condition.getAsBoolean()) {
+            if (System.currentTimeMillis() > end) {
+                errors.add("timed out waiting until " + what);
+                return false;
+            }
+            Thread.sleep(50);
+        }
+        return true;
+    }
+
+    static void rebalance(String namesrv, String topic, String group, int count, long deadlineMs)
+        throws Exception {
+        CountDownLatch[] latches = {new CountDownLatch(count)};
+        DefaultMQProducer producer = producer(namesrv, group);
+        DefaultMQPushConsumer a = member(namesrv, topic, group, "a", latches);
+        DefaultMQPushConsumer b = null;
+        try {
+            int all = a.fetchSubscribeMessageQueues(topic).size();
+            until(() -> held(a, topic) == all, deadlineMs, "a holds every queue");
+            b = member(namesrv, topic, group, "b", latches);
+            DefaultMQPushConsumer joined = b;
+            if (until(() -> held(a, topic) + held(joined, topic) == all && held(joined, topic) > 0
+                && held(a, topic) > 0, deadlineMs,
+                "a and b share the queues (a holds " + held(a, topic) + ")")) {
+                for (int i = 0; i < count; i++) {
+                    record("sync", producer.send(message(topic, "TagA", "shared-" + i, i)), "TagA", i);
+                }
+                if (!latches[0].await(deadlineMs, TimeUnit.MILLISECONDS)) {
+                    errors.add("the shared messages did not all arrive");
+                }
+            }
+            b.shutdown();
+            b = null;
+            phase = 2;
+            latches[0] = new CountDownLatch(count);
+            if (until(() -> held(a, topic) == all, deadlineMs, "a holds every queue again")) {
+                for (int i = 0; i < count; i++) {
+                    record("sync", producer.send(message(topic, "TagA", "alone-" + i, i)), "TagA", i);
+                }
+                if (!latches[0].await(deadlineMs, TimeUnit.MILLISECONDS)) {
+                    errors.add("the messages after b left did not all arrive");
+                }
+            }
+            Thread.sleep(500);
+        } finally {
+            if (b != null) {
+                b.shutdown();
+            }
+            a.shutdown();
+            producer.shutdown();
         }
     }
 
