@@ -32,7 +32,9 @@ from skiff_broker.remoting.frames import (
 )
 
 TOPIC = "ledger"
-broker = module_broker("remoting", topics=[TopicConfig(TOPIC, 2, 2)])
+broker = module_broker(
+    "remoting", topics=[TopicConfig(TOPIC, 2, 2), TopicConfig("untouched", 1, 1)]
+)
 _opaques = iter(range(1, 10**9))
 
 
@@ -326,3 +328,11 @@ def test_remoting_off_serves_no_remoting_port(tmp_path):
     with running_broker(tmp_path, "--remoting-listen", "off") as plain:
         assert plain.remoting_endpoint == ""
         assert not [r for r in plain.log_lines() if "remoting clients on" in r.get("msg", "")]
+
+
+def test_a_pull_of_a_queue_no_message_reached_waits_and_is_not_found(client):
+    # Not "retry at once": an idle consumer would pull in a tight loop.
+    answer = _pull(
+        client, "idle", 0, topic="untouched", sysFlag=0x2 | 0x4, suspendTimeoutMillis=300
+    )
+    assert answer.code == 19 and answer.ext_fields["nextBeginOffset"] == "0"
