@@ -26,9 +26,8 @@ from collections.abc import Callable
 from ..delivery.long_polling import ArrivalHub
 from ..delivery.tag_filter import TagFilter
 from ..filter.subscription import sql92_filter
-from ..metadata.topic_table import TOPIC_NAME_PATTERN, TopicConfig
+from ..metadata.topic_table import MAX_GROUP_NAME_LENGTH, TOPIC_NAME_PATTERN, TopicConfig
 from ..runtime import Broker
-from ..server.routing import MAX_GROUP_NAME_LENGTH
 from ..store.message import StoredMessage
 from ..store.results import NOT_WRITTEN_YET, GetResult, GetStatus, RecordsResult
 from .codes import PullSysFlag, RequestCode, ResponseCode

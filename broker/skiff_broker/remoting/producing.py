@@ -18,10 +18,10 @@ from __future__ import annotations
 import struct
 import time
 
+from ..delivery.send_coalescing import SendCoalescer
 from ..delivery.topic_writes import TopicWriteRefused, WriteRefusal, require_writer, writable_topic
 from ..metadata.topic_table import TopicConfig, validate_topic_name
 from ..runtime import Broker
-from ..server.send_coalescing import SendCoalescer
 from ..store.message import Message
 from ..store.results import PutResult, PutStatus
 from ..wire import property_names as prop
