@@ -208,10 +208,27 @@ class SkiffBroker(Broker):
 
 
 class RocketMQBroker(Broker):
-    """A name server and a proxy in local mode (the broker runs inside the proxy's JVM)."""
+    """A name server and a proxy in local mode (the broker runs inside the proxy's JVM).
+
+    ``topics`` (default ``TOPICS``, of no declared type) maps each topic to its message
+    type (NORMAL, FIFO; None: not declared, which takes any message); ``settings`` are more
+    ``broker.conf`` lines (``enablePropertyFilter=true``).
+    """
 
     system = "rocketmq"
     version = peer_install.ROCKETMQ_VERSION
+
+    def __init__(
+        self,
+        root: str,
+        durability: str,
+        *,
+        topics: dict[str, str | None] | None = None,
+        settings: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(root, durability)
+        self.topics = topics if topics is not None else dict.fromkeys(TOPICS)
+        self.broker_settings = settings
 
     def start(self) -> None:
         lib = peer_install.ensure_rocketmq()
@@ -228,9 +245,9 @@ class RocketMQBroker(Broker):
                 "topicFilterType": "SINGLE_TAG",
                 "topicSysFlag": 0,
                 "order": False,
-                "attributes": {},
+                "attributes": {} if kind is None else {"message.type": kind},
             }
-            for name in TOPICS
+            for name, kind in self.topics.items()
         }
         (store / "config" / "topics.json").write_text(json.dumps({"topicConfigTable": table}))
         namesrv_port, broker_port, grpc_port, remoting_port = (free_port() for _ in range(4))
@@ -249,6 +266,7 @@ class RocketMQBroker(Broker):
                     f"storePathCommitLog={store / 'commitlog'}",
                     f"flushDiskType={flush}",
                     "autoCreateTopicEnable=false",
+                    *self.broker_settings,
                 ]
             )
             + "\n"
@@ -315,7 +333,7 @@ class RocketMQBroker(Broker):
 
         host, _, port = self.endpoint.rpartition(":")
         request = spb.QueryRouteRequest(
-            topic=pb.Resource(name=TOPICS[0]),
+            topic=pb.Resource(name=next(iter(self.topics))),
             endpoints=pb.Endpoints(
                 scheme=pb.AddressScheme.IPv4, addresses=[pb.Address(host=host, port=int(port))]
             ),
@@ -332,7 +350,8 @@ class RocketMQBroker(Broker):
                     if response.status.code == pb.Code.OK and response.message_queues:
                         return
                 time.sleep(0.5)
-        raise RuntimeError(f"the proxy never served a route for {TOPICS[0]!r}:\n{tail(self.log)}")
+        first = next(iter(self.topics))
+        raise RuntimeError(f"the proxy never served a route for {first!r}:\n{tail(self.log)}")
 
 
 class RedisBroker(Broker):

@@ -18,11 +18,13 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import yaml
@@ -36,8 +38,13 @@ from rocketmq import (
     SimpleConsumer,
 )
 from tests.support.otlp_receiver import OtlpReceiver
+from tests.support.waiting import wait_for
+
+T = TypeVar("T")
 
 WAIT_S = 600
+# The longest pause between two looks at the cluster (each runs kubectl).
+KUBECTL_PAUSE_S = 2.0
 NO_FINALIZERS = '{"metadata": {"finalizers": null}}'
 # A whole scenario (install to uninstall) takes minutes on a small node.
 pytestmark = pytest.mark.timeout(1800)
@@ -58,8 +65,7 @@ class Namespace:
         return json.loads(self.kubectl("get", kind, name, "-o", "json"))
 
     def wait_ready(self, kind: str, name: str) -> dict:
-        end = time.monotonic() + WAIT_S
-        while time.monotonic() < end:
+        def ready() -> dict | None:
             obj = self.get(kind, name)
             generation = obj["metadata"].get("generation")
             observed = obj.get("status", {}).get("observedGeneration", generation)
@@ -70,39 +76,48 @@ class Namespace:
                     and observed == generation
                 ):
                     return obj
-            time.sleep(3)
-        raise AssertionError(f"{kind} {name} not Ready: {self.kubectl('describe', kind, name)}")
+            return None
 
-    def wait_until(self, what: str, done: Callable[[], object]) -> None:
-        end = time.monotonic() + WAIT_S
-        while not done():
-            if time.monotonic() > end:
-                raise AssertionError(f"timed out waiting for {what}")
-            time.sleep(2)
+        try:
+            return self.wait_until(f"{kind} {name} to be Ready", ready)
+        except AssertionError as timed_out:
+            raise AssertionError(f"{timed_out}: {self.kubectl('describe', kind, name)}") from None
+
+    def wait_until(self, what: str, done: Callable[[], T]) -> T:
+        # Each look runs kubectl against the cluster: a few a second at most.
+        return wait_for(done, what, deadline_s=WAIT_S, longest_pause_s=KUBECTL_PAUSE_S)
 
     @contextlib.contextmanager
     def port_forward(self, target: str, remote_port: int) -> Iterator[str]:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             local_port = sock.getsockname()[1]
-        process = subprocess.Popen(
-            ["kubectl", "-n", self.name, "port-forward", target, f"{local_port}:{remote_port}"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            end = time.monotonic() + 60
-            while time.monotonic() < end:
-                with (
-                    contextlib.suppress(OSError),
-                    socket.create_connection(("127.0.0.1", local_port), 1),
-                ):
-                    break
-                time.sleep(0.5)
-            yield f"127.0.0.1:{local_port}"
-        finally:
-            process.terminate()
-            process.wait()
+        # What kubectl says goes to a file: a pipe nobody reads could fill and stall it.
+        with tempfile.TemporaryFile() as errors:
+            forward = ["kubectl", "-n", self.name, "port-forward", target]
+            process = subprocess.Popen(
+                [*forward, f"{local_port}:{remote_port}"], stdout=subprocess.DEVNULL, stderr=errors
+            )
+
+            def forwarding() -> bool:
+                if process.poll() is not None:
+                    errors.seek(0)
+                    said = errors.read().decode(errors="replace").strip()
+                    raise AssertionError(
+                        f"kubectl port-forward {target} exited ({process.returncode}): {said}"
+                    )
+                try:
+                    with socket.create_connection(("127.0.0.1", local_port), 1):
+                        return True
+                except OSError:
+                    return False
+
+            try:
+                wait_for(forwarding, f"kubectl port-forward {target} to accept on {local_port}")
+                yield f"127.0.0.1:{local_port}"
+            finally:
+                process.terminate()
+                process.wait()
 
 
 def send(endpoint: str, topic: str, bodies: list[bytes], keys: Credentials) -> None:

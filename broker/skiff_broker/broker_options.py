@@ -28,7 +28,7 @@ class ByteSize(click.ParamType):
 
     name = "size"
 
-    def convert(self, value, param, ctx):  # type: ignore[no-untyped-def]
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
         if isinstance(value, int):
             return value
         text = str(value).strip().lower().removesuffix("ib").removesuffix("b")
@@ -38,6 +38,11 @@ class ByteSize(click.ParamType):
             return int(float(number) * factor)
         except ValueError:
             self.fail(f"{value!r} is not a size like 1g, 256m or 65536", param, ctx)
+
+
+def _whole(bound: float | None) -> int | None:
+    """An int setting's bound: declared as a number, whole for an int setting."""
+    return None if bound is None else int(bound)
 
 
 def written_size(size: int) -> str:
@@ -79,7 +84,7 @@ def settings(config: type = BrokerConfig) -> Iterator[Setting]:
     for field, kind, option in _fields(config):
         if option is not None:
             yield Setting(field, kind, option)
-        elif dataclasses.is_dataclass(kind):
+        elif isinstance(kind, type) and dataclasses.is_dataclass(kind):
             yield from settings(kind)
 
 
@@ -111,7 +116,7 @@ def option_arguments(setting: Setting) -> tuple[list[str], dict[str, Any]]:
     elif typing.get_origin(kind) is list:
         default = ",".join(default)
     elif kind is int and (option.minimum is not None or option.maximum is not None):
-        details["type"] = click.IntRange(option.minimum, option.maximum)
+        details["type"] = click.IntRange(_whole(option.minimum), _whole(option.maximum))
     elif kind is float and (option.minimum is not None or option.maximum is not None):
         details["type"] = click.FloatRange(option.minimum, option.maximum, min_open=option.min_open)
     elif kind in (int, float):
@@ -159,7 +164,7 @@ def broker_config(values: dict[str, Any], config: type = BrokerConfig) -> Any:
         if option is not None:
             setting = Setting(field, kind, option)
             given[field.name] = field_value(setting, values[setting.param])
-        elif dataclasses.is_dataclass(kind):
+        elif isinstance(kind, type) and dataclasses.is_dataclass(kind):
             given[field.name] = broker_config(values, kind)
     return config(**given)
 

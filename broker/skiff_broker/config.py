@@ -63,7 +63,13 @@ class BrokerConfig:
         "SKIFF_ADVERTISE",
         "HOST:PORT given to clients in routes (default: the address they connected to).",
     )
-    broker_name: str = option("broker-a", "--broker-name", "SKIFF_BROKER_NAME")
+    broker_name: str = option(
+        "broker-a",
+        "--broker-name",
+        "SKIFF_BROKER_NAME",
+        "The group's name (RocketMQ's brokerName): routes, replication and metrics name it; "
+        "every broker of a group has the same one.",
+    )
     auto_create_topics: bool = option(
         False,
         "--auto-create-topics",

@@ -39,7 +39,7 @@ def check_can_listen(address: str, option: str) -> None:
             try:
                 probe.bind(place)
             except OSError as exc:
-                raise PortUnavailable(_why(exc, host or place[0], port, option)) from None
+                raise PortUnavailable(_why(exc, host or str(place[0]), port, option)) from None
 
 
 def _why(exc: OSError, host: str, port: str, option: str) -> str:

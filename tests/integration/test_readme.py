@@ -1,4 +1,5 @@
-"""The README's walkthrough works as written, against a real broker."""
+"""The README's and the documentation pages' walkthroughs work as written, against real
+brokers (the getting-started page has a test of its own, test_getting_started)."""
 
 from __future__ import annotations
 
@@ -31,16 +32,27 @@ from skiff_broker.metadata.topic_table import TopicConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 # Documents whose install lines a user copies.
-INSTALL_DOCS = (README, ROOT / "charts" / "skiff" / "README.md", ROOT / "bench" / "README.md")
+INSTALL_DOCS = (
+    README,
+    *sorted(DOCS.glob("**/*.md")),
+    ROOT / "charts" / "skiff" / "README.md",
+    ROOT / "bench" / "README.md",
+)
 README_ENDPOINT = "127.0.0.1:8081"
 
 
-def _section(name: str) -> str:
-    text = README.read_text()
+def _section(name: str, document: Path = README) -> str:
+    """The ``## name`` section of ``document``, up to the next ``##`` heading."""
+    text = document.read_text()
     start = text.index(f"## {name}\n")
     end = text.find("\n## ", start + 1)
     return text[start : end if end >= 0 else len(text)]
+
+
+def _page(name: str) -> str:
+    return (DOCS / name).read_text()
 
 
 def _blocks(section: str, language: str) -> list[str]:
@@ -55,6 +67,32 @@ def test_set_up_is_two_commands_and_installs_into_a_venv():
     assert steps[1] == ". .venv/bin/activate"
     assert steps[2:] == ["pip install .", "skiff broker"]
     assert run_tests.strip() == "scripts/test"
+
+
+def test_the_readme_is_a_front_door_whose_links_lead_somewhere():
+    text = README.read_text()
+    assert len(text.encode()) <= 10 * 1024
+    links = re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text)
+    assert len(links) >= 10, links
+    for link in links:
+        assert (ROOT / link).exists(), f"README links to {link}, which is not in the repository"
+
+
+def _listen_addresses(line: str) -> set[str]:
+    """The addresses a ``skiff broker`` line listens on, defaults included."""
+    args = shlex.split(line.split("#")[0])
+    given = {flag: args[args.index(flag) + 1] for flag in args if flag.endswith("-listen")}
+    given.setdefault("--listen", "127.0.0.1:8081")
+    given.setdefault("--metrics-listen", "127.0.0.1:5557")
+    return set(given.values())
+
+
+def test_the_replication_brokers_take_no_port_of_each_other_or_of_the_first_broker():
+    # The getting-started broker (8081, metrics 5557) may still run beside them.
+    first, _ = _blocks(_page("replication.md"), "sh")
+    a0, a1 = [_listen_addresses(line) for line in first.splitlines() if "skiff broker" in line]
+    taken = {"127.0.0.1:8081", "127.0.0.1:5557"}
+    assert not a0 & taken and not a1 & taken and not a0 & a1, (a0, a1)
 
 
 def _pyproject() -> dict:
@@ -147,7 +185,7 @@ def test_produce_and_consume_walkthrough(tmp_path):
 
 
 def test_consumer_groups_walkthrough(tmp_path):
-    (block,) = _blocks(_section("Consumer groups"), "sh")
+    (block,) = _blocks(_section("Consumer groups", DOCS / "clients.md"), "sh")
     create_topics(data_dir_of(tmp_path), TopicConfig("demo", 4, 4))
     with running_broker(tmp_path) as broker:
 
@@ -190,7 +228,7 @@ def _assignments_and_command(line: str) -> tuple[dict[str, str], list[str]]:
 
 
 def test_users_and_acls_walkthrough(tmp_path):
-    (block,) = _blocks(_section("Users and ACLs"), "sh")
+    (block,) = _blocks(_page("users-and-acls.md"), "sh")
     start, export, *commands = [line for line in block.splitlines() if line.strip()]
     broker_vars, words = _assignments_and_command(start)
     assert words == ["skiff", "broker"]
@@ -227,7 +265,9 @@ def test_users_and_acls_walkthrough(tmp_path):
 
 
 def test_skiffs_own_clients_snippet(tmp_path):
-    (snippet,) = _blocks(_section("Skiff's own clients, for throughput"), "python")
+    (snippet,) = _blocks(
+        _section("Skiff's own clients, for throughput", DOCS / "clients.md"), "python"
+    )
     with running_broker(tmp_path) as broker:
         created = subprocess.run(
             [
@@ -260,17 +300,18 @@ def test_skiffs_own_clients_snippet(tmp_path):
 
 # -- the replication walkthrough ---------------------------------------------------
 
-README_PORTS = ("8081", "8082", "10912", "10913")
+# a0's and a1's client, replication and metrics ports on the replication page.
+PAGE_PORTS = ("8091", "8092", "10921", "10922", "5567", "5568")
 
 
 class Walkthrough:
-    """The README's replication commands, run literally on free local ports."""
+    """The replication page's commands, run literally on free local ports."""
 
     def __init__(self, tmp_path: Path) -> None:
         self.tmp_path = tmp_path
-        self.ports = {port: str(free_port()) for port in README_PORTS}
-        first, failover = _blocks(_section("Replication"), "sh")
-        # The README's own command makes the group's secret, here in the test's folder.
+        self.ports = {port: str(free_port()) for port in PAGE_PORTS}
+        first, failover = _blocks(_page("replication.md"), "sh")
+        # The page's own command makes the group's secret, here in the test's folder.
         (make_secret,) = (line for line in first.splitlines() if "/dev/urandom" in line)
         subprocess.run(make_secret.split("#")[0], shell=True, cwd=tmp_path, check=True)
         self.starts = [self._args(line) for line in first.splitlines() if "skiff broker" in line]
@@ -279,7 +320,7 @@ class Walkthrough:
             self._args(line) for line in failover.splitlines() if line.strip()
         )
         # The one line the old master exits with when started again with its first command.
-        (refusal,) = _blocks(_section("Replication"), "text")
+        (refusal,) = _blocks(_page("replication.md"), "text")
         self.refusal = self._ports(refusal.strip())
         self.running: list[BrokerProcess] = []
 
@@ -308,7 +349,7 @@ class Walkthrough:
     def broker(self, args: list[str]) -> BrokerProcess:
         """``skiff broker ...`` with its data directory under the test's folder."""
         home, rest = self._in_test_folder(args)
-        # The secret comes from the README's file alone, not the launcher's variable.
+        # The secret comes from the page's file alone, not the launcher's variable.
         broker = start_broker(home, *rest, env={"SKIFF_HA_SECRET": ""})
         self.running.append(broker)
         return broker
@@ -376,17 +417,17 @@ def test_replication_walkthrough_loses_no_acknowledged_message(walkthrough: Walk
     a0 = steps.broker(steps.starts[0])
     steps.broker(steps.starts[1])
     wait_for(steps.a1_follows, "a1 to follow a0")
-    first = steps.send("8081", 10, b"first")
+    first = steps.send("8091", 10, b"first")
     a0.kill()
     assert "is now MASTER" in steps.skiff(steps.promote)
-    second = steps.send("8082", 5, b"second")
+    second = steps.send("8092", 5, b"second")
 
-    # Started again with its first command, the old master refuses with the README's line.
+    # Started again with its first command, the old master refuses with the page's line.
     assert steps.refused(steps.starts[0]) == steps.refusal
-    # It rejoins as the README says and copies everything acknowledged.
+    # It rejoins as the page says and copies everything acknowledged.
     steps.broker(steps.rejoin)
-    wait_for(lambda: steps.stored("8081").keys() >= (first | second).keys(), "a0 to copy a1's log")
-    assert steps.stored("8082") == first | second
+    wait_for(lambda: steps.stored("8091").keys() >= (first | second).keys(), "a0 to copy a1's log")
+    assert steps.stored("8092") == first | second
 
 
 def test_restarting_both_with_their_first_commands_keeps_the_promotion(
@@ -396,10 +437,10 @@ def test_restarting_both_with_their_first_commands_keeps_the_promotion(
     a0 = steps.broker(steps.starts[0])
     a1 = steps.broker(steps.starts[1])
     wait_for(steps.a1_follows, "a1 to follow a0")
-    first = steps.send("8081", 10, b"first")
+    first = steps.send("8091", 10, b"first")
     a0.kill()
     steps.skiff(steps.promote)
-    second = steps.send("8082", 5, b"second")
+    second = steps.send("8092", 5, b"second")
 
     # kill -9 a1 too, then both come back with the commands they were first started with:
     # a1 stays the master (in a new term), a0 refuses to be a second one.
@@ -409,11 +450,11 @@ def test_restarting_both_with_their_first_commands_keeps_the_promotion(
     assert "was promoted to master of group broker-a at epoch 3" in refusal
     assert refusal.endswith(steps.refusal.rpartition(" with ")[2])
     info = json.loads(
-        steps.skiff(["admin", "info", "--endpoint", steps.endpoint("8082"), "--json"])
+        steps.skiff(["admin", "info", "--endpoint", steps.endpoint("8092"), "--json"])
     )
     assert info["role"] == "MASTER"
     assert any("stays master" in r.get("msg", "") for r in a1.log_lines())
     assert not any("diverged" in r.get("msg", "") for r in a1.log_lines())
-    assert steps.stored("8082") == first | second
+    assert steps.stored("8092") == first | second
     steps.broker(steps.rejoin)
-    wait_for(lambda: steps.stored("8081").keys() >= (first | second).keys(), "a0 to copy a1's log")
+    wait_for(lambda: steps.stored("8091").keys() >= (first | second).keys(), "a0 to copy a1's log")

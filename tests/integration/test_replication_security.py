@@ -10,13 +10,13 @@ refused, and the master logs it with the replica's address.
 from __future__ import annotations
 
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from tests.support.broker_process import BrokerProcess, killed_afterwards, start_broker
 from tests.support.certificate_authority import CertificateAuthority
+from tests.support.tcp_queues import unread_bytes_at
 from tests.support.waiting import wait_for
 
 from skiff_broker.client.admin import AclEntry, AdminClient
@@ -167,7 +167,11 @@ def test_a_replica_whose_handshake_waited_for_the_master_connects_at_the_first_t
         started.append(replica)
         # The replica dials as soon as it is up; its connection and ClientHello wait in
         # the stopped master's backlog.
-        time.sleep(1.0)
+        ha_port = int(master.ha_endpoint.rpartition(":")[2])
+        wait_for(
+            lambda: unread_bytes_at(ha_port),
+            "the replica's ClientHello to wait unread at the stopped master",
+        )
     finally:
         master.proc.send_signal(signal.SIGCONT)
 

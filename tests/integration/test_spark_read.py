@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from tests.support.retention_broker import RETENTION_ARGS, wait_for_deletion
 
 from skiff_broker.client.admin import AdminClient
 from skiff_broker.client.messaging import MessagingClient, OutgoingMessage
+from skiff_broker.client.pull_consumer import PullConsumer
 from skiff_broker.spark.offsets import QueueSlice
 from skiff_broker.spark.reader import SliceToRead, read_slice
 from skiff_broker.spark.routes import Routes
@@ -253,7 +253,7 @@ def test_fail_on_data_loss_fails_or_skips_what_retention_deleted(spark, tmp_path
         assert [bytes(row.body[:4]) for row in rows] == [f"{i:04d}".encode() for i in offsets]
 
 
-def test_a_task_reads_its_whole_planned_range_once_the_broker_holds_it(broker):
+def test_a_task_reads_its_whole_planned_range_once_the_broker_holds_it(broker, monkeypatch):
     """A task's range ends where it was planned, not where its broker's queue ends now.
 
     A replica serving reads after a failover may not hold the planned end yet; the
@@ -268,9 +268,23 @@ def test_a_task_reads_its_whole_planned_range_once_the_broker_holds_it(broker):
     with Routes([broker.endpoint]) as routes:
         (group,) = routes.groups(topic)
     planned = SliceToRead((broker.endpoint,), QueueSlice(topic, group.group, 0, 0, 4), True, 2)
+    # The task has read what the broker holds and found it short of the planned end: it
+    # waits for the rest from then on. (max_offset is watched, not replaced: the broker
+    # answers it.)
+    found_short = threading.Event()
+    max_offset = PullConsumer.max_offset
+
+    def watched_max_offset(consumer: PullConsumer, topic_name: str, queue_id: int) -> int:
+        held = max_offset(consumer, topic_name, queue_id)
+        if topic_name == topic and held < 4:
+            found_short.set()
+        return held
+
+    monkeypatch.setattr(PullConsumer, "max_offset", watched_max_offset)
 
     def send_the_rest() -> None:
-        time.sleep(1.0)
+        if not found_short.wait(timeout=60):
+            return  # the rows asserted below then say what the task read
         with MessagingClient(broker.endpoint) as messaging:
             messaging.send([OutgoingMessage(topic, b"late 2"), OutgoingMessage(topic, b"late 3")])
 
@@ -280,4 +294,37 @@ def test_a_task_reads_its_whole_planned_range_once_the_broker_holds_it(broker):
         rows = [row for batch in read_slice(planned) for row in batch.to_pylist()]
     finally:
         late.join()
+    assert [row["body"] for row in rows] == [b"held 0", b"held 1", b"late 2", b"late 3"]
+
+
+def test_a_task_reads_what_arrives_between_its_fetch_and_its_look_at_the_queue(broker, monkeypatch):
+    """The rest of a range can arrive after a fetch ended at the broker's end and before
+    the task asks how much the broker holds (a replica catching up receives it just then).
+    The broker then holds the planned end, and the task reads the rest instead of taking
+    its range as done (the next micro-batch starts at the planned end: they would be lost
+    to the query).
+    """
+    topic = "arrives-between"
+    with AdminClient(broker.endpoint) as admin:
+        admin.create_topic(topic, read_queues=1)
+    with MessagingClient(broker.endpoint) as messaging:
+        messaging.send([OutgoingMessage(topic, b"held 0"), OutgoingMessage(topic, b"held 1")])
+    with Routes([broker.endpoint]) as routes:
+        (group,) = routes.groups(topic)
+    planned = SliceToRead((broker.endpoint,), QueueSlice(topic, group.group, 0, 0, 4), True, 2)
+    max_offset = PullConsumer.max_offset
+    sent: list[bytes] = []
+
+    def after_the_rest_arrives(consumer: PullConsumer, topic_name: str, queue_id: int) -> int:
+        if topic_name == topic and not sent:
+            # The task's fetch has ended at offset 2; the rest lands before it asks.
+            sent.extend([b"late 2", b"late 3"])
+            with MessagingClient(broker.endpoint) as messaging:
+                messaging.send([OutgoingMessage(topic, body) for body in sent])
+            wait_for_messages(broker.endpoint, topic, 4)
+        return max_offset(consumer, topic_name, queue_id)
+
+    monkeypatch.setattr(PullConsumer, "max_offset", after_the_rest_arrives)
+    rows = [row for batch in read_slice(planned) for row in batch.to_pylist()]
+    assert sent
     assert [row["body"] for row in rows] == [b"held 0", b"held 1", b"late 2", b"late 3"]

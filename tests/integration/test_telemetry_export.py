@@ -98,9 +98,10 @@ def test_group_commit_flush_spans_count_their_waiters(run: SpanFileRun) -> None:
         assert flush.attributes[cv.FLUSH_TYPE] == "SYNC_FLUSH"
         assert flush.attributes[cv.BROKER] == "broker-t"
         assert flush.attributes[cv.REPLICATION_MODE] == "ASYNC"
-        assert flush.attributes[cv.FLUSH_BYTES] >= 0
         # A child of its first waiter's append, linked to the others it served.
         parent = appends[flush.parent_span_id]
+        # That append was not durable yet when the flush began: the flush wrote it.
+        assert flush.attributes[cv.FLUSH_BYTES] >= parent.attributes[cv.APPEND_BYTES] > 0
         assert flush.trace_id == parent.trace_id
         waiters = flush.attributes[cv.FLUSH_WAITERS]
         assert len(flush.links) == waiters - 1

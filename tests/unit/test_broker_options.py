@@ -1,8 +1,8 @@
 """Every broker setting has one name a user can find: in `skiff broker --help`, in the
-README's options table, and in what the operator renders for its pods.
+documentation's options reference, and in what the operator renders for its pods.
 
 A variable the operator renders that no option reads would silently do nothing in a
-cluster; a README row for an option that does not exist sends a user to an error.
+cluster; a reference row for an option that does not exist sends a user to an error.
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ import re
 from pathlib import Path
 
 import click
+from docs.hooks.reference import render
 
 from skiff_broker.cli import broker
 from skiff_operator.broker_spec import BrokerSpec
 from skiff_operator.rendering import BrokerIdentity, render_broker
 
 ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
 # Read from the environment only, never from an option, so that a secret stays out of
 # `ps` (the option beside it names a file instead): variable -> the module reading it.
 ENVIRONMENT_ONLY = {"SKIFF_HA_SECRET": ROOT / "broker" / "skiff_broker" / "cli.py"}
@@ -33,30 +33,29 @@ def broker_options() -> dict[str, str]:
     return options
 
 
-def readme_table() -> dict[str, str]:
-    """The README's `skiff broker` options table: option -> variable, row by row."""
-    text = README.read_text()
-    start = text.index("Every option is also an environment variable:")
-    rows = []
-    for line in text[start:].splitlines()[4:]:
-        if not line.startswith("| `--"):
-            break
-        rows.append(line)
+def reference_table() -> dict[str, str]:
+    """The options reference as the site shows it: option -> variable, row by row."""
     table = {}
-    for row in rows:
+    for row in render("<!-- reference:broker-options -->").splitlines()[2:]:
         option_cell, variable_cell = row.split(" | ")[:2]
         options = [o for o in re.findall(r"`(--[a-z0-9-]+)`", option_cell) if "--no-" not in o]
         variables = re.findall(r"`(SKIFF_[A-Z0-9_]+)`", variable_cell)
-        assert len(options) == len(variables), f"README row pairs options and variables: {row}"
+        assert len(options) == len(variables) == 1, f"one option and variable a row: {row}"
         table.update(zip(options, variables, strict=True))
     return table
 
 
-def test_the_readme_table_lists_exactly_the_options_of_skiff_broker() -> None:
-    table, options = readme_table(), broker_options()
-    assert sorted(set(table) - set(options)) == [], "README rows for options that do not exist"
-    assert sorted(set(options) - set(table)) == [], "options the README table does not list"
+def test_the_options_reference_lists_exactly_the_options_of_skiff_broker() -> None:
+    table, options = reference_table(), broker_options()
+    assert sorted(set(table) - set(options)) == [], "reference rows for options that do not exist"
+    assert sorted(set(options) - set(table)) == [], "options the reference does not list"
     assert table == options
+
+
+def test_every_option_of_skiff_broker_says_what_it_does() -> None:
+    for param in broker.params:
+        if isinstance(param, click.Option) and param.envvar:
+            assert param.help, f"{param.opts} has no help: say what it does"
 
 
 def rendered_variables(spec: dict) -> set[str]:

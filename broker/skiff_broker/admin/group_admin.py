@@ -13,6 +13,7 @@ which holds messages.
 
 from __future__ import annotations
 
+import builtins  # GroupAdmin.list hides the built-in in its class's annotations
 import dataclasses
 import enum
 from collections.abc import Sequence
@@ -153,7 +154,7 @@ class GroupAdmin:
 
     def describe(
         self, group: str, topic: str = ""
-    ) -> tuple[list[GroupTopic], list[ConsumerSession]]:
+    ) -> tuple[builtins.list[GroupTopic], builtins.list[ConsumerSession]]:
         self._progress.refresh()
         live = self._live(group)
         topics = self._topics_of(group, self._broker.offsets.groups(), live)
@@ -221,7 +222,7 @@ class GroupAdmin:
         timestamp: int = 0,
         dry_run: bool = False,
         force: bool = False,
-    ) -> list[QueueMove]:
+    ) -> builtins.list[QueueMove]:
         config = self._existing_topic(topic)
         queues = sorted(set(queue_ids)) or list(range(config.read_queue_nums))
         for queue_id in queues:

@@ -102,11 +102,12 @@ def topic_to_proto(topic: TopicConfig) -> apb.Topic:
         read_queue_nums=topic.read_queue_nums,
         write_queue_nums=topic.write_queue_nums,
         permission=permission,
-        message_type=apb.MessageType.Value(str(topic.message_type)),
+        # protobuf takes an enum field by its name as well as by its number.
+        message_type=str(topic.message_type),
     )
 
 
-def _permission(value: int) -> Permission | None:
+def _permission(value: apb.Permission) -> Permission | None:
     if value == apb.PERMISSION_UNSPECIFIED:
         return None
     if value not in _PERMISSIONS:

@@ -9,6 +9,7 @@ drain the queues no longer written, then lower the read queues.
 
 from __future__ import annotations
 
+import builtins  # TopicAdmin.list hides the built-in in its class's annotations
 import dataclasses
 import logging
 
@@ -89,7 +90,7 @@ class TopicAdmin:
         self._broker.offsets.remove_topic(name)
         log.info("deleted topic %s", name)
 
-    def unconsumed(self, topic: TopicConfig, queue_ids: range) -> list[str]:
+    def unconsumed(self, topic: TopicConfig, queue_ids: range) -> builtins.list[str]:
         """One sentence per queue of ``queue_ids`` that holds unconsumed messages."""
         self._progress.refresh()
         groups = self._progress.groups_of(topic.name)

@@ -193,10 +193,10 @@ class LeaseElector:
         records = {r.name: r for r in map(LeaseRecord.from_object, leases)}
         now = time.monotonic()
         previous, self._previous_look = self._previous_look, look
-        for name, record in records.items():
-            seen = self._seen.get(name)
-            if seen is None or seen[0] != record.identity():
-                self._seen[name] = (record.identity(), self._renewed_by(record, previous, now))
+        for name, found in records.items():
+            known = self._seen.get(name)
+            if known is None or known[0] != found.identity():
+                self._seen[name] = (found.identity(), self._renewed_by(found, previous, now))
         self.groups = {name: self._group_state(r, now) for name, r in records.items()}
         record = records.get(self.group)
         self._period = RETRY_PERIOD_S

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import IO
 
 import click
 
@@ -129,7 +130,7 @@ def apply_acl(
     actions: tuple[str, ...],
     decision: str,
     source_ips: tuple[str, ...],
-    policy_file: click.utils.LazyFile | None,
+    policy_file: IO[str] | None,
     endpoint: str,
     credentials: Credentials | None,
     as_json: bool,
@@ -179,7 +180,7 @@ def list_acls(endpoint: str, credentials: Credentials | None, as_json: bool) -> 
     _acls(as_json, found)
 
 
-def _entries_from_file(policy_file: click.utils.LazyFile) -> list[AclEntry]:
+def _entries_from_file(policy_file: IO[str]) -> list[AclEntry]:
     try:
         document = json.load(policy_file)
         return [

@@ -14,14 +14,14 @@ import sys
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
 from ..client.admin import AdminClient, ResetTo
 from ..client.credentials import Credentials
 from ..client.errors import NotFound, SkiffError
-from ..client.messaging import MessagingClient, OutgoingMessage, ReceivedMessage
+from ..client.messaging import MessagingClient, OutgoingMessage, ReceivedMessage, SendReceipt
 from ..client.pull_consumer import PullConsumer, PulledMessage
 from ..wire.message_size import MAX_MESSAGE_SIZE_OPTION
 from .options import Timestamp, client_command
@@ -36,6 +36,8 @@ _PEEK_IDLE_POLL_S = 0.2
 
 # A message as printed: received for a group, or read by offset (--peek).
 Shown = ReceivedMessage | PulledMessage
+# One kind of message: a batch printed is acked by the client that received it.
+ShownKind = TypeVar("ShownKind", ReceivedMessage, PulledMessage)
 
 
 def _property(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict:
@@ -59,7 +61,7 @@ def _bodies(body: str | None, body_file: str | None, count: int | None) -> Itera
             yield payload
         return
     sent = 0
-    for line in click.get_binary_stream("stdin"):
+    for line in sys.stdin.buffer:
         payload = line.rstrip(b"\r\n")
         if not payload:
             continue  # brokers refuse empty bodies
@@ -124,10 +126,10 @@ def send(
         raise click.UsageError("a message is FIFO (--message-group) or delayed, not both")
     if body is not None and body_file is not None:
         raise click.UsageError("give either --body or --body-file, not both")
-    if body is None and body_file is None and click.get_binary_stream("stdin").isatty():
+    if body is None and body_file is None and sys.stdin.buffer.isatty():
         raise click.UsageError("give --body or --body-file, or pipe message bodies (one a line)")
     deliver_at = int((time.time() + delay_seconds) * 1000) if delay_seconds else 0
-    messages = (
+    messages: Iterable[OutgoingMessage] = (
         OutgoingMessage(
             topic=topic,
             body=payload,
@@ -157,7 +159,7 @@ def send(
     ):
         if message_group:
             # One queue holds the group; ordered requests keep its order there.
-            receipts = itertools.chain.from_iterable(
+            receipts: Iterable[SendReceipt] = itertools.chain.from_iterable(
                 client.send(batch) for batch in _batches(messages, _GROUP_BATCH)
             )
         else:
@@ -230,7 +232,9 @@ class StartPosition(click.ParamType):
 
     name = "earliest|latest|time"
 
-    def convert(self, value, param, ctx):  # type: ignore[no-untyped-def]
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> str | int:
         if isinstance(value, int) or value in ("earliest", "latest"):
             return value
         text = str(value).strip().lower()
@@ -437,9 +441,9 @@ def _peek_start(reader: PullConsumer, topic: str, queue_id: int, start: str | in
     return reader.offset_for_time(topic, queue_id, int(start))
 
 
-def _print_messages(batch: Sequence[Shown], as_json: bool) -> list[Shown]:
+def _print_messages(batch: Sequence[ShownKind], as_json: bool) -> list[ShownKind]:
     """The messages printed; fewer than given when the reader went away (``| head``)."""
-    printed = []
+    printed: list[ShownKind] = []
     for message in batch:
         try:
             if as_json:

@@ -1,4 +1,9 @@
-"""``skiff traces analyze``: append and flush latency percentiles from exported spans."""
+"""``skiff traces receive`` and ``skiff traces analyze``: span files from a broker's OTLP
+export, and append and flush latency percentiles from them.
+
+``receive`` writes what ``analyze`` reads: OTLP JSON lines, as the OpenTelemetry
+Collector's file exporter writes them, so either tool's files work with the other.
+"""
 
 from __future__ import annotations
 
@@ -55,7 +60,72 @@ def _json_ready(row: dict[str, Any]) -> dict[str, Any]:
 
 @click.group()
 def traces() -> None:
-    """Analyse spans the broker exported."""
+    """Receive and analyse spans the broker exports."""
+
+
+def _listen_address(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise click.BadParameter(f"expected HOST:PORT, e.g. 127.0.0.1:4318; got {value!r}")
+    return host.strip("[]"), int(port)
+
+
+@traces.command()
+@click.option(
+    "--listen",
+    default="127.0.0.1:4318",
+    show_default=True,
+    callback=_listen_address,
+    help="HOST:PORT to receive OTLP/HTTP exports on (4318 is OTLP/HTTP's port; 0 picks one).",
+)
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("otlp/traces.jsonl"),
+    show_default=True,
+    help="File the spans are appended to, one export a line, for skiff traces analyze.",
+)
+def receive(listen: tuple[str, int], output: Path) -> None:
+    """Receive the spans a broker exports and write them for skiff traces analyze.
+
+    A small OTLP/HTTP receiver (protobuf or JSON) for a laptop, in place of an
+    OpenTelemetry Collector: start the broker with
+    OTEL_EXPORTER_OTLP_ENDPOINT=http://HOST:PORT pointing here. Each trace export is
+    appended to --output as it arrives; metrics are taken and counted, not kept. Runs
+    until Ctrl-C or SIGTERM.
+    """
+    import signal
+    import threading
+
+    from ..otlp_receiver import OtlpReceiver
+
+    host, port = listen
+    try:
+        receiver = OtlpReceiver(host, port, keep=False, traces_file=output)
+    except OSError as exc:
+        raise click.ClickException(
+            f"cannot listen on {host}:{port} ({exc.strerror}); pick another with --listen"
+        ) from None
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    with receiver:
+        click.echo(
+            f"receiving OTLP/HTTP on {receiver.endpoint}; appending spans to {output}. Start "
+            f"the broker with OTEL_EXPORTER_OTLP_ENDPOINT={receiver.endpoint} (and "
+            "OTEL_TRACES_SAMPLER=always_on to trace every request, not 1%); Ctrl-C stops",
+            err=True,
+        )
+        while not stop.wait(0.5):
+            pass
+    click.echo(
+        f"received {receiver.span_count} spans in {receiver.trace_requests_received} trace "
+        f"export(s) and {receiver.metric_requests} metrics export(s)"
+        + (f"; refused {receiver.rejected} that did not parse" if receiver.rejected else "")
+        + f". Analyse them with: skiff traces analyze {output}",
+        err=True,
+    )
 
 
 @traces.command()

@@ -126,7 +126,7 @@ class PopService:
         state_path: str,
         *,
         max_attempts: int,
-        ensure_dlq_topic: Callable[[str], None],
+        ensure_dlq_topic: Callable[[str], object],
         clock: Clock = _now_ms,
         max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
@@ -303,6 +303,7 @@ class PopService:
             state.next_offset,
             wanted,
             tag_codes=tag_filter.tag_codes,
+            properties_check=tag_filter.properties_check,
             accept=tag_filter.accept,
         )
         if got.status is GetStatus.OFFSET_TOO_SMALL:

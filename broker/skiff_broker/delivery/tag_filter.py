@@ -27,6 +27,11 @@ class TagFilter:
         return None if self.tags is None else {tag_hash(t) for t in self.tags}
 
     @property
+    def properties_check(self) -> Callable[[bytes], bool] | None:
+        """None: the consume queue's tag hash already does what a look at the record would."""
+        return None
+
+    @property
     def accept(self) -> Callable[[StoredMessage], bool] | None:
         """The exact check of a message read; None when every message is wanted."""
         return None if self.tags is None else self.accepts

@@ -30,7 +30,7 @@ class Liveness:
     def silent_for(self) -> float:
         return time.monotonic() - self.last_heard
 
-    async def watch(self, transport: asyncio.BaseTransport, peer: str) -> None:
+    async def watch(self, transport: asyncio.WriteTransport, peer: str) -> None:
         """Abort ``transport`` once the peer is silent too long; readers then see it closed."""
         check = max(0.05, min(1.0, self.timeout / 4))
         while True:

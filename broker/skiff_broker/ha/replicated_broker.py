@@ -16,6 +16,7 @@ from ..metadata.consumer_offsets import ConsumerOffsetTable
 from ..metadata.topic_table import TopicTable
 from ..store.config import StoreConfig
 from ..store.message_store import MessageStore
+from ..tls.connection_limits import ConnectionLimits
 from ..tls.settings import TlsConfig
 
 
@@ -26,6 +27,7 @@ class ReplicationSettings(Protocol):
     store: StoreConfig
     tls: TlsConfig
     auth: AuthConfig
+    connections: ConnectionLimits
 
 
 class ReplicatedBroker(Protocol):

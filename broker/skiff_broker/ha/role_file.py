@@ -4,7 +4,7 @@ Written atomically when a replica is promoted by hand (outside Kubernetes,
 where no Lease remembers it). A broker started with ``--role REPLICA`` whose
 role file says MASTER stays the master: following its old master again would
 cut the writes it acknowledged since. Making it a replica again is a
-deliberate step: delete the file (see the README's walkthrough).
+deliberate step: delete the file (see the replication walkthrough, docs/replication.md).
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ class MessageReader:
         if data:
             self._chunks.append(data)
             self.buffered += len(data)
-        done = []
+        done: list[tuple[int, bytes]] = []
         while True:
             if self._length < 0:
                 if self.buffered < PREFIX.size:

@@ -66,6 +66,7 @@ class Puller:
                 request.offset,
                 batch,
                 tag_codes=tag_filter.tag_codes,
+                properties_check=tag_filter.properties_check,
                 accept=tag_filter.accept,
             ),
             lambda got: got.status in NOT_WRITTEN_YET,

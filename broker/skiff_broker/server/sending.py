@@ -258,16 +258,16 @@ class Sender:
             properties[prop.BORN_HOST_TEXT] = system.born_host
         # What is built here must make a record wire's validator accepts: one bad
         # message is refused alone instead of failing the whole batch's append.
-        problem = properties_problem(properties)
-        if problem is not None:
-            raise RequestError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, problem)
+        property_problem = properties_problem(properties)
+        if property_problem is not None:
+            raise RequestError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, property_problem)
         sys_flag = 0
         if system.body_encoding == GZIP:
-            problem = compressed_body_problem(proto.body, limit)
-            if problem is not None:
+            body_problem = compressed_body_problem(proto.body, limit)
+            if body_problem is not None:
                 raise RequestError(
                     Code.MESSAGE_CORRUPTED,
-                    f"message {system.message_id}: {problem}; send the body uncompressed "
+                    f"message {system.message_id}: {body_problem}; send the body uncompressed "
                     "(body_encoding IDENTITY) or as valid gzip",
                 )
             sys_flag = COMPRESSED

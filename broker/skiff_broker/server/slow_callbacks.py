@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import SupportsFloat, cast
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +26,8 @@ class _SlowCallbackRecords(logging.Filter):
         args = record.args
         if record.msg == _ASYNCIO_FORMAT and isinstance(args, tuple) and len(args) == 2:
             handle, seconds = args
-            milliseconds = round(float(seconds) * 1000, 1)
+            # The format's %.3f: a number.
+            milliseconds = round(float(cast(SupportsFloat, seconds)) * 1000, 1)
             record.msg = SLOW_CALLBACK_PREFIX + "%s held the event loop for %.0f ms"
             record.args = (str(handle), milliseconds)
             setattr(record, SLOW_CALLBACK_FIELD, milliseconds)

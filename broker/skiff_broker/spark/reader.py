@@ -89,6 +89,8 @@ def read_slice(task: SliceToRead) -> Iterator[pa.RecordBatch]:
     routes = Routes(task.endpoints, task.credentials)
     deadline = time.monotonic() + CATCH_UP_S
     start = queue.start
+    # The broker that held the planned end before the last fetch began, if one did.
+    held_end_at: str | None = None
     try:
         while True:
             consumer = routes.consumer(routes.endpoint_of(queue.topic, queue.group))
@@ -113,12 +115,16 @@ def read_slice(task: SliceToRead) -> Iterator[pa.RecordBatch]:
                     'without them, set the option failOnDataLoss to "false"'
                 ) from None
             # Ended early: either offsets the broker skipped (records that failed their
-            # CRC) end the range, or this broker does not hold the range's end yet.
-            if start >= queue.end:
+            # CRC) end the range, or this broker did not hold the range's end yet.
+            if start >= queue.end or held_end_at == consumer.endpoint:
                 return
             held = consumer.max_offset(queue.topic, queue.queue_id)
             if held >= queue.end:
-                return
+                # It holds the end now, and perhaps only since the fetch ended (a replica
+                # catching up): fetch again at once, ending early then only for skipped
+                # offsets.
+                held_end_at = consumer.endpoint
+                continue
             if time.monotonic() > deadline:
                 raise BrokerUnavailable(
                     f"{queue.topic} {queue.group}/{queue.queue_id}: the broker at "

@@ -451,8 +451,12 @@ class CommitLog:
     def get_message(self, offset: int, size: int) -> StoredMessage | None:
         """The message at ``offset``, None if gone; CorruptRecordError if its CRC fails."""
         data = self.read(offset, size)
-        if data is None:
-            return None
+        return None if data is None else self.message_of(data, offset)
+
+    @staticmethod
+    def message_of(data: bytes, offset: int) -> StoredMessage:
+        """The message of ``data``, the record read at ``offset``; CorruptRecordError if it
+        fails its checks."""
         try:
             message = decode_record(data, 0, check_crc=True)
         except CorruptRecordError as exc:

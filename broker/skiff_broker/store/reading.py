@@ -23,6 +23,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
+import struct
 import typing
 from collections.abc import Callable, Iterator
 
@@ -30,6 +31,7 @@ import numpy as np
 
 from ..wire.field_arrays import fields_at
 from ..wire.record_check import check_run
+from ..wire.record_layout import properties_start
 from .commit_log import CommitLog
 from .config import StoreConfig
 from .consume_queue import ConsumeQueue
@@ -50,6 +52,8 @@ _MENDS_PER_READ = 8
 # Where a record's QUEUEID, QUEUEOFFSET and PHYSICALOFFSET fields are.
 _QUEUE_ID_AT, _QUEUE_OFFSET_AT, _PHYSICAL_AT = 12, 20, 28
 _GONE = object()  # a record retention deleted
+# TOTALSIZE, MAGIC, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG.
+_QUICK_CHECK = struct.Struct(">iIiiiqqi")
 
 
 class _Run(typing.NamedTuple):
@@ -217,6 +221,27 @@ def read_message(commit_log: CommitLog, physical: int, size: int) -> StoredMessa
         return None
 
 
+def _unit_properties(
+    raw: bytes, cq: ConsumeQueue, queue_offset: int, physical: int
+) -> bytes | None:
+    """The PROPERTIES field of the record read for the unit at ``queue_offset``; None unless
+    recovery's quick check of the record's header against that unit passes and its
+    lengths add up."""
+    if len(raw) < _QUICK_CHECK.size:
+        return None
+    size, magic, _, queue_id, _, record_offset, at, sys_flag = _QUICK_CHECK.unpack_from(raw)
+    if (
+        size != len(raw)
+        or magic != MESSAGE_MAGIC
+        or queue_id != cq.queue_id
+        or record_offset != queue_offset
+        or at != physical
+    ):
+        return None
+    start = properties_start(raw, sys_flag)
+    return None if start is None else raw[start:]
+
+
 def _belongs(message: StoredMessage, cq: ConsumeQueue, queue_offset: int) -> bool:
     return (
         message.queue_offset == queue_offset
@@ -255,15 +280,18 @@ class QueueReader:
         self.mender = UnitMender(commit_log)
 
     def _checked_message(
-        self, cq: ConsumeQueue, queue_offset: int, physical: int, size: int
+        self, cq: ConsumeQueue, queue_offset: int, physical: int, size: int, raw: bytes | None
     ) -> StoredMessage | object | None:
         """The message of one unit, checked to be that unit's; None where nothing readable
         is there (the unit mended blank, or its record failed its CRC), ``_GONE`` where
-        retention deleted it."""
+        retention deleted it. ``raw``: the unit's record as read already, if it was."""
         commit_log = self.commit_log
         corrupt: CorruptRecordError | None = None
         try:
-            message = commit_log.get_message(physical, size)
+            if raw is None:
+                message = commit_log.get_message(physical, size)
+            else:
+                message = commit_log.message_of(raw, physical)
         except CorruptRecordError as exc:
             message, corrupt = None, exc
         if message is not None and _belongs(message, cq, queue_offset):
@@ -290,12 +318,16 @@ class QueueReader:
         *,
         max_bytes: int = 4 * 1024 * 1024,
         tag_codes: set[int] | None = None,
+        properties_check: Callable[[bytes], bool] | None = None,
         accept: Callable[[StoredMessage], bool] | None = None,
     ) -> GetResult:
         """Messages of one queue from ``offset``.
 
         ``tag_codes`` filters on the consume queue's tag hash without reading the
-        commit log; ``accept`` then checks the message itself (hash collisions).
+        commit log; ``properties_check`` looks at the raw PROPERTIES field of a record that
+        agrees with its unit and passes it over when it answers False, before anything of
+        the record is decoded or checked further; ``accept``
+        then checks the message itself (hash collisions, and every message served).
         A record that fails its CRC is logged and skipped, never returned.
         """
         cq = self.consume_queues.get(topic, queue_id)
@@ -308,7 +340,8 @@ class QueueReader:
         messages: list[StoredMessage] = []
         next_offset = offset
         size_total = 0
-        filtering = tag_codes is not None or accept is not None
+        filtering = tag_codes is not None or accept is not None or properties_check is not None
+        commit_log = self.commit_log
         # A filter that matches nothing must not turn one read into a scan of the queue.
         end = min(max_offset, offset + self.config.max_filter_message_count)
         if max_count > 0 and max_bytes > 0 and end > offset:
@@ -317,7 +350,16 @@ class QueueReader:
             for queue_offset, physical, size in _matching_units(cq, offset, end, batch, tag_codes):
                 if physical is None:
                     continue
-                message = self._checked_message(cq, queue_offset, physical, size)
+                raw = None
+                if properties_check is not None:
+                    raw = commit_log.read(physical, size)
+                    # What is not this unit's record is left to the full read, which mends.
+                    field = (
+                        None if raw is None else _unit_properties(raw, cq, queue_offset, physical)
+                    )
+                    if field is not None and not properties_check(field):
+                        continue
+                message = self._checked_message(cq, queue_offset, physical, size, raw)
                 if message is _GONE:
                     if messages:
                         next_offset = queue_offset

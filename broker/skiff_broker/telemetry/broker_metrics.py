@@ -120,13 +120,13 @@ class BrokerMetrics(TrafficObserver):
                 name, callbacks=[_tally_reader(self._out, value)], description=description
             )
         self._backlog = backlog
-        for name, description, value in (
+        for name, description, backlog_value in (
             (cv.CONSUMER_LAG, "Messages a group has not consumed yet", _lag),
             (cv.CONSUMER_INFLIGHT, "Messages handed to a group and not acknowledged", _inflight),
             (cv.CONSUMER_READY, "Messages stored and not yet handed to a group", _ready),
         ):
             meter.create_observable_gauge(
-                name, callbacks=[self._observer(value)], description=description
+                name, callbacks=[self._observer(backlog_value)], description=description
             )
 
     def received(self, topic: str, message_type: str, sizes: Sequence[int] | np.ndarray) -> None:

@@ -228,6 +228,10 @@ class HistogramSet:
             )
         return known
 
+    def histograms(self) -> list[ExplicitBucketHistogram]:
+        """The histograms made so far."""
+        return list(self._histograms.values())
+
     def metrics(self) -> list[Metric]:
         now_ns = time.time_ns()
         found = (h.metric(now_ns) for h in list(self._histograms.values()))
@@ -238,7 +242,8 @@ class HistogramSet:
         metrics = self.metrics()
         if not metrics:
             return None
-        scope = ScopeMetrics(self.scope, metrics, self.scope.schema_url)
+        # An InstrumentationScope's schema URL is "" when it has none, never None.
+        scope = ScopeMetrics(self.scope, metrics, self.scope.schema_url or "")
         return MetricsData([ResourceMetrics(resource, [scope], resource.schema_url)])
 
 

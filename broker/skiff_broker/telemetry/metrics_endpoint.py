@@ -39,7 +39,9 @@ class PrometheusReader(PrometheusMetricReader):
         # Scrapes are served on threads of their own; one collection at a time.
         self._collecting = threading.Lock()
 
-    def collect(self, timeout_millis: float = 10_000) -> None:
+    # The SDK declares collect final; it is wrapped all the same, because only here does
+    # a collection with no SDK points still hand over the broker's histograms.
+    def collect(self, timeout_millis: float = 10_000) -> None:  # type: ignore[misc]
         # The SDK hands nothing over while its instruments have no points; the broker's
         # histograms may have some all the same.
         with self._collecting:
@@ -54,13 +56,16 @@ class PrometheusReader(PrometheusMetricReader):
         self._received = True
         own = self._histograms.metrics()
         if own:
-            scope = ScopeMetrics(self._histograms.scope, own, self._histograms.scope.schema_url)
+            scope = ScopeMetrics(
+                self._histograms.scope, own, self._histograms.scope.schema_url or ""
+            )
             resource_metrics = list(metrics_data.resource_metrics) if metrics_data else []
             resource_metrics.append(
                 ResourceMetrics(self._resource, [scope], self._resource.schema_url)
             )
             metrics_data = MetricsData(resource_metrics)
-        super()._receive_metrics(metrics_data, timeout_millis, **kwargs)
+        if metrics_data is not None:
+            super()._receive_metrics(metrics_data, timeout_millis, **kwargs)
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -82,6 +87,11 @@ class MetricsEndpoint:
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
         self.port = 0
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        """What a scrape reads (the docs' metrics reference is made from it)."""
+        return self._reader.registry
 
     def start(self) -> int:
         """The port it listens on; OSError if it cannot listen."""

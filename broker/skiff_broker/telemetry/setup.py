@@ -62,7 +62,7 @@ from .traffic import NO_TRAFFIC, TrafficObserver
 log = logging.getLogger(__name__)
 
 DEFAULT_SERVICE_NAME = "skiff-broker"
-# Chosen with bench/telemetry_bench.py (see README, "Telemetry"): a sampled request
+# Chosen with bench/telemetry_bench.py (see bench/results/telemetry-cost.md): a sampled request
 # costs the broker about 1.2 untraced requests more (its spans built, encoded and
 # exported), so at 1% sampled traces add about 1%; unsampled ones cost what every
 # request pays anyway (the SERVER span decision and the histogram samples).
@@ -153,10 +153,16 @@ def _metric_exporter(name: str) -> MetricExporter:
     if name == "console":
         return ConsoleMetricExporter()
     if _protocol("metrics") == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-    else:
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-    return OTLPMetricExporter()
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+            OTLPMetricExporter as GrpcMetricExporter,
+        )
+
+        return GrpcMetricExporter()
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+        OTLPMetricExporter as HttpMetricExporter,
+    )
+
+    return HttpMetricExporter()
 
 
 def _ratio(default: float) -> float:
@@ -371,7 +377,8 @@ def telemetry_from_env(
             telemetry.metrics_endpoint = MetricsEndpoint(prometheus, metrics_listen)
         telemetry.meter_provider = MeterProvider(metric_readers=readers, resource=resource)
         telemetry.histograms = histograms
-    if metric_exporters:
+    # The histograms are there whenever there are exporters (set just above).
+    if metric_exporters and telemetry.histograms is not None:
         telemetry.histogram_export = PeriodicHistogramExport(
             telemetry.histograms,
             metric_exporters,

@@ -54,7 +54,7 @@ class StoreTelemetry(StoreObserver):
         # Only then is a span under an unsampled parent certain to be dropped.
         self._follow_parent = isinstance(getattr(tracer_provider, "sampler", None), ParentBased)
         self._roots = roots if self._follow_parent else None
-        self._unsampled = roots.unsampled if self._roots is not None else None
+        self._unsampled = self._roots.unsampled if self._roots is not None else None
         self._append_seconds: ExplicitBucketHistogram | None = None
         self._flush_seconds: ExplicitBucketHistogram | None = None
         if histograms is not None:

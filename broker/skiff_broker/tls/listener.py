@@ -38,6 +38,7 @@ import resource
 import socket
 import ssl
 from collections.abc import Callable
+from typing import cast
 
 from ..rate_limited_log import RateLimitedLog
 from .connection_limits import (
@@ -385,7 +386,7 @@ class _Opening(asyncio.Protocol):
         self._inner = inner
         self._seat = seat
         self._deadline = deadline
-        self._transport: asyncio.BaseTransport | None = None
+        self._transport: asyncio.Transport | None = None
         self._timer: asyncio.TimerHandle | None = None
         self.data_received = inner.data_received  # type: ignore[method-assign]
         self.eof_received = inner.eof_received  # type: ignore[method-assign]
@@ -393,7 +394,8 @@ class _Opening(asyncio.Protocol):
         self.resume_writing = inner.resume_writing  # type: ignore[method-assign]
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport
+        # A stream server's connections are full transports (they can be aborted).
+        self._transport = cast(asyncio.Transport, transport)
         self._inner.connection_made(transport)
         if not getattr(self._inner, "opened", True):
             self._timer = asyncio.get_running_loop().call_at(self._deadline, self._check)

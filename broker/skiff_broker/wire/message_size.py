@@ -13,4 +13,9 @@ from .setting import Option
 # RocketMQ's maxMessageSize, bytes.
 ROCKETMQ_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 
-MAX_MESSAGE_SIZE_OPTION = Option("--max-message-size", "SKIFF_MAX_MESSAGE_SIZE", kind="size")
+MAX_MESSAGE_SIZE_OPTION = Option(
+    "--max-message-size",
+    "SKIFF_MAX_MESSAGE_SIZE",
+    "Largest message body accepted; a larger one is refused (MESSAGE_BODY_TOO_LARGE).",
+    kind="size",
+)

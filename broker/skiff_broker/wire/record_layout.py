@@ -100,3 +100,24 @@ def store_timestamp_offset(sys_flag: int) -> int:
 
 def record_length(body_len: int, topic_len: int, properties_len: int, sys_flag: int = 0) -> int:
     return header_struct(sys_flag).size + body_len + 1 + topic_len + 2 + properties_len
+
+
+def properties_start(record: bytes | bytearray | memoryview, sys_flag: int) -> int | None:
+    """Where the PROPERTIES field of ``record`` (one whole record, nothing after it, whose
+    SYSFLAG is ``sys_flag``) starts, found from its lengths alone; None when they do not add
+    up to the record's size.
+
+    Nothing else of the record is checked: a reader that serves the record still has it
+    checked whole.
+    """
+    end = len(record)
+    header = _HEADERS[(sys_flag >> 4) & 3].size
+    if end < header + 4:
+        return None
+    topic_at = header + INT.unpack_from(record, header - 4)[0]
+    if not header <= topic_at < end:
+        return None
+    start = topic_at + 3 + record[topic_at]
+    if start > end or start + SHORT.unpack_from(record, start - 2)[0] != end:
+        return None
+    return start

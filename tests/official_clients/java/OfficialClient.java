@@ -11,6 +11,17 @@
 //   transaction    send one message in a transaction left open, answer the broker's check
 //                  of it with COMMIT, then receive it with a SimpleConsumer (ack it):
 //                  {"sent": [id], "checked": [ids], "received": [ids], "errors": [text]}
+//   sql92          on TOPIC and on FIFO_TOPIC (its messages in one message group), send five
+//                  messages with the property run=RUN and these a and b:
+//                  match-1 (a=7 b=x), below (a=3 b=x), missing (b=x), mismatch (a=seven b=x),
+//                  match-2 (a=9 b=x); then, all at once, SimpleConsumers of fresh groups
+//                  (GROUP-<topic>-<name>) subscribed with "run = 'RUN' AND (<expression>)" for
+//                  each of SQL_EXPRESSIONS ("match": a > 5 AND b = 'x', "null": a IS NULL,
+//                  "not": NOT (a > 5)), a PushConsumer with "match", and a SimpleConsumer with
+//                  "a > > 1", whose receive must fail; each takes until it has been quiet
+//                  for a poll after its first message (or the deadline):
+//                  {"topics": {topic: {"sent": {case: id}, "simple": {name: [ids]},
+//                  "push": {name: [ids]}, "refused": text}}, "errors": [text]}
 //   send-async     COUNT sendAsync calls, IN_FLIGHT unacknowledged at most
 //   send-blocking  COUNT blocking sends spread over THREADS threads
 //   drain          receive and ack COUNT messages with THREADS threads
@@ -38,8 +49,13 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.nio.ByteBuffer;
+import java.util.LinkedHashMap;
+import java.util.concurrent.Callable;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.LockSupport;
 import java.util.concurrent.Semaphore;
@@ -50,6 +66,7 @@ import org.apache.rocketmq.client.apis.ClientServiceProvider;
 import org.apache.rocketmq.client.apis.StaticSessionCredentialsProvider;
 import org.apache.rocketmq.client.apis.consumer.ConsumeResult;
 import org.apache.rocketmq.client.apis.consumer.FilterExpression;
+import org.apache.rocketmq.client.apis.consumer.FilterExpressionType;
 import org.apache.rocketmq.client.apis.consumer.PushConsumer;
 import org.apache.rocketmq.client.apis.consumer.SimpleConsumer;
 import org.apache.rocketmq.client.apis.message.Message;
@@ -86,6 +103,9 @@ public final class OfficialClient {
                 break;
             case "transaction":
                 json = client.transaction();
+                break;
+            case "sql92":
+                json = client.sql92();
                 break;
             case "send-async":
                 json = client.sendAsync();
@@ -226,6 +246,172 @@ public final class OfficialClient {
         return "{\"sent\": " + strings(sent) + ", \"checked\": " + strings(checked)
                 + ", \"received\": " + strings(received) + ", \"errors\": " + strings(errors)
                 + "}";
+    }
+
+    // name -> expression, and the cases sent: name -> {a or null, b}.
+    private static final String[][] SQL_EXPRESSIONS = {
+        {"match", "a > 5 AND b = 'x'"}, {"null", "a IS NULL"}, {"not", "NOT (a > 5)"},
+    };
+    private static final String[][] SQL_CASES = {
+        {"match-1", "7", "x"}, {"below", "3", "x"}, {"missing", null, "x"},
+        {"mismatch", "seven", "x"}, {"match-2", "9", "x"},
+    };
+    private static final String BAD_SQL = "a > > 1";
+
+    private String sql92() throws Exception {
+        long deadline = System.nanoTime() + number("deadline-s", 60) * 1_000_000_000L;
+        String run = option("run", "run");
+        List<String> topics = List.of(option("topic", ""), option("fifo-topic", ""));
+        Map<String, Map<String, String>> sent = new LinkedHashMap<>();
+        for (String topic : topics) {
+            sent.put(topic, sendCases(topic, topic.equals(topics.get(1)), run));
+        }
+        Map<String, Future<String>> results = new LinkedHashMap<>();
+        ExecutorService pool = Executors.newCachedThreadPool();
+        for (String topic : topics) {
+            for (String[] expression : SQL_EXPRESSIONS) {
+                String sql = "run = '" + run + "' AND (" + expression[1] + ")";
+                String group = option("group", "") + "-" + topic + "-" + expression[0];
+                results.put(topic + " simple " + expression[0],
+                        pool.submit(() -> strings(simpleSql(topic, group, sql, deadline))));
+            }
+            String sql = "run = '" + run + "' AND (" + SQL_EXPRESSIONS[0][1] + ")";
+            String pushGroup = option("group", "") + "-" + topic + "-push";
+            results.put(topic + " push match",
+                    pool.submit(() -> strings(pushSql(topic, pushGroup, sql, deadline))));
+            String badGroup = option("group", "") + "-" + topic + "-bad";
+            results.put(topic + " refused",
+                    pool.submit(() -> quoted(refusedSql(topic, badGroup))));
+        }
+        StringBuilder out = new StringBuilder("{\"topics\": {");
+        for (String topic : topics) {
+            out.append(topic.equals(topics.get(0)) ? "" : ", ").append(quoted(topic))
+                    .append(": {\"sent\": {");
+            String separator = "";
+            for (Map.Entry<String, String> entry : sent.get(topic).entrySet()) {
+                out.append(separator).append(quoted(entry.getKey())).append(": ")
+                        .append(quoted(entry.getValue()));
+                separator = ", ";
+            }
+            out.append("}, \"simple\": {");
+            separator = "";
+            for (String[] expression : SQL_EXPRESSIONS) {
+                out.append(separator).append(quoted(expression[0])).append(": ")
+                        .append(results.get(topic + " simple " + expression[0]).get());
+                separator = ", ";
+            }
+            out.append("}, \"push\": {\"match\": ")
+                    .append(results.get(topic + " push match").get())
+                    .append("}, \"refused\": ").append(results.get(topic + " refused").get())
+                    .append("}");
+        }
+        pool.shutdown();
+        return out.append("}, \"errors\": ").append(strings(errors)).append("}").toString();
+    }
+
+    private Map<String, String> sendCases(String topic, boolean fifo, String run) {
+        Map<String, String> ids = new LinkedHashMap<>();
+        try (Producer producer = PROVIDER.newProducerBuilder()
+                .setClientConfiguration(configuration())
+                .setTopics(topic)
+                .build()) {
+            for (String[] sqlCase : SQL_CASES) {
+                org.apache.rocketmq.client.apis.message.MessageBuilder builder =
+                        PROVIDER.newMessageBuilder()
+                                .setTopic(topic)
+                                .setBody(sqlCase[0].getBytes(StandardCharsets.UTF_8))
+                                .addProperty("run", run)
+                                .addProperty("b", sqlCase[2]);
+                if (sqlCase[1] != null) {
+                    builder.addProperty("a", sqlCase[1]);
+                }
+                if (fifo) {
+                    builder.setMessageGroup("sql92-group");
+                }
+                ids.put(sqlCase[0], producer.send(builder.build()).getMessageId().toString());
+            }
+        } catch (Throwable failure) {
+            error("send to " + topic, failure);
+        }
+        return ids;
+    }
+
+    private List<String> simpleSql(String topic, String group, String sql, long deadline) {
+        List<String> received = new ArrayList<>();
+        try (SimpleConsumer consumer = PROVIDER.newSimpleConsumerBuilder()
+                .setClientConfiguration(configuration())
+                .setConsumerGroup(group)
+                .setAwaitDuration(AWAIT)
+                .setSubscriptionExpressions(Collections.singletonMap(
+                        topic, new FilterExpression(sql, FilterExpressionType.SQL92)))
+                .build()) {
+            while (System.nanoTime() < deadline) {
+                List<MessageView> views = consumer.receive(16, INVISIBLE);
+                if (views.isEmpty() && !received.isEmpty()) {
+                    break; // quiet for a whole poll after the first message
+                }
+                for (MessageView view : views) {
+                    consumer.ack(view);
+                    received.add(view.getMessageId().toString());
+                }
+            }
+        } catch (Throwable failure) {
+            error("simple consumer " + group, failure);
+        }
+        return received;
+    }
+
+    private List<String> pushSql(String topic, String group, String sql, long deadline) {
+        List<String> received = Collections.synchronizedList(new ArrayList<>());
+        try (PushConsumer consumer = PROVIDER.newPushConsumerBuilder()
+                .setClientConfiguration(configuration())
+                .setConsumerGroup(group)
+                .setSubscriptionExpressions(Collections.singletonMap(
+                        topic, new FilterExpression(sql, FilterExpressionType.SQL92)))
+                .setMessageListener(view -> {
+                    received.add(view.getMessageId().toString());
+                    return ConsumeResult.SUCCESS;
+                })
+                .build()) {
+            // As the simple consumers: quiet for a poll's length after the first message.
+            int seen = -1;
+            long quietSince = System.nanoTime();
+            while (System.nanoTime() < deadline) {
+                Thread.sleep(200);
+                int now = received.size();
+                if (now != seen) {
+                    seen = now;
+                    quietSince = System.nanoTime();
+                } else if (now > 0 && System.nanoTime() - quietSince > AWAIT.toNanos()) {
+                    break;
+                }
+            }
+        } catch (Throwable failure) {
+            error("push consumer " + group, failure);
+        }
+        synchronized (received) {
+            return new ArrayList<>(received);
+        }
+    }
+
+    // The error a receive with an expression that does not parse meets ("" if none).
+    private String refusedSql(String topic, String group) {
+        try (SimpleConsumer consumer = PROVIDER.newSimpleConsumerBuilder()
+                .setClientConfiguration(configuration())
+                .setConsumerGroup(group)
+                .setAwaitDuration(AWAIT)
+                .setSubscriptionExpressions(Collections.singletonMap(
+                        topic, new FilterExpression(BAD_SQL, FilterExpressionType.SQL92)))
+                .build()) {
+            consumer.receive(16, INVISIBLE);
+        } catch (Throwable failure) {
+            StringBuilder text = new StringBuilder(failure.toString());
+            for (Throwable cause = failure.getCause(); cause != null; cause = cause.getCause()) {
+                text.append("; caused by ").append(cause);
+            }
+            return text.toString();
+        }
+        return "";
     }
 
     private String sendAsync() throws Exception {

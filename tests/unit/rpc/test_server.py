@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 import uvloop
+from tests.support.waiting import until
 
 from skiff_broker.rpc.server import RpcServer
 from skiff_broker.tls.listener import ClientListener
@@ -384,7 +385,13 @@ def test_stop_lets_calls_finish_within_grace():
             await asyncio.wait_for(rig.started.wait(), 10)
             listener.stop_accepting()
             stopping = asyncio.ensure_future(server.stop(30))
-            await asyncio.sleep(0.2)
+            # The call is released only once the server has said GOAWAY: stopping, not yet
+            # stopped, it lets the call finish.
+            await until(
+                lambda: server.connections and all(c.h2.goaway_sent for c in server.connections),
+                "the server to send GOAWAY",
+            )
+            assert not stopping.done()
             rig.release.set()
             assert await first == b"first"
             await asyncio.wait_for(stopping, 10)
