@@ -177,7 +177,12 @@ class SkiffBroker(Broker):
         for name in TOPICS:
             table.put(TopicConfig(name, QUEUES, QUEUES))
         port = free_port()
-        env = {**os.environ, "PYTHONPATH": str(ROOT / "broker")}
+        # The remoting port's default (8080) may be taken on a shared machine.
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT / "broker"),
+            "SKIFF_REMOTING_LISTEN": "127.0.0.1:0",
+        }
         flush = "SYNC_FLUSH" if self.durability == SYNC else "ASYNC_FLUSH"
         proc = self._spawn(
             [

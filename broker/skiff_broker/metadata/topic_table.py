@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from ..error_text import quoted
+from ..wire.property_names import DLQ_PREFIX
 from .state_file import StateFile
 from .state_journal import StateJournal
 
@@ -36,6 +37,8 @@ _ROCKETMQ_ONLY_TYPES = frozenset({"MIXED", "UNSPECIFIED"})
 MIN_COMPACTION = 64
 
 TOPIC_NAME_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+# A group's dead-letter topic, %DLQ%<group>, must itself be a valid topic name.
+MAX_GROUP_NAME_LENGTH = 127 - len(DLQ_PREFIX)
 MAX_TOPIC_NAME_LENGTH = 127
 
 

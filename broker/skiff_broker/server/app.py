@@ -27,6 +27,8 @@ from ..ha.replication import Replication
 from ..http2.receive_budget import ReceiveBudget
 from ..records.service import RecordService
 from ..records.service import add_to_server as add_record_service
+from ..remoting.server import RemotingServer
+from ..remoting.service import AUTH_NOT_SERVED
 from ..rpc.server import RpcServer
 from ..runtime import Broker
 from ..telemetry import conventions as cv
@@ -83,6 +85,7 @@ class BrokerServer:
         self.messaging: MessagingService | None = None
         # Forgets the sessions of clients that left (``ClientRegistry.expire``).
         self._session_expiry: asyncio.Task[None] | None = None
+        self.remoting: RemotingServer | None = None
         self.port = 0
         self.external_port = 0
         self._servers: list[RpcServer] = []
@@ -215,18 +218,35 @@ class BrokerServer:
                 self.external_port = self._open_client_port(
                     external, self.config.cluster.external_listen, "--external-listen"
                 )
+            if self.config.remoting_enabled:
+                self.remoting = RemotingServer(
+                    self.broker,
+                    hub,
+                    budget=self._request_buffer,
+                    per_connection=self._buffer_per_connection,
+                    counts=self._connection_counts,
+                )
+                self.remoting.bind()
             await self.replication.start()
             self.metrics_port = self.telemetry.start_metrics_endpoint()
         except OSError:
             for listener in self._listeners:
                 listener.stop_accepting()
             self._session_expiry.cancel()
+            if self.remoting is not None:
+                self.remoting.stop_accepting()
             self.broker.stop()
             self.telemetry.shutdown()
             raise
         self._servers = [server] if external is None else [server, external]
         for listener in self._listeners:
             await listener.start()
+        if self.remoting is not None:
+            await self.remoting.start()
+            # Before "listening on": tests and tools read the port from this line.
+            log.info("remoting clients on %s", self.remoting.address)
+            if self.config.auth.enabled:
+                log.warning("%s", AUTH_NOT_SERVED)
         if external is not None:
             log.info("external clients on port %d", self.external_port)
         if self.elector is not None:
@@ -328,6 +348,9 @@ class BrokerServer:
         # ``grace`` to finish, then the rest are cancelled.
         for listener in self._listeners:
             listener.stop_accepting()
+        if self.remoting is not None:
+            await self.remoting.stop()
+            self.remoting = None
         await asyncio.gather(*(server.stop(grace) for server in self._servers))
         for listener in self._listeners:
             await listener.stop()

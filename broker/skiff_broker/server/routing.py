@@ -6,17 +6,14 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from ..error_text import quoted
 from ..metadata.topic_table import (
+    MAX_GROUP_NAME_LENGTH,
     TOPIC_NAME_PATTERN,
     MessageType,
     Permission,
     TopicConfig,
     validate_topic_name,
 )
-from ..wire import property_names as prop
 from .status import Code, RequestError
-
-# A group's dead-letter topic, %DLQ%<group>, must itself be a valid topic name.
-MAX_GROUP_NAME_LENGTH = 127 - len(prop.DLQ_PREFIX)
 
 _ACCEPTED = {
     MessageType.NORMAL: [pb.MessageType.NORMAL],

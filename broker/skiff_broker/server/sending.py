@@ -14,6 +14,7 @@ from collections.abc import Callable
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
+from ..delivery.send_coalescing import SendCoalescer
 from ..delivery.topic_writes import (
     QueueRotation,
     TopicWriteRefused,
@@ -36,7 +37,6 @@ from ..wire.record_layout import COMPRESSED
 from .clients import ClientRegistry, ClientSession
 from .convert import DELAY, FIFO, GZIP, NORMAL, TRANSACTION, millis, record_host, to_proto
 from .routing import accepted_types, require_topic_name
-from .send_coalescing import SendCoalescer
 from .status import CODE_OK, OK, Code, RequestError, put_code, status, transaction_refused
 
 log = logging.getLogger(__name__)

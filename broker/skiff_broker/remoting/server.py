@@ -1,0 +1,91 @@
+"""The remoting port: a listener whose connections speak RocketMQ's remoting protocol.
+
+It shares the client port's connection counts (one set of limits for the broker), its
+request-buffer budget and its idle timeout; its handlers use the same store, topics,
+group offsets and long polling as the gRPC service.
+"""
+
+from __future__ import annotations
+
+from ..config import BrokerConfig
+from ..delivery.long_polling import ArrivalHub
+from ..http2.receive_budget import ReceiveBudget
+from ..runtime import Broker
+from ..tls.connection_limits import ConnectionCounts
+from ..tls.listener import ClientListener
+from .connection import RemotingConnection
+from .consuming import Consuming
+from .name_server import NameServer
+from .producing import Producing
+from .service import AUTH_NOT_SERVED, RemotingService
+
+LISTEN_OPTION = "--remoting-listen"
+
+
+class RemotingServer:
+    def __init__(
+        self,
+        broker: Broker,
+        hub: ArrivalHub,
+        *,
+        budget: ReceiveBudget,
+        per_connection: int,
+        counts: ConnectionCounts,
+    ) -> None:
+        config: BrokerConfig = broker.config
+        self._config = config
+        self._budget = budget
+        self._per_connection = per_connection
+        self.consuming = Consuming(broker, hub)
+        self.service = RemotingService(refuse_all=AUTH_NOT_SERVED if config.auth.enabled else "")
+        self.service.add(NameServer(broker).handlers())
+        self.service.add(Producing(broker).handlers())
+        self.service.add(self.consuming.handlers())
+        self.listener = ClientListener(
+            config.remoting_listen,
+            self._connection,
+            tls_context=None,
+            plaintext=True,
+            name=LISTEN_OPTION,
+            preface_timeout_s=config.connections.preface_timeout_s,
+            accept_pause_s=config.connections.accept_pause_s,
+            counts=counts,
+        )
+        self.port = 0
+        self._open: set[RemotingConnection] = set()
+
+    def _connection(self) -> RemotingConnection:
+        connection = RemotingConnection(
+            self.service.dispatch,
+            max_frame_length=self._config.remoting_max_frame_size,
+            budget=self._budget,
+            per_connection=max(self._per_connection, self._config.remoting_max_frame_size),
+            idle_timeout_s=self._config.connections.idle_timeout_s,
+            on_close=self._closed,
+        )
+        self._open.add(connection)
+        return connection
+
+    def _closed(self, connection: RemotingConnection) -> None:
+        self._open.discard(connection)
+        self.consuming.connection_closed(connection)
+
+    @property
+    def address(self) -> str:
+        return f"{self._config.remoting_listen.rpartition(':')[0]}:{self.port}"
+
+    def bind(self) -> int:
+        self.port = self.listener.bind()
+        return self.port
+
+    async def start(self) -> None:
+        await self.listener.start()
+
+    def stop_accepting(self) -> None:
+        self.listener.stop_accepting()
+
+    async def stop(self) -> None:
+        """Stop accepting, then close every connection (long polls end with it)."""
+        await self.listener.stop()
+        for connection in list(self._open):
+            connection.close()

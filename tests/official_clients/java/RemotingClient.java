@@ -1,0 +1,383 @@
+// The classic RocketMQ client (rocketmq-client 4.x, remoting protocol) against a name-server
+// address, printing a JSON summary on stdout. Unmodified client, default settings.
+//
+// java RemotingClient MODE --namesrv HOST:PORT --topic T [--group G] [--count N]
+//     [--deadline-s S]
+//
+// Modes:
+//   produce-consume  a DefaultMQProducer sends COUNT messages each way: sync (tags
+//                    alternating TagA and TagB), async, oneway and one batch (TagA), then a
+//                    DefaultMQPushConsumer (clustering, from the first offset) subscribed
+//                    to TagA receives until every TagA message came or the deadline passed:
+//                    {"sent": [{"kind", "msgId", "offsetMsgId", "queueId", "queueOffset",
+//                    "tag"}], "received": [{"msgId", "tag", "queueId", "queueOffset",
+//                    "body", "properties"}], "errors": [text]}; then a second push
+//                    consumer (GROUP-sql) selects "origin = 'remoting' AND idx >= 1" by
+//                    SQL92 into "selected"
+//   send             a DefaultMQProducer sends COUNT messages (tag TagA, key k<i>, user
+//                    property origin=remoting) synchronously: {"sent": [...]}
+//   rebalance        push consumers a and b of GROUP (clustering) share TOPIC's queues: a
+//                    alone holds them all; once b joins each holds half, and COUNT sync
+//                    sends are consumed between them; once b leaves a holds them all
+//                    again and consumes COUNT more: "received" entries are
+//                    {"consumer", "phase", "message"}
+//   lite-pull        a DefaultLitePullConsumer of GROUP receives COUNT messages, commits
+//                    them (commitSync) and stops: {"received": [...]}
+// Exit status 0 when no error occurred.
+
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
+import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.MessageSelector;
+import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.SendCallback;
+import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
+import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageClientIDSetter;
+import org.apache.rocketmq.common.message.MessageExt;
+import org.apache.rocketmq.common.message.MessageQueue;
+import org.apache.rocketmq.common.protocol.heartbeat.MessageModel;
+
+public class RemotingClient {
+    static final List<String> errors = Collections.synchronizedList(new ArrayList<>());
+    static final List<String> sent = Collections.synchronizedList(new ArrayList<>());
+    static final ConcurrentLinkedQueue<String> received = new ConcurrentLinkedQueue<>();
+    static final ConcurrentLinkedQueue<String> selected = new ConcurrentLinkedQueue<>();
+
+    public static void main(String[] args) throws Exception {
+        String mode = args[0];
+        Map<String, String> options = new TreeMap<>();
+        for (int i = 1; i + 1 < args.length; i += 2) {
+            options.put(args[i].substring(2), args[i + 1]);
+        }
+        String namesrv = options.get("namesrv");
+        String topic = options.get("topic");
+        String group = options.getOrDefault("group", "remoting-group");
+        int count = Integer.parseInt(options.getOrDefault("count", "4"));
+        long deadlineMs = (long) (Double.parseDouble(options.getOrDefault("deadline-s", "60")) * 1000);
+        try {
+            switch (mode) {
+                case "produce-consume":
+                    produceConsume(namesrv, topic, group, count, deadlineMs);
+                    break;
+                case "send":
+                    send(namesrv, topic, group, count);
+                    break;
+                case "rebalance":
+                    rebalance(namesrv, topic, group, count, deadlineMs);
+                    break;
+                case "lite-pull":
+                    litePull(namesrv, topic, group, count, deadlineMs);
+                    break;
+                default:
+                    errors.add("unknown mode " + mode);
+            }
+        } catch (Throwable t) {
+            errors.add(t.toString());
+        }
+        StringBuilder out = new StringBuilder("{\"sent\": [");
+        out.append(String.join(", ", sent)).append("], \"received\": [");
+        out.append(String.join(", ", received)).append("], \"selected\": [");
+        out.append(String.join(", ", selected)).append("], \"errors\": [");
+        List<String> quoted = new ArrayList<>();
+        for (String e : errors) {
+            quoted.add(quote(e));
+        }
+        out.append(String.join(", ", quoted)).append("]}");
+        System.out.println(out);
+        System.out.flush();
+        System.exit(errors.isEmpty() ? 0 : 1);
+    }
+
+    static DefaultMQProducer producer(String namesrv, String group) throws Exception {
+        DefaultMQProducer producer = new DefaultMQProducer(group + "-producer");
+        producer.setNamesrvAddr(namesrv);
+        producer.start();
+        return producer;
+    }
+
+    static Message message(String topic, String tag, String body, int i) {
+        Message message = new Message(topic, tag, "k" + i, body.getBytes(StandardCharsets.UTF_8));
+        message.putUserProperty("origin", "remoting");
+        message.putUserProperty("idx", String.valueOf(i));
+        return message;
+    }
+
+    static void record(String kind, SendResult result, String tag, int i) {
+        sent.add("{\"kind\": " + quote(kind) + ", \"idx\": " + i + ", \"msgId\": " + quote(result.getMsgId())
+            + ", \"offsetMsgId\": " + quote(result.getOffsetMsgId())
+            + ", \"status\": " + quote(String.valueOf(result.getSendStatus()))
+            + ", \"queueId\": " + result.getMessageQueue().getQueueId()
+            + ", \"queueOffset\": " + result.getQueueOffset() + ", \"tag\": " + quote(tag) + "}");
+    }
+
+    static void send(String namesrv, String topic, String group, int count) throws Exception {
+        DefaultMQProducer producer = producer(namesrv, group);
+        try {
+            for (int i = 0; i < count; i++) {
+                record("sync", producer.send(message(topic, "TagA", "remoting-" + i, i)), "TagA", i);
+            }
+        } finally {
+            producer.shutdown();
+        }
+    }
+
+    static void produceConsume(String namesrv, String topic, String group, int count, long deadlineMs)
+        throws Exception {
+        DefaultMQProducer producer = producer(namesrv, group);
+        int expected = 0;
+        try {
+            for (int i = 0; i < count; i++) {
+                String tag = i % 2 == 0 ? "TagA" : "TagB";
+                record("sync", producer.send(message(topic, tag, "sync-" + i, i)), tag, i);
+                if (tag.equals("TagA")) {
+                    expected++;
+                }
+            }
+            CountDownLatch callbacks = new CountDownLatch(count);
+            for (int i = 0; i < count; i++) {
+                final int index = i;
+                producer.send(message(topic, "TagA", "async-" + i, i), new SendCallback() {
+                    public void onSuccess(SendResult result) {
+                        record("async", result, "TagA", index);
+                        callbacks.countDown();
+                    }
+
+                    public void onException(Throwable e) {
+                        errors.add("async send: " + e);
+                        callbacks.countDown();
+                    }
+                });
+            }
+            if (!callbacks.await(deadlineMs, TimeUnit.MILLISECONDS)) {
+                errors.add("async sends were not all answered");
+            }
+            expected += count;
+            for (int i = 0; i < count; i++) {
+                Message message = message(topic, "TagA", "oneway-" + i, i);
+                producer.sendOneway(message);
+                sent.add("{\"kind\": \"oneway\", \"idx\": " + i + ", \"msgId\": "
+                    + quote(MessageClientIDSetter.getUniqID(message)) + ", \"tag\": \"TagA\"}");
+            }
+            expected += count;
+            List<Message> batch = new ArrayList<>();
+            for (int i = 0; i < count; i++) {
+                batch.add(message(topic, "TagA", "batch-" + i, i));
+            }
+            SendResult result = producer.send(batch);
+            String[] ids = result.getMsgId().split(",");
+            for (int i = 0; i < ids.length; i++) {
+                String id = ids[i];
+                sent.add("{\"kind\": \"batch\", \"idx\": " + i + ", \"msgId\": " + quote(id) + ", \"offsetMsgId\": "
+                    + quote(result.getOffsetMsgId()) + ", \"tag\": \"TagA\"}");
+            }
+            expected += count;
+        } finally {
+            producer.shutdown();
+        }
+        CountDownLatch all = new CountDownLatch(expected);
+        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
+        consumer.setNamesrvAddr(namesrv);
+        consumer.setMessageModel(MessageModel.CLUSTERING);
+        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        consumer.subscribe(topic, "TagA");
+        consumer.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
+            for (MessageExt message : messages) {
+                received.add(view(message));
+                all.countDown();
+            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        consumer.start();
+        try {
+            if (!all.await(deadlineMs, TimeUnit.MILLISECONDS)) {
+                errors.add("received " + received.size() + " of " + expected + " TagA messages");
+            }
+            // Whatever else would come (a TagB message the filter let through) comes now.
+            Thread.sleep(1000);
+        } finally {
+            consumer.shutdown();
+        }
+        // A second group selects by SQL92 over the user properties: the broker filters.
+        int wanted = 4 * (count - 1);
+        CountDownLatch some = new CountDownLatch(wanted);
+        DefaultMQPushConsumer sql = new DefaultMQPushConsumer(group + "-sql");
+        sql.setNamesrvAddr(namesrv);
+        sql.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        sql.subscribe(topic, MessageSelector.bySql("origin = 'remoting' AND idx >= 1"));
+        sql.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
+            for (MessageExt message : messages) {
+                selected.add(view(message));
+                some.countDown();
+            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        sql.start();
+        try {
+            if (!some.await(deadlineMs, TimeUnit.MILLISECONDS)) {
+                errors.add("selected " + selected.size() + " of " + wanted + " messages by SQL92");
+            }
+            Thread.sleep(1000);
+        } finally {
+            sql.shutdown();
+        }
+    }
+
+    static volatile int phase = 1;
+
+    static DefaultMQPushConsumer member(String namesrv, String topic, String group, String name,
+        CountDownLatch[] latches) throws Exception {
+        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
+        consumer.setNamesrvAddr(namesrv);
+        consumer.setInstanceName(name);
+        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET);
+        consumer.subscribe(topic, "*");
+        consumer.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
+            for (MessageExt message : messages) {
+                received.add("{\"consumer\": " + quote(name) + ", \"phase\": " + phase
+                    + ", \"message\": " + view(message) + "}");
+                latches[0].countDown();
+            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        consumer.start();
+        return consumer;
+    }
+
+    static int held(DefaultMQPushConsumer consumer, String topic) {
+        int queues = 0;
+        for (MessageQueue queue
+            : consumer.getDefaultMQPushConsumerImpl().getRebalanceImpl().getProcessQueueTable().keySet()) {
+            if (queue.getTopic().equals(topic)) {
+                queues++;
+            }
+        }
+        return queues;
+    }
+
+    static boolean until(java.util.function.BooleanSupplier condition, long deadlineMs, String what)
+        throws InterruptedException {
+        long end = System.currentTimeMillis() + deadlineMs;
+        while (!condition.getAsBoolean()) {
+            if (System.currentTimeMillis() > end) {
+                errors.add("timed out waiting until " + what);
+                return false;
+            }
+            Thread.sleep(50);
+        }
+        return true;
+    }
+
+    static void rebalance(String namesrv, String topic, String group, int count, long deadlineMs)
+        throws Exception {
+        CountDownLatch[] latches = {new CountDownLatch(count)};
+        DefaultMQProducer producer = producer(namesrv, group);
+        DefaultMQPushConsumer a = member(namesrv, topic, group, "a", latches);
+        DefaultMQPushConsumer b = null;
+        try {
+            int all = a.fetchSubscribeMessageQueues(topic).size();
+            until(() -> held(a, topic) == all, deadlineMs, "a holds every queue");
+            b = member(namesrv, topic, group, "b", latches);
+            DefaultMQPushConsumer joined = b;
+            if (until(() -> held(a, topic) + held(joined, topic) == all && held(joined, topic) > 0
+                && held(a, topic) > 0, deadlineMs,
+                "a and b share the queues (a holds " + held(a, topic) + ")")) {
+                for (int i = 0; i < count; i++) {
+                    record("sync", producer.send(message(topic, "TagA", "shared-" + i, i)), "TagA", i);
+                }
+                if (!latches[0].await(deadlineMs, TimeUnit.MILLISECONDS)) {
+                    errors.add("the shared messages did not all arrive");
+                }
+            }
+            b.shutdown();
+            b = null;
+            phase = 2;
+            latches[0] = new CountDownLatch(count);
+            if (until(() -> held(a, topic) == all, deadlineMs, "a holds every queue again")) {
+                for (int i = 0; i < count; i++) {
+                    record("sync", producer.send(message(topic, "TagA", "alone-" + i, i)), "TagA", i);
+                }
+                if (!latches[0].await(deadlineMs, TimeUnit.MILLISECONDS)) {
+                    errors.add("the messages after b left did not all arrive");
+                }
+            }
+            Thread.sleep(500);
+        } finally {
+            if (b != null) {
+                b.shutdown();
+            }
+            a.shutdown();
+            producer.shutdown();
+        }
+    }
+
+    static void litePull(String namesrv, String topic, String group, int count, long deadlineMs)
+        throws Exception {
+        DefaultLitePullConsumer consumer = new DefaultLitePullConsumer(group);
+        consumer.setNamesrvAddr(namesrv);
+        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        consumer.setAutoCommit(false);
+        consumer.subscribe(topic, "*");
+        consumer.start();
+        try {
+            long end = System.currentTimeMillis() + deadlineMs;
+            while (received.size() < count && System.currentTimeMillis() < end) {
+                for (MessageExt message : consumer.poll(1000)) {
+                    received.add(view(message));
+                }
+            }
+            consumer.commitSync();
+            if (received.size() < count) {
+                errors.add("received " + received.size() + " of " + count + " messages");
+            }
+        } finally {
+            consumer.shutdown();
+        }
+    }
+
+    static String view(MessageExt message) {
+        StringBuilder properties = new StringBuilder("{");
+        boolean first = true;
+        for (Map.Entry<String, String> e : new TreeMap<>(message.getProperties()).entrySet()) {
+            if (!first) {
+                properties.append(", ");
+            }
+            first = false;
+            properties.append(quote(e.getKey())).append(": ").append(quote(e.getValue()));
+        }
+        properties.append("}");
+        return "{\"msgId\": " + quote(message.getMsgId()) + ", \"tag\": " + quote(message.getTags())
+            + ", \"topic\": " + quote(message.getTopic())
+            + ", \"queueId\": " + message.getQueueId() + ", \"queueOffset\": " + message.getQueueOffset()
+            + ", \"body\": " + quote(new String(message.getBody(), StandardCharsets.UTF_8))
+            + ", \"properties\": " + properties + "}";
+    }
+
+    static String quote(String text) {
+        if (text == null) {
+            return "null";
+        }
+        StringBuilder out = new StringBuilder("\"");
+        for (char c : text.toCharArray()) {
+            if (c == '"' || c == '\\') {
+                out.append('\\').append(c);
+            } else if (c < 0x20) {
+                out.append(String.format("\\u%04x", (int) c));
+            } else {
+                out.append(c);
+            }
+        }
+        return out.append('"').toString();
+    }
+}
