@@ -248,6 +248,7 @@ class Sender:
                     "the max transaction recovery time of message is too large, max is "
                     f"{MAX_TRANSACTION_RECOVERY_S} (seconds); ask for a check within an hour",
                 )
+            properties[prop.CHECK_IMMUNITY_TIME_IN_SECONDS] = str(max(recovery_s, 0))
         deliver_at = 0
         if message_type == DELAY:
             if not system.HasField("delivery_timestamp"):
