@@ -176,9 +176,22 @@ def test_a_system_consumer_group_is_refused(config):
 
 
 def test_a_group_name_outside_the_charset_is_refused(stub):
-    status = receive_status(stub, "dotted.group", NORMAL_TOPIC)
-    assert status.code == pb.Code.ILLEGAL_CONSUMER_GROUP, status
-    assert "contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$" in status.message
+    group = pb.Resource(name="dotted.group")
+    assignment = stub.QueryAssignment(
+        spb.QueryAssignmentRequest(topic=pb.Resource(name=NORMAL_TOPIC), group=group),
+        timeout=RPC_TIMEOUT_S,
+    )
+    heartbeat = stub.Heartbeat(
+        spb.HeartbeatRequest(group=group, client_type=pb.ClientType.SIMPLE_CONSUMER),
+        timeout=RPC_TIMEOUT_S,
+    )
+    for status in (
+        receive_status(stub, group.name, NORMAL_TOPIC),
+        assignment.status,
+        heartbeat.status,
+    ):
+        assert status.code == pb.Code.ILLEGAL_CONSUMER_GROUP, status
+        assert "contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$" in status.message
 
 
 # -- bodies -------------------------------------------------------------------------------

@@ -39,6 +39,8 @@ from .status import OK, Code, RequestError, status
 log = logging.getLogger(__name__)
 
 _SERVICE = spb.DESCRIPTOR.services_by_name["MessagingService"]
+# Clients whose heartbeat names a consumer group, checked as RocketMQ's proxy checks it.
+_CONSUMER_TYPES = frozenset({pb.ClientType.PUSH_CONSUMER, pb.ClientType.SIMPLE_CONSUMER})
 
 
 def add_to_server(
@@ -184,6 +186,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     @_unary(spb.QueryAssignmentResponse)
     async def QueryAssignment(self, request, context):
+        routing.require_group_name(request.group.name)
         groups = await self._groups_with_topic(request.topic.name, request.endpoints)
         if not groups:
             raise RequestError(Code.TOPIC_NOT_FOUND, f"topic {request.topic.name!r} does not exist")
@@ -202,6 +205,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     @_unary(spb.HeartbeatResponse)
     def Heartbeat(self, request, context):
+        if request.client_type in _CONSUMER_TYPES:
+            routing.require_group_name(request.group.name)
         self._clients.heartbeat(
             metadata_value(context, "x-mq-client-id"),
             request.client_type,
