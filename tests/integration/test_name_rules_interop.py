@@ -264,3 +264,30 @@ def test_the_admin_door_creates_by_the_same_topic_rules(broker):
                 admin.create_topic(system)
         with pytest.raises(InvalidArgument, match="longer than group max length: 120"):
             admin.describe_consumer_group("g" * 121)
+
+
+def telemetry_refusal(stub: MessagingServiceStub, settings: pb.Settings) -> grpc.RpcError:
+    commands = iter([spb.TelemetryCommand(settings=settings)])
+    with pytest.raises(grpc.RpcError) as caught:
+        for _ in stub.Telemetry(commands, timeout=RPC_TIMEOUT_S):
+            pass
+    return caught.value
+
+
+def test_client_settings_naming_a_bad_group_or_topic_end_the_telemetry_stream(stub):
+    bad_group = pb.Settings(
+        client_type=pb.ClientType.SIMPLE_CONSUMER,
+        subscription=pb.Subscription(group=pb.Resource(name="g" * 121)),
+    )
+    system_topic = pb.Settings(
+        client_type=pb.ClientType.PRODUCER,
+        publishing=pb.Publishing(topics=[pb.Resource(name="rmq_sys_mine")]),
+    )
+    for settings, words in (
+        (bad_group, "is longer than group max length: 120"),
+        (system_topic, "cannot access system topic"),
+    ):
+        error = telemetry_refusal(stub, settings)
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error
+        assert "process client telemetryCommand failed." in error.details()
+        assert words in error.details()

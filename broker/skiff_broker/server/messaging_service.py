@@ -43,6 +43,15 @@ _SERVICE = spb.DESCRIPTOR.services_by_name["MessagingService"]
 _CONSUMER_TYPES = frozenset({pb.ClientType.PUSH_CONSUMER, pb.ClientType.SIMPLE_CONSUMER})
 
 
+def _check_settings_names(settings: pb.Settings) -> None:
+    """The names a client's Settings give: published topics, the subscription's group."""
+    if settings.HasField("publishing"):
+        for topic in settings.publishing.topics:
+            routing.require_topic_name(topic.name)
+    if settings.HasField("subscription"):
+        routing.require_group_name(settings.subscription.group.name)
+
+
 def add_to_server(
     service: MessagingService,
     server: RpcServer,
@@ -233,6 +242,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         session.outbound = outbound
         session.peer = context.peer()
         rejected: list[Undecodable] = []
+        refused: list[RequestError] = []
 
         async def read() -> None:
             try:
@@ -241,6 +251,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                         rejected.append(command)
                         break
                     if command.HasField("settings"):
+                        try:
+                            _check_settings_names(command.settings)
+                        except RequestError as exc:
+                            refused.append(exc)
+                            break
                         reply = self._clients.settings_command(session, command.settings)
                         if not await outbound.put(reply):
                             break
@@ -260,6 +275,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 session.outbound = None
         if rejected:
             await _refuse(context, rejected[0])
+        if refused:
+            # As RocketMQ's proxy: the stream ends, INVALID_ARGUMENT for a client error.
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"process client telemetryCommand failed. {refused[0].message}",
+            )
 
     # -- producing ----------------------------------------------------------
 
