@@ -276,7 +276,8 @@ class PopService:
         """The queue's next batch, or nothing while its last batch holds it."""
         if any(e.moving or e.visible_at > now for e in state.in_flight.values()):
             return []
-        previous = state.fifo_batch
+        # What is in flight counts too: state saved before batches were kept has only that.
+        previous = state.fifo_batch | {o: e.attempt for o, e in state.in_flight.items()}
         if state.in_flight:
             # Read again from the first unacknowledged offset, acknowledged ones after it too.
             state.next_offset = min(state.in_flight)
