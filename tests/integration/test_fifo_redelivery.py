@@ -1,6 +1,7 @@
 """FIFO redelivery of a partly acknowledged batch, as Apache RocketMQ's ordered pop has it.
 
-Through the official Python client, on FIFO topics of one queue. A FIFO queue hands
+Through the official Python client, and the official Go client (tests/official_clients),
+on FIFO topics of one queue. A FIFO queue hands
 out one batch at a time; once every unacknowledged message of the batch is due again,
 the queue is read again from the batch's first unacknowledged message, so the ones
 after it come again even if they were acknowledged, in order. A message that was in
@@ -12,18 +13,24 @@ unacknowledged message of the batch is still invisible.
 from __future__ import annotations
 
 import time
+import uuid
+from pathlib import Path
 
+import pytest
 from rocketmq import ClientConfiguration, Credentials, Message, SimpleConsumer
+from tests.official_clients import GoClient, built_or_skipped, go_client, run_client
 from tests.support.broker_fixture import module_broker
 from tests.support.broker_process import SHORT_INVISIBLE_ARGS, BrokerProcess
 from tests.support.official_client import started_producer, started_simple_consumer
 from tests.support.queue_ends import wait_for_messages
 
+from skiff_broker.client.pull_consumer import PullConsumer
 from skiff_broker.metadata.topic_table import MessageType, TopicConfig
 
 PARTLY_ACKED_TOPIC = "fifo-partly-acked"
 LONGER_BATCH_TOPIC = "fifo-longer-batch"
 HELD_TOPIC = "fifo-held"
+GO_TOPIC = "fifo-go"
 MESSAGE_GROUP = "orders"
 # Short, so the tests wait little; the broker is started accepting it.
 SHORT_INVISIBLE_S = 2
@@ -35,9 +42,14 @@ broker = module_broker(
     *SHORT_INVISIBLE_ARGS,
     topics=tuple(
         TopicConfig(name, 1, 1, message_type=MessageType.FIFO)
-        for name in (PARTLY_ACKED_TOPIC, LONGER_BATCH_TOPIC, HELD_TOPIC)
+        for name in (PARTLY_ACKED_TOPIC, LONGER_BATCH_TOPIC, HELD_TOPIC, GO_TOPIC)
     ),
 )
+
+
+@pytest.fixture(scope="session")
+def go() -> GoClient:
+    return built_or_skipped(go_client)
 
 
 def send_in_order(process: BrokerProcess, topic: str, count: int) -> list[bytes]:
@@ -117,3 +129,25 @@ def test_the_queue_waits_for_every_unacknowledged_message_of_the_batch(
         assert [m.delivery_attempt for m in again] == [2, 2]
         for message in again:
             c.ack(message)
+
+
+def test_the_go_client_sees_the_whole_batch_again_after_acking_all_but_the_first(
+    go: GoClient, broker: BrokerProcess, tmp_path: Path
+) -> None:
+    send_in_order(broker, GO_TOPIC, 3)
+    with PullConsumer(broker.endpoint) as pull:
+        sent = [m.message_id for m in pull.pull(GO_TOPIC, 0, 0, max_messages=3).messages]
+    command = go.command(
+        endpoint=broker.endpoint,
+        topic=GO_TOPIC,
+        group=f"fifo-go-{uuid.uuid4().hex[:6]}",
+        count=3,
+        mode="fifo-partial-ack",
+        invisible_s=SHORT_INVISIBLE_S,
+    )
+    outcome = run_client(command, tmp_path / "logs")
+    assert outcome.errors == [], outcome.stderr[-3000:]
+    assert outcome.summary["received"] == sent
+    again = outcome.summary["again"]
+    assert [d["id"] for d in again] == sent
+    assert [d["attempt"] for d in again] == [2, 2, 2]

@@ -1,14 +1,18 @@
 // The official RocketMQ Go client v5 against one endpoint, printing a JSON summary on stdout.
 //
 //	official-client-go --endpoint HOST:PORT --topic T --group G [--count N]
-//	    [--access-key K --secret-key S] [--deadline-s S] [--mode roundtrip|transaction]
+//	    [--access-key K --secret-key S] [--deadline-s S]
+//	    [--mode roundtrip|transaction|fifo-partial-ack] [--invisible-s S]
 //
 // Sends COUNT messages one by one, then receives them with a SimpleConsumer (ack each)
 // until all came back or the deadline passed, and prints
 // {"sent": [ids], "received": [ids], "checked": [ids], "errors": [text]}; exit status 0
 // when no error occurred. With --mode transaction it sends one message in a transaction left
 // open instead, answers the broker's check of it with COMMIT ("checked"), then
-// receives it.
+// receives it. With --mode fifo-partial-ack it sends nothing: it receives a batch of COUNT
+// from the (FIFO) topic invisible for --invisible-s ("received"), acks all but the first,
+// receives again and reports what came the second time with its delivery attempt
+// ("again": [{"id", "attempt"}]), acking it.
 // The connection keeps the client's defaults (TLS on, the server certificate not verified).
 // The client insists on credentials; without --access-key it signs with empty keys, which a
 // broker with authentication off ignores.
@@ -26,11 +30,17 @@ import (
 	"github.com/apache/rocketmq-clients/golang/v5/credentials"
 )
 
+type delivery struct {
+	ID      string `json:"id"`
+	Attempt int32  `json:"attempt"`
+}
+
 type summary struct {
-	Sent     []string `json:"sent"`
-	Received []string `json:"received"`
-	Checked  []string `json:"checked"`
-	Errors   []string `json:"errors"`
+	Sent     []string   `json:"sent"`
+	Received []string   `json:"received"`
+	Checked  []string   `json:"checked"`
+	Again    []delivery `json:"again"`
+	Errors   []string   `json:"errors"`
 }
 
 func main() {
@@ -41,10 +51,11 @@ func main() {
 	accessKey := flag.String("access-key", "", "access key to sign with")
 	secretKey := flag.String("secret-key", "", "secret key to sign with")
 	deadlineS := flag.Int("deadline-s", 60, "how long to wait for the messages to come back")
-	mode := flag.String("mode", "roundtrip", "roundtrip, or transaction: one message in an open transaction")
+	mode := flag.String("mode", "roundtrip", "roundtrip, transaction (one message in an open transaction) or fifo-partial-ack")
+	invisibleS := flag.Int("invisible-s", 30, "invisible duration of the first FIFO batch")
 	flag.Parse()
 
-	out := summary{Sent: []string{}, Received: []string{}, Checked: []string{}, Errors: []string{}}
+	out := summary{Sent: []string{}, Received: []string{}, Checked: []string{}, Again: []delivery{}, Errors: []string{}}
 	config := &rmq.Config{
 		Endpoint:      *endpoint,
 		ConsumerGroup: *group,
@@ -53,6 +64,17 @@ func main() {
 	ctx := context.Background()
 	deadline := time.Now().Add(time.Duration(*deadlineS) * time.Second)
 
+	if *mode == "fifo-partial-ack" {
+		if err := fifoPartialAck(ctx, config, *topic, *count, *invisibleS, deadline, &out); err != nil {
+			out.Errors = append(out.Errors, "fifo: "+err.Error())
+		}
+		encoded, _ := json.Marshal(out)
+		fmt.Println(string(encoded))
+		if len(out.Errors) > 0 {
+			os.Exit(1)
+		}
+		return
+	}
 	if *mode == "transaction" {
 		if err := sendInTransaction(ctx, config, *topic, deadline, &out); err != nil {
 			out.Errors = append(out.Errors, "transaction: "+err.Error())
@@ -156,4 +178,58 @@ func receive(ctx context.Context, config *rmq.Config, topic string, deadline tim
 		}
 	}
 	return nil
+}
+
+func fifoPartialAck(ctx context.Context, config *rmq.Config, topic string, count int, invisibleS int, deadline time.Time, out *summary) error {
+	consumer, err := rmq.NewSimpleConsumer(config,
+		rmq.WithAwaitDuration(5*time.Second),
+		rmq.WithSubscriptionExpressions(map[string]*rmq.FilterExpression{topic: rmq.SUB_ALL}),
+	)
+	if err != nil {
+		return err
+	}
+	if err := consumer.Start(); err != nil {
+		return err
+	}
+	defer consumer.GracefulStop()
+	first, err := receiveSome(ctx, consumer, int32(count), time.Duration(invisibleS)*time.Second, deadline)
+	if err != nil {
+		return err
+	}
+	for _, view := range first {
+		out.Received = append(out.Received, view.GetMessageId())
+	}
+	for _, view := range first[1:] {
+		if err := consumer.Ack(ctx, view); err != nil {
+			return err
+		}
+	}
+	again, err := receiveSome(ctx, consumer, int32(count), 30*time.Second, deadline)
+	if err != nil {
+		return err
+	}
+	for _, view := range again {
+		out.Again = append(out.Again, delivery{ID: view.GetMessageId(), Attempt: view.GetDeliveryAttempt()})
+		if err := consumer.Ack(ctx, view); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// receiveSome receives until a receive brings messages or the deadline passes.
+func receiveSome(ctx context.Context, consumer rmq.SimpleConsumer, count int32, invisible time.Duration, deadline time.Time) ([]*rmq.MessageView, error) {
+	for time.Now().Before(deadline) {
+		views, err := consumer.Receive(ctx, count, invisible)
+		if err != nil {
+			if status, ok := err.(*rmq.ErrRpcStatus); ok && status.Code == 40401 {
+				continue
+			}
+			return nil, err
+		}
+		if len(views) > 0 {
+			return views, nil
+		}
+	}
+	return nil, fmt.Errorf("nothing came before the deadline")
 }
