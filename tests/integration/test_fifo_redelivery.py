@@ -1,7 +1,7 @@
 """FIFO redelivery of a partly acknowledged batch, as Apache RocketMQ's ordered pop has it.
 
-Through the official Python client, and the official Go client (tests/official_clients),
-on FIFO topics of one queue. A FIFO queue hands
+Through the official Python client, and the official Go and Java clients
+(tests/official_clients), on FIFO topics of one queue. A FIFO queue hands
 out one batch at a time; once every unacknowledged message of the batch is due again,
 the queue is read again from the batch's first unacknowledged message, so the ones
 after it come again even if they were acknowledged, in order. A message that was in
@@ -18,7 +18,14 @@ from pathlib import Path
 
 import pytest
 from rocketmq import ClientConfiguration, Credentials, Message, SimpleConsumer
-from tests.official_clients import GoClient, built_or_skipped, go_client, run_client
+from tests.official_clients import (
+    GoClient,
+    JavaClient,
+    built_or_skipped,
+    go_client,
+    java_client,
+    run_client,
+)
 from tests.support.broker_fixture import module_broker
 from tests.support.broker_process import SHORT_INVISIBLE_ARGS, BrokerProcess
 from tests.support.official_client import started_producer, started_simple_consumer
@@ -31,6 +38,7 @@ PARTLY_ACKED_TOPIC = "fifo-partly-acked"
 LONGER_BATCH_TOPIC = "fifo-longer-batch"
 HELD_TOPIC = "fifo-held"
 GO_TOPIC = "fifo-go"
+JAVA_TOPIC = "fifo-java"
 MESSAGE_GROUP = "orders"
 # Short, so the tests wait little; the broker is started accepting it.
 SHORT_INVISIBLE_S = 2
@@ -42,7 +50,7 @@ broker = module_broker(
     *SHORT_INVISIBLE_ARGS,
     topics=tuple(
         TopicConfig(name, 1, 1, message_type=MessageType.FIFO)
-        for name in (PARTLY_ACKED_TOPIC, LONGER_BATCH_TOPIC, HELD_TOPIC, GO_TOPIC)
+        for name in (PARTLY_ACKED_TOPIC, LONGER_BATCH_TOPIC, HELD_TOPIC, GO_TOPIC, JAVA_TOPIC)
     ),
 )
 
@@ -50,6 +58,17 @@ broker = module_broker(
 @pytest.fixture(scope="session")
 def go() -> GoClient:
     return built_or_skipped(go_client)
+
+
+@pytest.fixture(scope="session")
+def java() -> JavaClient:
+    return built_or_skipped(java_client)
+
+
+def sent_ids(process: BrokerProcess, topic: str, count: int) -> list[str]:
+    send_in_order(process, topic, count)
+    with PullConsumer(process.endpoint) as pull:
+        return [m.message_id for m in pull.pull(topic, 0, 0, max_messages=count).messages]
 
 
 def send_in_order(process: BrokerProcess, topic: str, count: int) -> list[bytes]:
@@ -134,9 +153,7 @@ def test_the_queue_waits_for_every_unacknowledged_message_of_the_batch(
 def test_the_go_client_sees_the_whole_batch_again_after_acking_all_but_the_first(
     go: GoClient, broker: BrokerProcess, tmp_path: Path
 ) -> None:
-    send_in_order(broker, GO_TOPIC, 3)
-    with PullConsumer(broker.endpoint) as pull:
-        sent = [m.message_id for m in pull.pull(GO_TOPIC, 0, 0, max_messages=3).messages]
+    sent = sent_ids(broker, GO_TOPIC, 3)
     command = go.command(
         endpoint=broker.endpoint,
         topic=GO_TOPIC,
@@ -151,3 +168,22 @@ def test_the_go_client_sees_the_whole_batch_again_after_acking_all_but_the_first
     again = outcome.summary["again"]
     assert [d["id"] for d in again] == sent
     assert [d["attempt"] for d in again] == [2, 2, 2]
+
+
+def test_the_java_client_sees_the_whole_batch_again_after_acking_all_but_the_first(
+    java: JavaClient, broker: BrokerProcess, tmp_path: Path
+) -> None:
+    sent = sent_ids(broker, JAVA_TOPIC, 3)
+    command = java.command(
+        "fifo-partial-ack",
+        tmp_path / "logs",
+        endpoint=broker.endpoint,
+        topic=JAVA_TOPIC,
+        group=f"fifo-java-{uuid.uuid4().hex[:6]}",
+        count=3,
+        invisible_s=SHORT_INVISIBLE_S,
+    )
+    outcome = run_client(command, tmp_path / "logs")
+    assert outcome.errors == [], outcome.stderr[-3000:]
+    assert outcome.summary["received"] == sent
+    assert outcome.summary["again"] == [f"{message_id}/2" for message_id in sent]
