@@ -11,7 +11,10 @@ still invisible. Once every unacknowledged one is due, the next receive reads th
 queue again from the batch's first unacknowledged offset, so messages after it
 are delivered again even if they were acknowledged, in their order. Each offset
 that was in the previous batch comes with its attempt counted up (acknowledged or
-not); an offset that was not comes as a first attempt.
+not); an offset that was not comes as a first attempt. That is the count RocketMQ's
+broker keeps per offset and its cluster-mode proxy reports; its local-mode proxy
+reports the batch's least count for every message of the batch instead
+(bench/fifo_redelivery_peers.py shows both systems).
 
 Moving a message to ``%DLQ%<group>`` is a store write, which under SYNC_FLUSH or
 SYNC replication waits for the disk or the replicas: it is awaited with the
