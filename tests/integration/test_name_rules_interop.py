@@ -228,6 +228,14 @@ def test_a_delay_of_a_day_is_accepted_and_more_is_refused(config):
     assert f"the max delay time of message is too large, max is {DAY_MS}" in str(error)
 
 
+def test_a_too_far_delay_is_refused_before_the_topic_type_is_looked_at(stub):
+    # As RocketMQ's proxy answers: the message's own rules first, the topic's type last.
+    far = int(time.time() * 1000) + DAY_MS + DELAY_MARGIN_MS
+    message = raw_message(NORMAL_TOPIC, b"late", delivery_timestamp={"seconds": far // 1000})
+    status = raw_send(stub, message)
+    assert status.code == pb.Code.ILLEGAL_DELIVERY_TIME, status
+
+
 # -- transaction recovery ------------------------------------------------------------------
 
 

@@ -218,12 +218,6 @@ class Sender:
             properties[prop.KEYS] = " ".join(system.keys)
         properties[prop.UNIQ_KEY] = system.message_id
         message_type = system.message_type or self._implied_type(system)
-        if message_type not in accepted_types(topic):
-            raise RequestError(
-                Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-                f"topic {topic.name!r} accepts {topic.message_type} messages; this one is "
-                f"{_TYPE_NAMES.get(message_type, message_type)}",
-            )
         group = ""
         if system.message_group:
             # Checked on any message that names one, as RocketMQ does.
@@ -265,6 +259,13 @@ class Sender:
                     f"(milliseconds); deliver it at most {max_delay_ms / 3_600_000:g} h ahead",
                 )
             properties[prop.DELIVER_AT_MS] = str(deliver_at)
+        # After the message's own rules, as RocketMQ's proxy checks the topic's type last.
+        if message_type not in accepted_types(topic):
+            raise RequestError(
+                Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                f"topic {topic.name!r} accepts {topic.message_type} messages; this one is "
+                f"{_TYPE_NAMES.get(message_type, message_type)}",
+            )
         if system.trace_context:
             properties[prop.TRACE_CONTEXT] = system.trace_context
         fallback = peer

@@ -10,7 +10,8 @@ The rules and wording are Apache RocketMQ 5.3's (client ``Validators``, common
 
 RocketMQ lets a retry or dead-letter topic be up to 255 characters; Skiff keeps every
 topic within 127 (its record keeps a topic's length in one byte), which the group limit
-of 120 leaves room for: ``%DLQ%<group>`` is at most 125.
+of 120 leaves room for: ``%DLQ%<group>`` is at most 125. RocketMQ 5.3.3 itself still
+takes groups up to 255 characters; its later releases limit them to 120, as Skiff does.
 
 Invariant: a name these rules accept is non-empty ASCII, so its length in characters is
 its length in bytes.
