@@ -173,8 +173,9 @@ def _new_topic_name(value: str) -> str:
     name = _topic_name(value)
     if is_system_topic(name):
         raise InvalidArgument(
-            f"The topic[{quoted(name)}] is conflict with system topic; choose another name "
-            f"(names starting with {SYSTEM_TOPIC_PREFIX!r} are reserved)"
+            f"The topic[{quoted(name)}] is conflict with system topic: it belongs to the "
+            f"broker; choose another name (names starting with {SYSTEM_TOPIC_PREFIX!r} are "
+            "reserved)"
         )
     return name
 
