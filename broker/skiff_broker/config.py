@@ -115,8 +115,9 @@ class BrokerConfig:
     # Push consumers send no invisible time; the broker chooses it.
     default_invisible_time_ms: int = 60_000
     max_long_polling_ms: int = 20_000
-    # DELAY messages may be scheduled at most this far ahead (RocketMQ: 3 days).
-    max_delay_ms: int = 3 * 24 * 3600 * 1000
+    # DELAY messages may be scheduled at most this far ahead: RocketMQ's proxy
+    # maxDelayTimeMills, what its gRPC clients meet (its broker's timerMaxDelaySec is 3 days).
+    max_delay_ms: int = 24 * 3600 * 1000
     # Transactions: an unresolved half message is checked with its producer after
     # this long, every check interval, at most check_max times, then rolled back.
     transaction_check_interval_s: float = option(

@@ -26,10 +26,11 @@ from collections.abc import Callable
 from ..delivery.long_polling import ArrivalHub
 from ..delivery.tag_filter import TagFilter
 from ..filter.subscription import sql92_filter
-from ..metadata.topic_table import MAX_GROUP_NAME_LENGTH, TOPIC_NAME_PATTERN, TopicConfig
+from ..metadata.topic_table import TopicConfig
 from ..runtime import Broker
 from ..store.message import StoredMessage
 from ..store.results import NOT_WRITTEN_YET, GetResult, GetStatus, RecordsResult
+from ..wire.resource_names import group_name_problem
 from .codes import PullSysFlag, RequestCode, ResponseCode
 from .connection import RemotingConnection
 from .frames import ONEWAY_FLAG, RemotingCommand
@@ -77,8 +78,9 @@ def message_filter(
 
 def _group(request: RemotingCommand, name: str = "consumerGroup") -> str:
     group = text_field(request, name)
-    if len(group) > MAX_GROUP_NAME_LENGTH or not TOPIC_NAME_PATTERN.match(group):
-        raise HeaderError(f"consumer group {group!r} is invalid")
+    problem = group_name_problem(group)
+    if problem is not None:
+        raise HeaderError(problem)
     return group
 
 
