@@ -533,11 +533,12 @@ class MessageStore:
         queue.truncate(offset, quiet_bytes=self.config.max_message_size + 1024 * 1024)
         queue.flushed_where = queue.committed_where = offset
         with self._logics_lock:
+            # Records below the old scan start may be gone or different now; under the
+            # lock, so a checkpoint pass computes a new one only from the cut log.
+            self.checkpoint.scan_start = -1
             self._cut_logics(offset, offset)
         self.dispatcher.start()
         self.checkpoint.clean_shutdown_offset = -1
-        # Records below the old start may be gone or different now.
-        self.checkpoint.scan_start = -1
         self.checkpoint.flush()
 
     # -- reading ------------------------------------------------------------

@@ -10,14 +10,17 @@ Invariants:
 - The background check walks the records in [verify_from, verify_below) with
   recovery's own per-record decision (``scan_segment``): what it finds is what a
   full recovery scan would have skipped, and it is reported the same way (one
-  WARNING naming it, an entry and a copy in the damage report). Readers never
-  depend on it: every read checks the record it returns, CRC included, and leaves
-  out one that fails, whether or not this check got there first.
+  WARNING naming it, an entry and a copy in the damage report).
+- It pauses after each chunk as long as the chunk took, so it holds the interpreter
+  at most half the time while the broker serves.
+- Readers never depend on it: every read checks the record it returns, CRC
+  included, and leaves out one that fails, whether or not this check got there first.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 from .mapped_file_queue import MappedFileQueue
@@ -26,8 +29,8 @@ from .service_thread import ServiceThread
 
 log = logging.getLogger(__name__)
 
-# Bytes checked between looks at whether the store is stopping.
-_CHUNK_BYTES = 16 * 1024 * 1024
+# Bytes checked between pauses and looks at whether the store is stopping.
+_CHUNK_BYTES = 4 * 1024 * 1024
 
 
 # damages found, the store's queue (for copies of what was skipped)
@@ -93,6 +96,7 @@ class OlderRecordsCheck(ServiceThread):
             while pos < stop:
                 if self.stopped:
                     return None
+                began = time.monotonic()
                 try:
                     seg = scan_segment(
                         mf,
@@ -104,6 +108,8 @@ class OlderRecordsCheck(ServiceThread):
                 except (ValueError, BufferError):
                     return damages  # retention deleted the segment meanwhile
                 damages += seg.damages
+                # Requests are served meanwhile (see the module docstring).
+                self._stopped.wait(time.monotonic() - began)
                 if seg.blank:
                     break
                 if seg.end <= pos or (seg.end < min(stop, pos + _CHUNK_BYTES)):
