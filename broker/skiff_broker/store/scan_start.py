@@ -54,7 +54,10 @@ def durable_scan_start(consume_queues: ConsumeQueueTable, below: int) -> int | N
     start: int | None = None
     unflushed_from: int | None = None
     for cq in consume_queues:
-        before = cq.real_unit_before(cq.first_unit_from(below))
+        before = cq.real_unit_before(cq.max_offset)
+        if before is not None and before[0] >= below:
+            # Written to since: search (most queues are not, and need no search).
+            before = cq.real_unit_before(cq.first_unit_from(below))
         if before is not None and before[0] < below:
             start = before[0] if start is None else max(start, before[0])
         first = first_unflushed_record(cq)
