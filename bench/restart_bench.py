@@ -15,10 +15,15 @@ directory and in that order:
 4. it is stopped with SIGTERM and launched again, timed the same way: the clean-start
    time of the same store; then stopped.
 
-Printed: records in the last segment, both times and their ratio, per size and variant,
-and how long the background check of the records below the scan start took (after).
+With ``--under-load RATE`` the producer of step 1 keeps sending RATE messages a second
+(the room left in the segment is sized for it) and the kill lands in the middle of it,
+as a crash under traffic would.
 
-    python bench/restart_bench.py [--sizes 64m,1g] [--work DIR] [--json OUT]
+Printed, per size and variant: records prepared in the segment, records the crash
+recovery checked, both times and their ratio, and how long the background check of
+the records below the scan start took (after).
+
+    python bench/restart_bench.py [--sizes 64m,1g] [--under-load RATE] [--work DIR] [--json OUT]
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -57,7 +63,7 @@ CHECKPOINT_WAIT_S = 4.0
 SIZES = {"64m": 64 * 1024 * 1024, "1g": 1024 * 1024 * 1024}
 
 
-def prepare(data_dir: Path, segment: int) -> int:
+def prepare(data_dir: Path, segment: int, room: int = ROOM) -> int:
     """Fill ``data_dir``'s first segment with 100 B messages, in-process; returns how many."""
     shutil.rmtree(data_dir, ignore_errors=True)
     table = TopicTable(str(data_dir / "config" / "topics.json"))
@@ -71,10 +77,10 @@ def prepare(data_dir: Path, segment: int) -> int:
         store.put_messages(batch[:1])
         per_record = store.commit_log.max_offset
         records += 1
-        while store.commit_log.max_offset + ROOM + len(batch) * per_record < segment:
+        while store.commit_log.max_offset + room + len(batch) * per_record < segment:
             store.put_messages(batch)
             records += len(batch)
-        while store.commit_log.max_offset + ROOM + per_record < segment:
+        while store.commit_log.max_offset + room + per_record < segment:
             store.put_messages(batch[:1])
             records += 1
         assert store.wait_dispatched(600)
@@ -161,11 +167,34 @@ def send_some(endpoint: str) -> None:
             client.send([OutgoingMessage(TOPIC, BODY) for _ in range(50)])
 
 
-def run_variant(name: str, code: Path, data_dir: Path, segment: int, logs: Path) -> dict:
+def send_paced(endpoint: str, rate: int, stop: threading.Event) -> None:
+    """``rate`` messages a second in batches of 50 until ``stop`` (or the broker dies)."""
+    began = time.perf_counter()
+    sent = 0
+    try:
+        with MessagingClient(endpoint) as client:
+            while not stop.is_set():
+                client.send([OutgoingMessage(TOPIC, BODY) for _ in range(50)])
+                sent += 50
+                ahead = sent / rate - (time.perf_counter() - began)
+                if ahead > 0:
+                    stop.wait(ahead)
+    except Exception:
+        return  # killed mid-send
+
+
+def run_variant(name: str, code: Path, data_dir: Path, segment: int, logs: Path, rate: int) -> dict:
     first = Broker(code, data_dir, segment, logs / f"{name}-first.log")
     send_some(first.endpoint)
+    stop = threading.Event()
+    sender = threading.Thread(target=send_paced, args=(first.endpoint, rate, stop))
+    if rate:
+        sender.start()
     time.sleep(CHECKPOINT_WAIT_S)
     first.kill()
+    stop.set()
+    if rate:
+        sender.join()
     crashed = Broker(code, data_dir, segment, logs / f"{name}-after-kill.log")
     crash_s = crashed.serving_s
     checked = [
@@ -176,7 +205,9 @@ def run_variant(name: str, code: Path, data_dir: Path, segment: int, logs: Path)
     clean = Broker(code, data_dir, segment, logs / f"{name}-clean.log")
     clean_s = clean.serving_s
     clean.stop()
+    rescanned = int(checked[0].split(": ")[1].split(" ")[0]) if checked else -1
     return {
+        "rescanned": rescanned,
         "crash_restart_s": round(crash_s, 2),
         "clean_start_s": round(clean_s, 2),
         "ratio": round(crash_s / clean_s, 2),
@@ -207,6 +238,7 @@ def before_code(work: Path) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="64m,1g")
+    parser.add_argument("--under-load", type=int, default=0, metavar="RATE")
     parser.add_argument("--work", default="")
     parser.add_argument("--json", default="")
     args = parser.parse_args()
@@ -218,27 +250,29 @@ def main() -> None:
         segment = SIZES[size_name]
         data_dir = work / f"data-{size_name}"
         began = time.perf_counter()
-        records = prepare(data_dir, segment)
+        # Room for what the broker is sent, about 210 bytes a record, with a margin.
+        room = ROOM + args.under_load * 210 * int(CHECKPOINT_WAIT_S + 2) * 2
+        records = prepare(data_dir, segment, room)
         print(f"{size_name}: prepared {records} records in {time.perf_counter() - began:.1f} s")
         for name, code in variants.items():
             logs = work / f"logs-{size_name}"
             logs.mkdir(exist_ok=True)
-            row = {"segment": size_name, "variant": name, "records": records + SENT_BY_BROKER}
-            row |= run_variant(name, code, data_dir, segment, logs)
+            row = {"segment": size_name, "variant": name, "prepared": records}
+            row |= run_variant(name, code, data_dir, segment, logs, args.under_load)
             print(json.dumps(row), flush=True)
             results.append(row)
         shutil.rmtree(data_dir)
     print()
     print(
-        f"{'segment':>8} {'variant':>7} {'records':>9} {'crash s':>8} {'clean s':>8} "
-        f"{'ratio':>6} {'bg check s':>10}"
+        f"{'segment':>8} {'variant':>7} {'prepared':>9} {'rescanned':>9} {'crash s':>8} "
+        f"{'clean s':>8} {'ratio':>6} {'bg check s':>10}"
     )
     for row in results:
         background = row["background_check_s"]
         print(
-            f"{row['segment']:>8} {row['variant']:>7} {row['records']:>9} "
-            f"{row['crash_restart_s']:>8.2f} {row['clean_start_s']:>8.2f} {row['ratio']:>6.2f} "
-            f"{'-' if background is None else f'{background:.2f}':>10}"
+            f"{row['segment']:>8} {row['variant']:>7} {row['prepared']:>9} "
+            f"{row['rescanned']:>9} {row['crash_restart_s']:>8.2f} {row['clean_start_s']:>8.2f} "
+            f"{row['ratio']:>6.2f} {'-' if background is None else f'{background:.2f}':>10}"
         )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
