@@ -38,6 +38,7 @@ from skiff_broker.remoting.frames import FrameDecoder, RemotingCommand, encode
 ROOT = ("root", "root-secret")
 ALICE = ("alice", "alice-secret")
 BOB = ("bob", "bob-secret")  # disabled
+CAROL = ("carol", "carol-secret")  # may look at orders, nothing else
 # alice publishes to and reads orders as billing; she may read audit, not publish to it.
 ALICE_ACL = [
     AclEntry(("Topic:orders", "Group:billing"), ("Pub", "Sub")),
@@ -63,6 +64,8 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]
             assert admin.apply_acl(ALICE[0], ALICE_ACL)
             assert admin.apply_user(*BOB, enabled=False)
             assert admin.apply_acl(BOB[0], ALICE_ACL)
+            assert admin.apply_user(*CAROL)
+            assert admin.apply_acl(CAROL[0], [AclEntry(("Topic:orders",), ("Get",))])
         yield process
 
 
@@ -129,16 +132,25 @@ def test_the_4x_client_signed_by_acl_hook_sends_and_consumes_and_the_rest_are_re
     assert "Group:payroll" in denied_group["sendRemark"]
 
 
-def test_codes_without_a_rule_are_for_super_users_and_bad_bodies_touch_nothing(
+def test_admin_codes_need_rocketmq_rights_and_codes_without_a_rule_are_for_super_users(
     secured: BrokerProcess,
 ) -> None:
     remoting = Remoting(secured.remoting_endpoint)
     try:
-        # UPDATE_AND_CREATE_TOPIC (17): a normal user is refused before anything is said
-        # about the code; the super user is told it is not served.
-        refused = call(remoting, signed(17, *ALICE, topic="made-up"))
+        # GET_TOPIC_STATS_INFO (202) needs Get on the topic: carol holds it on orders only.
+        # Let through, the request is answered by the port (served or not served, never 16).
+        assert call(remoting, signed(202, *CAROL, topic="orders")).code != NO_PERMISSION
+        refused = call(remoting, signed(202, *CAROL, topic="audit"))
+        assert refused.code == NO_PERMISSION
+        assert "User:carol has no permission to access Topic:audit" in refused.remark
+        # GET_ALL_TOPIC_CONFIG (21) lists every topic: List on Cluster, which she lacks.
+        listing = call(remoting, signed(21, *CAROL))
+        assert listing.code == NO_PERMISSION and "Cluster" in listing.remark
+        # UPDATE_BROKER_CONFIG (25) has no rule: a normal user is refused before anything
+        # is said about the code; the super user is let through.
+        refused = call(remoting, signed(25, *ALICE, body=b"flushDiskType=SYNC_FLUSH"))
         assert refused.code == NO_PERMISSION and "super user" in refused.remark
-        assert call(remoting, signed(17, *ROOT, topic="made-up")).code == 3
+        assert call(remoting, signed(25, *ROOT)).code != NO_PERMISSION
         # A heartbeat whose body the rules cannot read is answered, and the port serves on.
         garbled = call(remoting, signed(34, *ALICE, body=b"{not json"))
         assert garbled.code == 1 and "HeartbeatData" in garbled.remark

@@ -17,6 +17,12 @@ RocketMQ 5's rules for its remoting door, on Skiff's ACL model (auth/decision.py
   request only (they read nothing of a topic or group); the topic list List on the
   cluster.
 
+Admin requests need what RocketMQ's request headers name (creating a topic Create on
+it, deleting Delete, reading its config or stats Get; a group's config, connections,
+running info and topics Get on the group, its consume stats Get on the group and
+topics, an offset reset Update on both; creating or changing a group Create or Update
+on it); listings and the broker's figures List or Get on the cluster.
+
 Any other code is for super users: a code without a rule here is never open to a
 normal user by mistake (deny by default), whatever handlers are added later.
 
@@ -66,6 +72,28 @@ SEND_BATCH_MESSAGE = 320
 POP_MESSAGE = 200050
 ACK_MESSAGE = 200051
 CHANGE_MESSAGE_INVISIBLETIME = 200053
+# Admin requests (mqadmin, the Dashboard, the exporter).
+UPDATE_AND_CREATE_TOPIC = 17
+GET_ALL_TOPIC_CONFIG = 21
+GET_BROKER_RUNTIME_INFO = 28
+UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200
+GET_ALL_SUBSCRIPTIONGROUP_CONFIG = 201
+GET_TOPIC_STATS_INFO = 202
+GET_CONSUMER_CONNECTION_LIST = 203
+DELETE_SUBSCRIPTIONGROUP = 207
+GET_CONSUME_STATS = 208
+DELETE_TOPIC_IN_BROKER = 215
+DELETE_TOPIC_IN_NAMESRV = 216
+INVOKE_BROKER_TO_RESET_OFFSET = 222
+INVOKE_BROKER_TO_GET_CONSUMER_STATUS = 223
+GET_TOPICS_BY_CLUSTER = 224
+QUERY_TOPIC_CONSUME_BY_WHO = 300
+QUERY_CONSUME_TIME_SPAN = 303
+GET_CONSUMER_RUNNING_INFO = 307
+QUERY_TOPICS_BY_CONSUMER = 343
+QUERY_SUBSCRIPTION_BY_CONSUMER = 345
+GET_TOPIC_CONFIG = 351
+GET_SUBSCRIPTIONGROUP_CONFIG = 352
 
 
 def _is_retry(topic: str) -> bool:
@@ -177,6 +205,49 @@ def _signed_only(request: RemotingCommand) -> tuple[Need, ...]:
     return ()
 
 
+def _on(
+    resource_type: ResourceType, field: str, *actions: Action
+) -> Callable[[RemotingCommand], tuple[Need, ...]]:
+    """``actions`` on the topic or group a header field names."""
+
+    def rule(request: RemotingCommand) -> tuple[Need, ...]:
+        name = _field(request, field)
+        if resource_type is _TOPIC and _is_retry(name):
+            return (need(_GROUP, _group_of_retry(name), *actions),)
+        return (need(resource_type, name, *actions),)
+
+    return rule
+
+
+def _on_both(
+    group_field: str, topic_field: str, *actions: Action
+) -> Callable[[RemotingCommand], tuple[Need, ...]]:
+    """``actions`` on the group and, when the header names one, the topic."""
+
+    def rule(request: RemotingCommand) -> tuple[Need, ...]:
+        wanted = [need(_GROUP, _field(request, group_field), *actions)]
+        if _field(request, topic_field):
+            wanted.extend(_on(_TOPIC, topic_field, *actions)(request))
+        return tuple(wanted)
+
+    return rule
+
+
+def _consume_stats(request: RemotingCommand) -> tuple[Need, ...]:
+    # A topic list (";"-separated) stands for the single topic when given.
+    topics = [t for t in _field(request, "topicList").split(";") if t]
+    if not topics and _field(request, "topic"):
+        topics = [_field(request, "topic")]
+    wanted = [need(_GROUP, _field(request, "consumerGroup"), _GET)]
+    wanted.extend(need(_TOPIC, topic, _GET) for topic in topics)
+    return tuple(dict.fromkeys(wanted))
+
+
+def _group_config(request: RemotingCommand) -> tuple[Need, ...]:
+    data = _body(request, "SubscriptionGroupConfig")
+    return (need(_GROUP, str(data.get("groupName") or ""), Action.CREATE, _UPDATE),)
+
+
 _RULES: dict[int, Callable[[RemotingCommand], tuple[Need, ...]]] = {
     GET_ROUTEINFO_BY_TOPIC: _route,
     GET_BROKER_CLUSTER_INFO: _signed_only,
@@ -205,6 +276,31 @@ _RULES: dict[int, Callable[[RemotingCommand], tuple[Need, ...]]] = {
     LOCK_BATCH_MQ: _locking,
     UNLOCK_BATCH_MQ: _locking,
     CHECK_CLIENT_CONFIG: _client_config,
+    # Admin requests: RocketMQ's resource and action where its headers name them. A
+    # listing or the broker's own figures need List or Get on Cluster, as the admin API's
+    # counterparts do; anything not here (broker config, name-server writes, user and ACL
+    # changes) is for super users.
+    UPDATE_AND_CREATE_TOPIC: _on(_TOPIC, "topic", Action.CREATE),
+    DELETE_TOPIC_IN_BROKER: _on(_TOPIC, "topic", Action.DELETE),
+    DELETE_TOPIC_IN_NAMESRV: _on(_TOPIC, "topic", Action.DELETE),
+    GET_TOPIC_CONFIG: _on(_TOPIC, "topic", _GET),
+    GET_TOPIC_STATS_INFO: _on(_TOPIC, "topic", _GET),
+    QUERY_TOPIC_CONSUME_BY_WHO: _on(_TOPIC, "topic", _GET),
+    GET_ALL_TOPIC_CONFIG: lambda r: (need(_CLUSTER, "", _LIST),),
+    GET_TOPICS_BY_CLUSTER: lambda r: (need(_CLUSTER, "", _LIST),),
+    GET_ALL_SUBSCRIPTIONGROUP_CONFIG: lambda r: (need(_CLUSTER, "", _LIST),),
+    GET_BROKER_RUNTIME_INFO: lambda r: (need(_CLUSTER, "", _GET),),
+    UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: _group_config,
+    DELETE_SUBSCRIPTIONGROUP: _on(_GROUP, "groupName", Action.DELETE),
+    GET_SUBSCRIPTIONGROUP_CONFIG: _on(_GROUP, "group", _GET),
+    GET_CONSUMER_CONNECTION_LIST: _on(_GROUP, "consumerGroup", _GET),
+    GET_CONSUMER_RUNNING_INFO: _on(_GROUP, "consumerGroup", _GET),
+    QUERY_TOPICS_BY_CONSUMER: _on(_GROUP, "group", _GET),
+    GET_CONSUME_STATS: _consume_stats,
+    INVOKE_BROKER_TO_RESET_OFFSET: _on_both("group", "topic", _UPDATE),
+    INVOKE_BROKER_TO_GET_CONSUMER_STATUS: _on_both("group", "topic", _GET),
+    QUERY_CONSUME_TIME_SPAN: _on_both("group", "topic", _GET),
+    QUERY_SUBSCRIPTION_BY_CONSUMER: _on_both("group", "topic", _GET),
 }
 
 
