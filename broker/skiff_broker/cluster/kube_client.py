@@ -14,6 +14,7 @@ Invariants:
 - The library's errors become Skiff's (:class:`Conflict`, :class:`NotFound`,
   :class:`Forbidden`, else :class:`KubeError`) in one place, :func:`_translated`; the
   election rules (lease_elector.py) catch only these.
+- Importing this module does not import the library (only making a client does).
 - No call retries on its own: the elector decides what a failed call means and when to
   try again, within its lease timing.
 """
@@ -23,12 +24,12 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import kubernetes.client
-import kubernetes.config
 import urllib3.exceptions
-from kubernetes.client.exceptions import ApiException
+
+if TYPE_CHECKING:
+    import kubernetes.client
 
 REQUEST_TIMEOUT_S = 5.0
 
@@ -57,6 +58,11 @@ class KubeClient:
     @classmethod
     def from_environment(cls, kubeconfig: str = "") -> KubeClient:
         """``kubeconfig`` if given, else the pod's ServiceAccount."""
+        # Imported here: the library takes about a second to import, which a broker
+        # without a Lease (most test brokers, every non-Kubernetes one) never pays.
+        import kubernetes.client
+        import kubernetes.config
+
         configuration = kubernetes.client.Configuration()
         try:
             if kubeconfig:
@@ -97,6 +103,8 @@ class KubeClient:
         Bodies bypass the library's models on purpose: a model would rewrite the Lease's
         timestamps and drop fields it does not know.
         """
+        from kubernetes.client.exceptions import ApiException
+
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type
@@ -153,6 +161,8 @@ def _leases(namespace: str) -> str:
 @contextlib.contextmanager
 def _translated(what: str, server: str) -> Iterator[None]:
     """The library's errors as Skiff's, each with what to check."""
+    from kubernetes.client.exceptions import ApiException
+
     try:
         yield
     except ApiException as exc:
