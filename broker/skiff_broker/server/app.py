@@ -17,7 +17,7 @@ from ..auth.gate import AuthGate, may
 from ..auth.model import parse_user_spec
 from ..auth.rights import transaction_check_needs
 from ..client.credentials import Credentials, signing_interceptors
-from ..cluster.kube_api import KubeApi, KubeError
+from ..cluster.kube_client import KubeClient, KubeError
 from ..cluster.lease_elector import LeaseElector
 from ..cluster.routes import ClusterRoutes
 from ..config import BrokerConfig
@@ -94,11 +94,11 @@ class BrokerServer:
         self._connection_counts = ConnectionCounts.of(config.connections)
         self.certificate: ReloadingCertificate | None = None
         cluster = config.cluster
-        self.kube: KubeApi | None = None
+        self.kube: KubeClient | None = None
         self.elector: LeaseElector | None = None
         if self.under_lease:
             try:
-                self.kube = KubeApi.from_environment(cluster.kubeconfig)
+                self.kube = KubeClient.from_environment(cluster.kubeconfig)
             except KubeError as exc:
                 raise OSError(str(exc)) from None
             self.elector = LeaseElector(
