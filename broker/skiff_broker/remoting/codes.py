@@ -14,6 +14,7 @@ class RequestCode(enum.IntEnum):
     GET_MAX_OFFSET = 30
     HEART_BEAT = 34
     UNREGISTER_CLIENT = 35
+    CONSUMER_SEND_MSG_BACK = 36
     GET_CONSUMER_LIST_BY_GROUP = 38
     # Broker to client: a group's members changed, rebalance now.
     NOTIFY_CONSUMER_IDS_CHANGED = 40

@@ -17,6 +17,7 @@ from .connection import RemotingConnection
 from .consuming import Consuming
 from .name_server import NameServer
 from .producing import Producing
+from .redelivery import SendBack
 from .service import AUTH_NOT_SERVED, RemotingService
 
 LISTEN_OPTION = "--remoting-listen"
@@ -41,6 +42,7 @@ class RemotingServer:
         self.service.add(NameServer(broker).handlers())
         self.service.add(Producing(broker).handlers())
         self.service.add(self.consuming.handlers())
+        self.service.add(SendBack(broker).handlers())
         self.listener = ClientListener(
             config.remoting_listen,
             self._connection,

@@ -23,6 +23,10 @@
 //                    {"consumer", "phase", "message"}
 //   lite-pull        a DefaultLitePullConsumer of GROUP receives COUNT messages, commits
 //                    them (commitSync) and stops: {"received": [...]}
+//   retry            COUNT sync sends (in "sent"), then a push consumer of GROUP with
+//                    maxReconsumeTimes 2 answers RECONSUME_LATER (next delay level 1) to every
+//                    delivery until each message came 3 times, waits 2 s more for any
+//                    further one: "received" entries are {"reconsumeTimes", "message"}
 // Exit status 0 when no error occurred.
 
 import java.nio.charset.StandardCharsets;
@@ -79,6 +83,9 @@ public class RemotingClient {
                     break;
                 case "lite-pull":
                     litePull(namesrv, topic, group, count, deadlineMs);
+                    break;
+                case "retry":
+                    retry(namesrv, topic, group, count, deadlineMs);
                     break;
                 default:
                     errors.add("unknown mode " + mode);
@@ -341,6 +348,36 @@ public class RemotingClient {
             if (received.size() < count) {
                 errors.add("received " + received.size() + " of " + count + " messages");
             }
+        } finally {
+            consumer.shutdown();
+        }
+    }
+
+    static void retry(String namesrv, String topic, String group, int count, long deadlineMs)
+        throws Exception {
+        send(namesrv, topic, group, count);
+        CountDownLatch deliveries = new CountDownLatch(3 * count);
+        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
+        consumer.setNamesrvAddr(namesrv);
+        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        consumer.setMaxReconsumeTimes(2);
+        consumer.subscribe(topic, "*");
+        consumer.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
+            for (MessageExt message : messages) {
+                received.add("{\"reconsumeTimes\": " + message.getReconsumeTimes()
+                    + ", \"message\": " + view(message) + "}");
+                deliveries.countDown();
+            }
+            context.setDelayLevelWhenNextConsume(1);
+            return ConsumeConcurrentlyStatus.RECONSUME_LATER;
+        });
+        consumer.start();
+        try {
+            if (!deliveries.await(deadlineMs, TimeUnit.MILLISECONDS)) {
+                errors.add("only " + received.size() + " of " + 3 * count + " deliveries came");
+            }
+            // A delivery past maxReconsumeTimes would come about a second later.
+            Thread.sleep(2000);
         } finally {
             consumer.shutdown();
         }

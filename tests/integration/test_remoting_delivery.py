@@ -1,0 +1,75 @@
+"""Delivery semantics of the remoting port with the unmodified RocketMQ 4.x Java client.
+
+Retry and dead letters: a push consumer that answers RECONSUME_LATER gets its message again
+from ``%RETRY%<group>`` (which it finds a route for and pulls) until maxReconsumeTimes, then
+the broker moves it to ``%DLQ%<group>``, where a RocketMQ 5 gRPC client reads it with the
+same ID. Without a JDK or Maven the tests skip (SKIFF_REQUIRE_K8S: they fail).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from rocketmq import ClientConfiguration, Credentials
+from tests.official_clients import JavaClient, built_or_skipped, remoting_java_client, run_client
+from tests.support.broker_process import create_topics, data_dir_of, running_broker
+from tests.support.official_client import receive_all, started_simple_consumer
+
+from skiff_broker.metadata.topic_table import TopicConfig
+
+MESSAGES = 2
+# The Java program's consumer: maxReconsumeTimes 2, so three deliveries in all.
+DELIVERIES = 3
+
+
+@pytest.fixture(scope="session")
+def remoting_java() -> JavaClient:
+    return built_or_skipped(remoting_java_client)
+
+
+def test_a_message_consumed_later_comes_back_from_the_retry_topic_then_lands_in_the_dlq(
+    tmp_path: Path, remoting_java: JavaClient
+) -> None:
+    create_topics(data_dir_of(tmp_path), TopicConfig("payments", 2, 2))
+    logs = tmp_path / "client-logs"
+    group = "payers"
+    with running_broker(tmp_path) as broker:
+        outcome = run_client(
+            remoting_java.command(
+                "retry",
+                logs,
+                namesrv=broker.remoting_endpoint,
+                topic="payments",
+                group=group,
+                count=MESSAGES,
+            ),
+            logs,
+        )
+        assert outcome.errors == [] and outcome.returncode == 0, outcome.stderr[-3000:]
+        config = ClientConfiguration(broker.endpoint, Credentials())
+        with started_simple_consumer(config, "dlq-readers", f"%DLQ%{group}") as dlq:
+            dead = receive_all(dlq, MESSAGES)
+    sent = {s["msgId"]: s for s in outcome.summary["sent"]}
+    deliveries: dict[str, list[dict]] = defaultdict(list)
+    for entry in outcome.summary["received"]:
+        deliveries[entry["message"]["msgId"]].append(entry)
+    assert set(deliveries) == set(sent)
+    for message_id, attempts in deliveries.items():
+        # The first delivery and two retries, each counted, then no more.
+        assert [a["reconsumeTimes"] for a in attempts] == list(range(DELIVERIES))
+        for attempt in attempts:
+            message = attempt["message"]
+            # The client shows a retry under the topic it was sent to, same ID and body.
+            assert message["topic"] == "payments"
+            assert message["body"] == f"remoting-{sent[message_id]['idx']}"
+        for retried in attempts[1:]:
+            properties = retried["message"]["properties"]
+            assert properties["RETRY_TOPIC"] == "payments"
+            assert properties["ORIGIN_MESSAGE_ID"] == sent[message_id]["offsetMsgId"]
+            assert properties["origin"] == "remoting"
+    assert {m.message_id for m in dead} == set(sent)
+    for message in dead:
+        assert message.body.decode() == f"remoting-{sent[message.message_id]['idx']}"
+        assert message.tag == "TagA" and message.properties["origin"] == "remoting"
