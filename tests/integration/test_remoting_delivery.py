@@ -73,3 +73,36 @@ def test_a_message_consumed_later_comes_back_from_the_retry_topic_then_lands_in_
     for message in dead:
         assert message.body.decode() == f"remoting-{sent[message.message_id]['idx']}"
         assert message.tag == "TagA" and message.properties["origin"] == "remoting"
+
+
+def test_orderly_consumers_of_one_group_hold_disjoint_queue_locks_and_consume_in_order(
+    tmp_path: Path, remoting_java: JavaClient
+) -> None:
+    create_topics(data_dir_of(tmp_path), TopicConfig("ledger", 4, 4))
+    logs = tmp_path / "client-logs"
+    per_queue = 6
+    with running_broker(tmp_path) as broker:
+        outcome = run_client(
+            remoting_java.command(
+                "orderly",
+                logs,
+                namesrv=broker.remoting_endpoint,
+                topic="ledger",
+                group="bookkeepers",
+                count=per_queue,
+            ),
+            logs,
+        )
+    # Includes the watcher's: at no moment did a and b both hold one queue's lock.
+    assert outcome.errors == [] and outcome.returncode == 0, outcome.stderr[-3000:]
+    by_queue: dict[int, list[dict]] = defaultdict(list)
+    for entry in outcome.summary["received"]:
+        by_queue[entry["message"]["queueId"]].append(entry)
+    assert sorted(by_queue) == [0, 1, 2, 3]
+    for queue_id, entries in by_queue.items():
+        # Each queue's messages once each, in the order they were sent, by one consumer.
+        assert [e["message"]["body"] for e in entries] == [
+            f"q{queue_id}-{i}" for i in range(per_queue)
+        ]
+        assert len({e["consumer"] for e in entries}) == 1
+    assert {e["consumer"] for e in outcome.summary["received"]} == {"a", "b"}

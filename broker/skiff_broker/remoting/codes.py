@@ -18,6 +18,8 @@ class RequestCode(enum.IntEnum):
     GET_CONSUMER_LIST_BY_GROUP = 38
     # Broker to client: a group's members changed, rebalance now.
     NOTIFY_CONSUMER_IDS_CHANGED = 40
+    LOCK_BATCH_MQ = 41
+    UNLOCK_BATCH_MQ = 42
     CHECK_CLIENT_CONFIG = 46
     GET_ROUTEINFO_BY_TOPIC = 105
     GET_BROKER_CLUSTER_INFO = 106

@@ -17,6 +17,7 @@ from .connection import RemotingConnection
 from .consuming import Consuming
 from .name_server import NameServer
 from .producing import Producing
+from .queue_locks import QueueLocking
 from .redelivery import SendBack
 from .service import AUTH_NOT_SERVED, RemotingService
 
@@ -43,6 +44,7 @@ class RemotingServer:
         self.service.add(Producing(broker).handlers())
         self.service.add(self.consuming.handlers())
         self.service.add(SendBack(broker).handlers())
+        self.service.add(QueueLocking(broker).handlers())
         self.listener = ClientListener(
             config.remoting_listen,
             self._connection,

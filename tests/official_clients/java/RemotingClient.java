@@ -27,6 +27,11 @@
 //                    maxReconsumeTimes 2 answers RECONSUME_LATER (next delay level 1) to every
 //                    delivery until each message came 3 times, waits 2 s more for any
 //                    further one: "received" entries are {"reconsumeTimes", "message"}
+//   orderly          orderly push consumers a, then b, of GROUP (MessageListenerOrderly):
+//                    once they share TOPIC's queues (each holding the broker's lock of its
+//                    own), COUNT sync sends into each queue in turn; a watcher records an
+//                    error whenever both hold one queue's lock: "received" entries are
+//                    {"consumer", "message"}
 // Exit status 0 when no error occurred.
 
 import java.nio.charset.StandardCharsets;
@@ -42,7 +47,10 @@ import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.MessageSelector;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly;
+import org.apache.rocketmq.client.impl.consumer.ProcessQueue;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendCallback;
 import org.apache.rocketmq.client.producer.SendResult;
@@ -83,6 +91,9 @@ public class RemotingClient {
                     break;
                 case "lite-pull":
                     litePull(namesrv, topic, group, count, deadlineMs);
+                    break;
+                case "orderly":
+                    orderly(namesrv, topic, group, count, deadlineMs);
                     break;
                 case "retry":
                     retry(namesrv, topic, group, count, deadlineMs);
@@ -380,6 +391,94 @@ public class RemotingClient {
             Thread.sleep(2000);
         } finally {
             consumer.shutdown();
+        }
+    }
+
+    static DefaultMQPushConsumer orderlyMember(String namesrv, String topic, String group, String name,
+        CountDownLatch[] latches) throws Exception {
+        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
+        consumer.setNamesrvAddr(namesrv);
+        consumer.setInstanceName(name);
+        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET);
+        consumer.subscribe(topic, "*");
+        consumer.registerMessageListener((MessageListenerOrderly) (messages, context) -> {
+            for (MessageExt message : messages) {
+                received.add("{\"consumer\": " + quote(name) + ", \"message\": " + view(message) + "}");
+                latches[0].countDown();
+            }
+            return ConsumeOrderlyStatus.SUCCESS;
+        });
+        consumer.start();
+        return consumer;
+    }
+
+    // The queues of TOPIC whose broker lock the consumer holds (and is still consuming).
+    static List<Integer> locked(DefaultMQPushConsumer consumer, String topic) {
+        List<Integer> queues = new ArrayList<>();
+        if (consumer == null) {
+            return queues;
+        }
+        for (Map.Entry<MessageQueue, ProcessQueue> entry
+            : consumer.getDefaultMQPushConsumerImpl().getRebalanceImpl().getProcessQueueTable().entrySet()) {
+            ProcessQueue queue = entry.getValue();
+            if (entry.getKey().getTopic().equals(topic) && queue.isLocked() && !queue.isDropped()) {
+                queues.add(entry.getKey().getQueueId());
+            }
+        }
+        return queues;
+    }
+
+    static void orderly(String namesrv, String topic, String group, int count, long deadlineMs)
+        throws Exception {
+        CountDownLatch[] latches = {new CountDownLatch(1)};
+        DefaultMQProducer producer = producer(namesrv, group);
+        DefaultMQPushConsumer a = orderlyMember(namesrv, topic, group, "a", latches);
+        DefaultMQPushConsumer[] b = {null};
+        java.util.concurrent.atomic.AtomicBoolean watching = new java.util.concurrent.atomic.AtomicBoolean(true);
+        Thread watcher = new Thread(() -> {
+            while (watching.get()) {
+                List<Integer> both = locked(a, topic);
+                both.retainAll(locked(b[0], topic));
+                if (!both.isEmpty()) {
+                    errors.add("a and b both hold the lock of queues " + both);
+                    return;
+                }
+                try {
+                    Thread.sleep(10);
+                } catch (InterruptedException e) {
+                    return;
+                }
+            }
+        });
+        watcher.start();
+        try {
+            List<MessageQueue> queues = new ArrayList<>(a.fetchSubscribeMessageQueues(topic));
+            queues.sort((x, y) -> Integer.compare(x.getQueueId(), y.getQueueId()));
+            int all = queues.size();
+            until(() -> locked(a, topic).size() == all, deadlineMs, "a holds every queue's lock");
+            b[0] = orderlyMember(namesrv, topic, group, "b", latches);
+            if (until(() -> locked(a, topic).size() + locked(b[0], topic).size() == all
+                && !locked(a, topic).isEmpty() && !locked(b[0], topic).isEmpty(), deadlineMs,
+                "a and b share the queue locks (a holds " + locked(a, topic) + ")")) {
+                latches[0] = new CountDownLatch(count * all);
+                for (MessageQueue queue : queues) {
+                    for (int i = 0; i < count; i++) {
+                        String body = "q" + queue.getQueueId() + "-" + i;
+                        record("sync", producer.send(message(topic, "TagA", body, i), queue), "TagA", i);
+                    }
+                }
+                if (!latches[0].await(deadlineMs, TimeUnit.MILLISECONDS)) {
+                    errors.add("received " + received.size() + " of " + count * all + " ordered messages");
+                }
+            }
+        } finally {
+            watching.set(false);
+            watcher.join();
+            if (b[0] != null) {
+                b[0].shutdown();
+            }
+            a.shutdown();
+            producer.shutdown();
         }
     }
 
