@@ -106,3 +106,45 @@ def test_orderly_consumers_of_one_group_hold_disjoint_queue_locks_and_consume_in
         ]
         assert len({e["consumer"] for e in entries}) == 1
     assert {e["consumer"] for e in outcome.summary["received"]} == {"a", "b"}
+
+
+def test_a_transaction_left_unknown_is_committed_by_the_producers_answer_to_a_check(
+    tmp_path: Path, remoting_java: JavaClient
+) -> None:
+    create_topics(data_dir_of(tmp_path), TopicConfig("orders-tx", 2, 2))
+    logs = tmp_path / "client-logs"
+    count = 4
+    checking = ("--transaction-timeout", "1", "--transaction-check-interval", "0.5")
+    with running_broker(tmp_path, *checking) as broker:
+        outcome = run_client(
+            remoting_java.command(
+                "transaction",
+                logs,
+                namesrv=broker.remoting_endpoint,
+                topic="orders-tx",
+                group="tx-readers",
+                count=count,
+            ),
+            logs,
+        )
+    assert outcome.errors == [] and outcome.returncode == 0, outcome.stderr[-3000:]
+    sent = {s["msgId"]: s for s in outcome.summary["sent"]}
+    assert [s["status"] for s in sent.values()] == ["SEND_OK"] * count
+    by_idx = {s["idx"]: s for s in sent.values()}
+    assert by_idx[0]["localState"] == "COMMIT_MESSAGE"
+    assert by_idx[1]["localState"] == "ROLLBACK_MESSAGE"
+    entries = outcome.summary["received"]
+    checks = [e for e in entries if e["kind"] == "check"]
+    delivered = [e["message"] for e in entries if e["kind"] == "delivery"]
+    # Every transaction left UNKNOW was asked about, with the message as it was sent.
+    unknown = {s["msgId"] for s in sent.values() if s["localState"] == "UNKNOW"}
+    assert unknown and unknown <= {c["msgId"] for c in checks}
+    for check in checks:
+        assert check["topic"] == "orders-tx"
+        assert check["body"] == f"tx-{sent[check['msgId']]['idx']}"
+    # Committed at once or after the check: delivered once each; the rolled-back one never.
+    wanted = {m for m, s in sent.items() if s["idx"] != 1}
+    assert sorted(m["msgId"] for m in delivered) == sorted(wanted)
+    for message in delivered:
+        assert message["body"] == f"tx-{sent[message['msgId']]['idx']}"
+        assert message["properties"]["origin"] == "remoting"

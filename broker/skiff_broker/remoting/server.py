@@ -20,6 +20,7 @@ from .producing import Producing
 from .queue_locks import QueueLocking
 from .redelivery import SendBack
 from .service import AUTH_NOT_SERVED, RemotingService
+from .transactions import RemotingTransactions
 
 LISTEN_OPTION = "--remoting-listen"
 
@@ -41,10 +42,13 @@ class RemotingServer:
         self.consuming = Consuming(broker, hub)
         self.service = RemotingService(refuse_all=AUTH_NOT_SERVED if config.auth.enabled else "")
         self.service.add(NameServer(broker).handlers())
-        self.service.add(Producing(broker).handlers())
+        # Its HEART_BEAT records producers, then hands the heartbeat to consuming's.
+        self.transactions = RemotingTransactions(broker, heartbeat=self.consuming.heartbeat)
+        self.service.add(Producing(broker, prepare=self.transactions.prepare).handlers())
         self.service.add(self.consuming.handlers())
         self.service.add(SendBack(broker).handlers())
         self.service.add(QueueLocking(broker).handlers())
+        self.service.add(self.transactions.handlers())
         self.listener = ClientListener(
             config.remoting_listen,
             self._connection,
@@ -73,6 +77,7 @@ class RemotingServer:
     def _closed(self, connection: RemotingConnection) -> None:
         self._open.discard(connection)
         self.consuming.connection_closed(connection)
+        self.transactions.producers.connection_closed(connection)
 
     @property
     def address(self) -> str:

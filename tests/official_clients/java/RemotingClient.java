@@ -32,6 +32,13 @@
 //                    own), COUNT sync sends into each queue in turn; a watcher records an
 //                    error whenever both hold one queue's lock: "received" entries are
 //                    {"consumer", "message"}
+//   transaction      a TransactionMQProducer (group GROUP-tx) sends COUNT half messages
+//                    whose local transactions answer COMMIT_MESSAGE (idx 0), ROLLBACK_MESSAGE
+//                    (idx 1) and UNKNOW (the rest; its check answers COMMIT_MESSAGE but
+//                    ROLLBACK_MESSAGE for idx 1); a push consumer of GROUP receives until
+//                    every committed one came, then 2 s more: "sent" entries carry
+//                    "localState"; "received" entries are {"kind": "check", "msgId" (its
+//                    UNIQ_KEY), "topic", "body"} or {"kind": "delivery", "message"}
 // Exit status 0 when no error occurred.
 
 import java.nio.charset.StandardCharsets;
@@ -52,8 +59,12 @@ import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly;
 import org.apache.rocketmq.client.impl.consumer.ProcessQueue;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.LocalTransactionState;
 import org.apache.rocketmq.client.producer.SendCallback;
 import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.client.producer.TransactionListener;
+import org.apache.rocketmq.client.producer.TransactionMQProducer;
+import org.apache.rocketmq.client.producer.TransactionSendResult;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageClientIDSetter;
@@ -94,6 +105,9 @@ public class RemotingClient {
                     break;
                 case "orderly":
                     orderly(namesrv, topic, group, count, deadlineMs);
+                    break;
+                case "transaction":
+                    transaction(namesrv, topic, group, count, deadlineMs);
                     break;
                 case "retry":
                     retry(namesrv, topic, group, count, deadlineMs);
@@ -478,6 +492,61 @@ public class RemotingClient {
                 b[0].shutdown();
             }
             a.shutdown();
+            producer.shutdown();
+        }
+    }
+
+    static void transaction(String namesrv, String topic, String group, int count, long deadlineMs)
+        throws Exception {
+        int committed = count - 1;
+        CountDownLatch delivered = new CountDownLatch(committed);
+        TransactionMQProducer producer = new TransactionMQProducer(group + "-tx");
+        producer.setNamesrvAddr(namesrv);
+        producer.setTransactionListener(new TransactionListener() {
+            public LocalTransactionState executeLocalTransaction(Message message, Object arg) {
+                int idx = Integer.parseInt(message.getUserProperty("idx"));
+                return idx == 0 ? LocalTransactionState.COMMIT_MESSAGE
+                    : idx == 1 ? LocalTransactionState.ROLLBACK_MESSAGE : LocalTransactionState.UNKNOW;
+            }
+
+            public LocalTransactionState checkLocalTransaction(MessageExt message) {
+                received.add("{\"kind\": \"check\", \"msgId\": " + quote(MessageClientIDSetter.getUniqID(message))
+                    + ", \"topic\": " + quote(message.getTopic())
+                    + ", \"body\": " + quote(new String(message.getBody(), StandardCharsets.UTF_8)) + "}");
+                return "1".equals(message.getUserProperty("idx"))
+                    ? LocalTransactionState.ROLLBACK_MESSAGE : LocalTransactionState.COMMIT_MESSAGE;
+            }
+        });
+        producer.start();
+        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
+        try {
+            for (int i = 0; i < count; i++) {
+                TransactionSendResult result = producer.sendMessageInTransaction(
+                    message(topic, "TagA", "tx-" + i, i), null);
+                sent.add("{\"idx\": " + i + ", \"msgId\": " + quote(result.getMsgId())
+                    + ", \"status\": " + quote(String.valueOf(result.getSendStatus()))
+                    + ", \"transactionId\": " + quote(result.getTransactionId())
+                    + ", \"localState\": " + quote(String.valueOf(result.getLocalTransactionState())) + "}");
+            }
+            consumer.setNamesrvAddr(namesrv);
+            consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+            consumer.subscribe(topic, "*");
+            consumer.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
+                for (MessageExt message : messages) {
+                    received.add("{\"kind\": \"delivery\", \"message\": " + view(message) + "}");
+                    delivered.countDown();
+                }
+                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+            });
+            consumer.start();
+            if (!delivered.await(deadlineMs, TimeUnit.MILLISECONDS)) {
+                errors.add("only " + (committed - delivered.getCount()) + " of " + committed
+                    + " committed messages were delivered");
+            }
+            // A rolled-back message would come by now.
+            Thread.sleep(2000);
+        } finally {
+            consumer.shutdown();
             producer.shutdown();
         }
     }
