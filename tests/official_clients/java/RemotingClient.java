@@ -451,8 +451,11 @@ public class RemotingClient {
         java.util.concurrent.atomic.AtomicBoolean watching = new java.util.concurrent.atomic.AtomicBoolean(true);
         Thread watcher = new Thread(() -> {
             while (watching.get()) {
+                // Held by a before and after b's were read: a hand-over between the reads
+                // is not an overlap.
                 List<Integer> both = locked(a, topic);
                 both.retainAll(locked(b[0], topic));
+                both.retainAll(locked(a, topic));
                 if (!both.isEmpty()) {
                     errors.add("a and b both hold the lock of queues " + both);
                     return;
