@@ -24,6 +24,8 @@ class RequestCode(enum.IntEnum):
     CONSUMER_SEND_MSG_BACK = 36
     END_TRANSACTION = 37
     GET_CONSUMER_LIST_BY_GROUP = 38
+    # Broker to client (oneway): resolve this half message with END_TRANSACTION.
+    CHECK_TRANSACTION_STATE = 39
     # Broker to client: a group's members changed, rebalance now.
     NOTIFY_CONSUMER_IDS_CHANGED = 40
     LOCK_BATCH_MQ = 41

@@ -23,7 +23,10 @@ from .connection import RemotingConnection
 from .consuming import Consuming
 from .name_server import NameServer
 from .producing import Producing
+from .queue_locks import QueueLocking
+from .redelivery import SendBack
 from .service import RemotingService
+from .transactions import RemotingTransactions, check_allowed
 
 LISTEN_OPTION = "--remoting-listen"
 
@@ -49,8 +52,17 @@ class RemotingServer:
             gate=RemotingAccess(broker.users).refusal if config.auth.enabled else None
         )
         self.service.add(NameServer(broker).handlers())
-        self.service.add(Producing(broker).handlers())
+        # Its HEART_BEAT records producers, then hands the heartbeat to consuming's.
+        self.transactions = RemotingTransactions(
+            broker,
+            heartbeat=self.consuming.heartbeat,
+            may_be_asked=check_allowed(broker) if config.auth.enabled else None,
+        )
+        self.service.add(Producing(broker, prepare=self.transactions.prepare).handlers())
         self.service.add(self.consuming.handlers())
+        self.service.add(SendBack(broker).handlers())
+        self.service.add(QueueLocking(broker).handlers())
+        self.service.add(self.transactions.handlers())
         self.listener = ClientListener(
             config.remoting_listen,
             self._connection,
@@ -79,6 +91,7 @@ class RemotingServer:
     def _closed(self, connection: RemotingConnection) -> None:
         self._open.discard(connection)
         self.consuming.connection_closed(connection)
+        self.transactions.producers.connection_closed(connection)
 
     @property
     def address(self) -> str:

@@ -230,6 +230,10 @@ class BrokerServer:
                     plaintext=self.config.tls.mode is not TlsMode.ENFORCING,
                 )
                 self.remoting.bind()
+                # 4.x producers are asked over their remoting connections, others as before.
+                self.broker.transactions.send_check = self.remoting.transactions.check_sender(
+                    self.broker.transactions.send_check, loop
+                )
             await self.replication.start()
             self.metrics_port = self.telemetry.start_metrics_endpoint()
         except OSError:
