@@ -225,7 +225,12 @@ class BrokerProcess:
         for name in (SEND_TOPIC, BATCH_TOPIC, E2E_TOPIC):
             table.put(TopicConfig(name, QUEUES, QUEUES))
         self.log_path = os.path.join(root, f"broker-{mode}.log")
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "broker"), *sys.path])}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "broker"), *sys.path]),
+            # The remoting port's default (8080) may be taken on a shared machine.
+            "SKIFF_REMOTING_LISTEN": "127.0.0.1:0",
+        }
         with open(self.log_path, "wb") as log_file:
             self.proc = subprocess.Popen(
                 [

@@ -54,7 +54,12 @@ def one_start(work: Path, extra: list[str]) -> dict[str, float]:
     table = TopicTable(str(data_dir / "config" / "topics.json"))
     table.load()
     table.put(TopicConfig("first", 1, 1))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "broker"), *sys.path])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "broker"), *sys.path]),
+        # The remoting port's default (8080) may be taken on a shared machine.
+        "SKIFF_REMOTING_LISTEN": "127.0.0.1:0",
+    }
     for name in [k for k in env if k.startswith("SKIFF_")]:
         del env[name]
     command = [sys.executable, "-m", "skiff_broker", "broker", "--listen", "127.0.0.1:0"]

@@ -26,6 +26,10 @@ START_DEADLINE_S = 120.0
 STOP_DEADLINE_S = 30.0
 QUEUES = 8  # queues, partitions: the same for every system
 TOPICS = ("bench", "backlog-1k", "backlog-100", "e2e", "e2e-official", "java", "java-push")
+# FIFO topics of one queue, and the consumer groups that consume them in order (RocketMQ
+# pops in order only for a group configured consumeMessageOrderly); Skiff and RocketMQ only.
+FIFO_TOPICS = ("fifo-batch", "fifo-longer")
+ORDERLY_GROUPS = ("fifo-peer",)
 JVM_HEAP = "1g"
 
 ASYNC = "async"
@@ -168,7 +172,7 @@ class SkiffBroker(Broker):
     def start(self) -> None:
         sys.path.insert(0, str(ROOT / "broker"))
         from skiff_broker import __version__
-        from skiff_broker.metadata.topic_table import TopicConfig, TopicTable
+        from skiff_broker.metadata.topic_table import MessageType, TopicConfig, TopicTable
 
         self.version = __version__
         store = self.data_dir / "store"
@@ -176,8 +180,15 @@ class SkiffBroker(Broker):
         table.load()
         for name in TOPICS:
             table.put(TopicConfig(name, QUEUES, QUEUES))
+        for name in FIFO_TOPICS:
+            table.put(TopicConfig(name, 1, 1, message_type=MessageType.FIFO))
         port = free_port()
-        env = {**os.environ, "PYTHONPATH": str(ROOT / "broker")}
+        # The remoting port's default (8080) may be taken on a shared machine.
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT / "broker"),
+            "SKIFF_REMOTING_LISTEN": "127.0.0.1:0",
+        }
         flush = "SYNC_FLUSH" if self.durability == SYNC else "ASYNC_FLUSH"
         proc = self._spawn(
             [
@@ -244,7 +255,33 @@ class RocketMQBroker(Broker):
             }
             for name, kind in self.topics.items()
         }
+        for name in FIFO_TOPICS:
+            table[name] = {
+                **table[TOPICS[0]],
+                "topicName": name,
+                "readQueueNums": 1,
+                "writeQueueNums": 1,
+                "attributes": {"message.type": "FIFO"},
+            }
         (store / "config" / "topics.json").write_text(json.dumps({"topicConfigTable": table}))
+        groups = {
+            name: {
+                "groupName": name,
+                "consumeEnable": True,
+                "consumeFromMinEnable": True,
+                "consumeBroadcastEnable": True,
+                "consumeMessageOrderly": True,
+                "retryQueueNums": 1,
+                "retryMaxTimes": 16,
+                "brokerId": 0,
+                "whichBrokerWhenConsumeSlowly": 1,
+                "notifyConsumerIdsChangedEnable": True,
+            }
+            for name in ORDERLY_GROUPS
+        }
+        (store / "config" / "subscriptionGroup.json").write_text(
+            json.dumps({"subscriptionGroupTable": groups})
+        )
         namesrv_port, broker_port, grpc_port, remoting_port = (free_port() for _ in range(4))
         (self.data_dir / "namesrv.conf").write_text(f"listenPort={namesrv_port}\n")
         flush = "SYNC_FLUSH" if self.durability == SYNC else "ASYNC_FLUSH"

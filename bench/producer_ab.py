@@ -141,6 +141,7 @@ def main() -> int:
     # The broker inherits the environment: any free metrics port, as other brokers on the
     # machine may hold the default one.
     os.environ["SKIFF_METRICS_LISTEN"] = "127.0.0.1:0"
+    os.environ["SKIFF_REMOTING_LISTEN"] = "127.0.0.1:0"
     trees = {"baseline": args.baseline.resolve(), "candidate": ROOT}
     root = tempfile.mkdtemp(prefix="skiff-producer-ab-", dir=os.path.abspath(args.data_dir))
     runs: dict[str, list[dict]] = {"baseline": [], "candidate": []}

@@ -83,6 +83,8 @@ class Node:
             "PYTHONPATH": os.pathsep.join([str(ROOT / "broker"), *sys.path]),
             # The group's shared replication secret (any 16+ bytes; one per run here).
             "SKIFF_HA_SECRET": BENCH_HA_SECRET,
+            # The remoting port's default (8080) may be taken on a shared machine.
+            "SKIFF_REMOTING_LISTEN": "127.0.0.1:0",
         }
         with open(self.log_path, "wb") as log_file:
             self.proc = subprocess.Popen(

@@ -152,6 +152,8 @@ def _addresses_to_serve(config: BrokerConfig) -> list[tuple[str, str]]:
         addresses.append((config.cluster.external_listen, "--external-listen"))
     if config.metrics_listen:
         addresses.append((config.metrics_listen, "--metrics-listen"))
+    if config.remoting_enabled:
+        addresses.append((config.remoting_listen, "--remoting-listen"))
     # A master serves replication from the start; other roles only once promoted.
     if config.replication.role is Role.MASTER and config.replication.ha_listen:
         addresses.append((config.replication.ha_listen, "--ha-listen"))

@@ -38,6 +38,25 @@ class BrokerConfig:
         "Where to serve Prometheus metrics at /metrics (HOST:PORT; port 0 picks a free "
         "one; empty: no endpoint). 5557 is RocketMQ 5's metrics port.",
     )
+    # RocketMQ's remoting protocol (4.x clients, mqadmin); 8080 is the RocketMQ 5 proxy's
+    # remoting port. Loopback unless chosen, like --listen.
+    remoting_listen: str = option(
+        "127.0.0.1:8080",
+        "--remoting-listen",
+        "SKIFF_REMOTING_LISTEN",
+        "Address of the RocketMQ remoting port, for 4.x clients and tools: they set "
+        "namesrvAddr to it (HOST:PORT; port 0 picks a free one; empty or 'off': no "
+        "remoting port). Clients on other hosts need e.g. 0.0.0.0:8080.",
+    )
+    remoting_max_frame_size: int = option(
+        16 * 1024 * 1024,
+        "--remoting-max-frame-size",
+        "SKIFF_REMOTING_MAX_FRAME_SIZE",
+        "Largest remoting frame (header and body) a client may send; a connection that "
+        "sends a larger one is closed. RocketMQ's com.rocketmq.remoting.frameMaxLength.",
+        kind="size",
+        minimum=64 * 1024,
+    )
     advertised_endpoint: str = option(
         "",
         "--advertise",
@@ -96,8 +115,9 @@ class BrokerConfig:
     # Push consumers send no invisible time; the broker chooses it.
     default_invisible_time_ms: int = 60_000
     max_long_polling_ms: int = 20_000
-    # DELAY messages may be scheduled at most this far ahead (RocketMQ: 3 days).
-    max_delay_ms: int = 3 * 24 * 3600 * 1000
+    # DELAY messages may be scheduled at most this far ahead: RocketMQ's proxy
+    # maxDelayTimeMills, what its gRPC clients meet (its broker's timerMaxDelaySec is 3 days).
+    max_delay_ms: int = 24 * 3600 * 1000
     # Transactions: an unresolved half message is checked with its producer after
     # this long, every check interval, at most check_max times, then rolled back.
     transaction_check_interval_s: float = option(
@@ -167,6 +187,10 @@ class BrokerConfig:
     request_buffers: RequestBufferConfig = dataclasses.field(default_factory=RequestBufferConfig)
 
     @property
+    def remoting_enabled(self) -> bool:
+        return self.remoting_listen.strip().lower() not in ("", "off")
+
+    @property
     def min_invisible_time_ms(self) -> int:
         return round(self.min_invisible_time_s * 1000)
 
@@ -181,6 +205,13 @@ class BrokerConfig:
                 raise ValueError(
                     f"--metrics-listen must be HOST:PORT, or empty to serve no metrics; "
                     f"got {self.metrics_listen!r}"
+                )
+        if self.remoting_enabled:
+            host, _, port = self.remoting_listen.rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(
+                    f"--remoting-listen must be HOST:PORT, or empty (or off) to serve no "
+                    f"remoting port; got {self.remoting_listen!r}"
                 )
         if self.max_delivery_attempts < 1:
             raise ValueError("max delivery attempts must be at least 1")

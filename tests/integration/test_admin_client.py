@@ -54,7 +54,7 @@ def test_broker_errors_are_typed_with_the_reason(admin, broker):
         admin.create_topic("ac-errors")
     with pytest.raises(InvalidArgument, match="would never be read"):
         admin.update_topic("ac-errors", write_queues=4)
-    with pytest.raises(InvalidArgument, match="invalid"):
+    with pytest.raises(InvalidArgument, match="contains illegal characters"):
         admin.create_topic("no spaces allowed")
     with pytest.raises(NotFound, match="'ac-missing' does not exist"):
         admin.get_topic("ac-missing")

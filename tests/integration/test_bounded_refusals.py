@@ -187,7 +187,7 @@ def test_admin_names_a_10_kib_group_briefly(channel):
         stub.GetConsumerLag(
             apb.GetConsumerLagRequest(topic=TOPIC, group=HUGE_NAME), timeout=RPC_TIMEOUT_S
         )
-    assert refused.value.code() == grpc.StatusCode.NOT_FOUND, refused.value
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value
     assert_short(refused.value.details())
 
 

@@ -22,6 +22,7 @@ def _env(**extra):
         **os.environ,
         "PYTHONPATH": os.pathsep.join(sys.path),
         "SKIFF_METRICS_LISTEN": "127.0.0.1:0",
+        "SKIFF_REMOTING_LISTEN": "127.0.0.1:0",
         **extra,
     }
 

@@ -361,14 +361,15 @@ def test_fifo_group_waits_for_an_unacked_message_and_gets_it_again_first(config,
         (first,) = consumer.receive(1, SHORT_INVISIBLE_S)
         assert first.message_id == first_id
         # Not acked: the next receive must not skip ahead to the second message,
-        # it waits until the first becomes visible again.
-        (again,) = receive_all(consumer, 1, SHORT_INVISIBLE_S, ack=False)
+        # it waits until the first becomes visible again and reads on from it.
+        again, second = receive_all(consumer, 2, SHORT_INVISIBLE_S, ack=False)
         assert again.message_id == first_id
         assert again.delivery_attempt == 2
         consumer.ack(again)
-        (second,) = receive_all(consumer, 1)
+        consumer.ack(second)
     assert second.message_id == second_id
     assert second.body == b"only:1"
+    assert second.delivery_attempt == 1
 
 
 def test_fifo_push_consumer_consumes_each_group_in_order(config, group):

@@ -91,7 +91,7 @@ def test_refused_sends_name_the_option_that_fixes_them(broker):
         [*SKIFF, "send", "--topic", "demo", "--body", "x" * 2000, "--endpoint", broker.endpoint]
     )
     assert large.returncode == 1
-    assert "the limit is 1024" in large.stderr
+    assert "message body cannot exceed the max 1024" in large.stderr
     assert "a larger --max-message-size" in large.stderr
 
 

@@ -84,14 +84,15 @@ def _listen_addresses(line: str) -> set[str]:
     given = {flag: args[args.index(flag) + 1] for flag in args if flag.endswith("-listen")}
     given.setdefault("--listen", "127.0.0.1:8081")
     given.setdefault("--metrics-listen", "127.0.0.1:5557")
+    given.setdefault("--remoting-listen", "127.0.0.1:8080")
     return set(given.values())
 
 
 def test_the_replication_brokers_take_no_port_of_each_other_or_of_the_first_broker():
-    # The getting-started broker (8081, metrics 5557) may still run beside them.
+    # The getting-started broker (8081, metrics 5557, remoting 8080) may still run beside them.
     first, _ = _blocks(_page("replication.md"), "sh")
     a0, a1 = [_listen_addresses(line) for line in first.splitlines() if "skiff broker" in line]
-    taken = {"127.0.0.1:8081", "127.0.0.1:5557"}
+    taken = {"127.0.0.1:8081", "127.0.0.1:5557", "127.0.0.1:8080"}
     assert not a0 & taken and not a1 & taken and not a0 & a1, (a0, a1)
 
 
@@ -300,8 +301,8 @@ def test_skiffs_own_clients_snippet(tmp_path):
 
 # -- the replication walkthrough ---------------------------------------------------
 
-# a0's and a1's client, replication and metrics ports on the replication page.
-PAGE_PORTS = ("8091", "8092", "10921", "10922", "5567", "5568")
+# a0's and a1's client, replication, metrics and remoting ports on the replication page.
+PAGE_PORTS = ("8091", "8092", "10921", "10922", "5567", "5568", "8181", "8182")
 
 
 class Walkthrough:

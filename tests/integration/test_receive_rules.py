@@ -7,7 +7,11 @@ Through the official Python client where it can say it, raw gRPC stubs where it 
 - a receive's invisible duration is 10 s to 12 h (ILLEGAL_INVISIBLE_TIME, "the
   invisibleTime is too small" / "too large"); a change of it is 0 to 12 h;
 - an ack or change after the invisible time ran out answers INVALID_RECEIPT_HANDLE, and
-  the message is delivered again.
+  the message is delivered again;
+- a change to 0 is a nack: the message comes again at once, its attempt counted; below 0
+  is refused ("the invisibleTime is too small. min is 0");
+- ForwardMessageToDeadLetterQueue moves the message to %DLQ%<group> at once: it is not
+  delivered to the group again.
 
 Two brokers: one with the default minimum, one started with a 1 s minimum so that the
 expiry tests wait seconds.
@@ -28,7 +32,7 @@ from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
 from rocketmq.v5.exception import BadRequestException
 from tests.support.broker_fixture import module_broker
 from tests.support.broker_process import SHORT_INVISIBLE_ARGS, BrokerProcess
-from tests.support.official_client import started_producer, started_simple_consumer
+from tests.support.official_client import receive_all, started_producer, started_simple_consumer
 
 from skiff_broker.metadata.topic_table import TopicConfig
 
@@ -36,6 +40,8 @@ BATCH_TOPIC = "rules-batch"
 EMPTY_TOPIC = "rules-empty"
 LATE_ACK_TOPIC = "rules-late-ack"
 LATE_CHANGE_TOPIC = "rules-late-change"
+NACK_TOPIC = "rules-nack"
+FORWARD_TOPIC = "rules-forward"
 TWELVE_HOURS_MS = 12 * 3600 * 1000
 # Short, so the test waits little; the broker is started accepting it.
 SHORT_INVISIBLE_S = 2
@@ -43,12 +49,20 @@ RPC_TIMEOUT_S = 10.0
 
 broker = module_broker(
     "receive-rules",
-    topics=(TopicConfig(BATCH_TOPIC, 1, 1), TopicConfig(EMPTY_TOPIC, 1, 1)),
+    topics=(
+        TopicConfig(BATCH_TOPIC, 1, 1),
+        TopicConfig(EMPTY_TOPIC, 1, 1),
+        TopicConfig(NACK_TOPIC, 1, 1),
+    ),
 )
 short_broker = module_broker(
     "receive-rules-short",
     *SHORT_INVISIBLE_ARGS,
-    topics=(TopicConfig(LATE_ACK_TOPIC, 1, 1), TopicConfig(LATE_CHANGE_TOPIC, 1, 1)),
+    topics=(
+        TopicConfig(LATE_ACK_TOPIC, 1, 1),
+        TopicConfig(LATE_CHANGE_TOPIC, 1, 1),
+        TopicConfig(FORWARD_TOPIC, 1, 1),
+    ),
 )
 
 
@@ -202,3 +216,82 @@ def test_a_change_of_invisible_duration_after_it_ran_out_is_refused_and_the_mess
         [again] = consumer.receive(1, 30)
         assert (again.message_id, again.body) == (first.message_id, body)
         consumer.ack(again)
+
+
+# -- nack -----------------------------------------------------------------------------------
+
+
+def change_status(
+    stub: MessagingServiceStub, group: str, topic: str, message: Message, invisible: Duration
+) -> spb.ChangeInvisibleDurationResponse:
+    return stub.ChangeInvisibleDuration(
+        spb.ChangeInvisibleDurationRequest(
+            group=pb.Resource(name=group),
+            topic=pb.Resource(name=topic),
+            receipt_handle=message.receipt_handle,
+            invisible_duration=invisible,
+            message_id=message.message_id,
+        ),
+        timeout=RPC_TIMEOUT_S,
+    )
+
+
+def test_a_change_of_invisible_duration_to_0_is_a_nack_and_below_0_is_refused(
+    broker: BrokerProcess, stub: MessagingServiceStub
+) -> None:
+    [body] = send(broker, NACK_TOPIC, 1, "nack")
+    group = "rules-nack"
+    with started_simple_consumer(client_config(broker), group, NACK_TOPIC) as consumer:
+        [first] = consumer.receive(1, 60)
+        below = change_status(stub, group, NACK_TOPIC, first, Duration(nanos=-1_000_000))
+        assert below.status.code == pb.Code.ILLEGAL_INVISIBLE_TIME, below.status
+        assert "the invisibleTime is too small. min is 0" in below.status.message
+        nack = change_status(stub, group, NACK_TOPIC, first, Duration())
+        assert nack.status.code == pb.Code.OK, nack.status
+        # Due at once: this receive gets it, though it asked for a minute's invisibility.
+        [again] = consumer.receive(1, 30)
+        assert (again.message_id, again.body) == (first.message_id, body)
+        assert again.delivery_attempt == first.delivery_attempt + 1
+        consumer.ack(again)
+
+
+# -- forward to the dead-letter topic ---------------------------------------------------------
+
+
+def forward_status(
+    stub: MessagingServiceStub, group: str, topic: str, message: Message
+) -> pb.Status:
+    return stub.ForwardMessageToDeadLetterQueue(
+        spb.ForwardMessageToDeadLetterQueueRequest(
+            group=pb.Resource(name=group),
+            topic=pb.Resource(name=topic),
+            receipt_handle=message.receipt_handle,
+            message_id=message.message_id,
+            delivery_attempt=message.delivery_attempt,
+            max_delivery_attempts=16,
+        ),
+        timeout=RPC_TIMEOUT_S,
+    ).status
+
+
+def test_a_forwarded_message_goes_to_the_dead_letter_topic_and_not_to_the_group_again(
+    short_broker: BrokerProcess,
+) -> None:
+    [body] = send(short_broker, FORWARD_TOPIC, 1, "forward")
+    group = "rules-forward"
+    config = client_config(short_broker)
+    with grpc.insecure_channel(short_broker.endpoint) as channel:
+        stub = MessagingServiceStub(channel)
+        with started_simple_consumer(config, group, FORWARD_TOPIC, await_s=2) as consumer:
+            [first] = consumer.receive(1, SHORT_INVISIBLE_S)
+            forwarded = forward_status(stub, group, FORWARD_TOPIC, first)
+            assert forwarded.code == pb.Code.OK, forwarded
+            # Its handle is spent: a second forward or an ack is refused.
+            again = forward_status(stub, group, FORWARD_TOPIC, first)
+            assert again.code == pb.Code.INVALID_RECEIPT_HANDLE, again
+            time.sleep(SHORT_INVISIBLE_S + 1)  # past the invisible time it was received with
+            assert consumer.receive(1, 30) == [], "a forwarded message is not delivered again"
+        dead_letter_topic = f"%DLQ%{group}"
+        with started_simple_consumer(config, f"{group}-dlq", dead_letter_topic) as dlq:
+            [dead] = receive_all(dlq, 1)
+    assert (dead.message_id, dead.body) == (first.message_id, body)

@@ -156,7 +156,9 @@ def test_an_empty_append_is_refused(stub):
     ("topic", "code", "problem"),
     [
         ("append-missing", grpc.StatusCode.NOT_FOUND, "does not exist"),
-        ("bad/name", grpc.StatusCode.INVALID_ARGUMENT, "topic"),
+        ("bad/name", grpc.StatusCode.INVALID_ARGUMENT, "contains illegal characters"),
+        ("rmq_sys_mine", grpc.StatusCode.INVALID_ARGUMENT, "cannot access system topic"),
+        ("TBW102", grpc.StatusCode.INVALID_ARGUMENT, "cannot access system topic"),
         (FIFO, grpc.StatusCode.FAILED_PRECONDITION, "NORMAL messages only"),
     ],
 )

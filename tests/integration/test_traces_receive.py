@@ -91,10 +91,11 @@ def test_the_laptop_recipe_gives_append_and_flush_spans_that_analyze_reads(
     tmp_path: Path, receiver_at: list[Receiver]
 ) -> None:
     receive_line, broker_line, traffic = _recipe()
-    client_port, metrics_port = free_port(), free_port()
+    client_port, metrics_port, remoting_port = free_port(), free_port(), free_port()
 
     def on_free_ports(line: str) -> str:
         line = line.replace("127.0.0.1:8093", f"127.0.0.1:{client_port}")
+        line = line.replace("127.0.0.1:8183", f"127.0.0.1:{remoting_port}")
         return line.replace("127.0.0.1:5569", f"127.0.0.1:{metrics_port}")
 
     receive = shlex.split(receive_line)

@@ -729,6 +729,8 @@ def start_broker_from_stored_pod_spec(cluster: Cluster) -> BrokerProcess:
     # to scrape it, so the pod binds it on its loopback.
     assert env["SKIFF_METRICS_LISTEN"] == "127.0.0.1:5557"
     env["SKIFF_METRICS_LISTEN"] = "127.0.0.1:0"
+    # Nor is the remoting port's default (8080) free here.
+    env["SKIFF_REMOTING_LISTEN"] = "127.0.0.1:0"
     # The pod's broker elects its master through the group's Lease; the election is the
     # broker's and is tested with broker processes holding real Leases. Here the broker
     # stands for the elected master the operator talks to.

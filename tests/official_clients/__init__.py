@@ -34,6 +34,8 @@ from tests.official_clients.maven import (
 T = TypeVar("T")
 
 JAVA_CLIENT_VERSION = "5.2.0"
+# The classic remoting client (DefaultMQProducer, DefaultMQPushConsumer, ...).
+REMOTING_CLIENT_VERSION = "4.9.8"
 GO_CLIENT_VERSION = "v5.1.2"  # also in go/go.mod, which go/go.sum verifies
 SOURCES = Path(__file__).resolve().parent
 # Generous: a cold JVM or Go binary, the client's start-up and one long poll per receive.
@@ -69,6 +71,7 @@ class JavaClient:
     """The compiled Java program: ``command(mode, ...)`` is its command line."""
 
     classpath: str
+    main_class: str = "OfficialClient"
 
     def command(self, mode: str, log_dir: Path, **options: object) -> list[str]:
         java = shutil.which("java")
@@ -79,7 +82,7 @@ class JavaClient:
             f"-Drocketmq.log.root={log_dir}",
             "-cp",
             self.classpath,
-            "OfficialClient",
+            self.main_class,
             mode,
             *_flags(options),
         ]
@@ -113,6 +116,74 @@ def java_client() -> JavaClient:
     except InstallError as exc:
         raise ClientsUnavailable(str(exc)) from None
     return JavaClient(f"{classes}{os.pathsep}{lib}/*")
+
+
+def remoting_java_client() -> JavaClient:
+    """Build (once) and return ``java/RemotingClient.java`` on rocketmq-client 4.x."""
+    source = SOURCES / "java" / "RemotingClient.java"
+    for tool in ("java", "javac", "mvn"):
+        if shutil.which(tool) is None:
+            raise ClientsUnavailable(
+                f"the RocketMQ 4.x client needs {tool}: "
+                "apt-get install openjdk-17-jdk-headless maven"
+            )
+    try:
+        lib = ensure_maven_classpath(
+            skiff_cache() / "official-clients" / f"java-remoting-{REMOTING_CLIENT_VERSION}",
+            [MavenArtifact("org.apache.rocketmq", "rocketmq-client", REMOTING_CLIENT_VERSION)],
+        )
+        home = _build_home("java-remoting", REMOTING_CLIENT_VERSION, source)
+        classes = home / "classes"
+        if not (classes / "RemotingClient.class").exists():
+            partial = home / "classes.partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir(parents=True)
+            run_install_step(
+                ["javac", "-cp", f"{lib}/*", "-d", str(partial), str(source)],
+                "the RocketMQ 4.x client program",
+            )
+            partial.rename(classes)
+    except InstallError as exc:
+        raise ClientsUnavailable(str(exc)) from None
+    return JavaClient(f"{classes}{os.pathsep}{lib}/*", main_class="RemotingClient")
+
+
+def remoting_security_java_client() -> JavaClient:
+    """Build (once) and return ``java/RemotingSecurityClient.java`` (with RemotingClient.java's
+    helpers) on rocketmq-client and rocketmq-acl 4.x: ACL signatures and TLS."""
+    sources = [
+        SOURCES / "java" / "RemotingClient.java",
+        SOURCES / "java" / "RemotingSecurityClient.java",
+    ]
+    for tool in ("java", "javac", "mvn"):
+        if shutil.which(tool) is None:
+            raise ClientsUnavailable(
+                f"the RocketMQ 4.x client needs {tool}: "
+                "apt-get install openjdk-17-jdk-headless maven"
+            )
+    try:
+        # A folder of its own: the plain client's folder keeps exactly its own artifacts.
+        lib = ensure_maven_classpath(
+            skiff_cache() / "official-clients" / f"java-remoting-acl-{REMOTING_CLIENT_VERSION}",
+            [
+                MavenArtifact("org.apache.rocketmq", "rocketmq-client", REMOTING_CLIENT_VERSION),
+                MavenArtifact("org.apache.rocketmq", "rocketmq-acl", REMOTING_CLIENT_VERSION),
+            ],
+        )
+        home = _build_home("java-remoting-security", REMOTING_CLIENT_VERSION, *sources)
+        classes = home / "classes"
+        if not (classes / "RemotingSecurityClient.class").exists():
+            partial = home / "classes.partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir(parents=True)
+            run_install_step(
+                ["javac", "-cp", f"{lib}/*", "-d", str(partial), *map(str, sources)],
+                "the RocketMQ 4.x ACL and TLS client program",
+            )
+            partial.rename(classes)
+    except InstallError as exc:
+        raise ClientsUnavailable(str(exc)) from None
+    return JavaClient(f"{classes}{os.pathsep}{lib}/*", main_class="RemotingSecurityClient")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -100,6 +100,8 @@ def broker_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
         "SKIFF_HA_SECRET": HA_SECRET,
         # Several brokers run at once: each serves its metrics on a port of its own.
         "SKIFF_METRICS_LISTEN": "127.0.0.1:0",
+        # ... and its remoting port too (the default, 8080, would collide).
+        "SKIFF_REMOTING_LISTEN": "127.0.0.1:0",
         # asyncio's debug report of callbacks holding the broker's event loop.
         "SKIFF_SLOW_CALLBACK_REPORT_MS": SLOW_CALLBACK_REPORT_MS,
         "PYTHONPATH": os.pathsep.join(sys.path),
@@ -125,6 +127,8 @@ class BrokerProcess:
     data_dir: Path
     log_path: Path
     endpoint: str = ""
+    # Where RocketMQ 4.x clients reach it (namesrvAddr), 127.0.0.1:PORT; empty if off.
+    remoting_endpoint: str = ""
     # Where a master serves replication (empty for a replica).
     ha_endpoint: str = ""
     # http://127.0.0.1:PORT/metrics, its Prometheus endpoint.
@@ -202,6 +206,9 @@ class BrokerProcess:
                 if message.startswith("serving replication on "):
                     port = message.rpartition(":")[2]
                     self.ha_endpoint = f"127.0.0.1:{port}"
+                if message.startswith("remoting clients on "):
+                    port = message.rpartition(":")[2]
+                    self.remoting_endpoint = f"127.0.0.1:{port}"
                 if message.startswith("metrics on "):
                     self.metrics_url = message.removeprefix("metrics on ")
                 if message.startswith("listening on "):

@@ -29,6 +29,7 @@ from ..rpc.server import RpcServer
 from ..rpc.undecodable import lenient_rpc_handler
 from ..runtime import Broker
 from ..store.message import StoredMessage, encode_host, offset_message_id
+from ..wire.resource_names import SYSTEM_TOPIC_PREFIX, group_name_problem, is_system_topic
 from .consumer_progress import ConsumerProgress
 from .errors import AdminError, AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from .group_admin import GroupAdmin, LiveConsumers, ResetTarget
@@ -170,6 +171,26 @@ def _topic_name(value: str) -> str:
     return value
 
 
+def _new_topic_name(value: str) -> str:
+    """``_topic_name``, and not one of the broker's system topics (RocketMQ refuses them too)."""
+    name = _topic_name(value)
+    if is_system_topic(name):
+        raise InvalidArgument(
+            f"The topic[{quoted(name)}] is conflict with system topic: it belongs to the "
+            f"broker; choose another name (names starting with {SYSTEM_TOPIC_PREFIX!r} are "
+            "reserved)"
+        )
+    return name
+
+
+def _group_name(value: str) -> str:
+    """``value`` if a consumer group can have it as its name; InvalidArgument otherwise."""
+    problem = group_name_problem(value)
+    if problem is not None:
+        raise InvalidArgument(problem)
+    return value
+
+
 def add_to_server(service: AdminService, server: RpcServer) -> None:
     """Register ``service``; undecodable requests reach its handlers as Undecodable."""
     server.add_generic_rpc_handlers(
@@ -211,7 +232,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         config = self._broker.config
         read = spec.read_queue_nums or spec.write_queue_nums or config.default_read_queues
         topic = TopicConfig(
-            name=_topic_name(spec.name),
+            name=_new_topic_name(spec.name),
             read_queue_nums=read,
             write_queue_nums=spec.write_queue_nums or read,
             perm=_permission(spec.permission) or Permission.READ_WRITE,
@@ -396,7 +417,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
 
     @_blocking_handler
     def GetConsumerLag(self, request: apb.GetConsumerLagRequest) -> apb.GetConsumerLagResponse:
-        group = _required(request.group, "consumer group")
+        group = _group_name(request.group)
         topic = self._topics.get(_topic_name(request.topic))
         self._progress.refresh()
         if group not in self._progress.groups_of(topic.name):
@@ -447,7 +468,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     def DescribeConsumerGroup(
         self, request: apb.DescribeConsumerGroupRequest
     ) -> apb.DescribeConsumerGroupResponse:
-        group = _required(request.group, "consumer group")
+        group = _group_name(request.group)
         topic = _topic_name(request.topic) if request.topic else ""
         topics, consumers = self._groups.describe(group, topic)
         return apb.DescribeConsumerGroupResponse(
@@ -476,7 +497,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     ) -> apb.ResetConsumerGroupOffsetsResponse:
         if not request.dry_run:
             self._refuse_groups_on_replica()
-        group = _required(request.group, "consumer group")
+        group = _group_name(request.group)
         if request.target not in _RESET_TARGETS:
             raise InvalidArgument("reset target is required: EARLIEST, LATEST, OFFSET or TIMESTAMP")
         moves = self._groups.reset(
@@ -504,9 +525,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         self, request: apb.DeleteConsumerGroupRequest
     ) -> apb.DeleteConsumerGroupResponse:
         self._refuse_groups_on_replica()
-        deleted = self._groups.delete(
-            _required(request.group, "consumer group"), force=request.force
-        )
+        deleted = self._groups.delete(_group_name(request.group), force=request.force)
         return apb.DeleteConsumerGroupResponse(
             topics=deleted.topics, kept_dlq_topic=deleted.kept_dlq_topic
         )

@@ -211,6 +211,8 @@ INTERRUPTED_EXIT_CODE = 130
 def _next_step(exc: SkiffError, message_group: str | None) -> str:
     """What fixes a refused send, for the refusals a sender can fix from here."""
     if exc.code == "MESSAGE_BODY_TOO_LARGE":
+        if MAX_MESSAGE_SIZE_OPTION.name in exc.message:
+            return f" ({MAX_MESSAGE_SIZE_OPTION.env})"  # the broker said what to do
         return (
             "; send a smaller body, or start the broker with a larger "
             f"{MAX_MESSAGE_SIZE_OPTION.name} ({MAX_MESSAGE_SIZE_OPTION.env})"

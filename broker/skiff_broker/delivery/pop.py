@@ -3,9 +3,18 @@
 Per (group, topic, queue) the broker keeps the next offset never handed out and
 the deliveries in flight. A delivery that is not acked before its invisible
 time ends is handed out again with its attempt counted; one that has used up
-the group's attempts goes to ``%DLQ%<group>`` instead. For FIFO consumption a
-queue hands out nothing new while an earlier delivery of it is in flight, so a
-message group is consumed in order.
+the group's attempts goes to ``%DLQ%<group>`` instead.
+
+FIFO consumption follows Apache RocketMQ's ordered pop: a queue hands out one
+batch at a time and nothing while any unacknowledged delivery of that batch is
+still invisible. Once every unacknowledged one is due, the next receive reads the
+queue again from the batch's first unacknowledged offset, so messages after it
+are delivered again even if they were acknowledged, in their order. Each offset
+that was in the previous batch comes with its attempt counted up (acknowledged or
+not); an offset that was not comes as a first attempt. That is the count RocketMQ's
+broker keeps per offset and its cluster-mode proxy reports; its local-mode proxy
+reports the batch's least count for every message of the batch instead
+(bench/fifo_redelivery_peers.py shows both systems).
 
 Moving a message to ``%DLQ%<group>`` is a store write, which under SYNC_FLUSH or
 SYNC replication waits for the disk or the replicas: it is awaited with the
@@ -70,6 +79,8 @@ class InFlight:
 class QueueState:
     next_offset: int
     in_flight: dict[int, InFlight] = dataclasses.field(default_factory=dict)
+    # FIFO only: offset -> attempt of each delivery of the last batch, acknowledged or not.
+    fifo_batch: dict[int, int] = dataclasses.field(default_factory=dict)
 
     @property
     def consumer_offset(self) -> int:
@@ -233,20 +244,52 @@ class PopService:
                     break
                 state = self._state(group, topic, queue_id)
                 wanted = max_count - len(deliveries)
-                due = self._redeliver(
-                    group, topic, queue_id, state, now, wanted, invisible_ms, fifo
-                )
+                if fifo:
+                    deliveries.extend(
+                        self._pop_fifo(
+                            group, topic, queue_id, state, now, wanted, invisible_ms, tag_filter
+                        )
+                    )
+                    continue
+                due = self._redeliver(group, topic, queue_id, state, now, wanted, invisible_ms)
                 deliveries.extend(due)
-                if fifo and state.in_flight:
-                    continue  # the queue is held by deliveries in flight
                 room = self.max_in_flight - len(state.in_flight)
                 wanted = min(max_count - len(deliveries), room)
                 if wanted > 0:
                     deliveries.extend(
-                        self._pop_new(topic, queue_id, state, now, wanted, invisible_ms, tag_filter)
+                        self._pop_new(
+                            group, topic, queue_id, state, now, wanted, invisible_ms, tag_filter
+                        )
                     )
             if deliveries:
                 self._dirty = True
+        return deliveries
+
+    def _pop_fifo(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        state: QueueState,
+        now: int,
+        wanted: int,
+        invisible_ms: int,
+        tag_filter: MessageFilter,
+    ) -> list[Delivery]:
+        """The queue's next batch, or nothing while its last batch holds it."""
+        if any(e.moving or e.visible_at > now for e in state.in_flight.values()):
+            return []
+        # What is in flight counts too: state saved before batches were kept has only that.
+        previous = state.fifo_batch | {o: e.attempt for o, e in state.in_flight.items()}
+        if state.in_flight:
+            # Read again from the first unacknowledged offset, acknowledged ones after it too.
+            state.next_offset = min(state.in_flight)
+            state.in_flight.clear()
+        deliveries = self._pop_new(
+            group, topic, queue_id, state, now, wanted, invisible_ms, tag_filter, previous
+        )
+        if deliveries or not state.in_flight:
+            state.fifo_batch = {d.offset: d.attempt for d in deliveries}
         return deliveries
 
     def _redeliver(
@@ -258,7 +301,6 @@ class PopService:
         now: int,
         wanted: int,
         invisible_ms: int,
-        fifo: bool,
     ) -> list[Delivery]:
         result: list[Delivery] = []
         for offset in sorted(state.in_flight):
@@ -268,8 +310,6 @@ class PopService:
             if entry.moving:
                 continue  # on its way to the dead-letter topic
             if entry.visible_at > now:
-                if fifo:
-                    break  # later messages of the queue wait for this one
                 continue
             message = self._read(topic, queue_id, offset)
             if message is None:
@@ -283,12 +323,11 @@ class PopService:
             entry.retrieve_time = now
             entry.invisible_time = invisible_ms
             result.append(Delivery(message, queue_id, offset, entry.attempt, now, invisible_ms))
-            if fifo:
-                break  # one at a time, in order
         return result
 
     def _pop_new(
         self,
+        group: str,
         topic: str,
         queue_id: int,
         state: QueueState,
@@ -296,7 +335,9 @@ class PopService:
         wanted: int,
         invisible_ms: int,
         tag_filter: MessageFilter,
+        previous_attempts: dict[int, int] | None = None,
     ) -> list[Delivery]:
+        """Messages from ``next_offset`` on; an offset in ``previous_attempts`` is counted on."""
         got = self._store.get_messages(
             topic,
             queue_id,
@@ -320,9 +361,17 @@ class PopService:
             return []
         result = []
         for message in got.messages:
-            entry = InFlight(message.queue_offset, 1, now, invisible_ms)
-            state.in_flight[message.queue_offset] = entry
-            result.append(Delivery(message, queue_id, message.queue_offset, 1, now, invisible_ms))
+            offset = message.queue_offset
+            attempt = previous_attempts.get(offset, 0) + 1 if previous_attempts else 1
+            entry = InFlight(offset, attempt, now, invisible_ms)
+            state.in_flight[offset] = entry
+            if attempt > self.max_attempts:
+                # It used up its attempts in earlier batches: to the DLQ, not to the consumer.
+                entry.attempt -= 1
+                entry.moving = True
+                self._due_dead_letters.append(_DeadLetter(group, state, entry, message))
+                continue
+            result.append(Delivery(message, queue_id, offset, attempt, now, invisible_ms))
         # Filtered-out messages count as consumed by this group.
         state.next_offset = max(state.next_offset, got.next_offset)
         return result
@@ -459,14 +508,17 @@ class PopService:
             raise PopError(f"could not move the message to {topic}: {result.reason}")
         log.info("moved %s after %d attempts to %s", message.unique_id, attempts, topic)
 
-    def next_visible_at(self, group: str, topic: str) -> int | None:
-        """When the earliest in-flight delivery of the topic becomes due again."""
+    def next_visible_at(self, group: str, topic: str, *, fifo: bool = False) -> int | None:
+        """When the earliest in-flight delivery of the topic becomes due again.
+
+        A FIFO queue is free only once all of its batch is due: its latest due time counts.
+        """
+        pick = max if fifo else min
         with self._lock:
             times = [
-                entry.visible_at
+                pick(entry.visible_at for entry in state.in_flight.values())
                 for (g, t, _), state in self._queues.items()
-                if g == group and t == topic
-                for entry in state.in_flight.values()
+                if g == group and t == topic and state.in_flight
             ]
         return min(times, default=None)
 
@@ -492,6 +544,10 @@ class PopService:
                         for e in state.in_flight.values()
                     ],
                 }
+                if state.fifo_batch:
+                    groups[group][topic][str(queue_id)]["fifoBatch"] = [
+                        [offset, attempt] for offset, attempt in state.fifo_batch.items()
+                    ]
                 self._offsets.commit(group, topic, queue_id, state.consumer_offset)
             self._dirty = False
         self._file.write({"version": 1, "groups": groups})
@@ -508,5 +564,7 @@ def _parse_pop_state(document: dict) -> dict[tuple[str, str, int], QueueState]:
                     state.in_flight[int(offset)] = InFlight(
                         int(offset), int(attempt), int(retrieve), int(invisible)
                     )
+                for offset, attempt in saved.get("fifoBatch", []):
+                    state.fifo_batch[int(offset)] = int(attempt)
                 queues[(group, topic, int(queue_id))] = state
     return queues

@@ -14,7 +14,8 @@ The real message and its op record are one append: the store makes a batch
 visible whole or not at all, so after any restart a transaction is either
 resolved (its op record is there) or not, and is never committed twice.
 
-A half message without an op record after ``timeout_ms`` is checked: every
+A half message without an op record after ``timeout_ms`` (or the longer check immunity
+its producer asked for, ``CHECK_IMMUNITY_TIME_IN_SECONDS``) is checked: every
 ``check_interval_ms`` a producer of its topic is asked (through ``send_check``,
 which the server wires to the telemetry streams) and answers with EndTransaction;
 after ``check_max`` unanswered checks the transaction is rolled back.
@@ -124,6 +125,15 @@ class HalfEntry:
     size: int
     stored_at: int
     checks: int = 0
+    # Not checked before this long after it was stored (its producer asked), nor before
+    # the service's timeout.
+    immunity_ms: int = 0
+
+
+def _immunity_ms(properties: dict[str, str]) -> int:
+    """The check immunity a half message's producer asked for; 0 if none (or unreadable)."""
+    text = properties.get(prop.CHECK_IMMUNITY_TIME_IN_SECONDS, "")
+    return int(text) * 1000 if text.isdigit() else 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -248,7 +258,7 @@ class TransactionService(ServiceThread):
         physical, size = append.physical_offsets[0], append.sizes[0]
         with self._lock:
             self._pending[append.queue_offsets[0]] = HalfEntry(
-                physical, size, append.store_timestamp
+                physical, size, append.store_timestamp, immunity_ms=_immunity_ms(properties)
             )
         return result, encode_transaction_id(physical, size)
 
@@ -397,7 +407,8 @@ class TransactionService(ServiceThread):
             due = [
                 (offset, entry)
                 for offset, entry in self._pending.items()
-                if offset not in self._resolving and now - entry.stored_at >= self.timeout_ms
+                if offset not in self._resolving
+                and now - entry.stored_at >= max(self.timeout_ms, entry.immunity_ms)
             ]
         for offset, entry in due:
             half = self._store.get_message_at(entry.physical, entry.size)
@@ -508,7 +519,11 @@ class TransactionService(ServiceThread):
                 resolved[offset] = Resolved(_UNKNOWN, None)
                 continue
             pending[offset] = HalfEntry(
-                half.physical_offset, half.store_size, half.store_timestamp, checks.get(offset, 0)
+                half.physical_offset,
+                half.store_size,
+                half.store_timestamp,
+                checks.get(offset, 0),
+                _immunity_ms(half.properties),
             )
         with self._lock:
             self._watermark = watermark

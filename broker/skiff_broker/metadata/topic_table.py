@@ -18,12 +18,11 @@ from __future__ import annotations
 import dataclasses
 import enum
 import logging
-import re
 import threading
 import time
 from typing import Any
 
-from ..error_text import quoted
+from ..wire.resource_names import topic_name_problem
 from .state_file import StateFile
 from .state_journal import StateJournal
 
@@ -34,9 +33,6 @@ _ROCKETMQ_ONLY_TYPES = frozenset({"MIXED", "UNSPECIFIED"})
 
 # Journal records that trigger a rewrite of topics.json: an eighth of the table, at least this.
 MIN_COMPACTION = 64
-
-TOPIC_NAME_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-MAX_TOPIC_NAME_LENGTH = 127
 
 
 class Permission(enum.IntFlag):
@@ -54,12 +50,10 @@ class MessageType(enum.StrEnum):
 
 
 def validate_topic_name(name: str) -> None:
-    """Raise ValueError saying what a valid name looks like."""
-    if not name or len(name) > MAX_TOPIC_NAME_LENGTH or not TOPIC_NAME_PATTERN.match(name):
-        raise ValueError(
-            f"topic name {quoted(name)} is invalid: use 1 to {MAX_TOPIC_NAME_LENGTH} characters "
-            "from letters, digits, '-', '_', '%' and '|'"
-        )
+    """Raise ValueError saying what a valid name looks like (system topics are valid)."""
+    problem = topic_name_problem(name)
+    if problem is not None:
+        raise ValueError(problem)
 
 
 @dataclasses.dataclass(slots=True)

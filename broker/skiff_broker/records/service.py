@@ -46,6 +46,7 @@ from ..store.prepared_records import prepare_records
 from ..store.results import NOT_WRITTEN_YET, GetStatus, PutResult, PutStatus
 from ..telemetry import conventions as cv
 from ..telemetry.traffic import NO_TRAFFIC, TrafficObserver
+from ..wire.resource_names import system_topic_problem
 from .v1 import records_pb2 as rpb
 from .v1 import records_pb2_grpc
 
@@ -156,6 +157,9 @@ class RecordService(records_pb2_grpc.RecordServiceServicer):
             validate_topic_name(name)
         except ValueError as exc:
             return None, (grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        problem = system_topic_problem(name)
+        if problem is not None:
+            return None, (grpc.StatusCode.INVALID_ARGUMENT, problem)
         try:
             require_writer(self._broker.store.read_only_reason)
             topic = writable_topic(self._broker, name)

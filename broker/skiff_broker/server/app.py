@@ -17,7 +17,7 @@ from ..auth.gate import AuthGate, may
 from ..auth.model import parse_user_spec
 from ..auth.rights import transaction_check_needs
 from ..client.credentials import Credentials, signing_interceptors
-from ..cluster.kube_api import KubeApi, KubeError
+from ..cluster.kube_client import KubeClient, KubeError
 from ..cluster.lease_elector import LeaseElector
 from ..cluster.routes import ClusterRoutes
 from ..config import BrokerConfig
@@ -27,6 +27,7 @@ from ..ha.replication import Replication
 from ..http2.receive_budget import ReceiveBudget
 from ..records.service import RecordService
 from ..records.service import add_to_server as add_record_service
+from ..remoting.server import RemotingServer
 from ..rpc.server import RpcServer
 from ..runtime import Broker
 from ..telemetry import conventions as cv
@@ -83,6 +84,7 @@ class BrokerServer:
         self.messaging: MessagingService | None = None
         # Forgets the sessions of clients that left (``ClientRegistry.expire``).
         self._session_expiry: asyncio.Task[None] | None = None
+        self.remoting: RemotingServer | None = None
         self.port = 0
         self.external_port = 0
         self._servers: list[RpcServer] = []
@@ -92,11 +94,11 @@ class BrokerServer:
         self._connection_counts = ConnectionCounts.of(config.connections)
         self.certificate: ReloadingCertificate | None = None
         cluster = config.cluster
-        self.kube: KubeApi | None = None
+        self.kube: KubeClient | None = None
         self.elector: LeaseElector | None = None
         if self.under_lease:
             try:
-                self.kube = KubeApi.from_environment(cluster.kubeconfig)
+                self.kube = KubeClient.from_environment(cluster.kubeconfig)
             except KubeError as exc:
                 raise OSError(str(exc)) from None
             self.elector = LeaseElector(
@@ -215,18 +217,41 @@ class BrokerServer:
                 self.external_port = self._open_client_port(
                     external, self.config.cluster.external_listen, "--external-listen"
                 )
+            if self.config.remoting_enabled:
+                self.remoting = RemotingServer(
+                    self.broker,
+                    hub,
+                    budget=self._request_buffer,
+                    per_connection=self._buffer_per_connection,
+                    counts=self._connection_counts,
+                    tls_context=(
+                        self.certificate.ssl_context if self.certificate is not None else None
+                    ),
+                    plaintext=self.config.tls.mode is not TlsMode.ENFORCING,
+                )
+                self.remoting.bind()
+                # 4.x producers are asked over their remoting connections, others as before.
+                self.broker.transactions.send_check = self.remoting.transactions.check_sender(
+                    self.broker.transactions.send_check, loop
+                )
             await self.replication.start()
             self.metrics_port = self.telemetry.start_metrics_endpoint()
         except OSError:
             for listener in self._listeners:
                 listener.stop_accepting()
             self._session_expiry.cancel()
+            if self.remoting is not None:
+                self.remoting.stop_accepting()
             self.broker.stop()
             self.telemetry.shutdown()
             raise
         self._servers = [server] if external is None else [server, external]
         for listener in self._listeners:
             await listener.start()
+        if self.remoting is not None:
+            await self.remoting.start()
+            # Before "listening on": tests and tools read the port from this line.
+            log.info("remoting clients on %s", self.remoting.address)
         if external is not None:
             log.info("external clients on port %d", self.external_port)
         if self.elector is not None:
@@ -301,6 +326,7 @@ class BrokerServer:
             self.config.advertised_endpoint,
             self.config.listen,
             self.config.cluster.external_listen,
+            *([self.config.remoting_listen] if self.config.remoting_enabled else []),
         )
         cert_file, key_file = self_signed(self.config.store.data_dir, names)
         return ReloadingCertificate(cert_file, key_file)
@@ -328,6 +354,9 @@ class BrokerServer:
         # ``grace`` to finish, then the rest are cancelled.
         for listener in self._listeners:
             listener.stop_accepting()
+        if self.remoting is not None:
+            await self.remoting.stop()
+            self.remoting = None
         await asyncio.gather(*(server.stop(grace) for server in self._servers))
         for listener in self._listeners:
             await listener.stop()

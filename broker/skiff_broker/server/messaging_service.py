@@ -39,6 +39,17 @@ from .status import OK, Code, RequestError, status
 log = logging.getLogger(__name__)
 
 _SERVICE = spb.DESCRIPTOR.services_by_name["MessagingService"]
+# Clients whose heartbeat names a consumer group, checked as RocketMQ's proxy checks it.
+_CONSUMER_TYPES = frozenset({pb.ClientType.PUSH_CONSUMER, pb.ClientType.SIMPLE_CONSUMER})
+
+
+def _check_settings_names(settings: pb.Settings) -> None:
+    """The names a client's Settings give: published topics, the subscription's group."""
+    if settings.HasField("publishing"):
+        for topic in settings.publishing.topics:
+            routing.require_topic_name(topic.name)
+    if settings.HasField("subscription"):
+        routing.require_group_name(settings.subscription.group.name)
 
 
 def add_to_server(
@@ -184,6 +195,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     @_unary(spb.QueryAssignmentResponse)
     async def QueryAssignment(self, request, context):
+        routing.require_group_name(request.group.name)
         groups = await self._groups_with_topic(request.topic.name, request.endpoints)
         if not groups:
             raise RequestError(Code.TOPIC_NOT_FOUND, f"topic {request.topic.name!r} does not exist")
@@ -202,6 +214,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     @_unary(spb.HeartbeatResponse)
     def Heartbeat(self, request, context):
+        if request.client_type in _CONSUMER_TYPES:
+            routing.require_group_name(request.group.name)
         self._clients.heartbeat(
             metadata_value(context, "x-mq-client-id"),
             request.client_type,
@@ -227,6 +241,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         outbound = TelemetryOutbox()
         self._clients.stream_opened(session, outbound, context.peer())
         rejected: list[Undecodable] = []
+        refused: list[RequestError] = []
 
         async def read() -> None:
             try:
@@ -235,6 +250,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                         rejected.append(command)
                         break
                     if command.HasField("settings"):
+                        try:
+                            _check_settings_names(command.settings)
+                        except RequestError as exc:
+                            refused.append(exc)
+                            break
                         reply = self._clients.settings_command(session, command.settings)
                         if not await outbound.put(reply):
                             break
@@ -253,6 +273,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             self._clients.stream_closed(session, outbound)
         if rejected:
             await _refuse(context, rejected[0])
+        if refused:
+            # As RocketMQ's proxy: the stream ends, INVALID_ARGUMENT for a client error.
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"process client telemetryCommand failed. {refused[0].message}",
+            )
 
     # -- producing ----------------------------------------------------------
 

@@ -203,7 +203,7 @@ class Receiver:
                 return deliveries
             if remaining <= 0:
                 return deliveries
-            due = pop.next_visible_at(group, topic.name)
+            due = pop.next_visible_at(group, topic.name, fifo=fifo)
             if due is not None:
                 remaining = min(remaining, max(0.0, (due - _now_ms()) / 1000) + 0.01)
             await self._hub.wait(topic.name, remaining, since)

@@ -4,19 +4,13 @@ from __future__ import annotations
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
-from ..error_text import quoted
 from ..metadata.topic_table import (
-    TOPIC_NAME_PATTERN,
     MessageType,
     Permission,
     TopicConfig,
-    validate_topic_name,
 )
-from ..wire import property_names as prop
+from ..wire.resource_names import group_name_problem, system_topic_problem, topic_name_problem
 from .status import Code, RequestError
-
-# A group's dead-letter topic, %DLQ%<group>, must itself be a valid topic name.
-MAX_GROUP_NAME_LENGTH = 127 - len(prop.DLQ_PREFIX)
 
 _ACCEPTED = {
     MessageType.NORMAL: [pb.MessageType.NORMAL],
@@ -27,23 +21,21 @@ _ACCEPTED = {
 
 
 def require_topic_name(name: str) -> str:
-    """``name`` if it can name a topic; ILLEGAL_TOPIC otherwise (before any lookup)."""
-    try:
-        validate_topic_name(name)
-    except ValueError as exc:
-        raise RequestError(Code.ILLEGAL_TOPIC, str(exc)) from None
+    """``name`` if a client may use it as a topic; ILLEGAL_TOPIC otherwise (before any lookup).
+
+    As RocketMQ's proxy, every client call refuses the broker's system topics.
+    """
+    problem = topic_name_problem(name) or system_topic_problem(name)
+    if problem is not None:
+        raise RequestError(Code.ILLEGAL_TOPIC, problem)
     return name
 
 
 def require_group_name(name: str) -> str:
-    if not name:
-        raise RequestError(Code.ILLEGAL_CONSUMER_GROUP, "a consumer group is required")
-    if len(name) > MAX_GROUP_NAME_LENGTH or not TOPIC_NAME_PATTERN.match(name):
-        raise RequestError(
-            Code.ILLEGAL_CONSUMER_GROUP,
-            f"consumer group {quoted(name)} is invalid: use 1 to {MAX_GROUP_NAME_LENGTH} "
-            "characters from letters, digits, '-', '_', '%' and '|'",
-        )
+    """``name`` if a client may use it as a consumer group; ILLEGAL_CONSUMER_GROUP otherwise."""
+    problem = group_name_problem(name)
+    if problem is not None:
+        raise RequestError(Code.ILLEGAL_CONSUMER_GROUP, problem)
     return name
 
 

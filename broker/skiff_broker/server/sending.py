@@ -14,6 +14,7 @@ from collections.abc import Callable
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
+from ..delivery.send_coalescing import SendCoalescer
 from ..delivery.topic_writes import (
     QueueRotation,
     TopicWriteRefused,
@@ -36,7 +37,6 @@ from ..wire.record_layout import COMPRESSED
 from .clients import ClientRegistry, ClientSession
 from .convert import DELAY, FIFO, GZIP, NORMAL, TRANSACTION, millis, record_host, to_proto
 from .routing import accepted_types, require_topic_name
-from .send_coalescing import SendCoalescer
 from .status import CODE_OK, OK, Code, RequestError, put_code, status, transaction_refused
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,8 @@ _REFUSAL_CODES = {
     Refusal.GROUP: Code.ILLEGAL_MESSAGE_GROUP,
 }
 _TYPE_NAMES = {v: k for k, v in pb.MessageType.items()}
+# How late a producer may ask for its transaction to be checked (RocketMQ's proxy: 1 h).
+MAX_TRANSACTION_RECOVERY_S = 3600
 # Delivery timestamps this large are milliseconds in the seconds field (some clients do that).
 _SECONDS_LIMIT = 10**11
 
@@ -156,13 +158,8 @@ class Sender:
             raise _write_refused(exc) from None
 
     def _writable_topic(self, name: str) -> TopicConfig:
+        # The broker's own topics (delays, transactions) are system topics: refused here.
         require_topic_name(name)
-        if name in prop.INTERNAL_TOPICS:
-            raise RequestError(
-                Code.ILLEGAL_TOPIC,
-                f"topic {name!r} is internal to the broker; send DELAY or TRANSACTION "
-                "messages to their own topic instead",
-            )
         try:
             return writable_topic(self._broker, name)
         except TopicWriteRefused as exc:
@@ -199,12 +196,16 @@ class Sender:
         if not system.message_id.strip():
             raise RequestError(Code.ILLEGAL_MESSAGE_ID, "message_id must not be blank")
         if not proto.body:
-            raise RequestError(Code.MESSAGE_BODY_EMPTY, "message body must not be empty")
+            raise RequestError(
+                Code.MESSAGE_BODY_EMPTY, "message body cannot be empty; send at least one byte"
+            )
         limit = config.store.max_message_size
         if len(proto.body) > limit:
             raise RequestError(
                 Code.MESSAGE_BODY_TOO_LARGE,
-                f"message body is {len(proto.body)} bytes; the limit is {limit}",
+                f"message body cannot exceed the max {limit} (this one is {len(proto.body)} "
+                "bytes); send a smaller body, or start the broker with a larger "
+                "--max-message-size",
             )
         tag = system.tag if system.HasField("tag") else None
         problem = message_problem(proto.user_properties, tag, system.keys)
@@ -217,12 +218,6 @@ class Sender:
             properties[prop.KEYS] = " ".join(system.keys)
         properties[prop.UNIQ_KEY] = system.message_id
         message_type = system.message_type or self._implied_type(system)
-        if message_type not in accepted_types(topic):
-            raise RequestError(
-                Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-                f"topic {topic.name!r} accepts {topic.message_type} messages; this one is "
-                f"{_TYPE_NAMES.get(message_type, message_type)}",
-            )
         group = ""
         if system.message_group:
             # Checked on any message that names one, as RocketMQ does.
@@ -236,6 +231,18 @@ class Sender:
                     Code.ILLEGAL_MESSAGE_GROUP, "a FIFO message needs a message group"
                 )
             properties[prop.MESSAGE_GROUP] = group
+        if message_type == TRANSACTION and system.HasField(
+            "orphaned_transaction_recovery_duration"
+        ):
+            # RocketMQ's proxy: maxTransactionRecoverySecond, in whole seconds.
+            recovery_s = system.orphaned_transaction_recovery_duration.seconds
+            if recovery_s > MAX_TRANSACTION_RECOVERY_S:
+                raise RequestError(
+                    Code.BAD_REQUEST,
+                    "the max transaction recovery time of message is too large, max is "
+                    f"{MAX_TRANSACTION_RECOVERY_S} (seconds); ask for a check within an hour",
+                )
+            properties[prop.CHECK_IMMUNITY_TIME_IN_SECONDS] = str(max(recovery_s, 0))
         deliver_at = 0
         if message_type == DELAY:
             if not system.HasField("delivery_timestamp"):
@@ -244,12 +251,21 @@ class Sender:
                 )
             ts = system.delivery_timestamp
             deliver_at = ts.seconds if ts.seconds > _SECONDS_LIMIT else millis(ts)
-            if deliver_at - _now_ms() > config.max_delay_ms:
+            max_delay_ms = config.max_delay_ms
+            if deliver_at - _now_ms() > max_delay_ms:
                 raise RequestError(
                     Code.ILLEGAL_DELIVERY_TIME,
-                    f"delivery time is more than {config.max_delay_ms // 3_600_000} h ahead",
+                    f"the max delay time of message is too large, max is {max_delay_ms} "
+                    f"(milliseconds); deliver it at most {max_delay_ms / 3_600_000:g} h ahead",
                 )
             properties[prop.DELIVER_AT_MS] = str(deliver_at)
+        # After the message's own rules, as RocketMQ's proxy checks the topic's type last.
+        if message_type not in accepted_types(topic):
+            raise RequestError(
+                Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                f"topic {topic.name!r} accepts {topic.message_type} messages; this one is "
+                f"{_TYPE_NAMES.get(message_type, message_type)}",
+            )
         if system.trace_context:
             properties[prop.TRACE_CONTEXT] = system.trace_context
         fallback = peer

@@ -13,6 +13,9 @@ DELIVER_AT_MS = "TIMER_DELIVER_MS"
 TRANSACTION_PREPARED = "TRAN_MSG"
 PRODUCER_GROUP = "PGROUP"
 TRANSACTION_ID = "__transactionId__"
+# A half message is not checked with its producer before this many seconds (if longer than
+# the broker's transaction timeout); from the producer's orphaned-transaction recovery time.
+CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 REAL_TOPIC = "REAL_TOPIC"
 REAL_QUEUE_ID = "REAL_QID"
 RETRY_TOPIC = "RETRY_TOPIC"

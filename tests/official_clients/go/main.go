@@ -1,8 +1,9 @@
 // The official RocketMQ Go client v5 against one endpoint, printing a JSON summary on stdout.
 //
 //	official-client-go --endpoint HOST:PORT --topic T --group G [--count N]
-//	    [--access-key K --secret-key S] [--deadline-s S] [--mode roundtrip|transaction|sql92]
-//	    [--fifo-topic F --run R]
+//	    [--access-key K --secret-key S] [--deadline-s S]
+//	    [--mode roundtrip|transaction|sql92|fifo-partial-ack] [--fifo-topic F --run R]
+//	    [--invisible-s S]
 //
 // Sends COUNT messages one by one, then receives them with a SimpleConsumer (ack each)
 // until all came back or the deadline passed, and prints
@@ -19,6 +20,10 @@
 // message (or the deadline), and one subscribed with "a > > 1", whose receive must fail:
 // {"topics": {topic: {"sent": {case: id}, "simple": {name: [ids]}, "refused": text}},
 // "errors": [text]}.
+// With --mode fifo-partial-ack it sends nothing: it receives a batch of COUNT
+// from the (FIFO) topic invisible for --invisible-s ("received"), acks all but the first,
+// receives again and reports what came the second time with its delivery attempt
+// ("again": [{"id", "attempt"}]), acking it.
 // The connection keeps the client's defaults (TLS on, the server certificate not verified).
 // The client insists on credentials; without --access-key it signs with empty keys, which a
 // broker with authentication off ignores.
@@ -38,11 +43,17 @@ import (
 	"github.com/apache/rocketmq-clients/golang/v5/credentials"
 )
 
+type delivery struct {
+	ID      string `json:"id"`
+	Attempt int32  `json:"attempt"`
+}
+
 type summary struct {
-	Sent     []string `json:"sent"`
-	Received []string `json:"received"`
-	Checked  []string `json:"checked"`
-	Errors   []string `json:"errors"`
+	Sent     []string   `json:"sent"`
+	Received []string   `json:"received"`
+	Checked  []string   `json:"checked"`
+	Again    []delivery `json:"again"`
+	Errors   []string   `json:"errors"`
 }
 
 func main() {
@@ -53,12 +64,13 @@ func main() {
 	accessKey := flag.String("access-key", "", "access key to sign with")
 	secretKey := flag.String("secret-key", "", "secret key to sign with")
 	deadlineS := flag.Int("deadline-s", 60, "how long to wait for the messages to come back")
-	mode := flag.String("mode", "roundtrip", "roundtrip, transaction (one message in an open transaction) or sql92")
+	mode := flag.String("mode", "roundtrip", "roundtrip, transaction (one message in an open transaction), sql92 or fifo-partial-ack")
 	fifoTopic := flag.String("fifo-topic", "", "sql92: the FIFO topic")
 	run := flag.String("run", "run", "sql92: the run property of this run's messages")
+	invisibleS := flag.Int("invisible-s", 30, "invisible duration of the first FIFO batch")
 	flag.Parse()
 
-	out := summary{Sent: []string{}, Received: []string{}, Checked: []string{}, Errors: []string{}}
+	out := summary{Sent: []string{}, Received: []string{}, Checked: []string{}, Again: []delivery{}, Errors: []string{}}
 	config := &rmq.Config{
 		Endpoint:      *endpoint,
 		ConsumerGroup: *group,
@@ -76,6 +88,17 @@ func main() {
 		return
 	}
 
+	if *mode == "fifo-partial-ack" {
+		if err := fifoPartialAck(ctx, config, *topic, *count, *invisibleS, deadline, &out); err != nil {
+			out.Errors = append(out.Errors, "fifo: "+err.Error())
+		}
+		encoded, _ := json.Marshal(out)
+		fmt.Println(string(encoded))
+		if len(out.Errors) > 0 {
+			os.Exit(1)
+		}
+		return
+	}
 	if *mode == "transaction" {
 		if err := sendInTransaction(ctx, config, *topic, deadline, &out); err != nil {
 			out.Errors = append(out.Errors, "transaction: "+err.Error())
@@ -284,6 +307,43 @@ func sendSQLCases(ctx context.Context, config *rmq.Config, topic string, fifo bo
 	return nil
 }
 
+func fifoPartialAck(ctx context.Context, config *rmq.Config, topic string, count int, invisibleS int, deadline time.Time, out *summary) error {
+	consumer, err := rmq.NewSimpleConsumer(config,
+		rmq.WithAwaitDuration(5*time.Second),
+		rmq.WithSubscriptionExpressions(map[string]*rmq.FilterExpression{topic: rmq.SUB_ALL}),
+	)
+	if err != nil {
+		return err
+	}
+	if err := consumer.Start(); err != nil {
+		return err
+	}
+	defer consumer.GracefulStop()
+	first, err := receiveSome(ctx, consumer, int32(count), time.Duration(invisibleS)*time.Second, deadline)
+	if err != nil {
+		return err
+	}
+	for _, view := range first {
+		out.Received = append(out.Received, view.GetMessageId())
+	}
+	for _, view := range first[1:] {
+		if err := consumer.Ack(ctx, view); err != nil {
+			return err
+		}
+	}
+	again, err := receiveSome(ctx, consumer, int32(count), 30*time.Second, deadline)
+	if err != nil {
+		return err
+	}
+	for _, view := range again {
+		out.Again = append(out.Again, delivery{ID: view.GetMessageId(), Attempt: view.GetDeliveryAttempt()})
+		if err := consumer.Ack(ctx, view); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // The IDs a SimpleConsumer subscribed with sql receives (acking each) until a poll after
 // the first message comes back empty, or the deadline; the first error other than an empty
 // poll ends it.
@@ -329,4 +389,21 @@ func receiveSQL(ctx context.Context, config *rmq.Config, topic, sql string, dead
 		}
 	}
 	return received, nil
+}
+
+// receiveSome receives until a receive brings messages or the deadline passes.
+func receiveSome(ctx context.Context, consumer rmq.SimpleConsumer, count int32, invisible time.Duration, deadline time.Time) ([]*rmq.MessageView, error) {
+	for time.Now().Before(deadline) {
+		views, err := consumer.Receive(ctx, count, invisible)
+		if err != nil {
+			if status, ok := err.(*rmq.ErrRpcStatus); ok && status.Code == 40401 {
+				continue
+			}
+			return nil, err
+		}
+		if len(views) > 0 {
+			return views, nil
+		}
+	}
+	return nil, fmt.Errorf("nothing came before the deadline")
 }

@@ -119,6 +119,9 @@ public final class OfficialClient {
             case "push-e2e":
                 json = client.pushEndToEnd();
                 break;
+            case "fifo-partial-ack":
+                json = client.fifoPartialAck();
+                break;
             default:
                 throw new IllegalArgumentException("unknown mode " + args[0]);
         }
@@ -213,6 +216,46 @@ public final class OfficialClient {
         } catch (Throwable failure) {
             error("receive", failure);
         }
+    }
+
+    // From a FIFO topic: receive a batch of count invisible for invisible-s, ack all but its
+    // first, receive again; "again" lists what came then as id/deliveryAttempt.
+    private String fifoPartialAck() {
+        int count = number("count", 3);
+        Duration firstInvisible = Duration.ofSeconds(number("invisible-s", 30));
+        long deadline = System.nanoTime() + number("deadline-s", 60) * 1_000_000_000L;
+        List<String> received = new ArrayList<>();
+        List<String> again = new ArrayList<>();
+        try (SimpleConsumer consumer = consumer()) {
+            List<MessageView> first = receiveSome(consumer, count, firstInvisible, deadline);
+            for (MessageView view : first) {
+                received.add(view.getMessageId().toString());
+            }
+            for (MessageView view : first.subList(Math.min(1, first.size()), first.size())) {
+                consumer.ack(view);
+            }
+            for (MessageView view : receiveSome(consumer, count, INVISIBLE, deadline)) {
+                again.add(view.getMessageId() + "/" + view.getDeliveryAttempt());
+                consumer.ack(view);
+            }
+        } catch (Throwable failure) {
+            error("fifo", failure);
+        }
+        return "{\"received\": " + strings(received) + ", \"again\": " + strings(again)
+                + ", \"errors\": " + strings(errors) + "}";
+    }
+
+    // Receive until a receive brings messages or the deadline passes.
+    private static List<MessageView> receiveSome(
+            SimpleConsumer consumer, int count, Duration invisible, long deadline)
+            throws Exception {
+        while (System.nanoTime() < deadline) {
+            List<MessageView> views = consumer.receive(count, invisible);
+            if (!views.isEmpty()) {
+                return views;
+            }
+        }
+        return Collections.emptyList();
     }
 
     private String transaction() {

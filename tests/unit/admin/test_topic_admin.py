@@ -31,7 +31,7 @@ def test_creating_an_existing_topic_is_refused_and_keeps_it(broker):
 @pytest.mark.parametrize(
     ("topic", "reason"),
     [
-        (TopicConfig("bad name", 1, 1), "invalid"),
+        (TopicConfig("bad name", 1, 1), "contains illegal characters"),
         (TopicConfig("t", 0, 0), "between 1 and 1024"),
         (TopicConfig("t", 2000, 2000), "between 1 and 1024"),
         (TopicConfig("t", 2, 4), "queues 2-3 would never be read"),

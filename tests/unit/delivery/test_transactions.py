@@ -376,3 +376,20 @@ def test_a_transaction_ended_behind_an_open_one_stays_ended_after_restart(data_d
     running.stop()
 
     assert tags(visible) == ["tag2"]
+
+
+def test_a_half_message_is_not_checked_within_the_immunity_its_producer_asked_for(data_dir):
+    running = Running(data_dir)
+    immune = make_message(1)
+    immune.properties[prop.CHECK_IMMUNITY_TIME_IN_SECONDS] = "3600"
+    running.prepare(immune)
+    running.prepare(make_message(2))
+    running.transactions.check_unresolved()
+    assert [m.properties[prop.TAGS] for m, _ in running.checks] == ["tag2"]
+    running.stop()
+
+    # The immunity is the half message's own: a restart keeps it.
+    again = Running(data_dir)
+    again.transactions.check_unresolved()
+    again.stop()
+    assert [m.properties[prop.TAGS] for m, _ in again.checks] == ["tag2"]

@@ -52,7 +52,7 @@ def test_delete_is_persisted(tmp_path):
 
 @pytest.mark.parametrize("name", ["", "has space", "x" * 128, "semi;colon", "slash/"])
 def test_invalid_topic_names_are_refused_with_a_reason(name):
-    with pytest.raises(ValueError, match="topic name"):
+    with pytest.raises(ValueError, match="The specified topic"):
         validate_topic_name(name)
 
 

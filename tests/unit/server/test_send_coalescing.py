@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from tests.support.store_settings import small_store
 
-from skiff_broker.server.send_coalescing import SendCoalescer, batch_bytes_limit
+from skiff_broker.delivery.send_coalescing import SendCoalescer, batch_bytes_limit
 from skiff_broker.store.config import FlushType, StoreConfig
 from skiff_broker.store.message import Message
 from skiff_broker.store.message_store import MessageStore

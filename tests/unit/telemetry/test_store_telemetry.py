@@ -18,7 +18,7 @@ from tests.support.store_settings import SMALL_STORE
 from tests.support.waiting import wait_for
 from tests.unit.telemetry.pipelines import Pipelines, ratio_pipelines
 
-from skiff_broker.server.send_coalescing import SendCoalescer
+from skiff_broker.delivery.send_coalescing import SendCoalescer
 from skiff_broker.store.config import FlushType, StoreConfig
 from skiff_broker.store.message import Message
 from skiff_broker.store.message_store import MessageStore

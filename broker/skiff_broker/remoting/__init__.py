@@ -1,0 +1,1 @@
+"""RocketMQ's remoting protocol (the 4.x clients' and tools' TCP protocol) on its own port."""
