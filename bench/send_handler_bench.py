@@ -8,6 +8,10 @@ child process per code tree. Trees alternate over ``--rounds``; the table shows 
 process CPU µs per call of each tree and the candidate's ratio to the baseline.
 
     python bench/send_handler_bench.py --baseline /path/to/old/checkout [--rounds 5]
+                                       [--telemetry]
+
+``--telemetry``: the store observed as by a broker exporting traces and metrics at the
+default ratio (1% of requests traced, every append timed; spans go to no exporter).
 """
 
 from __future__ import annotations
@@ -32,7 +36,27 @@ from skiff_broker.server.sending import Sender
 from skiff_broker.store.config import StoreConfig
 
 calls, data_dir = int(sys.argv[1]), tempfile.mkdtemp(dir=sys.argv[2])
-broker = Broker(BrokerConfig(store=StoreConfig(data_dir=data_dir)))
+telemetry = sys.argv[3] == "telemetry"
+observer = None
+if telemetry:
+    # As a broker exporting traces and metrics at the default ratio: the ratio decided
+    # per request first (an unsampled request runs in the one unsampled context), spans
+    # recorded (to no exporter) for the sampled ones, every append timed.
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace
+    from opentelemetry.context import Context
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+    from skiff_broker.telemetry.latency_histograms import HistogramSet
+    from skiff_broker.telemetry.root_sampling import PresetTraceIds, RootSampling
+    from skiff_broker.telemetry.store_observer import StoreTelemetry
+    ids = PresetTraceIds()
+    roots = RootSampling(0.01, ids)
+    provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(0.01)), id_generator=ids)
+    tracer = provider.get_tracer("bench")
+    observer = StoreTelemetry(tracer_provider=provider, histograms=HistogramSet("bench"),
+                              broker_name="bench", roots=roots)
+broker = Broker(BrokerConfig(store=StoreConfig(data_dir=data_dir)), observer=observer)
 broker.start()
 broker.topics.put(TopicConfig("bench", 8, 8))
 sender = Sender(broker)
@@ -46,16 +70,31 @@ def request():
                          system_properties=system)
     return spb.SendMessageRequest(messages=[message])
 
+async def send(r):
+    if not telemetry:
+        return await sender.send(r, "127.0.0.1")
+    ctx, span = roots.unsampled_context(), None
+    if ctx is None:
+        span = tracer.start_span("rpc", context=Context())
+        ctx = trace.set_span_in_context(span, Context())
+    token = otel_context.attach(ctx)
+    try:
+        return await sender.send(r, "127.0.0.1")
+    finally:
+        otel_context.detach(token)
+        if span is not None:
+            span.end()
+
 async def one_at_a_time(requests):
     for r in requests:
-        response = await sender.send(r, "127.0.0.1")
+        response = await send(r)
         assert response.status.code == 20000, response
         await asyncio.sleep(0)  # a server's loop turns between one client's requests
 
 async def concurrent(requests):
     for i in range(0, len(requests), 256):
         responses = await asyncio.gather(
-            *(sender.send(r, "127.0.0.1") for r in requests[i : i + 256]))
+            *(send(r) for r in requests[i : i + 256]))
         assert all(r.status.code == 20000 for r in responses)
 
 figures = {}
@@ -70,10 +109,11 @@ print(json.dumps(figures))
 """
 
 
-def _run(tree: Path, calls: int, data_dir: str) -> dict[str, float]:
+def _run(tree: Path, calls: int, data_dir: str, telemetry: bool) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(tree / "broker")}
+    observed = "telemetry" if telemetry else "none"
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(calls), data_dir],
+        [sys.executable, "-c", CHILD, str(calls), data_dir, observed],
         env=env,
         capture_output=True,
         text=True,
@@ -90,6 +130,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=20000)
     parser.add_argument("--data-dir", default=".")
+    parser.add_argument(
+        "--telemetry",
+        action="store_true",
+        help="observe the store as a broker exporting traces and metrics does (default ratio)",
+    )
     args = parser.parse_args()
     trees = {"baseline": args.baseline.resolve(), "candidate": args.candidate.resolve()}
     figures: dict[str, dict[str, list[float]]] = {tag: {} for tag in trees}
@@ -97,7 +142,7 @@ def main() -> None:
     for round_ in range(args.rounds):
         order = list(trees) if round_ % 2 == 0 else list(reversed(trees))
         for tag in order:
-            for shape, value in _run(trees[tag], args.calls, args.data_dir).items():
+            for shape, value in _run(trees[tag], args.calls, args.data_dir, args.telemetry).items():
                 figures[tag].setdefault(shape, []).append(value)
     print(f"load average after: {os.getloadavg()}")
     print("\n| shape | baseline µs/call | candidate µs/call | ratio |\n|---|---|---|---|")

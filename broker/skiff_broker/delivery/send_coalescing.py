@@ -10,7 +10,8 @@ Invariants:
   log holds exactly what separate appends would have written, in the same order.
 - Only calls for the same topic share an append (the store's metrics are per topic).
 - A shared append is observed like separate ones: each call gets its own append span in
-  its own trace and its own latency sample (``AppendCaller``).
+  its own trace and its own latency sample: the store's observer makes each call's
+  ``AppendShare`` when the call joins the batch, in the call's context.
 - A shared append is acknowledged like a lone one: each call is answered from the one
   ``PutResult`` (SYNC_FLUSH waits for fsync, SYNC replication for the replicas), with its
   own messages' queue offsets.
@@ -26,7 +27,7 @@ from collections.abc import Sequence
 
 from ..store.message import Message
 from ..store.message_store import MessageStore
-from ..store.observer import AppendCaller
+from ..store.observer import AppendShare
 from ..store.results import PutResult
 
 # Room a record takes beyond its body (header, topic, properties), for the size estimate.
@@ -44,11 +45,11 @@ def _estimate(messages: Sequence[Message]) -> int:
 
 
 class _Batch:
-    __slots__ = ("callers", "followers", "messages", "size")
+    __slots__ = ("followers", "messages", "shares", "size")
 
-    def __init__(self, messages: Sequence[Message], size: int, leader: AppendCaller) -> None:
+    def __init__(self, messages: Sequence[Message], size: int, leader: AppendShare) -> None:
         self.messages: list[Message] = list(messages)
-        self.callers = [leader]
+        self.shares = [leader]
         # Calls after the first: (their first message's position in the batch, their future).
         self.followers: list[tuple[int, asyncio.Future[tuple[PutResult, int]]]] = []
         self.size = size
@@ -79,7 +80,7 @@ class SendCoalescer:
         if batch is not None and batch.size + size <= self._limit:
             done = asyncio.get_running_loop().create_future()
             batch.followers.append((len(batch.messages), done))
-            batch.callers.append(self._store.caller(len(batch.messages), len(messages)))
+            batch.shares.append(self._store.share(len(batch.messages), len(messages)))
             batch.messages.extend(messages)
             batch.size += size
             return await done
@@ -87,7 +88,7 @@ class SendCoalescer:
             self._turn_busy = True
             asyncio.get_running_loop().call_soon(self._end_turn)
             return await self._store.put_messages_async(messages), 0
-        batch = self._open[topic] = _Batch(messages, size, self._store.caller(0, len(messages)))
+        batch = self._open[topic] = _Batch(messages, size, self._store.share(0, len(messages)))
         try:
             await asyncio.sleep(0)
         except asyncio.CancelledError:
@@ -116,7 +117,7 @@ class SendCoalescer:
 
     async def _append(self, batch: _Batch) -> PutResult:
         try:
-            result = await self._store.put_messages_async(batch.messages, batch.callers)
+            result = await self._store.put_messages_async(batch.messages, batch.shares)
         except BaseException as exc:
             for _, done in batch.followers:
                 if done.done():

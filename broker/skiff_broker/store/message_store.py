@@ -39,7 +39,7 @@ from .index_service import IndexService
 from .logics_cut import cut_logics
 from .mapped_file import fsync_directory
 from .message import Message, StoredMessage
-from .observer import NULL_OBSERVER, AppendCaller, StoreObserver
+from .observer import NULL_OBSERVER, AppendShare, StoreObserver
 from .older_records_check import OlderRecordsCheck
 from .prepared_records import PreparedRecords
 from .private_files import FILE_MODE
@@ -505,20 +505,20 @@ class MessageStore:
     def put_message(self, message: Message) -> PutResult:
         return self._writer.put_messages([message])
 
-    def caller(self, first: int, count: int) -> AppendCaller:
+    def share(self, first: int, count: int) -> AppendShare:
         """The current caller's share of a batch that several callers' messages will make:
         ``count`` messages from position ``first``. Called in that caller's context."""
-        return AppendCaller(first, count, self._observer.caller_token())
+        return self._observer.share(first, count)
 
     async def put_messages_async(
-        self, messages: Sequence[Message], callers: Sequence[AppendCaller] = ()
+        self, messages: Sequence[Message], shares: Sequence[AppendShare] = ()
     ) -> PutResult:
         """As :meth:`put_messages`, waiting without blocking the event loop.
 
-        ``callers``: the shares of the batch that came from different callers (coalesced
+        ``shares``: the parts of the batch that came from different callers (coalesced
         sends), each observed as an append of its own; none when it is one caller's.
         """
-        return await self._writer.put_messages_async(messages, callers)
+        return await self._writer.put_messages_async(messages, shares)
 
     async def put_records_async(self, batch: PreparedRecords) -> PutResult:
         """As :meth:`put_messages_async`, for records a client encoded (``prepared_records``)."""

@@ -12,20 +12,26 @@ waiting for the disk), calls exactly one of the scope's ``done(result, started)`
 so that an observer may hand out one stateless scope for many appends: a put observed
 only for its latency then costs two calls and no object of its own. A scope's
 ``context`` is an opaque token the store hands to the group-commit service, so that
-the flush that covers the batch can name the appenders it served. A batch coalesced
-from several callers' calls goes to ``observer.shared_append`` instead, with each
-caller's share, and is observed as each caller's own append. Per flush the flush
-thread reports one :class:`FlushReport`.
+the flush that covers the batch can name the appenders it served.
+
+A batch coalesced from several callers' calls is observed as each caller's own append:
+each caller gets an :class:`AppendShare` from ``observer.share(first, count)``, made in
+that caller's context when it joins the batch, and the store makes one
+``observer.shared_append(topic, shares, messages, flush_type)`` call for the batch, whose
+scope then serves as above (one group-commit waiter per share). What a share observes is
+the observer's business (``telemetry/append_share.py``). Per flush the flush thread
+reports one :class:`FlushReport`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from .mapped_file import PAGE_SIZE
+from .message import Message
 
 # The flush report keeps at most this many appenders' tokens: one becomes the
 # flush's parent, the rest links. A group commit can serve thousands of waiters.
@@ -58,14 +64,15 @@ class AppendScope:
         """The put raised ``error``, which goes on to its caller."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class AppendCaller:
-    """One caller's share of a shared append: ``count`` messages from position ``first``,
-    and what the observer took from the context it called from (``caller_token``)."""
+class AppendShare:
+    """One caller's share of a shared append: ``count`` messages from position ``first``.
+    This base is a caller nobody observes on its own; observers subclass it."""
 
-    first: int
-    count: int
-    token: Any = None
+    __slots__ = ("count", "first")
+
+    def __init__(self, first: int, count: int) -> None:
+        self.first = first
+        self.count = count
 
 
 @dataclasses.dataclass(slots=True)
@@ -91,27 +98,22 @@ class StoreObserver:
     def append(self, topic: str, queue_id: int | None, count: int, flush_type: str) -> AppendScope:
         return _NULL_SCOPE
 
-    def caller_token(self) -> Any:
-        """What this observer needs of the current context (the caller's trace) to observe
-        the caller's share of a shared append, made later in another task; called in the
-        caller's context when it joins the batch. This base needs nothing."""
-        return None
+    def share(self, first: int, count: int) -> AppendShare:
+        """The current caller's share of a batch several callers' messages will make:
+        ``count`` messages from position ``first``. Called in that caller's context."""
+        return AppendShare(first, count)
 
     def shared_append(
         self,
         topic: str,
-        callers: Sequence[AppendCaller],
-        queue_of: Callable[[AppendCaller], int | None],
+        shares: Sequence[AppendShare],
+        messages: Sequence[Message],
         flush_type: str,
-        share: Callable[[Any, AppendCaller], Any],
     ) -> AppendScope:
-        """One append made for several callers at once (coalesced calls), to be observed as
-        each caller's own, under the ``token`` taken from its context: ``queue_of(caller)``
-        is its queue (None when several), ``share(result, caller)`` its part of the outcome.
-
-        Its ``waiters()`` name one token per caller, in the callers' order.
-        """
-        return _UnobservedShare(len(callers))
+        """One append of ``messages`` made for several callers at once (coalesced calls),
+        to be observed as each caller's own. Its ``waiters()`` name one token per share,
+        in the shares' order."""
+        return _UnobservedShare(len(shares))
 
     def flush_finished(self, report: FlushReport) -> None:
         """Called on the flush thread after each flush that moved data, or failed."""

@@ -30,7 +30,7 @@ from .flush_waiters import FlushOutcome, FlushWaiters
 from .group_commit import GroupCommitService
 from .index_service import IndexService
 from .message import Message
-from .observer import AppendCaller, AppendScope, StoreObserver
+from .observer import AppendScope, AppendShare, StoreObserver
 from .prepared_records import PreparedRecords
 from .results import PutResult, PutStatus
 from .retention import DiskState
@@ -77,25 +77,6 @@ class _Waiter(Protocol):
 # A put's steps yield (what to wait on, its arguments) and are sent what the wait returned:
 # ``put_messages`` blocks on ``wait``, ``_put_async`` awaits ``wait_async``.
 _PutSteps = Generator[tuple[_Waiter, tuple[Any, ...]], Any, PutResult]
-
-
-def caller_share(result: PutResult, caller: AppendCaller) -> PutResult:
-    """What one caller of a shared append got: the outcome, with only its own records."""
-    append = result.append
-    if append is None:
-        return result
-    end = caller.first + caller.count
-    physical = append.physical_offsets[caller.first : end]
-    sizes = append.sizes[caller.first : end]
-    share = AppendResult(
-        wrote_offset=physical[0] if physical else append.wrote_offset,
-        wrote_bytes=sum(sizes),
-        store_timestamp=append.store_timestamp,
-        physical_offsets=physical,
-        queue_offsets=append.queue_offsets[caller.first : end],
-        sizes=sizes,
-    )
-    return PutResult(result.status, result.reason, share)
 
 
 def batch_place(messages: Sequence[Message]) -> tuple[str, int | None]:
@@ -285,18 +266,12 @@ class StoreWriter:
         return result
 
     async def put_messages_async(
-        self, messages: Sequence[Message], callers: Sequence[AppendCaller] = ()
+        self, messages: Sequence[Message], shares: Sequence[AppendShare] = ()
     ) -> PutResult:
         topic, queue_id = batch_place(messages)
         observed: AppendScope
-        if callers:
-            observed = self._observer.shared_append(
-                topic,
-                callers,
-                lambda c: batch_place(messages[c.first : c.first + c.count])[1],
-                self._flush_type,
-                caller_share,
-            )
+        if shares:
+            observed = self._observer.shared_append(topic, shares, messages, self._flush_type)
         else:
             observed = self._observer.append(topic, queue_id, len(messages), self._flush_type)
         return await self._put_async(

@@ -1,7 +1,7 @@
 """The store's appends and flushes as OpenTelemetry spans and latency histograms.
 
 One span per append batch (never one per message; a batch shared by coalesced calls is
-one per call) and one per flush. An append
+one per call, see ``append_share``) and one per flush. An append
 span is a child of whatever span is current when the store is called: in the
 broker, the gRPC server span of the request. A flush runs on the flush thread,
 so its span takes as parent the append span of the first traced appender it
@@ -18,7 +18,7 @@ appends of a topic share (the store times the put): no object is made per append
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -27,9 +27,11 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace.sampling import ParentBased
 from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanKind, Status, StatusCode
 
-from ..store.observer import AppendCaller, AppendScope, FlushReport, StoreObserver
+from ..store.message import Message
+from ..store.observer import AppendScope, AppendShare, FlushReport, StoreObserver
 from ..store.results import PutStatus
 from . import conventions as cv
+from .append_share import SharedAppend, TracedShare
 from .latency_histograms import FOLD_AT, ExplicitBucketHistogram, HistogramSet
 from .root_sampling import RootSampling
 
@@ -83,7 +85,7 @@ class StoreTelemetry(StoreObserver):
     def append(self, topic: str, queue_id: int | None, count: int, flush_type: str) -> AppendScope:
         parent = self.caller_token()
         if parent is not None:
-            traced = self._traced_append(topic, queue_id, count, flush_type, parent)
+            traced = self.traced_scope(topic, queue_id, count, flush_type, parent)
             if traced is not None:
                 return traced
         timed = self._timed_scopes.get((topic, flush_type))  # _timed's common case, inline
@@ -104,36 +106,29 @@ class StoreTelemetry(StoreObserver):
             self._timed_scopes[(topic, flush_type)] = scope
         return scope
 
+    def timed_scope(self, topic: str, flush_type: str, samples: int) -> AppendScope | None:
+        """A scope recording ``samples`` latency samples per outcome (the untraced callers
+        of a shared append); None when the histograms are not kept."""
+        if samples == 1:
+            return self._timed(topic, flush_type)
+        if self._append_seconds is None:
+            return None
+        return _TimedAppend(self._append_seconds, topic, flush_type, samples)
+
+    def share(self, first: int, count: int) -> AppendShare:
+        parent = self.caller_token()
+        if parent is None:
+            return AppendShare(first, count)
+        return TracedShare(first, count, parent)
+
     def shared_append(
         self,
         topic: str,
-        callers: Sequence[AppendCaller],
-        queue_of: Callable[[AppendCaller], int | None],
+        shares: Sequence[AppendShare],
+        messages: Sequence[Message],
         flush_type: str,
-        share: Callable[[Any, AppendCaller], Any],
     ) -> AppendScope:
-        # Only a traced caller needs a scope of its own. The untraced ones (99 in 100 at
-        # the default ratio) waited for the same append: one timed scope counts them all.
-        traced: list[tuple[_TracedAppend, AppendCaller]] = []
-        tokens: list[Any] = []
-        for caller in callers:
-            scope = None
-            if caller.token is not None:
-                scope = self._traced_append(
-                    topic, queue_of(caller), caller.count, flush_type, caller.token
-                )
-            if scope is None:
-                tokens.append(None)
-            else:
-                traced.append((scope, caller))
-                tokens.append(scope.context)
-        untraced = len(callers) - len(traced)
-        timed = None
-        if untraced == 1:
-            timed = self._timed(topic, flush_type)
-        elif untraced and self._append_seconds is not None:
-            timed = _TimedAppend(self._append_seconds, topic, flush_type, untraced)
-        return _SharedAppend(timed, traced, tokens, share)
+        return SharedAppend(self, topic, shares, messages, flush_type)
 
     def caller_token(self) -> Context | None:
         """The caller's trace context, when its share of an append may be sampled."""
@@ -151,7 +146,7 @@ class StoreTelemetry(StoreObserver):
             return None
         return current
 
-    def _traced_append(
+    def traced_scope(
         self,
         topic: str,
         queue_id: int | None,
@@ -316,38 +311,3 @@ class _TracedAppend(AppendScope):
         span.record_exception(error)
         span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
         span.end()
-
-
-class _SharedAppend(AppendScope):
-    """A coalesced append as each caller's own: the untraced callers share one timed scope
-    (they waited for the same append), each traced caller has its own, told only its
-    share of the outcome."""
-
-    __slots__ = ("_share", "_timed", "_tokens", "_traced")
-
-    def __init__(
-        self,
-        timed: _TimedAppend | None,
-        traced: list[tuple[_TracedAppend, AppendCaller]],
-        tokens: list[Any],
-        share: Callable[[Any, AppendCaller], Any],
-    ) -> None:
-        self._timed = timed
-        self._traced = traced
-        self._tokens = tokens
-        self._share = share
-
-    def waiters(self) -> Sequence[Any]:
-        return self._tokens
-
-    def done(self, result: Any, started: float) -> None:
-        if self._timed is not None:
-            self._timed.done(result, started)
-        for scope, caller in self._traced:
-            scope.done(self._share(result, caller), started)
-
-    def failed(self, error: BaseException, started: float) -> None:
-        if self._timed is not None:
-            self._timed.failed(error, started)
-        for scope, _ in self._traced:
-            scope.failed(error, started)

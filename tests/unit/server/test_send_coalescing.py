@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 from tests.support.store_settings import small_store
@@ -14,7 +13,7 @@ from skiff_broker.delivery.send_coalescing import SendCoalescer, batch_bytes_lim
 from skiff_broker.store.config import FlushType, StoreConfig
 from skiff_broker.store.message import Message
 from skiff_broker.store.message_store import MessageStore
-from skiff_broker.store.observer import AppendCaller, AppendScope, StoreObserver
+from skiff_broker.store.observer import AppendScope, AppendShare, StoreObserver
 from skiff_broker.store.results import PutStatus
 
 
@@ -29,13 +28,12 @@ class CountingObserver(StoreObserver):
     def shared_append(
         self,
         topic: str,
-        callers: Sequence[AppendCaller],
-        queue_of: Callable[[AppendCaller], int | None],
+        shares: Sequence[AppendShare],
+        messages: Sequence[Message],
         flush_type: str,
-        share: Callable[[Any, AppendCaller], Any],
     ) -> AppendScope:
-        self.appends.extend((topic, caller.count) for caller in callers)
-        return super().shared_append(topic, callers, queue_of, flush_type, share)
+        self.appends.extend((topic, share.count) for share in shares)
+        return super().shared_append(topic, shares, messages, flush_type)
 
 
 def _store(tmp_path: Path, observer: StoreObserver, **overrides: object) -> MessageStore:

@@ -230,6 +230,59 @@ def test_coalesced_untraced_sends_each_count_in_the_latency_histogram_without_sp
     assert named_by_flushes(pipelines) == [append.context.span_id]
 
 
+def test_a_refused_shared_append_is_an_error_span_and_sample_for_each_caller(
+    open_store, pipelines: Pipelines
+) -> None:
+    store = open_store(flush_type=FlushType.SYNC_FLUSH)
+    tracer = pipelines.tracer_provider.get_tracer("test")
+    coalescer = SendCoalescer(store)
+    topic = "no/slashes"
+    # Call "b" spans two queues: its span names no queue.
+    calls = {"a": [0], "b": [1, 2], "c": [3], "u": [0]}
+    rpc_spans: dict[str, int] = {}
+
+    async def send(name: str) -> None:
+        batch = [message(b"%s%d" % (name.encode(), q), q, topic) for q in calls[name]]
+        if name == "u":
+            unsampled = NonRecordingSpan(SpanContext(0xABC, 0xDEF, is_remote=False))
+            with trace.use_span(unsampled):
+                result, _ = await coalescer.put(topic, batch)
+        else:
+            with tracer.start_as_current_span(f"rpc {name}") as rpc:
+                rpc_spans[name] = rpc.get_span_context().span_id
+                result, _ = await coalescer.put(topic, batch)
+        assert result.status is PutStatus.MESSAGE_ILLEGAL
+
+    async def run() -> None:
+        # One loop turn: "a" appends alone, "b", "c" and the untraced "u" share an append.
+        await asyncio.gather(*(send(name) for name in calls))
+
+    asyncio.run(run())
+    appends = pipelines.spans(cv.APPEND_SPAN)
+    by_parent = {s.parent.span_id: s for s in appends if s.parent is not None}
+    assert len(appends) == len(by_parent) == 3
+    for name, queues in calls.items():
+        if name == "u":
+            continue
+        append = by_parent[rpc_spans[name]]
+        assert append.status.status_code is StatusCode.ERROR
+        assert "must not contain '/'" in append.status.description
+        assert append.attributes[cv.PUT_STATUS] == "MESSAGE_ILLEGAL"
+        assert append.attributes[cv.APPEND_BYTES] == 0
+        assert append.attributes[cv.MESSAGE_COUNT] == len(queues)
+        assert append.attributes[cv.TOPIC] == topic
+        if len(queues) == 1:
+            assert append.attributes[cv.QUEUE_ID] == str(queues[0])
+        else:
+            assert cv.QUEUE_ID not in append.attributes
+    # One sample per call, each with the refusal's status.
+    (point,) = pipelines.points(cv.APPEND_DURATION)
+    assert point.attributes[cv.PUT_STATUS] == "MESSAGE_ILLEGAL"
+    assert point.attributes[cv.TOPIC] == topic
+    assert point.count == len(calls)
+    assert pipelines.spans(cv.FLUSH_SPAN) == []
+
+
 class GatedTelemetry(StoreTelemetry):
     """Holds the flush thread in its first report, so appenders pile up behind it."""
 
