@@ -260,7 +260,10 @@ def test_a_transaction_check_goes_only_to_a_caller_who_may_publish_to_its_topic(
             ).encode()
             answer = call(intruder, signed(34, *CAROL, body=heartbeat))
             assert answer.code == 0, answer.remark
-            properties = "UNIQ_KEY\x01TX-SECRET\x02TRAN_MSG\x01true\x02PGROUP\x01payments\x02WAIT\x01true\x02"
+            properties = (
+                "UNIQ_KEY\x01TX-SECRET\x02TRAN_MSG\x01true\x02"
+                "PGROUP\x01payments\x02WAIT\x01true\x02"
+            )
             half = call(
                 owner,
                 signed(
