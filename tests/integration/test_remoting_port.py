@@ -252,18 +252,6 @@ def test_a_client_that_never_reads_is_held_back_while_others_are_served(broker):
         after.close()
 
 
-def test_with_authentication_on_the_port_serves_no_one_until_signatures_are_checked(tmp_path):
-    env = {"SKIFF_AUTH": "enabled", "SKIFF_AUTH_INIT_USER": "root:root-secret"}
-    with running_broker(tmp_path, env=env) as secured:
-        remoting = Remoting(secured.remoting_endpoint)
-        try:
-            for code in (105, 310, 11, 9999):
-                answer = remoting.call(code, topic=TOPIC)
-                assert answer.code == 16 and "authentication is on" in answer.remark
-        finally:
-            remoting.close()
-
-
 def test_silent_and_idle_connections_are_closed(tmp_path):
     args = ("--preface-timeout", "1", "--idle-connection-timeout", "1")
     with running_broker(tmp_path, *args) as quick:

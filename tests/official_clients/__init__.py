@@ -148,6 +148,44 @@ def remoting_java_client() -> JavaClient:
     return JavaClient(f"{classes}{os.pathsep}{lib}/*", main_class="RemotingClient")
 
 
+def remoting_security_java_client() -> JavaClient:
+    """Build (once) and return ``java/RemotingSecurityClient.java`` (with RemotingClient.java's
+    helpers) on rocketmq-client and rocketmq-acl 4.x: ACL signatures and TLS."""
+    sources = [
+        SOURCES / "java" / "RemotingClient.java",
+        SOURCES / "java" / "RemotingSecurityClient.java",
+    ]
+    for tool in ("java", "javac", "mvn"):
+        if shutil.which(tool) is None:
+            raise ClientsUnavailable(
+                f"the RocketMQ 4.x client needs {tool}: "
+                "apt-get install openjdk-17-jdk-headless maven"
+            )
+    try:
+        # A folder of its own: the plain client's folder keeps exactly its own artifacts.
+        lib = ensure_maven_classpath(
+            skiff_cache() / "official-clients" / f"java-remoting-acl-{REMOTING_CLIENT_VERSION}",
+            [
+                MavenArtifact("org.apache.rocketmq", "rocketmq-client", REMOTING_CLIENT_VERSION),
+                MavenArtifact("org.apache.rocketmq", "rocketmq-acl", REMOTING_CLIENT_VERSION),
+            ],
+        )
+        home = _build_home("java-remoting-security", REMOTING_CLIENT_VERSION, *sources)
+        classes = home / "classes"
+        if not (classes / "RemotingSecurityClient.class").exists():
+            partial = home / "classes.partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir(parents=True)
+            run_install_step(
+                ["javac", "-cp", f"{lib}/*", "-d", str(partial), *map(str, sources)],
+                "the RocketMQ 4.x ACL and TLS client program",
+            )
+            partial.rename(classes)
+    except InstallError as exc:
+        raise ClientsUnavailable(str(exc)) from None
+    return JavaClient(f"{classes}{os.pathsep}{lib}/*", main_class="RemotingSecurityClient")
+
+
 @dataclasses.dataclass(frozen=True)
 class GoClient:
     binary: Path

@@ -1,11 +1,16 @@
 """The remoting port: a listener whose connections speak RocketMQ's remoting protocol.
 
 It shares the client port's connection counts (one set of limits for the broker), its
-request-buffer budget and its idle timeout; its handlers use the same store, topics,
+request-buffer budget, its idle timeout and its TLS (``tls_context`` and ``plaintext`` as
+the client port's TLS mode sets them: both on one port when permissive, the first byte
+telling them apart); its handlers use the same store, topics,
 group offsets and long polling as the gRPC service.
 """
 
 from __future__ import annotations
+
+import ssl
+from collections.abc import Callable
 
 from ..config import BrokerConfig
 from ..delivery.long_polling import ArrivalHub
@@ -14,13 +19,14 @@ from ..runtime import Broker
 from ..tls.connection_limits import ConnectionCounts
 from ..tls.listener import ClientListener
 from ..wire.hosts import encode_host
+from .access import RemotingAccess
 from .admin_requests import AdminRequests
 from .connection import RemotingConnection
 from .consuming import Consuming
 from .lookups import Lookups
 from .name_server import NameServer
 from .producing import Producing
-from .service import AUTH_NOT_SERVED, RemotingService
+from .service import RemotingService
 
 LISTEN_OPTION = "--remoting-listen"
 
@@ -34,6 +40,8 @@ class RemotingServer:
         budget: ReceiveBudget,
         per_connection: int,
         counts: ConnectionCounts,
+        tls_context: Callable[[], ssl.SSLContext] | None = None,
+        plaintext: bool = True,
     ) -> None:
         config: BrokerConfig = broker.config
         self._config = config
@@ -41,7 +49,9 @@ class RemotingServer:
         self._budget = budget
         self._per_connection = per_connection
         self.consuming = Consuming(broker, hub)
-        self.service = RemotingService(refuse_all=AUTH_NOT_SERVED if config.auth.enabled else "")
+        self.service = RemotingService(
+            gate=RemotingAccess(broker.users).refusal if config.auth.enabled else None
+        )
         self.service.add(NameServer(broker).handlers())
         self.service.add(Producing(broker).handlers())
         self.service.add(self.consuming.handlers())
@@ -50,8 +60,8 @@ class RemotingServer:
         self.listener = ClientListener(
             config.remoting_listen,
             self._connection,
-            tls_context=None,
-            plaintext=True,
+            tls_context=tls_context,
+            plaintext=plaintext,
             name=LISTEN_OPTION,
             preface_timeout_s=config.connections.preface_timeout_s,
             accept_pause_s=config.connections.accept_pause_s,

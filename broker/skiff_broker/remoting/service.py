@@ -4,8 +4,8 @@ Invariants:
 - Every request gets exactly one answer unless it is oneway: an unknown code is
   answered at once with REQUEST_CODE_NOT_SUPPORTED and a remark naming it (logged once
   per code), a handler that fails is answered with SYSTEM_ERROR and logged.
-- With ``refuse_all`` (authentication on, signatures not checked yet) no request reaches
-  a handler: a caller that proves nothing gets nothing.
+- With a ``gate`` (authentication on, access.py) no request reaches a handler, nor is
+  told whether its code is served, before the gate lets it through.
 - Responses a client sends (answers to broker-initiated requests) are dropped: the
   broker asks clients nothing yet.
 """
@@ -52,22 +52,17 @@ def int_field(request: RemotingCommand, name: str, default: int | None = None) -
         ) from None
 
 
-# Until the remoting signature (AccessKey/Signature extFields) is checked, a broker with
-# authentication on serves no remoting request: an unsigned door would bypass every ACL.
-AUTH_NOT_SERVED = (
-    "authentication is on, and Skiff does not check RocketMQ 4.x request signatures yet: "
-    "the remoting port refuses every request; use a RocketMQ 5 gRPC client on the client "
-    "port, or turn authentication off"
-)
+# The answer refusing a request, or None to serve it.
+Gate = Callable[[RemotingCommand, RemotingConnection], RemotingCommand | None]
 
 
 class RemotingService:
-    """``refuse_all``: every request is answered NO_PERMISSION with that remark."""
+    """``gate``: asked first about every request (authentication on)."""
 
-    def __init__(self, *, refuse_all: str = "") -> None:
+    def __init__(self, *, gate: Gate | None = None) -> None:
         self._handlers: dict[int, Handler] = {}
         self._unsupported_logged: set[int] = set()
-        self._refuse_all = refuse_all
+        self._gate = gate
 
     def add(self, handlers: Mapping[int, Handler]) -> None:
         self._handlers.update(handlers)
@@ -81,8 +76,10 @@ class RemotingService:
     ) -> RemotingCommand | None:
         if request.is_response:
             return None
-        if self._refuse_all:
-            return request.response(ResponseCode.NO_PERMISSION, self._refuse_all)
+        if self._gate is not None:
+            refusal = self._gate(request, connection)
+            if refusal is not None:
+                return refusal
         handler = self._handlers.get(request.code)
         if handler is None:
             if request.code not in self._unsupported_logged:

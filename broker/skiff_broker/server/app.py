@@ -28,7 +28,6 @@ from ..http2.receive_budget import ReceiveBudget
 from ..records.service import RecordService
 from ..records.service import add_to_server as add_record_service
 from ..remoting.server import RemotingServer
-from ..remoting.service import AUTH_NOT_SERVED
 from ..rpc.server import RpcServer
 from ..runtime import Broker
 from ..telemetry import conventions as cv
@@ -225,6 +224,10 @@ class BrokerServer:
                     budget=self._request_buffer,
                     per_connection=self._buffer_per_connection,
                     counts=self._connection_counts,
+                    tls_context=(
+                        self.certificate.ssl_context if self.certificate is not None else None
+                    ),
+                    plaintext=self.config.tls.mode is not TlsMode.ENFORCING,
                 )
                 self.remoting.bind()
             await self.replication.start()
@@ -245,8 +248,6 @@ class BrokerServer:
             await self.remoting.start()
             # Before "listening on": tests and tools read the port from this line.
             log.info("remoting clients on %s", self.remoting.address)
-            if self.config.auth.enabled:
-                log.warning("%s", AUTH_NOT_SERVED)
         if external is not None:
             log.info("external clients on port %d", self.external_port)
         if self.elector is not None:
@@ -321,6 +322,7 @@ class BrokerServer:
             self.config.advertised_endpoint,
             self.config.listen,
             self.config.cluster.external_listen,
+            *([self.config.remoting_listen] if self.config.remoting_enabled else []),
         )
         cert_file, key_file = self_signed(self.config.store.data_dir, names)
         return ReloadingCertificate(cert_file, key_file)

@@ -40,12 +40,13 @@ from .logics_cut import cut_logics
 from .mapped_file import fsync_directory
 from .message import Message, StoredMessage
 from .observer import NULL_OBSERVER, AppendCaller, StoreObserver
+from .older_records_check import OlderRecordsCheck
 from .prepared_records import PreparedRecords
 from .private_files import FILE_MODE
 from .queries import query_by_key, sample_stats
 from .queue_check import QueueCheck
 from .reading import QueueReader, read_message
-from .recovery import Damage, Recovered, describe, recover_commit_log
+from .recovery import Damage, Recovered, checkpoint_scan_start, describe, recover_commit_log
 from .results import PutResult, StoreStats
 from .retention import (
     ConsumerProgress,
@@ -56,6 +57,7 @@ from .retention import (
     unread_below,
     warn_deleted_unread,
 )
+from .scan_start import durable_scan_start, flush_lagging_queues
 from .segment_allocator import SegmentAllocator
 from .transient_store_pool import TransientStorePool
 from .writing import ReplicationGate, StoreWriter
@@ -133,6 +135,8 @@ class MessageStore:
         self._committer: CommitService | None = None
         self._logics_flusher: LogicsFlushService | None = None
         self._retention: RetentionService | None = None
+        # Checks the records a crash recovery's scan started after (None when none).
+        self.older_records_check: OlderRecordsCheck | None = None
         self._lock_fd = -1
         self._writer = StoreWriter(
             config, self.commit_log, self.consume_queues, self.index, self._waiters, self._observer
@@ -294,6 +298,9 @@ class MessageStore:
         )
         self.last_recovery = recovered
         self.log_was_cut = recovered.end < end_before
+        # Kept only while a record still starts there (the scan start only grows from it).
+        if checkpoint_scan_start(self.commit_log.queue, self.checkpoint) is None:
+            self.checkpoint.scan_start = -1
         self.damage_report = DamageReport(config.data_dir)
         self.dispatcher.on_damage = self._record_dispatch_damage
         if recovered.damages:
@@ -325,6 +332,16 @@ class MessageStore:
 
     def _record_dispatch_damage(self, damage: Damage) -> None:
         self.damage_report.record_skips([damage], self.commit_log.queue, "dispatch")
+
+    def _record_older_damage(self, damages: list[Damage]) -> None:
+        new = self.damage_report.record_skips(damages, self.commit_log.queue, "background check")
+        log.warning(
+            "%d of the damaged stretches were newly found; copies in %s, history in %s; "
+            "reads leave their records out",
+            new,
+            os.path.join(self.config.data_dir, DAMAGED_DIR),
+            self.damage_report.path,
+        )
 
     def _cut_logics(
         self,
@@ -416,12 +433,25 @@ class MessageStore:
         self._retention = self.make_retention_service()
         self._retention.check_disk()
         self._retention.start()
+        recovered = self.last_recovery
+        if recovered is not None and recovered.verify_from < recovered.verify_below:
+            self.older_records_check = OlderRecordsCheck(
+                queue,
+                recovered.verify_from,
+                recovered.verify_below,
+                check_crc=config.check_crc_on_recover,
+                quiet_bytes=config.max_message_size + 1024 * 1024,
+                on_damage=self._record_older_damage,
+            )
+            self.older_records_check.start()
 
     def shutdown(self) -> None:
         """Stop cleanly: everything written is flushed and the next start is fast."""
         if not self._writer.running:
             return
         self._writer.running = False
+        if self.older_records_check is not None:
+            self.older_records_check.stop()
         if self._retention is not None:
             self._retention.stop()
         if self._committer is not None:
@@ -442,6 +472,7 @@ class MessageStore:
         self.checkpoint.index_msg_timestamp = self.dispatcher.last_store_timestamp
         if flushed == self.commit_log.max_offset == self.dispatcher.reput_offset:
             self.checkpoint.clean_shutdown_offset = flushed
+        self._advance_scan_start(min(flushed, self.dispatcher.reput_offset))
         self.checkpoint.flush()
         self.commit_log.close()
         self.consume_queues.close()
@@ -520,6 +551,9 @@ class MessageStore:
         queue.truncate(offset, quiet_bytes=self.config.max_message_size + 1024 * 1024)
         queue.flushed_where = queue.committed_where = offset
         with self._logics_lock:
+            # Records below the old scan start may be gone or different now; under the
+            # lock, so a checkpoint pass computes a new one only from the cut log.
+            self.checkpoint.scan_start = -1
             self._cut_logics(offset, offset)
         self.dispatcher.start()
         self.checkpoint.clean_shutdown_offset = -1
@@ -643,12 +677,23 @@ class MessageStore:
     def _flush_logics_and_checkpoint(self, least_pages: int) -> None:
         # Read before the flush: every unit dispatched by then is covered by it.
         logics_stamp = self.dispatcher.last_store_timestamp
+        dispatched = self.dispatcher.reput_offset
         with self._logics_lock:
             self._flush_logics(least_pages)
+            durable_below = min(dispatched, self.commit_log.queue.flushed_where)
+            flush_lagging_queues(self.consume_queues, durable_below)
+            self._advance_scan_start(durable_below)
         self.checkpoint.physic_msg_timestamp = self._flushed_stamp
         self.checkpoint.logics_msg_timestamp = logics_stamp
         self.checkpoint.index_msg_timestamp = logics_stamp
         self.checkpoint.flush()
+
+    def _advance_scan_start(self, durable_below: int) -> None:
+        """Move the checkpoint's scan start up to a record under ``durable_below`` (flushed
+        and dispatched before the consume queues and index were flushed), if one is known."""
+        start = durable_scan_start(self.consume_queues, durable_below)
+        if start is not None and start > self.checkpoint.scan_start:
+            self.checkpoint.scan_start = start
 
     def _delete_expired_commit_log(self, early: EarlyDeletion) -> int:
         config = self.config

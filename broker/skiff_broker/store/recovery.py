@@ -1,9 +1,16 @@
 """Finding the end of the commit log at start-up, and stepping over damaged records.
 
 After a clean stop the checkpoint names the exact end, so loading is O(1).
-After a crash the log is scanned from the segment that the checkpoint says may
-hold unflushed records, every record checked by ``_check_record`` (length,
-magic, physical offset, body CRC).
+After a crash the log is scanned from the checkpoint's ``scan_start`` (a record
+below which log, consume queues and index were flushed), every record checked by
+``_check_record`` (length, magic, physical offset, body CRC): the work grows with
+what was written since the last checkpoint, not with the segment size. Where that
+start cannot be trusted (no such field, a checkpoint another program wrote, no
+valid record there, below the log's start) the scan starts, as RocketMQ's does, at
+the segment whose first record is older than the checkpoint's timestamps. The
+records between that segment's start and ``scan_start`` are what the scan skipped
+and the old recovery checked: ``Recovered.verify_from`` and ``verify_below`` name
+them, to be checked in the background (:mod:`.older_records_check`).
 
 Invariants:
 
@@ -191,11 +198,20 @@ def zeros_for(mm: Buffer, pos: int, length: int) -> bool:
 
 
 def scan_segment(
-    mf: MappedFile, start: int, *, check_crc: bool, quiet_bytes: int = DEFAULT_QUIET_BYTES
+    mf: MappedFile,
+    start: int,
+    *,
+    check_crc: bool,
+    quiet_bytes: int = DEFAULT_QUIET_BYTES,
+    stop: int | None = None,
 ) -> SegmentScan:
-    """Walk records from file position ``start``, stepping over damage with valid data after it."""
+    """Walk records from file position ``start``, stepping over damage with valid data after it.
+
+    With ``stop`` (a file position where a record starts), the walk ends there.
+    """
     mm = mf.mapping
     limit = mf.file_size
+    stop = limit if stop is None else min(stop, limit)
     base = mf.file_from_offset
     pos = start
     records = 0
@@ -203,12 +219,12 @@ def scan_segment(
     damages: list[Damage] = []
     with memoryview(mm) as view:
         # A BLANK record may be only 8 bytes (size and magic), so those come first.
-        while pos + 8 <= limit:
+        while pos + 8 <= limit and pos < stop:
             size, magic = SIZE_MAGIC.unpack_from(mm, pos)
             if magic == MESSAGE_MAGIC:
                 # The valid records from here on in one loop of the same validator;
                 # the per-record check below then explains what stopped it.
-                run = check_run(mm, pos, limit, base=base, check_crc=check_crc)
+                run = check_run(mm, pos, stop, base=base, check_crc=check_crc)
                 if run.records:
                     if first_valid < 0:
                         first_valid = pos
@@ -280,8 +296,11 @@ def scan_from(
     *,
     check_crc: bool,
     quiet_bytes: int = DEFAULT_QUIET_BYTES,
+    first_position: int = 0,
 ) -> ScanResult:
     """Scan segments from ``first_index`` on: valid data, the damage skipped, where data ends.
+
+    The first segment is scanned from file position ``first_position`` (a record's start).
 
     Where a segment's data stops with nothing valid after it in that segment,
     the later segments decide: if one holds valid data, everything up to it is
@@ -295,10 +314,12 @@ def scan_from(
     damages: list[Damage] = []
     # Global offset and reason where valid data stopped, while nothing valid follows yet.
     stopped: tuple[int, str | None, int] | None = None
+    position = first_position
     for mf in files[first_index:]:
-        seg = scan_segment(mf, 0, check_crc=check_crc, quiet_bytes=quiet_bytes)
+        seg = scan_segment(mf, position, check_crc=check_crc, quiet_bytes=quiet_bytes)
         records += seg.records
-        scanned += seg.end
+        scanned += seg.end - position
+        position = 0
         found = seg.damages
         if stopped is not None:
             if seg.first_valid < 0:
@@ -334,6 +355,26 @@ def choose_scan_start(queue: MappedFileQueue, checkpoint: Checkpoint, include_in
     return 0
 
 
+def checkpoint_scan_start(queue: MappedFileQueue, checkpoint: Checkpoint) -> int | None:
+    """The checkpoint's ``scan_start`` if a valid message record starts there, else None.
+
+    A start below the log's first offset, past its end or inside a record fails:
+    the record check includes the PHYSICALOFFSET field, which only a record that
+    really starts at that offset carries (and the body CRC).
+    """
+    start = checkpoint.scan_start
+    if start < queue.min_offset:
+        return None
+    mf = queue.find(start)
+    if mf is None:
+        return None
+    with memoryview(mf.mapping) as view:
+        problem = record_problem_at(
+            mf.mapping, view, start - mf.file_from_offset, mf.file_size, mf.file_from_offset, True
+        )
+    return start if problem is None else None
+
+
 def clean_end_is_valid(queue: MappedFileQueue, offset: int) -> bool:
     """True if ``offset`` (from a clean stop) lies at the end of written data."""
     if offset < 0:
@@ -359,6 +400,10 @@ class Recovered:
     redispatch_from: int  # where consume queues and index are rebuilt from
     crashed: bool  # the log was scanned (no trustworthy clean end)
     damages: list[Damage]  # stretches skipped, oldest first
+    # Records the scan did not check that a scan from the segment's start would have
+    # (it started at the checkpoint's scan_start): [verify_from, verify_below).
+    verify_from: int = 0
+    verify_below: int = 0
 
 
 def describe(damages: list[Damage]) -> str:
@@ -388,6 +433,7 @@ def recover_commit_log(
     if not files:
         return Recovered(0, 0, not clean, [])
     damages: list[Damage] = []
+    verify_from = verify_below = 0
     if (
         clean
         and not scan_everything
@@ -401,10 +447,30 @@ def recover_commit_log(
         if clean and not scan_everything:
             log.warning("checkpoint does not match the commit log; checking every record")
         first = 0 if scan_everything else choose_scan_start(queue, checkpoint, include_index)
-        result = scan_from(queue, first, check_crc=check_crc, quiet_bytes=quiet_bytes)
+        segment_start = files[first].file_from_offset
+        start = None if scan_everything else checkpoint_scan_start(queue, checkpoint)
+        if start is None:
+            if not scan_everything and checkpoint.scan_start >= 0:
+                log.warning(
+                    "the checkpoint's scan start %d is not where a valid record starts in "
+                    "the commit log; checking every record from %d",
+                    checkpoint.scan_start,
+                    segment_start,
+                )
+            start = segment_start
+        else:
+            first = max(i for i, mf in enumerate(files) if mf.file_from_offset <= start)
+            verify_from, verify_below = segment_start, max(segment_start, start)
+        result = scan_from(
+            queue,
+            first,
+            check_crc=check_crc,
+            quiet_bytes=quiet_bytes,
+            first_position=start - files[first].file_from_offset,
+        )
         end = result.end
         damages = result.damages
-        redispatch_from = files[first].file_from_offset if files else 0
+        redispatch_from = start
         crashed = True
         if result.problem:
             log.warning("commit log cut at %d: %s", end, result.problem)
@@ -417,4 +483,4 @@ def recover_commit_log(
     queue.truncate(end, quiet_bytes=quiet_bytes)
     queue.drop_trailing_empty()
     queue.flushed_where = queue.committed_where = end
-    return Recovered(end, redispatch_from, crashed, damages)
+    return Recovered(end, redispatch_from, crashed, damages, verify_from, verify_below)

@@ -101,6 +101,7 @@ def leave_as_crashed(store: MessageStore, flushed_through: Written) -> None:
     checkpoint.physic_msg_timestamp = last_flushed.store_timestamp
     checkpoint.logics_msg_timestamp = last_flushed.store_timestamp
     checkpoint.index_msg_timestamp = last_flushed.store_timestamp
+    checkpoint.scan_start = flushed_through.physical
     checkpoint.flush()
 
 
