@@ -51,6 +51,9 @@ def _commands(namesrv: str) -> list[list[str]]:
         ["deleteTopic", *n, "-c", "DefaultCluster", "-t", "fresh"],
         ["topicList", *n],
         ["resetOffsetByTime", *n, "-g", GROUP, "-t", TOPIC, "-s", "0"],
+        # The cluster forms: every master of the cluster named.
+        ["topicList", *n, "-c"],
+        ["brokerStatus", *n, "-c", "DefaultCluster"],
     ]
 
 
@@ -114,6 +117,8 @@ def test_mqadmin_common_commands_work_with_namesrv_set_to_the_broker(
         deleted,
         topic_list_after,
         reset,
+        topics_by_cluster,
+        status_by_cluster,
     ) = results
     for result in results:
         if result is not too_many_queues:
@@ -174,3 +179,9 @@ def test_mqadmin_common_commands_work_with_namesrv_set_to_the_broker(
     rows = re.findall(r"^broker-a\s+(\d+)\s+(\d+)\s*$", reset["out"], re.M)
     assert {int(q): int(o) for q, o in rows} == {0: 0, 1: 0}
     assert summary["consumed"] == 2 * MESSAGES
+
+    # Which groups consume each topic (QUERY_TOPIC_CONSUME_BY_WHO), per cluster.
+    assert re.search(rf"^DefaultCluster\s+{TOPIC}\s+{GROUP}\s*$", topics_by_cluster["out"], re.M)
+    assert re.search(
+        rf"^{re.escape(namesrv)}\s+brokerActive\s+:\s+true$", status_by_cluster["out"], re.M
+    )
