@@ -115,6 +115,8 @@ def test_groups_answers_say_what_is_missing(client):
     table = json.loads(plain)["offsetTable"]
     assert set(table) == {"0", "1"}
     assert table["0"]["brokerOffset"] >= 1
+    # When the last consumed message was stored (RocketMQ's lastTimestamp).
+    assert table["0"]["lastTimestamp"] > time.time() * 1000 - 600_000
     for queue in table.values():
         assert queue["consumerOffset"] == queue["brokerOffset"]
     assert "resetters" in json.loads(client.call(300, topic=TOPIC).body)["groupList"]

@@ -134,6 +134,10 @@ def test_mqadmin_common_commands_work_with_namesrv_set_to_the_broker(
     per_queue = {q: sum(1 for s in sent if s["queueId"] == q) for q in (0, 1)}
     rows = re.findall(r"^broker-a\s+(\d+)\s+(\d+)\s+(\d+)", status["out"], re.M)
     assert {int(q): int(high) for q, _, high in rows} == per_queue
+    # The last update: when the queue's newest message was stored.
+    assert (
+        len(re.findall(r"^broker-a\s+\d+\s+\d+\s+\d+\s+\d{4}-\d\d-\d\d", status["out"], re.M)) == 2
+    )
 
     assert f"create topic to {namesrv} success." in created["out"]
     assert '"readQueueNums":3' in fresh_route["out"].replace("\t", "").replace("\n", "")
@@ -147,6 +151,7 @@ def test_mqadmin_common_commands_work_with_namesrv_set_to_the_broker(
         q: (n, n) for q, n in per_queue.items()
     }
     assert "Consume Diff Total: 0" in progress["out"]
+    assert "N/A" not in progress["out"]
 
     assert "ConsumeType: CONSUME_PASSIVELY" in connection["out"]
     assert "MessageModel: CLUSTERING" in connection["out"]

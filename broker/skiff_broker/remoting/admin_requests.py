@@ -111,6 +111,15 @@ class AdminRequests:
         except _ADMIN_ERRORS as exc:
             return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
 
+    def _store_time_before(self, topic: str, queue_id: int, offset: int) -> int:
+        """When the queue's last message below ``offset`` was stored (0: there is none)."""
+        store = self._broker.store
+        queue = store.consume_queues.get(topic, queue_id)
+        unit = queue.real_unit_before(offset) if queue is not None else None
+        if unit is None:
+            return 0
+        return max(0, store.commit_log.store_timestamp_at(unit[0]))
+
     # -- topics -------------------------------------------------------------
 
     async def update_topic(
@@ -207,7 +216,9 @@ class AdminRequests:
                 (
                     queue_key(name, self._broker_name, queue_id),
                     {
-                        "lastUpdateTimestamp": 0,
+                        "lastUpdateTimestamp": self._store_time_before(
+                            name, queue_id, store.max_offset(name, queue_id)
+                        ),
                         "maxOffset": store.max_offset(name, queue_id),
                         "minOffset": store.min_offset(name, queue_id),
                     },
@@ -244,7 +255,9 @@ class AdminRequests:
                             {
                                 "brokerOffset": progress.max_offset,
                                 "consumerOffset": progress.consumer_offset,
-                                "lastTimestamp": 0,
+                                "lastTimestamp": self._store_time_before(
+                                    name, queue_id, progress.consumer_offset
+                                ),
                                 "pullOffset": progress.consumer_offset,
                             },
                         )
