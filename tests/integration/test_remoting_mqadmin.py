@@ -57,16 +57,26 @@ def _commands(namesrv: str) -> list[list[str]]:
     ]
 
 
-def _run(mqadmin: JavaClient, namesrv: str, logs: Path) -> dict:
+def _run(
+    mqadmin: JavaClient,
+    namesrv: str,
+    logs: Path,
+    commands: list[list[str]],
+    *,
+    count: int = MESSAGES,
+    home: Path | None = None,
+) -> dict:
     java = shutil.which("java") or "java"
     argv: list[str] = []
-    for command in _commands(namesrv):
+    for command in commands:
         argv += ["--", *command]
     outcome = run_client(
         [
             java,
             f"-Duser.home={logs}",
             f"-Drocketmq.log.root={logs}",
+            # mqadmin signs with the keys in <rocketmq.home.dir>/conf/tools.yml.
+            f"-Drocketmq.home.dir={home or logs}",
             "-cp",
             mqadmin.classpath,
             mqadmin.main_class,
@@ -77,10 +87,10 @@ def _run(mqadmin: JavaClient, namesrv: str, logs: Path) -> dict:
             "--group",
             GROUP,
             "--count",
-            str(MESSAGES),
+            str(count),
             # The reset to the start makes the online consumer read everything again.
             "--await-total",
-            str(2 * MESSAGES),
+            str(2 * count),
             *argv,
         ],
         logs,
@@ -95,7 +105,7 @@ def test_mqadmin_common_commands_work_with_namesrv_set_to_the_broker(
     create_topics(data_dir_of(tmp_path), TopicConfig(TOPIC, 2, 2))
     with running_broker(tmp_path) as broker:
         namesrv = broker.remoting_endpoint
-        summary = _run(mqadmin, namesrv, tmp_path / "client-logs")
+        summary = _run(mqadmin, namesrv, tmp_path / "client-logs", _commands(namesrv))
         with AdminClient(broker.endpoint) as admin:
             topics = {t.name for t in admin.list_topics()}
     results = summary["commands"]
@@ -190,3 +200,45 @@ def test_mqadmin_common_commands_work_with_namesrv_set_to_the_broker(
     assert re.search(
         rf"^{re.escape(namesrv)}\s+brokerActive\s+:\s+true$", status_by_cluster["out"], re.M
     )
+
+
+def test_mqadmin_signed_with_a_super_users_keys_works_with_auth_on(
+    tmp_path: Path, mqadmin: JavaClient
+) -> None:
+    create_topics(data_dir_of(tmp_path), TopicConfig(TOPIC, 2, 2))
+    home = tmp_path / "rocketmq-home"
+    (home / "conf").mkdir(parents=True)
+    (home / "conf" / "tools.yml").write_text("accessKey: root\nsecretKey: root-secret\n")
+    auth = {"SKIFF_AUTH": "enabled", "SKIFF_AUTH_INIT_USER": "root:root-secret"}
+    with running_broker(tmp_path, env=auth) as broker:
+        namesrv = broker.remoting_endpoint
+        n = ["-n", namesrv]
+        signed = _run(
+            mqadmin,
+            namesrv,
+            tmp_path / "client-logs",
+            [
+                ["updateTopic", *n, "-b", namesrv, "-t", "guarded", "-r", "2", "-w", "2"],
+                ["topicStatus", *n, "-t", "guarded"],
+                ["brokerStatus", *n, "-b", namesrv],
+            ],
+            count=0,
+            home=home,
+        )
+        unsigned = _run(
+            mqadmin,
+            namesrv,
+            tmp_path / "client-logs",
+            [["updateTopic", *n, "-b", namesrv, "-t", "unguarded"]],
+            count=0,
+            home=tmp_path / "no-keys",
+        )
+    created, status, broker_status = signed["commands"]
+    for result in signed["commands"]:
+        assert result["err"] == "", (result["args"], result["err"][-3000:])
+    assert f"create topic to {namesrv} success." in created["out"]
+    assert len(re.findall(r"^broker-a\s+\d+\s+0\s+0", status["out"], re.M)) == 2
+    assert re.search(r"^brokerActive\s+:\s+true$", broker_status["out"], re.M)
+    # Without keys mqadmin signs nothing, and the broker refuses it (NO_PERMISSION, 16).
+    (refused,) = unsigned["commands"]
+    assert "CODE: 16" in refused["err"] and "success" not in refused["out"]

@@ -7,7 +7,9 @@
  *
  * First it sends N messages to T (keys "key-<i>") with DefaultMQProducer and starts a
  * clustering push consumer of G on T that consumes them, so the admin commands find
- * messages, offsets and an online consumer. Each command's argument list may use
+ * messages, offsets and an online consumer; with --count 0 it does neither. The commands
+ * sign their requests as mqadmin does, with the keys in ${rocketmq.home.dir}/conf/tools.yml
+ * if that file exists. Each command's argument list may use
  * {offsetMsgId0}, {msgId0}, {key0} and {namesrv}; the program runs
  * MQAdminStartup.main for each with stdout and stderr captured, and prints one JSON line:
  * {"sent": [...], "consumed": n, "commands": [{"args": [...], "out": "...", "err": "..."}]}.
@@ -78,62 +80,15 @@ public class MqAdminBatch {
 
         StringBuilder sent = new StringBuilder("[");
         String offsetMsgId0 = "", msgId0 = "";
-        DefaultMQProducer producer = new DefaultMQProducer("mqadmin-batch-producer");
-        producer.setNamesrvAddr(namesrv);
-        producer.start();
-        for (int n = 0; n < count; n++) {
-            Message message = new Message(topic, "TagA", "key-" + n,
-                ("body-" + n).getBytes(StandardCharsets.UTF_8));
-            SendResult result = producer.send(message);
-            if (n == 0) {
-                offsetMsgId0 = result.getOffsetMsgId();
-                msgId0 = result.getMsgId();
-            }
-            sent.append(n == 0 ? "" : ",").append("{\"msgId\":").append(quote(result.getMsgId()))
-                .append(",\"offsetMsgId\":").append(quote(result.getOffsetMsgId()))
-                .append(",\"queueId\":").append(result.getMessageQueue().getQueueId())
-                .append(",\"queueOffset\":").append(result.getQueueOffset()).append("}");
+        AtomicInteger deliveries = new AtomicInteger();
+        DefaultMQPushConsumer consumer = null;
+        if (count > 0) {
+            String[] ids = new String[2];
+            consumer = produceAndConsume(namesrv, topic, group, count, sent, ids, deliveries);
+            offsetMsgId0 = ids[0];
+            msgId0 = ids[1];
         }
         sent.append("]");
-        producer.shutdown();
-
-        CountDownLatch consumed = new CountDownLatch(count);
-        AtomicInteger deliveries = new AtomicInteger();
-        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
-        consumer.setNamesrvAddr(namesrv);
-        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
-        consumer.subscribe(topic, "*");
-        consumer.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
-            messages.forEach(m -> {
-                deliveries.incrementAndGet();
-                consumed.countDown();
-            });
-            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
-        });
-        consumer.start();
-        consumed.await(60, TimeUnit.SECONDS);
-        // The consumer commits its offsets every few seconds; once it has taken in every
-        // message, commit them now and wait for the broker's answer.
-        OffsetStore offsets = consumer.getDefaultMQPushConsumerImpl().getOffsetStore();
-        Set<MessageQueue> queues = consumer.fetchSubscribeMessageQueues(topic);
-        long deadline = System.currentTimeMillis() + 30_000;
-        while (System.currentTimeMillis() < deadline) {
-            long total = 0;
-            for (MessageQueue queue : queues) {
-                total += Math.max(0, offsets.readOffset(queue, ReadOffsetType.READ_FROM_MEMORY));
-            }
-            if (total >= count) {
-                break;
-            }
-            Thread.sleep(100);
-        }
-        for (MessageQueue queue : queues) {
-            long offset = offsets.readOffset(queue, ReadOffsetType.READ_FROM_MEMORY);
-            if (offset >= 0) {
-                ((RemoteBrokerOffsetStore) offsets).updateConsumeOffsetToBroker(queue, offset, false);
-            }
-        }
-
         StringBuilder results = new StringBuilder("[");
         PrintStream out = System.out, err = System.err;
         for (int c = 0; c < commands.size(); c++) {
@@ -175,7 +130,9 @@ public class MqAdminBatch {
         while (deliveries.get() < awaitTotal && System.currentTimeMillis() < until) {
             Thread.sleep(100);
         }
-        consumer.shutdown();
+        if (consumer != null) {
+            consumer.shutdown();
+        }
         System.out.println("{\"sent\":" + sent + ",\"consumed\":" + deliveries.get()
             + ",\"redeliveryMs\":" + (System.nanoTime() - waited) / 1_000_000
             + ",\"commands\":" + results + "}");
@@ -192,6 +149,65 @@ public class MqAdminBatch {
             super("exit " + status);
             this.status = status;
         }
+    }
+
+    /** Sends ``count`` messages and returns a push consumer that has consumed them. */
+    static DefaultMQPushConsumer produceAndConsume(String namesrv, String topic, String group,
+        int count, StringBuilder sent, String[] ids, AtomicInteger deliveries) throws Exception {
+        DefaultMQProducer producer = new DefaultMQProducer("mqadmin-batch-producer");
+        producer.setNamesrvAddr(namesrv);
+        producer.start();
+        for (int n = 0; n < count; n++) {
+            Message message = new Message(topic, "TagA", "key-" + n,
+                ("body-" + n).getBytes(StandardCharsets.UTF_8));
+            SendResult result = producer.send(message);
+            if (n == 0) {
+                ids[0] = result.getOffsetMsgId();
+                ids[1] = result.getMsgId();
+            }
+            sent.append(n == 0 ? "" : ",").append("{\"msgId\":").append(quote(result.getMsgId()))
+                .append(",\"offsetMsgId\":").append(quote(result.getOffsetMsgId()))
+                .append(",\"queueId\":").append(result.getMessageQueue().getQueueId())
+                .append(",\"queueOffset\":").append(result.getQueueOffset()).append("}");
+        }
+        producer.shutdown();
+
+        CountDownLatch consumed = new CountDownLatch(count);
+        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
+        consumer.setNamesrvAddr(namesrv);
+        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        consumer.subscribe(topic, "*");
+        consumer.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
+            messages.forEach(m -> {
+                deliveries.incrementAndGet();
+                consumed.countDown();
+            });
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        consumer.start();
+        consumed.await(60, TimeUnit.SECONDS);
+        // The consumer commits its offsets every few seconds; once it has taken in every
+        // message, commit them now and wait for the broker's answer.
+        OffsetStore offsets = consumer.getDefaultMQPushConsumerImpl().getOffsetStore();
+        Set<MessageQueue> queues = consumer.fetchSubscribeMessageQueues(topic);
+        long deadline = System.currentTimeMillis() + 30_000;
+        while (System.currentTimeMillis() < deadline) {
+            long total = 0;
+            for (MessageQueue queue : queues) {
+                total += Math.max(0, offsets.readOffset(queue, ReadOffsetType.READ_FROM_MEMORY));
+            }
+            if (total >= count) {
+                break;
+            }
+            Thread.sleep(100);
+        }
+        for (MessageQueue queue : queues) {
+            long offset = offsets.readOffset(queue, ReadOffsetType.READ_FROM_MEMORY);
+            if (offset >= 0) {
+                ((RemoteBrokerOffsetStore) offsets).updateConsumeOffsetToBroker(queue, offset, false);
+            }
+        }
+        return consumer;
     }
 
     static String quote(String text) {
