@@ -29,7 +29,7 @@ from skiff_broker.client.credentials import Credentials
 from skiff_broker.client.errors import BrokerUnavailable, SkiffError, Unauthenticated
 
 from .broker_spec import BrokerSpec
-from .kube_api import KubeApi
+from .kube_client import KubeClient
 from .naming import ADMIN_ACCESS_KEY, ADMIN_SECRET_KEY, admin_secret_name
 from .rendering import TLS_CA_KEY, mounted_tls_secret
 
@@ -67,7 +67,7 @@ class AdminCredentials:
     """Credentials and TLS settings per Broker, read through the operator's API client
     and cached."""
 
-    def __init__(self, api: KubeApi, timeout: float) -> None:
+    def __init__(self, api: KubeClient, timeout: float) -> None:
         self._api = api
         self._timeout = timeout
         # (namespace, broker name) -> ((Broker uid, the spec it was made for), how to call)

@@ -33,7 +33,7 @@ from .certificates import (
     not_after,
     reissue_reason,
 )
-from .kube_api import KubeApi, KubeApiError
+from .kube_client import KubeApiError, KubeClient
 from .naming import ca_secret_name
 from .rendering import (
     CA_KEY_KEY,
@@ -73,7 +73,7 @@ def _decoded(secret: Mapping[str, Any] | None) -> dict[str, bytes]:
 
 
 async def ensure_certificate(
-    api: KubeApi,
+    api: KubeClient,
     broker: BrokerIdentity,
     spec: BrokerSpec,
     cluster_domain: str,
@@ -133,7 +133,7 @@ def _expiry(cert_pem: bytes) -> datetime.datetime | None:
         return None
 
 
-async def _user_secret(api: KubeApi, broker: BrokerIdentity, name: str) -> TlsState:
+async def _user_secret(api: KubeClient, broker: BrokerIdentity, name: str) -> TlsState:
     source = CertificateSource.SECRET
     secret = await api.get("Secret", broker.namespace, name)
     if secret is None:
@@ -158,7 +158,7 @@ async def _user_secret(api: KubeApi, broker: BrokerIdentity, name: str) -> TlsSt
 
 
 async def _managed(
-    api: KubeApi,
+    api: KubeClient,
     broker: BrokerIdentity,
     secret_name: str,
     contents: CertificateContents,

@@ -25,7 +25,7 @@ from .broker_spec import BrokerSpec
 from .cluster_status import GroupLease, external_endpoint, read_lease
 from .conditions import READY, conditions_of, generation_of, write_ready
 from .group_drain import DrainProgress, drain_group
-from .kube_api import KubeApi, KubeApiError
+from .kube_client import KubeApiError, KubeClient
 from .naming import (
     CLIENT_PORT,
     LABEL_BROKER,
@@ -138,7 +138,7 @@ async def _ensure_certificate(
 
 
 async def _apply_pod_monitor(
-    api: KubeApi, spec: BrokerSpec, broker: BrokerIdentity, scraped: bool
+    api: KubeClient, spec: BrokerSpec, broker: BrokerIdentity, scraped: bool
 ) -> str:
     """Make (or remove) the Broker's PodMonitor; what became of it, for status.podMonitor.
 
@@ -173,7 +173,7 @@ async def _apply_pod_monitor(
     return made
 
 
-async def _name_clash(api: KubeApi, service: Mapping[str, Any], broker: BrokerIdentity) -> str:
+async def _name_clash(api: KubeClient, service: Mapping[str, Any], broker: BrokerIdentity) -> str:
     """Why the bootstrap Service cannot be this Broker's; "" if it can.
 
     A Broker named like another one's group (``orders-a`` beside ``orders``) would take
@@ -328,7 +328,7 @@ async def _refresh_status(
 
 
 async def _adopt_lease(
-    api: KubeApi, broker: BrokerIdentity, lease: Mapping[str, Any] | None
+    api: KubeClient, broker: BrokerIdentity, lease: Mapping[str, Any] | None
 ) -> None:
     """Make the Broker own its group's Lease, so that the Lease goes with the Broker.
 
@@ -524,7 +524,7 @@ def _held_messages(endpoint: str, access: AdminAccess) -> list[str]:
     return held
 
 
-async def _delete_group(api: KubeApi, namespace: str, name: str, suffix: str) -> None:
+async def _delete_group(api: KubeClient, namespace: str, name: str, suffix: str) -> None:
     selector = f"{LABEL_BROKER}={name},{LABEL_GROUP}={suffix}"
     for kind in CHILD_KINDS:
         for item in await api.list(kind, namespace, selector):

@@ -22,7 +22,7 @@ def _setting(flag: str, default: Any, **options: Any) -> Callable[[_Command], _C
 
 
 MISSING_KOPF = (
-    "skiff-operator needs kopf and aiohttp: install them with "
+    "skiff-operator needs kopf and kubernetes_asyncio: install them with "
     "pip install 'skiff-broker[operator]' (or use the operator image)"
 )
 

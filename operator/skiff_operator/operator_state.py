@@ -13,13 +13,13 @@ import kopf
 from .admin_access import AdminCredentials
 from .broker_endpoints import EndpointResolver
 from .config import OperatorConfig
-from .kube_api import KubeApi
+from .kube_client import KubeClient
 
 
 @dataclasses.dataclass(slots=True)
 class OperatorState:
     config: OperatorConfig
-    api: KubeApi
+    api: KubeClient
     resolver: EndpointResolver
     # How each Broker's admin service is called (signed as its super user when auth is on).
     admin: AdminCredentials

@@ -12,7 +12,7 @@ from . import GROUP, VERSION
 from .admin_access import AdminCredentials
 from .broker_handlers import forget_broker, reconcile_broker, refresh_broker_status
 from .config import OperatorConfig
-from .kube_api import KubeApi
+from .kube_client import KubeClient
 from .operator_state import OperatorState
 from .topic_handlers import delete_topic, reconcile_topic
 from .user_handlers import delete_user, reconcile_user
@@ -73,8 +73,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         settings.posting.level = logging.WARNING
         # Brokers, Topics and Users are known; watching CRDs and namespaces needs no extra rights.
         settings.scanning.disabled = True
-        api = KubeApi(lambda: cluster_connection(settings))
-        await api.__aenter__()
+        api = await KubeClient.connect()
         memo.state = OperatorState(
             config, api, config.endpoint_resolver(), AdminCredentials(api, config.admin_timeout_s)
         )
@@ -83,7 +82,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     async def stop(memo: kopf.Memo, **_: Any) -> None:
         state: OperatorState | None = getattr(memo, "state", None)
         if state is not None:
-            await state.api.__aexit__(None, None, None)
+            await state.api.close()
 
     for decorator in (kopf.on.create, kopf.on.update, kopf.on.resume):
         on_resource(decorator, "brokers", id="reconcile")(reconcile_broker)

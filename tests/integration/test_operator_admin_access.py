@@ -24,7 +24,7 @@ BROKER = "orders"
 
 
 class StoredSecrets:
-    """What the operator's KubeApi.get answers for Secrets (stand-in, see above)."""
+    """What the operator's KubeClient.get answers for Secrets (stand-in, see above)."""
 
     def __init__(self, secrets: dict[str, dict[str, bytes]]) -> None:
         self._secrets = secrets

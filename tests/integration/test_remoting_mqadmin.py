@@ -42,8 +42,8 @@ def _commands(namesrv: str) -> list[list[str]]:
         ["topicRoute", *n, "-t", "fresh"],
         ["updateTopic", *n, "-b", namesrv, "-t", "fresh", "-r", "2000", "-w", "3"],
         ["updateSubGroup", *n, "-b", namesrv, "-g", "fresh-readers"],
-        ["consumerProgress", *n, "-g", GROUP, "-t", TOPIC],
-        ["consumerConnection", *n, "-g", GROUP, "-b", namesrv],
+        ["consumerProgress", *n, "-g", GROUP],
+        ["consumerConnection", *n, "-g", GROUP],
         ["queryMsgById", *n, "-t", TOPIC, "-i", "{offsetMsgId0}"],
         ["queryMsgByKey", *n, "-t", TOPIC, "-k", "{key0}"],
         ["clusterList", *n],
@@ -54,6 +54,8 @@ def _commands(namesrv: str) -> list[list[str]]:
         # The cluster forms: every master of the cluster named.
         ["topicList", *n, "-c"],
         ["brokerStatus", *n, "-c", "DefaultCluster"],
+        # Every group: found by its retry topic, with its online members.
+        ["consumerProgress", *n],
     ]
 
 
@@ -129,6 +131,7 @@ def test_mqadmin_common_commands_work_with_namesrv_set_to_the_broker(
         reset,
         topics_by_cluster,
         status_by_cluster,
+        all_groups,
     ) = results
     for result in results:
         if result is not too_many_queues:
@@ -200,6 +203,8 @@ def test_mqadmin_common_commands_work_with_namesrv_set_to_the_broker(
     assert re.search(
         rf"^{re.escape(namesrv)}\s+brokerActive\s+:\s+true$", status_by_cluster["out"], re.M
     )
+    # consumerProgress with no group: one row per group, with its online members.
+    assert re.search(rf"^{GROUP}\s+1\s+V\S+\s+PUSH\s+CLUSTERING\s", all_groups["out"], re.M)
 
 
 def test_mqadmin_signed_with_a_super_users_keys_works_with_auth_on(

@@ -9,8 +9,10 @@ that does not parse) and the enforcing TLS mode.
 
 from __future__ import annotations
 
+import json
 import socket
 import ssl
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -222,3 +224,55 @@ def test_enforcing_tls_serves_tls_and_closes_plaintext(tmp_path: Path) -> None:
                 answers = decoder.feed(data)
         # Answered (the topic does not exist): TLS reached the remoting protocol.
         assert answers[0].opaque == 5 and answers[0].code == 17
+
+
+def _checks_seen(remoting: Remoting, seconds: float) -> list[RemotingCommand]:
+    """The CHECK_TRANSACTION_STATE requests (39) the broker sends this connection meanwhile."""
+    remoting.sock.settimeout(0.5)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            data = remoting.sock.recv(1 << 16)
+        except TimeoutError:
+            continue
+        if not data:
+            break
+        remoting.pending += remoting.decoder.feed(data)
+    return [c for c in remoting.pending if c.code == 39]
+
+
+def test_a_transaction_check_goes_only_to_a_caller_who_may_publish_to_its_topic(
+    tmp_path: Path,
+) -> None:
+    """Naming a producer group proves nothing: the check carries the message's body."""
+    create_topics(data_dir_of(tmp_path), TopicConfig("orders", 2, 2))
+    checking = ("--transaction-timeout", "0", "--transaction-check-interval", "0.5")
+    with running_broker(tmp_path, *checking, env=AUTH_ENV) as broker:
+        with AdminClient(broker.endpoint, credentials=SkiffCredentials(*ROOT)) as admin:
+            assert admin.apply_user(*ALICE)
+            assert admin.apply_acl(ALICE[0], ALICE_ACL)
+            assert admin.apply_user(*CAROL)
+            assert admin.apply_acl(CAROL[0], [AclEntry(("Topic:orders",), ("Get",))])
+        owner, intruder = Remoting(broker.remoting_endpoint), Remoting(broker.remoting_endpoint)
+        try:
+            heartbeat = json.dumps(
+                {"clientID": "intruder@1", "producerDataSet": [{"groupName": "payments"}]}
+            ).encode()
+            answer = call(intruder, signed(34, *CAROL, body=heartbeat))
+            assert answer.code == 0, answer.remark
+            properties = "UNIQ_KEY\x01TX-SECRET\x02TRAN_MSG\x01true\x02PGROUP\x01payments\x02WAIT\x01true\x02"
+            half = call(
+                owner,
+                signed(
+                    310, *ALICE, body=b"wire 1000000 to account 42",
+                    a="payments", b="orders", c="TBW102", d="2", e="0", f="4", g="0", h="0",
+                    i=properties,
+                ),
+            )  # fmt: skip
+            assert half.code == 0, half.remark
+            # Checks come every half second while the transaction stays unknown.
+            assert _checks_seen(owner, 3.0), "the producer that may publish was never asked"
+            assert _checks_seen(intruder, 1.0) == []
+        finally:
+            owner.close()
+            intruder.close()

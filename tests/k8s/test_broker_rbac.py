@@ -19,7 +19,7 @@ import pytest
 import yaml
 from tests.support.kube_control_plane import REPO_ROOT, ControlPlane, write_kubeconfig
 
-from skiff_broker.cluster.kube_api import Conflict, KubeApi, KubeError, credentials_from_kubeconfig
+from skiff_broker.cluster.kube_client import Conflict, KubeClient, KubeError
 from skiff_operator.broker_spec import BrokerSpec
 from skiff_operator.rendering import BrokerIdentity, render_cluster
 
@@ -177,10 +177,8 @@ def test_a_brokers_account_writes_only_its_own_brokers_pods_and_leases(install: 
             ]
         )
     apis = {
-        broker.name: KubeApi(
-            credentials_from_kubeconfig(
-                str(install.token_kubeconfig(f"{broker.name}-broker", HOME))
-            )
+        broker.name: KubeClient.from_environment(
+            str(install.token_kubeconfig(f"{broker.name}-broker", HOME))
         )
         for broker in (north, south)
     }

@@ -42,7 +42,7 @@ from tests.support.waiting import wait_for
 from skiff_broker.client.admin import AdminClient
 from skiff_broker.client.messaging import MessagingClient, OutgoingMessage, SendReceipt
 from skiff_broker.cluster.config import ClusterConfig
-from skiff_broker.cluster.kube_api import KubeApi, credentials_from_kubeconfig
+from skiff_broker.cluster.kube_client import KubeClient
 from skiff_broker.cluster.lease_elector import LeaseElector
 from skiff_broker.cluster.lease_record import LeaseRecord, now_micro
 from skiff_broker.ha.epoch_file import EpochFile
@@ -342,13 +342,13 @@ def test_a_master_stopped_cleanly_hands_its_lease_to_an_in_sync_replica(
     assert {r.message_id for r in acknowledged if isinstance(r, SendReceipt)} <= stored.keys()
 
 
-class RenewalLandsBetween(KubeApi):
+class RenewalLandsBetween(KubeClient):
     """The API server, with one renewal of the Lease landing between a read and the next
     write: a renewal that ``stop()`` cancelled while its request was already on the wire."""
 
     def __init__(self, kubeconfig: Path) -> None:
-        super().__init__(credentials_from_kubeconfig(str(kubeconfig)))
-        self._renewer = KubeApi(self.credentials)
+        super().__init__(KubeClient.from_environment(str(kubeconfig)).api_client)
+        self._renewer = KubeClient.from_environment(str(kubeconfig))
         self.renewals = 0
 
     def replace_lease(self, namespace: str, lease: dict) -> dict:

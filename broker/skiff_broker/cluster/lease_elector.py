@@ -38,7 +38,7 @@ from collections.abc import Callable
 from ..ha.config import Role
 from ..ha.replication import PromotionRefused, Replication
 from .config import RETRY_PERIOD_S, ClusterConfig
-from .kube_api import Conflict, KubeApi, KubeError, NotFound
+from .kube_client import Conflict, KubeClient, KubeError, NotFound
 from .lease_record import CLUSTER_LABEL, ROLE_LABEL, LeaseRecord, now_micro
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ class GroupState:
 class LeaseElector:
     def __init__(
         self,
-        api: KubeApi,
+        api: KubeClient,
         config: ClusterConfig,
         group: str,
         replication: Replication,

@@ -26,7 +26,7 @@ from ..admin.v1 import admin_pb2_grpc
 from ..client.channels import PLAINTEXT, ClientTls, aio_channel
 from ..metadata.topic_table import MessageType, Permission, TopicConfig
 from .config import ClusterConfig
-from .kube_api import KubeApi, KubeError
+from .kube_client import KubeClient, KubeError
 from .lease_elector import LeaseElector
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ class ClusterRoutes:
         *,
         is_master: Callable[[], bool],
         elector: LeaseElector | None = None,
-        api: KubeApi | None = None,
+        api: KubeClient | None = None,
         peer_interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
         peer_tls: ClientTls = PLAINTEXT,
     ) -> None:

@@ -28,10 +28,10 @@ from ..auth.gate import caller_ip
 from ..auth.signature import not_matching
 from ..auth.user_store import UserStore
 from ..error_text import bounded
-from .codes import ResponseCode
+from .codes import RequestCode, ResponseCode
 from .connection import RemotingConnection
 from .frames import RemotingCommand
-from .request_rights import QUERY_MESSAGE, needs_of
+from .request_rights import needs_of
 from .service import HeaderError
 
 ACCESS_KEY = "AccessKey"
@@ -54,7 +54,7 @@ def _java_order(name: str) -> bytes:
 
 def signed_content(request: RemotingCommand) -> bytes:
     """What a 4.x client signs: the other header values by name, then the body."""
-    skip_unique_key = request.code == QUERY_MESSAGE and request.version <= _V4_9_3
+    skip_unique_key = request.code == RequestCode.QUERY_MESSAGE and request.version <= _V4_9_3
     values = []
     for name in sorted(request.ext_fields, key=_java_order):
         if name == SIGNATURE or (skip_unique_key and name == _UNIQUE_KEY_QUERY):

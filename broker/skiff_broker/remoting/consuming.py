@@ -18,6 +18,7 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import itertools
 import json
@@ -35,6 +36,7 @@ from .codes import PullSysFlag, RequestCode, ResponseCode
 from .connection import RemotingConnection
 from .frames import ONEWAY_FLAG, RemotingCommand
 from .name_server import json_body
+from .redelivery import RETRY_QUEUES, retry_topic
 from .service import HeaderError, int_field, text_field
 
 _MAX_PULL_MESSAGES = 1024
@@ -113,9 +115,10 @@ class Consuming:
 
     # -- membership ---------------------------------------------------------
 
-    def heartbeat(
+    async def heartbeat(
         self, request: RemotingCommand, connection: RemotingConnection
     ) -> RemotingCommand:
+        clustering: list[str] = []
         try:
             data = json.loads(request.body or b"{}")
             client_id = str(data.get("clientID", ""))
@@ -137,6 +140,8 @@ class Consuming:
                     for name in ("consumeType", "messageModel", "consumeFromWhere")
                     if consumer.get(name) is not None
                 }
+                if str(consumer.get("messageModel") or "CLUSTERING") == "CLUSTERING":
+                    clustering.append(group)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             return request.response(
                 ResponseCode.SYSTEM_ERROR,
@@ -157,6 +162,15 @@ class Consuming:
             )
             if known is None or known.connection is not connection:
                 self._notify_changed(group, but=client_id)
+        # As RocketMQ's broker: a clustering group's retry topic exists from its first
+        # heartbeat, so its consumers find a route for it (they subscribe to it themselves).
+        missing = [g for g in clustering if self._broker.topics.get(retry_topic(g)) is None]
+        for group in missing:
+            if group_name_problem(group) is None and not self._broker.is_replica:
+                # Creating it writes topics.json: not on the event loop.
+                await asyncio.to_thread(
+                    self._broker.ensure_system_topic, retry_topic(group), RETRY_QUEUES
+                )
         return request.response(ResponseCode.SUCCESS)
 
     def members(self, group: str) -> list[ConsumerClient]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import struct
 import time
+from collections.abc import Awaitable, Callable
 
 from ..delivery.send_coalescing import SendCoalescer
 from ..delivery.topic_writes import TopicWriteRefused, WriteRefusal, require_writer, writable_topic
@@ -29,7 +30,8 @@ from ..wire.compressed_body import compressed_body_problem
 from ..wire.message_rules import message_problem
 from ..wire.properties import decode_properties, properties_problem
 from ..wire.record_codec import offset_message_id
-from ..wire.record_layout import COMPRESSED, TRANSACTION_MASK
+from ..wire.record_layout import COMPRESSED, TRANSACTION_MASK, TRANSACTION_PREPARED_TYPE
+from .access import ACCESS_KEY
 from .codes import RequestCode, ResponseCode
 from .connection import RemotingConnection
 from .frames import RemotingCommand
@@ -72,6 +74,8 @@ PRODUCER_SET = frozenset(
         "CLUSTER",
     }
 )
+# ... and the ones a 4.x transactional producer sets on a half message.
+HALF_MESSAGE_SET = frozenset({prop.TRANSACTION_PREPARED, prop.CHECK_IMMUNITY_TIME_IN_SECONDS})
 DELAY_LEVEL = "DELAY"
 # RocketMQ's default messageDelayLevel, 1s 5s 10s 30s 1m 2m ... 10m 20m 30m 1h 2h.
 DELAY_LEVEL_SECONDS = (1, 5, 10, 30, *(60 * m for m in range(1, 11)), 1200, 1800, 3600, 7200)
@@ -110,9 +114,19 @@ def send_header(request: RemotingCommand) -> dict[str, str]:
     return {V2_NAMES.get(name, name): value for name, value in request.ext_fields.items()}
 
 
+# Stores a half message of a producer group sent over a connection: (result, transaction id).
+# (message, producer group, connection, access key that signed the send) -> stored, id.
+HalfMessageStore = Callable[
+    [Message, str, RemotingConnection, str], Awaitable[tuple[PutResult, str]]
+]
+
+
 class Producing:
-    def __init__(self, broker: Broker) -> None:
+    """``prepare`` stores half messages; without it they go straight to the transactions."""
+
+    def __init__(self, broker: Broker, prepare: HalfMessageStore | None = None) -> None:
         self._broker = broker
+        self._prepare = prepare
         self._coalescer = SendCoalescer(broker.store)
 
     def handlers(self) -> dict:
@@ -136,11 +150,18 @@ class Producing:
                     f"{topic.write_queue_nums} write queues; refresh the route",
                 )
             sys_flag = int_field(header, "sysFlag", 0)
-            if sys_flag & TRANSACTION_MASK:
+            # A transactional producer's half message (TransactionMQProducer).
+            prepared = sys_flag & TRANSACTION_MASK == TRANSACTION_PREPARED_TYPE
+            if sys_flag & TRANSACTION_MASK and not prepared:
                 raise Refused(
-                    ResponseCode.NO_PERMISSION,
-                    "transactional messages are not served on Skiff's remoting port yet; "
-                    "send them with a RocketMQ 5 gRPC client",
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    "a message is sent as a half message (TRANSACTION_PREPARED_TYPE) or "
+                    "plain; a transaction is ended with END_TRANSACTION",
+                )
+            if prepared and request.code == RequestCode.SEND_BATCH_MESSAGE:
+                raise Refused(
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    "a batch cannot be transactional (as in RocketMQ); send half messages alone",
                 )
             born_timestamp = int_field(header, "bornTimestamp", 0)
             if request.code == RequestCode.SEND_BATCH_MESSAGE:
@@ -159,6 +180,7 @@ class Producing:
                     born_timestamp=born_timestamp,
                     born_host=connection.address,
                     reconsume_times=int_field(header, "reconsumeTimes", 0),
+                    prepared=prepared,
                 )
                 for flag, body, properties in entries
             ]
@@ -171,6 +193,26 @@ class Producing:
                 ResponseCode.MESSAGE_ILLEGAL,
                 "a batch cannot carry delay levels (as in RocketMQ); send delayed messages alone",
             )
+        if prepared:
+            if messages[0].properties.get(DELAY_LEVEL, "0") != "0":
+                return request.response(
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    "a transactional message cannot carry a delay level (RocketMQ's producer "
+                    "drops it); send it without one",
+                )
+            group = header.ext_fields.get("producerGroup") or messages[0].properties.get(
+                prop.PRODUCER_GROUP, ""
+            )
+            if self._prepare is not None:
+                result, transaction_id = await self._prepare(
+                    messages[0], group, connection, request.ext_fields.get(ACCESS_KEY) or ""
+                )
+            else:
+                result, transaction_id = await self._broker.transactions.prepare(messages[0], group)
+            response = self._answer(request, result, queue_id, 0, 1)
+            if transaction_id:
+                response.ext_fields["transactionId"] = transaction_id
+            return response
         delay_ms = self._delay_ms(messages)
         if delay_ms:
             result = await self._broker.delays.schedule(messages[0], _now_ms() + delay_ms)
@@ -231,6 +273,7 @@ class Producing:
         born_timestamp: int,
         born_host: str,
         reconsume_times: int,
+        prepared: bool = False,
     ) -> Message:
         limit = self._broker.config.store.max_message_size
         if not body:
@@ -246,8 +289,9 @@ class Producing:
                 "the message has no UNIQ_KEY property (its message ID); send it with a "
                 "RocketMQ client, which sets one",
             )
+        allowed = PRODUCER_SET | HALF_MESSAGE_SET if prepared else PRODUCER_SET
         for name in properties:
-            if prop.is_reserved(name) and name not in PRODUCER_SET:
+            if prop.is_reserved(name) and name not in allowed:
                 raise Refused(
                     ResponseCode.MESSAGE_ILLEGAL,
                     f"property {name} is the broker's own; a producer may not set it",

@@ -38,62 +38,13 @@ from typing import Any
 
 from ..auth.decision import SUPER_ONLY, Need, need
 from ..auth.model import Action, ResourceType
+from .codes import RequestCode
 from .frames import RemotingCommand
 from .service import HeaderError
 
 _TOPIC, _GROUP, _CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
 _PUB, _SUB, _GET, _UPDATE, _LIST = Action.PUB, Action.SUB, Action.GET, Action.UPDATE, Action.LIST
 RETRY_PREFIX = "%RETRY%"
-
-# RocketMQ's RequestCode numbers (those Skiff's codes.py may not name yet).
-SEND_MESSAGE = 10
-PULL_MESSAGE = 11
-QUERY_MESSAGE = 12
-QUERY_CONSUMER_OFFSET = 14
-UPDATE_CONSUMER_OFFSET = 15
-SEARCH_OFFSET_BY_TIMESTAMP = 29
-GET_MAX_OFFSET = 30
-GET_MIN_OFFSET = 31
-GET_EARLIEST_MSG_STORETIME = 32
-VIEW_MESSAGE_BY_ID = 33
-HEART_BEAT = 34
-UNREGISTER_CLIENT = 35
-CONSUMER_SEND_MSG_BACK = 36
-END_TRANSACTION = 37
-GET_CONSUMER_LIST_BY_GROUP = 38
-LOCK_BATCH_MQ = 41
-UNLOCK_BATCH_MQ = 42
-CHECK_CLIENT_CONFIG = 46
-GET_ROUTEINFO_BY_TOPIC = 105
-GET_BROKER_CLUSTER_INFO = 106
-GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
-SEND_MESSAGE_V2 = 310
-SEND_BATCH_MESSAGE = 320
-POP_MESSAGE = 200050
-ACK_MESSAGE = 200051
-CHANGE_MESSAGE_INVISIBLETIME = 200053
-# Admin requests (mqadmin, the Dashboard, the exporter).
-UPDATE_AND_CREATE_TOPIC = 17
-GET_ALL_TOPIC_CONFIG = 21
-GET_BROKER_RUNTIME_INFO = 28
-UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200
-GET_ALL_SUBSCRIPTIONGROUP_CONFIG = 201
-GET_TOPIC_STATS_INFO = 202
-GET_CONSUMER_CONNECTION_LIST = 203
-DELETE_SUBSCRIPTIONGROUP = 207
-GET_CONSUME_STATS = 208
-DELETE_TOPIC_IN_BROKER = 215
-DELETE_TOPIC_IN_NAMESRV = 216
-INVOKE_BROKER_TO_RESET_OFFSET = 222
-INVOKE_BROKER_TO_GET_CONSUMER_STATUS = 223
-GET_TOPICS_BY_CLUSTER = 224
-QUERY_TOPIC_CONSUME_BY_WHO = 300
-QUERY_CONSUME_TIME_SPAN = 303
-GET_CONSUMER_RUNNING_INFO = 307
-QUERY_TOPICS_BY_CONSUMER = 343
-QUERY_SUBSCRIPTION_BY_CONSUMER = 345
-GET_TOPIC_CONFIG = 351
-GET_SUBSCRIPTIONGROUP_CONFIG = 352
 
 
 def _is_retry(topic: str) -> bool:
@@ -249,58 +200,66 @@ def _group_config(request: RemotingCommand) -> tuple[Need, ...]:
 
 
 _RULES: dict[int, Callable[[RemotingCommand], tuple[Need, ...]]] = {
-    GET_ROUTEINFO_BY_TOPIC: _route,
-    GET_BROKER_CLUSTER_INFO: _signed_only,
-    GET_ALL_TOPIC_LIST_FROM_NAMESERVER: lambda r: (need(_CLUSTER, "", _LIST),),
-    SEND_MESSAGE: _send("topic"),
+    RequestCode.GET_ROUTEINFO_BY_TOPIC: _route,
+    RequestCode.GET_BROKER_CLUSTER_INFO: _signed_only,
+    RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: lambda r: (need(_CLUSTER, "", _LIST),),
+    RequestCode.SEND_MESSAGE: _send("topic"),
     # V2 and batch headers carry one-letter names: b is the topic.
-    SEND_MESSAGE_V2: _send("b"),
-    SEND_BATCH_MESSAGE: _send("b"),
-    END_TRANSACTION: _end_transaction,
-    CONSUMER_SEND_MSG_BACK: lambda r: (need(_GROUP, _field(r, "group"), _SUB),),
-    PULL_MESSAGE: lambda r: _topic_and_group(r, "topic", "consumerGroup", _SUB),
-    POP_MESSAGE: lambda r: _topic_and_group(r, "topic", "consumerGroup", _SUB),
-    ACK_MESSAGE: lambda r: _topic_and_group(r, "topic", "consumerGroup", _SUB),
-    CHANGE_MESSAGE_INVISIBLETIME: lambda r: _topic_and_group(r, "topic", "consumerGroup", _SUB),
-    QUERY_CONSUMER_OFFSET: lambda r: _topic_and_group(r, "topic", "consumerGroup", _SUB, _GET),
-    UPDATE_CONSUMER_OFFSET: lambda r: _topic_and_group(r, "topic", "consumerGroup", _SUB, _UPDATE),
-    GET_MAX_OFFSET: _topic_read,
-    GET_MIN_OFFSET: _topic_read,
-    SEARCH_OFFSET_BY_TIMESTAMP: _topic_read,
-    GET_EARLIEST_MSG_STORETIME: _topic_read,
-    VIEW_MESSAGE_BY_ID: _topic_read,
-    QUERY_MESSAGE: _topic_read,
-    HEART_BEAT: _heartbeat,
-    UNREGISTER_CLIENT: _unregister,
-    GET_CONSUMER_LIST_BY_GROUP: lambda r: (need(_GROUP, _field(r, "consumerGroup"), _SUB, _GET),),
-    LOCK_BATCH_MQ: _locking,
-    UNLOCK_BATCH_MQ: _locking,
-    CHECK_CLIENT_CONFIG: _client_config,
+    RequestCode.SEND_MESSAGE_V2: _send("b"),
+    RequestCode.SEND_BATCH_MESSAGE: _send("b"),
+    RequestCode.END_TRANSACTION: _end_transaction,
+    RequestCode.CONSUMER_SEND_MSG_BACK: lambda r: (need(_GROUP, _field(r, "group"), _SUB),),
+    RequestCode.PULL_MESSAGE: lambda r: _topic_and_group(r, "topic", "consumerGroup", _SUB),
+    RequestCode.POP_MESSAGE: lambda r: _topic_and_group(r, "topic", "consumerGroup", _SUB),
+    RequestCode.ACK_MESSAGE: lambda r: _topic_and_group(r, "topic", "consumerGroup", _SUB),
+    RequestCode.CHANGE_MESSAGE_INVISIBLETIME: lambda r: _topic_and_group(
+        r, "topic", "consumerGroup", _SUB
+    ),
+    RequestCode.QUERY_CONSUMER_OFFSET: lambda r: _topic_and_group(
+        r, "topic", "consumerGroup", _SUB, _GET
+    ),
+    RequestCode.UPDATE_CONSUMER_OFFSET: lambda r: _topic_and_group(
+        r, "topic", "consumerGroup", _SUB, _UPDATE
+    ),
+    RequestCode.GET_MAX_OFFSET: _topic_read,
+    RequestCode.GET_MIN_OFFSET: _topic_read,
+    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: _topic_read,
+    RequestCode.GET_EARLIEST_MSG_STORETIME: _topic_read,
+    RequestCode.VIEW_MESSAGE_BY_ID: _topic_read,
+    RequestCode.QUERY_MESSAGE: _topic_read,
+    RequestCode.HEART_BEAT: _heartbeat,
+    RequestCode.UNREGISTER_CLIENT: _unregister,
+    RequestCode.GET_CONSUMER_LIST_BY_GROUP: lambda r: (
+        need(_GROUP, _field(r, "consumerGroup"), _SUB, _GET),
+    ),
+    RequestCode.LOCK_BATCH_MQ: _locking,
+    RequestCode.UNLOCK_BATCH_MQ: _locking,
+    RequestCode.CHECK_CLIENT_CONFIG: _client_config,
     # Admin requests: RocketMQ's resource and action where its headers name them. A
     # listing or the broker's own figures need List or Get on Cluster, as the admin API's
     # counterparts do; anything not here (broker config, name-server writes, user and ACL
     # changes) is for super users.
-    UPDATE_AND_CREATE_TOPIC: _on(_TOPIC, "topic", Action.CREATE),
-    DELETE_TOPIC_IN_BROKER: _on(_TOPIC, "topic", Action.DELETE),
-    DELETE_TOPIC_IN_NAMESRV: _on(_TOPIC, "topic", Action.DELETE),
-    GET_TOPIC_CONFIG: _on(_TOPIC, "topic", _GET),
-    GET_TOPIC_STATS_INFO: _on(_TOPIC, "topic", _GET),
-    QUERY_TOPIC_CONSUME_BY_WHO: _on(_TOPIC, "topic", _GET),
-    GET_ALL_TOPIC_CONFIG: lambda r: (need(_CLUSTER, "", _LIST),),
-    GET_TOPICS_BY_CLUSTER: lambda r: (need(_CLUSTER, "", _LIST),),
-    GET_ALL_SUBSCRIPTIONGROUP_CONFIG: lambda r: (need(_CLUSTER, "", _LIST),),
-    GET_BROKER_RUNTIME_INFO: lambda r: (need(_CLUSTER, "", _GET),),
-    UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: _group_config,
-    DELETE_SUBSCRIPTIONGROUP: _on(_GROUP, "groupName", Action.DELETE),
-    GET_SUBSCRIPTIONGROUP_CONFIG: _on(_GROUP, "group", _GET),
-    GET_CONSUMER_CONNECTION_LIST: _on(_GROUP, "consumerGroup", _GET),
-    GET_CONSUMER_RUNNING_INFO: _on(_GROUP, "consumerGroup", _GET),
-    QUERY_TOPICS_BY_CONSUMER: _on(_GROUP, "group", _GET),
-    GET_CONSUME_STATS: _consume_stats,
-    INVOKE_BROKER_TO_RESET_OFFSET: _on_both("group", "topic", _UPDATE),
-    INVOKE_BROKER_TO_GET_CONSUMER_STATUS: _on_both("group", "topic", _GET),
-    QUERY_CONSUME_TIME_SPAN: _on_both("group", "topic", _GET),
-    QUERY_SUBSCRIPTION_BY_CONSUMER: _on_both("group", "topic", _GET),
+    RequestCode.UPDATE_AND_CREATE_TOPIC: _on(_TOPIC, "topic", Action.CREATE),
+    RequestCode.DELETE_TOPIC_IN_BROKER: _on(_TOPIC, "topic", Action.DELETE),
+    RequestCode.DELETE_TOPIC_IN_NAMESRV: _on(_TOPIC, "topic", Action.DELETE),
+    RequestCode.GET_TOPIC_CONFIG: _on(_TOPIC, "topic", _GET),
+    RequestCode.GET_TOPIC_STATS_INFO: _on(_TOPIC, "topic", _GET),
+    RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: _on(_TOPIC, "topic", _GET),
+    RequestCode.GET_ALL_TOPIC_CONFIG: lambda r: (need(_CLUSTER, "", _LIST),),
+    RequestCode.GET_TOPICS_BY_CLUSTER: lambda r: (need(_CLUSTER, "", _LIST),),
+    RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: lambda r: (need(_CLUSTER, "", _LIST),),
+    RequestCode.GET_BROKER_RUNTIME_INFO: lambda r: (need(_CLUSTER, "", _GET),),
+    RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: _group_config,
+    RequestCode.DELETE_SUBSCRIPTIONGROUP: _on(_GROUP, "groupName", Action.DELETE),
+    RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG: _on(_GROUP, "group", _GET),
+    RequestCode.GET_CONSUMER_CONNECTION_LIST: _on(_GROUP, "consumerGroup", _GET),
+    RequestCode.GET_CONSUMER_RUNNING_INFO: _on(_GROUP, "consumerGroup", _GET),
+    RequestCode.QUERY_TOPICS_BY_CONSUMER: _on(_GROUP, "group", _GET),
+    RequestCode.GET_CONSUME_STATS: _consume_stats,
+    RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: _on_both("group", "topic", _UPDATE),
+    RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: _on_both("group", "topic", _GET),
+    RequestCode.QUERY_CONSUME_TIME_SPAN: _on_both("group", "topic", _GET),
+    RequestCode.QUERY_SUBSCRIPTION_BY_CONSUMER: _on_both("group", "topic", _GET),
 }
 
 

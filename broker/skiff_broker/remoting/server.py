@@ -26,7 +26,10 @@ from .consuming import Consuming
 from .lookups import Lookups
 from .name_server import NameServer
 from .producing import Producing
+from .queue_locks import QueueLocking
+from .redelivery import SendBack
 from .service import RemotingService
+from .transactions import RemotingTransactions, check_allowed
 
 LISTEN_OPTION = "--remoting-listen"
 
@@ -53,8 +56,17 @@ class RemotingServer:
             gate=RemotingAccess(broker.users).refusal if config.auth.enabled else None
         )
         self.service.add(NameServer(broker).handlers())
-        self.service.add(Producing(broker).handlers())
+        # Its HEART_BEAT records producers, then hands the heartbeat to consuming's.
+        self.transactions = RemotingTransactions(
+            broker,
+            heartbeat=self.consuming.heartbeat,
+            may_be_asked=check_allowed(broker) if config.auth.enabled else None,
+        )
+        self.service.add(Producing(broker, prepare=self.transactions.prepare).handlers())
         self.service.add(self.consuming.handlers())
+        self.service.add(SendBack(broker).handlers())
+        self.service.add(QueueLocking(broker).handlers())
+        self.service.add(self.transactions.handlers())
         self.service.add(AdminRequests(broker, self.consuming).handlers())
         self.service.add(Lookups(broker).handlers())
         self.listener = ClientListener(
@@ -85,6 +97,7 @@ class RemotingServer:
     def _closed(self, connection: RemotingConnection) -> None:
         self._open.discard(connection)
         self.consuming.connection_closed(connection)
+        self.transactions.producers.connection_closed(connection)
 
     @property
     def address(self) -> str:

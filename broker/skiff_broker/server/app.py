@@ -17,7 +17,7 @@ from ..auth.gate import AuthGate, may
 from ..auth.model import parse_user_spec
 from ..auth.rights import transaction_check_needs
 from ..client.credentials import Credentials, signing_interceptors
-from ..cluster.kube_api import KubeApi, KubeError
+from ..cluster.kube_client import KubeClient, KubeError
 from ..cluster.lease_elector import LeaseElector
 from ..cluster.routes import ClusterRoutes
 from ..config import BrokerConfig
@@ -94,11 +94,11 @@ class BrokerServer:
         self._connection_counts = ConnectionCounts.of(config.connections)
         self.certificate: ReloadingCertificate | None = None
         cluster = config.cluster
-        self.kube: KubeApi | None = None
+        self.kube: KubeClient | None = None
         self.elector: LeaseElector | None = None
         if self.under_lease:
             try:
-                self.kube = KubeApi.from_environment(cluster.kubeconfig)
+                self.kube = KubeClient.from_environment(cluster.kubeconfig)
             except KubeError as exc:
                 raise OSError(str(exc)) from None
             self.elector = LeaseElector(
@@ -230,6 +230,10 @@ class BrokerServer:
                     plaintext=self.config.tls.mode is not TlsMode.ENFORCING,
                 )
                 self.remoting.bind()
+                # 4.x producers are asked over their remoting connections, others as before.
+                self.broker.transactions.send_check = self.remoting.transactions.check_sender(
+                    self.broker.transactions.send_check, loop
+                )
             await self.replication.start()
             self.metrics_port = self.telemetry.start_metrics_endpoint()
         except OSError:

@@ -147,6 +147,10 @@ class ClientListener:
         self._socket = None
         for sock, waiting in list(self._waiting.items()):
             waiting.cancel()
+            if isinstance(waiting, asyncio.Task) and sock not in self._seats:
+                # Its hand-over has begun (it took the seat): the loop's transport owns
+                # the descriptor now and closes it as the cancellation reaches it.
+                continue
             self._drop(sock)
 
     async def stop(self) -> None:

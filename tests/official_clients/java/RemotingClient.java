@@ -23,6 +23,22 @@
 //                    {"consumer", "phase", "message"}
 //   lite-pull        a DefaultLitePullConsumer of GROUP receives COUNT messages, commits
 //                    them (commitSync) and stops: {"received": [...]}
+//   retry            COUNT sync sends (in "sent"), then a push consumer of GROUP with
+//                    maxReconsumeTimes 2 answers RECONSUME_LATER (next delay level 1) to every
+//                    delivery until each message came 3 times, waits 2 s more for any
+//                    further one: "received" entries are {"reconsumeTimes", "message"}
+//   orderly          orderly push consumers a, then b, of GROUP (MessageListenerOrderly):
+//                    once they share TOPIC's queues (each holding the broker's lock of its
+//                    own), COUNT sync sends into each queue in turn; a watcher records an
+//                    error whenever both hold one queue's lock: "received" entries are
+//                    {"consumer", "message"}
+//   transaction      a TransactionMQProducer (group GROUP-tx) sends COUNT half messages
+//                    whose local transactions answer COMMIT_MESSAGE (idx 0), ROLLBACK_MESSAGE
+//                    (idx 1) and UNKNOW (the rest; its check answers COMMIT_MESSAGE but
+//                    ROLLBACK_MESSAGE for idx 1); a push consumer of GROUP receives until
+//                    every committed one came, then 2 s more: "sent" entries carry
+//                    "localState"; "received" entries are {"kind": "check", "msgId" (its
+//                    UNIQ_KEY), "topic", "body"} or {"kind": "delivery", "message"}
 // Exit status 0 when no error occurred.
 
 import java.nio.charset.StandardCharsets;
@@ -38,10 +54,17 @@ import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.MessageSelector;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly;
+import org.apache.rocketmq.client.impl.consumer.ProcessQueue;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.LocalTransactionState;
 import org.apache.rocketmq.client.producer.SendCallback;
 import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.client.producer.TransactionListener;
+import org.apache.rocketmq.client.producer.TransactionMQProducer;
+import org.apache.rocketmq.client.producer.TransactionSendResult;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageClientIDSetter;
@@ -79,6 +102,15 @@ public class RemotingClient {
                     break;
                 case "lite-pull":
                     litePull(namesrv, topic, group, count, deadlineMs);
+                    break;
+                case "orderly":
+                    orderly(namesrv, topic, group, count, deadlineMs);
+                    break;
+                case "transaction":
+                    transaction(namesrv, topic, group, count, deadlineMs);
+                    break;
+                case "retry":
+                    retry(namesrv, topic, group, count, deadlineMs);
                     break;
                 default:
                     errors.add("unknown mode " + mode);
@@ -343,6 +375,182 @@ public class RemotingClient {
             }
         } finally {
             consumer.shutdown();
+        }
+    }
+
+    static void retry(String namesrv, String topic, String group, int count, long deadlineMs)
+        throws Exception {
+        send(namesrv, topic, group, count);
+        CountDownLatch deliveries = new CountDownLatch(3 * count);
+        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
+        consumer.setNamesrvAddr(namesrv);
+        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        consumer.setMaxReconsumeTimes(2);
+        consumer.subscribe(topic, "*");
+        consumer.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
+            for (MessageExt message : messages) {
+                received.add("{\"reconsumeTimes\": " + message.getReconsumeTimes()
+                    + ", \"message\": " + view(message) + "}");
+                deliveries.countDown();
+            }
+            context.setDelayLevelWhenNextConsume(1);
+            return ConsumeConcurrentlyStatus.RECONSUME_LATER;
+        });
+        consumer.start();
+        try {
+            if (!deliveries.await(deadlineMs, TimeUnit.MILLISECONDS)) {
+                errors.add("only " + received.size() + " of " + 3 * count + " deliveries came");
+            }
+            // A delivery past maxReconsumeTimes would come about a second later.
+            Thread.sleep(2000);
+        } finally {
+            consumer.shutdown();
+        }
+    }
+
+    static DefaultMQPushConsumer orderlyMember(String namesrv, String topic, String group, String name,
+        CountDownLatch[] latches) throws Exception {
+        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
+        consumer.setNamesrvAddr(namesrv);
+        consumer.setInstanceName(name);
+        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET);
+        consumer.subscribe(topic, "*");
+        consumer.registerMessageListener((MessageListenerOrderly) (messages, context) -> {
+            for (MessageExt message : messages) {
+                received.add("{\"consumer\": " + quote(name) + ", \"message\": " + view(message) + "}");
+                latches[0].countDown();
+            }
+            return ConsumeOrderlyStatus.SUCCESS;
+        });
+        consumer.start();
+        return consumer;
+    }
+
+    // The queues of TOPIC whose broker lock the consumer holds (and is still consuming).
+    static List<Integer> locked(DefaultMQPushConsumer consumer, String topic) {
+        List<Integer> queues = new ArrayList<>();
+        if (consumer == null) {
+            return queues;
+        }
+        for (Map.Entry<MessageQueue, ProcessQueue> entry
+            : consumer.getDefaultMQPushConsumerImpl().getRebalanceImpl().getProcessQueueTable().entrySet()) {
+            ProcessQueue queue = entry.getValue();
+            if (entry.getKey().getTopic().equals(topic) && queue.isLocked() && !queue.isDropped()) {
+                queues.add(entry.getKey().getQueueId());
+            }
+        }
+        return queues;
+    }
+
+    static void orderly(String namesrv, String topic, String group, int count, long deadlineMs)
+        throws Exception {
+        CountDownLatch[] latches = {new CountDownLatch(1)};
+        DefaultMQProducer producer = producer(namesrv, group);
+        DefaultMQPushConsumer a = orderlyMember(namesrv, topic, group, "a", latches);
+        DefaultMQPushConsumer[] b = {null};
+        java.util.concurrent.atomic.AtomicBoolean watching = new java.util.concurrent.atomic.AtomicBoolean(true);
+        Thread watcher = new Thread(() -> {
+            while (watching.get()) {
+                // Held by a before and after b's were read: a hand-over between the reads
+                // is not an overlap.
+                List<Integer> both = locked(a, topic);
+                both.retainAll(locked(b[0], topic));
+                both.retainAll(locked(a, topic));
+                if (!both.isEmpty()) {
+                    errors.add("a and b both hold the lock of queues " + both);
+                    return;
+                }
+                try {
+                    Thread.sleep(10);
+                } catch (InterruptedException e) {
+                    return;
+                }
+            }
+        });
+        watcher.start();
+        try {
+            List<MessageQueue> queues = new ArrayList<>(a.fetchSubscribeMessageQueues(topic));
+            queues.sort((x, y) -> Integer.compare(x.getQueueId(), y.getQueueId()));
+            int all = queues.size();
+            until(() -> locked(a, topic).size() == all, deadlineMs, "a holds every queue's lock");
+            b[0] = orderlyMember(namesrv, topic, group, "b", latches);
+            if (until(() -> locked(a, topic).size() + locked(b[0], topic).size() == all
+                && !locked(a, topic).isEmpty() && !locked(b[0], topic).isEmpty(), deadlineMs,
+                "a and b share the queue locks (a holds " + locked(a, topic) + ")")) {
+                latches[0] = new CountDownLatch(count * all);
+                for (MessageQueue queue : queues) {
+                    for (int i = 0; i < count; i++) {
+                        String body = "q" + queue.getQueueId() + "-" + i;
+                        record("sync", producer.send(message(topic, "TagA", body, i), queue), "TagA", i);
+                    }
+                }
+                if (!latches[0].await(deadlineMs, TimeUnit.MILLISECONDS)) {
+                    errors.add("received " + received.size() + " of " + count * all + " ordered messages");
+                }
+            }
+        } finally {
+            watching.set(false);
+            watcher.join();
+            if (b[0] != null) {
+                b[0].shutdown();
+            }
+            a.shutdown();
+            producer.shutdown();
+        }
+    }
+
+    static void transaction(String namesrv, String topic, String group, int count, long deadlineMs)
+        throws Exception {
+        int committed = count - 1;
+        CountDownLatch delivered = new CountDownLatch(committed);
+        TransactionMQProducer producer = new TransactionMQProducer(group + "-tx");
+        producer.setNamesrvAddr(namesrv);
+        producer.setTransactionListener(new TransactionListener() {
+            public LocalTransactionState executeLocalTransaction(Message message, Object arg) {
+                int idx = Integer.parseInt(message.getUserProperty("idx"));
+                return idx == 0 ? LocalTransactionState.COMMIT_MESSAGE
+                    : idx == 1 ? LocalTransactionState.ROLLBACK_MESSAGE : LocalTransactionState.UNKNOW;
+            }
+
+            public LocalTransactionState checkLocalTransaction(MessageExt message) {
+                received.add("{\"kind\": \"check\", \"msgId\": " + quote(MessageClientIDSetter.getUniqID(message))
+                    + ", \"topic\": " + quote(message.getTopic())
+                    + ", \"body\": " + quote(new String(message.getBody(), StandardCharsets.UTF_8)) + "}");
+                return "1".equals(message.getUserProperty("idx"))
+                    ? LocalTransactionState.ROLLBACK_MESSAGE : LocalTransactionState.COMMIT_MESSAGE;
+            }
+        });
+        producer.start();
+        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
+        try {
+            for (int i = 0; i < count; i++) {
+                TransactionSendResult result = producer.sendMessageInTransaction(
+                    message(topic, "TagA", "tx-" + i, i), null);
+                sent.add("{\"idx\": " + i + ", \"msgId\": " + quote(result.getMsgId())
+                    + ", \"status\": " + quote(String.valueOf(result.getSendStatus()))
+                    + ", \"transactionId\": " + quote(result.getTransactionId())
+                    + ", \"localState\": " + quote(String.valueOf(result.getLocalTransactionState())) + "}");
+            }
+            consumer.setNamesrvAddr(namesrv);
+            consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+            consumer.subscribe(topic, "*");
+            consumer.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
+                for (MessageExt message : messages) {
+                    received.add("{\"kind\": \"delivery\", \"message\": " + view(message) + "}");
+                    delivered.countDown();
+                }
+                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+            });
+            consumer.start();
+            if (!delivered.await(deadlineMs, TimeUnit.MILLISECONDS)) {
+                errors.add("only " + (committed - delivered.getCount()) + " of " + committed
+                    + " committed messages were delivered");
+            }
+            // A rolled-back message would come by now.
+            Thread.sleep(2000);
+        } finally {
+            consumer.shutdown();
+            producer.shutdown();
         }
     }
 

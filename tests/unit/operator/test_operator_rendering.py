@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-import pytest
 import yaml
 
 from skiff_broker.auth.model import parse_user_spec
@@ -459,12 +458,3 @@ def test_spec_defaults_match_the_crd_defaults() -> None:
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     from_crd = BrokerSpec.from_manifest(_crd_spec_defaults(schema["properties"]))
     assert from_crd == BrokerSpec.from_manifest({})
-
-
-@pytest.mark.parametrize(
-    "name", ["skiff.io_brokers.yaml", "skiff.io_topics.yaml", "skiff.io_users.yaml"]
-)
-def test_chart_ships_the_same_crd_files(name: str) -> None:
-    assert (ROOT / "charts" / "skiff" / "crds" / name).read_bytes() == (
-        ROOT / "crds" / name
-    ).read_bytes(), f"copy crds/{name} to charts/skiff/crds/ after changing it"

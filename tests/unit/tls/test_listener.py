@@ -247,3 +247,40 @@ def test_hostile_connections_are_closed_and_leave_nothing_open(tmp_path, loop):
             assert _open_descriptors() <= before
 
     _run(loop, scenario)
+
+
+class _StopsItsListener(asyncio.Protocol):
+    """A server protocol that stops the listener as its connection is handed over, as a
+    replication master stepping down does while replicas are reconnecting."""
+
+    def __init__(self, listener: list[ClientListener], stopped: list[BaseException | None]):
+        self._listener = listener
+        self._stopped = stopped
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        try:
+            self._listener[0].stop_accepting()
+        except BaseException as exc:  # reported by the test
+            self._stopped.append(exc)
+        else:
+            self._stopped.append(None)
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_stopping_while_a_connection_is_handed_over_closes_it(loop: str) -> None:
+    async def scenario() -> None:
+        holder: list[ClientListener] = []
+        stopped: list[BaseException | None] = []
+        listener = ClientListener("127.0.0.1:0", lambda: _StopsItsListener(holder, stopped))
+        holder.append(listener)
+        port = listener.bind()
+        await listener.start()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        # The listener closes the connection it was handing over: the client reads EOF.
+        assert await asyncio.wait_for(reader.read(), 20) == b""
+        writer.close()
+        assert stopped == [None], f"stop_accepting raised {stopped[0]!r}"
+        assert listener.waiting_connections == 0
+        assert listener.counts.open == 0
+
+    _run(loop, scenario)

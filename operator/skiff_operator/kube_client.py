@@ -1,22 +1,35 @@
-"""The few Kubernetes API calls the operator makes, over aiohttp (what kopf itself uses).
+"""The operator's own calls to the Kubernetes API server, beside kopf's, on ``kubernetes_asyncio``.
 
-Children are written with server-side apply under one field manager, so the operator
-owns exactly the fields it renders and a re-render converges the object whatever was
-there before.
+The library gives the connection: in a pod, the ServiceAccount's token and CA (the token
+re-read as the kubelet rotates it); elsewhere ``$KUBECONFIG`` or ``~/.kube/config``, the
+same places kopf logs in from. Skiff keeps only which path each kind lives at and what
+each call means.
+
+Invariants:
+
+- Children are written with server-side apply under one field manager, so the operator
+  owns exactly the fields it renders and a re-render converges the object whatever was
+  there before.
+- Bodies go out and answers come back as the API server's JSON (plain dicts), never the
+  library's models, which would drop fields they do not know (a Broker's spec).
+- Every refusal reaches the handlers as :class:`KubeApiError` with its HTTP status,
+  mapped from the library's error in one place (:meth:`KubeClient._request`).
 """
 
 from __future__ import annotations
 
-import base64
+import contextlib
 import json
-import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-import aiohttp
 import kopf
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.config.config_exception import ConfigException
 
 FIELD_MANAGER = "skiff-operator"
+REQUEST_TIMEOUT_S = 30.0
 
 # kind -> (API path prefix, plural) of every kind the operator touches.
 _RESOURCES = {
@@ -49,47 +62,31 @@ class KubeApiError(Exception):
         self.message = message
 
 
-class KubeApi:
-    """``async with KubeApi(connection) as api: await api.apply(manifest)``."""
+class KubeClient:
+    """``client = await KubeClient.connect()``; ``await client.close()`` when done."""
 
-    def __init__(self, login: Callable[[], kopf.ConnectionInfo]) -> None:
-        """``login`` gives the current credentials; it is asked again after a 401."""
-        self._login = login
-        self._connection = login()
-        self._server = self._connection.server.rstrip("/")
-        self._session: aiohttp.ClientSession | None = None
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self._api_client = api_client
 
-    async def __aenter__(self) -> KubeApi:
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(ssl=self._ssl_context()),
-            timeout=aiohttp.ClientTimeout(total=30),
-        )
-        return self
+    @classmethod
+    async def connect(cls) -> KubeClient:
+        """The pod's ServiceAccount if there is one, else the kubeconfig."""
+        configuration = client.Configuration()
+        try:
+            try:
+                config.load_incluster_config(client_configuration=configuration)
+            except ConfigException:
+                await config.load_kube_config(client_configuration=configuration)
+        except (ConfigException, OSError, ValueError, LookupError, TypeError) as exc:
+            reason = " ".join(str(exc).split())
+            raise kopf.LoginError(
+                f"cannot load Kubernetes credentials ({reason}); run the operator in a pod "
+                "with a ServiceAccount, or point KUBECONFIG at a valid kubeconfig"
+            ) from None
+        return cls(client.ApiClient(configuration))
 
-    async def __aexit__(self, *exc: object) -> None:
-        if self._session is not None:
-            await self._session.close()
-
-    def _auth_headers(self) -> dict[str, str]:
-        info = self._connection
-        if info.token:
-            return {"Authorization": f"{info.scheme or 'Bearer'} {info.token}"}
-        return {}
-
-    def _ssl_context(self) -> ssl.SSLContext | bool:
-        info = self._connection
-        if not self._server.startswith("https"):
-            return False
-        context = ssl.create_default_context(
-            cafile=str(info.ca_path) if info.ca_path else None,
-            cadata=_pem(info.ca_data) if info.ca_data else None,
-        )
-        if info.insecure:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        if info.certificate_path and info.private_key_path:
-            context.load_cert_chain(str(info.certificate_path), str(info.private_key_path))
-        return context
+    async def close(self) -> None:
+        await self._api_client.close()
 
     async def _request(
         self,
@@ -100,28 +97,28 @@ class KubeApi:
         params: Mapping[str, str] | None = None,
         content_type: str = "application/json",
     ) -> dict[str, Any]:
-        assert self._session is not None, "use KubeApi in 'async with'"
-        data = json.dumps(body) if body is not None else None
-        for attempt in range(2):
-            headers = self._auth_headers()
-            if data is not None:
-                headers["Content-Type"] = content_type
-            async with self._session.request(
-                method, self._server + path, data=data, params=params, headers=headers
-            ) as response:
-                text = await response.text()
-                status = response.status
-            # A ServiceAccount token is rotated on disk; read it again once.
-            if status == 401 and attempt == 0:
-                self._connection = self._login()
-                continue
-            break
-        if status >= 400:
-            try:
-                message = json.loads(text).get("message", text)
-            except ValueError:
-                message = text
-            raise KubeApiError(status, message)
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        try:
+            response = await self._api_client.call_api(
+                path,
+                method,
+                query_params=list((params or {}).items()),
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=REQUEST_TIMEOUT_S,
+            )
+            text = (await response.read()).decode(errors="replace")
+            if not 200 <= response.status <= 299:
+                raise ApiException(status=response.status, reason=text)
+        except ApiException as exc:
+            message = exc.reason or ""
+            with contextlib.suppress(ValueError, AttributeError):
+                message = json.loads(message).get("message", message)
+            raise KubeApiError(exc.status or 0, message) from None
         return json.loads(text) if text else {}
 
     @staticmethod
@@ -196,9 +193,3 @@ class KubeApi:
         except KubeApiError as exc:
             if exc.status != 404:
                 raise
-
-
-def _pem(data: str | bytes) -> str:
-    """A kubeconfig's ``certificate-authority-data`` is base64 of the PEM text."""
-    text = data.decode() if isinstance(data, bytes) else data
-    return text if text.lstrip().startswith("-----BEGIN") else base64.b64decode(text).decode()
