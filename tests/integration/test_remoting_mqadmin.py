@@ -163,8 +163,11 @@ def test_mqadmin_common_commands_work_with_namesrv_set_to_the_broker(
     assert {int(q): (int(b), int(c)) for q, b, c in rows} == {
         q: (n, n) for q, n in per_queue.items()
     }
-    assert "Consume Diff Total: 0" in progress["out"]
-    assert "N/A" not in progress["out"]
+    assert "Consume Diff Total: 0" in progress["out"], progress["out"]
+    # Each queue's last consumed message has a store time (the retry topic's rows, if the
+    # consumer has committed there yet, have none: nothing was consumed there).
+    last_times = re.findall(rf"^{TOPIC}\s+broker-a\s+.*\s(\S+ \S+|N/A)\s*$", progress["out"], re.M)
+    assert len(last_times) == 2 and "N/A" not in last_times, progress["out"]
 
     assert "ConsumeType: CONSUME_PASSIVELY" in connection["out"]
     assert "MessageModel: CLUSTERING" in connection["out"]
@@ -196,7 +199,8 @@ def test_mqadmin_common_commands_work_with_namesrv_set_to_the_broker(
     # was told, so it read every message again.
     rows = re.findall(r"^broker-a\s+(\d+)\s+(\d+)\s*$", reset["out"], re.M)
     assert {int(q): int(o) for q, o in rows} == {0: 0, 1: 0}
-    assert summary["consumed"] == 2 * MESSAGES
+    # (At least: a consumer may see a message twice, never fewer than all again.)
+    assert summary["consumed"] >= 2 * MESSAGES, summary["consumed"]
 
     # Which groups consume each topic (QUERY_TOPIC_CONSUME_BY_WHO), per cluster.
     assert re.search(rf"^DefaultCluster\s+{TOPIC}\s+{GROUP}\s*$", topics_by_cluster["out"], re.M)
