@@ -279,3 +279,36 @@ def run_client(command: list[str], log_dir: Path, timeout_s: float = RUN_TIMEOUT
             f"{done.stderr[-3000:]}\nstdout:\n{done.stdout[-2000:]}"
         )
     return Outcome(done.returncode, json.loads(lines[-1]), done.stderr)
+
+
+# mqadmin: the operations tool's commands (MQAdminStartup), several per JVM.
+MQADMIN_VERSION = "5.3.3"
+
+
+def mqadmin_batch() -> JavaClient:
+    """Build (once) and return ``java/MqAdminBatch.java`` on rocketmq-tools."""
+    source = SOURCES / "java" / "MqAdminBatch.java"
+    for tool in ("java", "javac", "mvn"):
+        if shutil.which(tool) is None:
+            raise ClientsUnavailable(
+                f"mqadmin needs {tool}: apt-get install openjdk-17-jdk-headless maven"
+            )
+    try:
+        lib = ensure_maven_classpath(
+            skiff_cache() / "official-clients" / f"mqadmin-{MQADMIN_VERSION}",
+            [MavenArtifact("org.apache.rocketmq", "rocketmq-tools", MQADMIN_VERSION)],
+        )
+        home = _build_home("mqadmin", MQADMIN_VERSION, source)
+        classes = home / "classes"
+        if not (classes / "MqAdminBatch.class").exists():
+            partial = home / "classes.partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir(parents=True)
+            run_install_step(
+                ["javac", "-cp", f"{lib}/*", "-d", str(partial), str(source)],
+                "the mqadmin batch program",
+            )
+            partial.rename(classes)
+    except InstallError as exc:
+        raise ClientsUnavailable(str(exc)) from None
+    return JavaClient(f"{classes}{os.pathsep}{lib}/*", main_class="MqAdminBatch")

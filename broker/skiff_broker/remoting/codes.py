@@ -42,6 +42,8 @@ class RequestCode(enum.IntEnum):
     GET_CONSUME_STATS = 208
     DELETE_TOPIC_IN_BROKER = 215
     DELETE_TOPIC_IN_NAMESRV = 216
+    # Broker to client: move your offsets to these (after INVOKE_BROKER_TO_RESET_OFFSET).
+    RESET_CONSUMER_CLIENT_OFFSET = 220
     INVOKE_BROKER_TO_RESET_OFFSET = 222
     INVOKE_BROKER_TO_GET_CONSUMER_STATUS = 223
     GET_TOPICS_BY_CLUSTER = 224
@@ -77,6 +79,7 @@ class ResponseCode(enum.IntEnum):
     QUERY_NOT_FOUND = 22
     SUBSCRIPTION_PARSE_FAILED = 23
     SUBSCRIPTION_NOT_EXIST = 24
+    CONSUMER_NOT_ONLINE = 206
 
 
 class PullSysFlag(enum.IntFlag):

@@ -54,6 +54,11 @@ class ConsumerClient:
     client_id: str
     connection: RemotingConnection
     subscriptions: dict[str, Subscription]
+    # What the heartbeat said of the client (language, version; consumeType,
+    # messageModel, consumeFromWhere): mqadmin's consumerConnection shows them.
+    language: str = ""
+    version: int = 0
+    details: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 class MessageFilterError(ValueError):
@@ -121,6 +126,7 @@ class Consuming:
             if not isinstance(consumers, list):
                 raise ValueError("consumerDataSet must be a list")
             seen: dict[str, dict[str, Subscription]] = {}
+            details: dict[str, dict[str, str]] = {}
             for consumer in consumers:
                 group = str(consumer["groupName"])
                 subscriptions = {}
@@ -129,6 +135,11 @@ class Consuming:
                         str(sub.get("expressionType") or "TAG"), str(sub.get("subString") or "*")
                     )
                 seen[group] = subscriptions
+                details[group] = {
+                    name: str(consumer[name])
+                    for name in ("consumeType", "messageModel", "consumeFromWhere")
+                    if consumer.get(name) is not None
+                }
                 if str(consumer.get("messageModel") or "CLUSTERING") == "CLUSTERING":
                     clustering.append(group)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
@@ -141,7 +152,14 @@ class Consuming:
         for group, subscriptions in seen.items():
             members = self._groups.setdefault(group, {})
             known = members.get(client_id)
-            members[client_id] = ConsumerClient(client_id, connection, subscriptions)
+            members[client_id] = ConsumerClient(
+                client_id,
+                connection,
+                subscriptions,
+                request.language,
+                request.version,
+                details[group],
+            )
             if known is None or known.connection is not connection:
                 self._notify_changed(group, but=client_id)
         # As RocketMQ's broker: a clustering group's retry topic exists from its first
@@ -154,6 +172,20 @@ class Consuming:
                     self._broker.ensure_system_topic, retry_topic(group), RETRY_QUEUES
                 )
         return request.response(ResponseCode.SUCCESS)
+
+    def members(self, group: str) -> list[ConsumerClient]:
+        """The group's clients online now (their connection still open)."""
+        return [m for m in self._groups.get(group, {}).values() if not m.connection.closed]
+
+    def tell_members(self, group: str, request: RemotingCommand) -> int:
+        """Send a oneway ``request`` to every online member of ``group``; how many got it."""
+        told = 0
+        for member in self.members(group):
+            member.connection.send(
+                dataclasses.replace(request, opaque=next(self._opaques), flag=ONEWAY_FLAG)
+            )
+            told += 1
+        return told
 
     def _notify_changed(self, group: str, but: str = "") -> None:
         """Tell the group's members (all but ``but``) to rebalance now."""

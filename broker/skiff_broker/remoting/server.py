@@ -18,9 +18,12 @@ from ..http2.receive_budget import ReceiveBudget
 from ..runtime import Broker
 from ..tls.connection_limits import ConnectionCounts
 from ..tls.listener import ClientListener
+from ..wire.hosts import encode_host
 from .access import RemotingAccess
+from .admin_requests import AdminRequests
 from .connection import RemotingConnection
 from .consuming import Consuming
+from .lookups import Lookups
 from .name_server import NameServer
 from .producing import Producing
 from .queue_locks import QueueLocking
@@ -45,6 +48,7 @@ class RemotingServer:
     ) -> None:
         config: BrokerConfig = broker.config
         self._config = config
+        self._broker = broker
         self._budget = budget
         self._per_connection = per_connection
         self.consuming = Consuming(broker, hub)
@@ -63,6 +67,8 @@ class RemotingServer:
         self.service.add(SendBack(broker).handlers())
         self.service.add(QueueLocking(broker).handlers())
         self.service.add(self.transactions.handlers())
+        self.service.add(AdminRequests(broker, self.consuming).handlers())
+        self.service.add(Lookups(broker).handlers())
         self.listener = ClientListener(
             config.remoting_listen,
             self._connection,
@@ -99,6 +105,11 @@ class RemotingServer:
 
     def bind(self) -> int:
         self.port = self.listener.bind()
+        # RocketMQ's offset message ID carries the broker's remoting address (its
+        # storeHost): mqadmin queryMsgById dials the address inside the ID. Records
+        # written from now on name the host they named before with this port.
+        host = self._config.store.store_host.rpartition(":")[0]
+        self._broker.store.commit_log.store_host = encode_host(f"{host}:{self.port}")
         return self.port
 
     async def start(self) -> None:

@@ -1,0 +1,122 @@
+"""The remoting port's admin and look-up requests, frame by frame, on a real broker.
+
+mqadmin's happy paths are in test_remoting_mqadmin.py; here are the answers a tool gets
+when it asks for something wrong, and the exact bodies and offsets behind the commands.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+
+import pytest
+from tests.integration.test_remoting_port import Remoting
+from tests.support.broker_fixture import module_broker
+from tests.support.broker_process import BrokerProcess
+
+from skiff_broker.metadata.topic_table import TopicConfig
+
+TOPIC = "ledger"
+broker = module_broker("remoting-admin", topics=[TopicConfig(TOPIC, 2, 2)])
+
+
+@pytest.fixture
+def client(broker: BrokerProcess) -> Iterator[Remoting]:
+    remoting = Remoting(broker.remoting_endpoint)
+    yield remoting
+    remoting.close()
+
+
+def _send(client: Remoting, body: bytes, key: str, queue: int = 0):
+    properties = f"UNIQ_KEY\x01U-{key}\x02KEYS\x01{key}\x02TAGS\x01T\x02WAIT\x01true\x02"
+    return client.call(
+        310, body, a="p", b=TOPIC, c="TBW102", d=4, e=queue, f=0, g=0, h=0, i=properties
+    )
+
+
+def test_topics_are_created_changed_and_deleted_and_broker_topics_refused(client):
+    assert client.call(17, topic="made-here", readQueueNums=3, writeQueueNums=3, perm=6).code == 0
+    config = json.loads(client.call(351, topic="made-here").body)
+    assert (config["readQueueNums"], config["writeQueueNums"], config["perm"]) == (3, 3, 6)
+    # More write queues than read queues would strand messages: refused, unchanged.
+    refused = client.call(17, topic="made-here", readQueueNums=2, writeQueueNums=4, perm=6)
+    assert refused.code == 1 and refused.remark
+    assert json.loads(client.call(351, topic="made-here").body)["readQueueNums"] == 3
+    system = client.call(17, topic="RMQ_SYS_TRANS_HALF_TOPIC", readQueueNums=1, writeQueueNums=1)
+    assert system.code == 1 and "belongs to the broker" in system.remark
+    assert client.call(215, topic="SCHEDULE_TOPIC_XXXX").code == 1
+    assert client.call(215, topic="made-here").code == 0
+    assert client.call(351, topic="made-here").code == 17
+    assert "made-here" not in json.loads(client.call(206).body)["topicList"]
+
+
+def test_a_message_is_viewed_by_its_offset_and_found_by_key_and_time(client):
+    sent = _send(client, b"look me up", "find-me", queue=1)
+    assert sent.code == 0
+    # The offset message ID: store host (the remoting address) and commit-log offset.
+    offset_id = bytes.fromhex(sent.ext_fields["msgId"])
+    physical = int.from_bytes(offset_id[8:], "big")
+    viewed = client.call(33, offset=physical, topic=TOPIC)
+    assert viewed.code == 0
+    assert b"look me up" in viewed.body and b"find-me" in viewed.body
+    assert int.from_bytes(viewed.body[:4], "big") == len(viewed.body)
+    inside = client.call(33, offset=physical + 1, topic=TOPIC)
+    assert inside.code == 1 and "no message is stored at commit-log offset" in inside.remark
+
+    found = client.call(
+        12, topic=TOPIC, key="find-me", maxNum=32, beginTimestamp=0, endTimestamp=2**62
+    )
+    assert found.code == 0 and found.body == viewed.body
+    by_unique = client.call(
+        12,
+        topic=TOPIC,
+        key="U-find-me",
+        maxNum=32,
+        beginTimestamp=0,
+        endTimestamp=2**62,
+        _UNIQUE_KEY_QUERY="true",
+    )
+    assert by_unique.code == 0 and by_unique.body == viewed.body
+    missing = client.call(
+        12, topic=TOPIC, key="nobody", maxNum=32, beginTimestamp=0, endTimestamp=2**62
+    )
+    assert missing.code == 22 and missing.body == b""
+
+    # Only this test writes to queue 1: its message is the queue's first.
+    queue_offset = int(sent.ext_fields["queueOffset"])
+    assert queue_offset == 0
+    assert client.call(29, topic=TOPIC, queueId=1, timestamp=0).ext_fields["offset"] == "0"
+    future = client.call(29, topic=TOPIC, queueId=1, timestamp=int(time.time() * 1000) + 10**7)
+    assert int(future.ext_fields["offset"]) == queue_offset + 1
+    assert client.call(29, topic="no-such-topic", queueId=0, timestamp=0).code == 17
+
+
+def test_groups_answers_say_what_is_missing(client):
+    offline = client.call(203, consumerGroup="nobody-home")
+    assert offline.code == 206 and "no 4.x client" in offline.remark
+    bad = client.call(200, b"not json")
+    assert bad.code == 1 and "SubscriptionGroupConfig" in bad.remark
+    assert client.call(200, json.dumps({"groupName": "fine-group"}).encode()).code == 0
+    bad_name = client.call(200, json.dumps({"groupName": "no spaces"}).encode())
+    assert bad_name.code == 1
+
+    # A reset to the end moves the group past every message, and consume stats say so.
+    _send(client, b"one", "k1", queue=0)
+    reset = client.call(222, topic=TOPIC, group="resetters", timestamp=-1, isForce="true")
+    assert reset.code == 0
+    stats = client.call(208, consumerGroup="resetters", topic=TOPIC)
+    assert stats.code == 0
+    # fastjson's map with MessageQueue keys: {{"brokerName":..,"queueId":0,..}:{...},...}
+    plain = re.sub(
+        rb'\{"brokerName":"broker-a","queueId":(\d+),"topic":"ledger"\}:', rb'"\1":', stats.body
+    )
+    table = json.loads(plain)["offsetTable"]
+    assert set(table) == {"0", "1"}
+    assert table["0"]["brokerOffset"] >= 1
+    # When the last consumed message was stored (RocketMQ's lastTimestamp).
+    assert table["0"]["lastTimestamp"] > time.time() * 1000 - 600_000
+    for queue in table.values():
+        assert queue["consumerOffset"] == queue["brokerOffset"]
+    assert "resetters" in json.loads(client.call(300, topic=TOPIC).body)["groupList"]
