@@ -88,102 +88,89 @@ class JavaClient:
         ]
 
 
-def java_client() -> JavaClient:
-    """Build (once) and return the Java program."""
-    source = SOURCES / "java" / "OfficialClient.java"
+def _java_program(
+    main_class: str,
+    sources: list[Path],
+    artifacts: list[MavenArtifact],
+    *,
+    libs: str,
+    home: str,
+    version: str,
+    what: str,
+) -> JavaClient:
+    """Build (once) ``main_class`` from ``sources`` against ``artifacts`` from Maven Central.
+
+    ``libs`` names the folder of the artifacts (one per set, so no two programs rebuild
+    each other's), ``home`` the folder of the compiled classes; ClientsUnavailable says
+    what is missing.
+    """
     for tool in ("java", "javac", "mvn"):
         if shutil.which(tool) is None:
             raise ClientsUnavailable(
-                f"the official Java client needs {tool}: "
-                "apt-get install openjdk-17-jdk-headless maven"
+                f"{what} needs {tool}: apt-get install openjdk-17-jdk-headless maven"
             )
     try:
-        lib = ensure_maven_classpath(
-            skiff_cache() / "official-clients" / f"java-{JAVA_CLIENT_VERSION}",
-            [MavenArtifact("org.apache.rocketmq", "rocketmq-client-java", JAVA_CLIENT_VERSION)],
-        )
-        home = _build_home("java", JAVA_CLIENT_VERSION, source)
-        classes = home / "classes"
-        if not (classes / "OfficialClient.class").exists():
-            partial = home / "classes.partial"
+        lib = ensure_maven_classpath(skiff_cache() / "official-clients" / libs, artifacts)
+        built = _build_home(home, version, *sources)
+        classes = built / "classes"
+        if not (classes / f"{main_class}.class").exists():
+            partial = built / "classes.partial"
             shutil.rmtree(partial, ignore_errors=True)
             partial.mkdir(parents=True)
             run_install_step(
-                ["javac", "-cp", f"{lib}/*", "-d", str(partial), str(source)],
-                "the Java client program",
+                ["javac", "-cp", f"{lib}/*", "-d", str(partial), *map(str, sources)],
+                f"{what}'s program",
             )
             partial.rename(classes)
     except InstallError as exc:
         raise ClientsUnavailable(str(exc)) from None
-    return JavaClient(f"{classes}{os.pathsep}{lib}/*")
+    return JavaClient(f"{classes}{os.pathsep}{lib}/*", main_class=main_class)
+
+
+def java_client() -> JavaClient:
+    """Build (once) and return the Java program."""
+    return _java_program(
+        "OfficialClient",
+        [SOURCES / "java" / "OfficialClient.java"],
+        [MavenArtifact("org.apache.rocketmq", "rocketmq-client-java", JAVA_CLIENT_VERSION)],
+        libs=f"java-{JAVA_CLIENT_VERSION}",
+        home="java",
+        version=JAVA_CLIENT_VERSION,
+        what="the official Java client",
+    )
 
 
 def remoting_java_client() -> JavaClient:
     """Build (once) and return ``java/RemotingClient.java`` on rocketmq-client 4.x."""
-    source = SOURCES / "java" / "RemotingClient.java"
-    for tool in ("java", "javac", "mvn"):
-        if shutil.which(tool) is None:
-            raise ClientsUnavailable(
-                f"the RocketMQ 4.x client needs {tool}: "
-                "apt-get install openjdk-17-jdk-headless maven"
-            )
-    try:
-        lib = ensure_maven_classpath(
-            skiff_cache() / "official-clients" / f"java-remoting-{REMOTING_CLIENT_VERSION}",
-            [MavenArtifact("org.apache.rocketmq", "rocketmq-client", REMOTING_CLIENT_VERSION)],
-        )
-        home = _build_home("java-remoting", REMOTING_CLIENT_VERSION, source)
-        classes = home / "classes"
-        if not (classes / "RemotingClient.class").exists():
-            partial = home / "classes.partial"
-            shutil.rmtree(partial, ignore_errors=True)
-            partial.mkdir(parents=True)
-            run_install_step(
-                ["javac", "-cp", f"{lib}/*", "-d", str(partial), str(source)],
-                "the RocketMQ 4.x client program",
-            )
-            partial.rename(classes)
-    except InstallError as exc:
-        raise ClientsUnavailable(str(exc)) from None
-    return JavaClient(f"{classes}{os.pathsep}{lib}/*", main_class="RemotingClient")
+    return _java_program(
+        "RemotingClient",
+        [SOURCES / "java" / "RemotingClient.java"],
+        [MavenArtifact("org.apache.rocketmq", "rocketmq-client", REMOTING_CLIENT_VERSION)],
+        libs=f"java-remoting-{REMOTING_CLIENT_VERSION}",
+        home="java-remoting",
+        version=REMOTING_CLIENT_VERSION,
+        what="the RocketMQ 4.x client",
+    )
 
 
 def remoting_security_java_client() -> JavaClient:
     """Build (once) and return ``java/RemotingSecurityClient.java`` (with RemotingClient.java's
     helpers) on rocketmq-client and rocketmq-acl 4.x: ACL signatures and TLS."""
-    sources = [
-        SOURCES / "java" / "RemotingClient.java",
-        SOURCES / "java" / "RemotingSecurityClient.java",
-    ]
-    for tool in ("java", "javac", "mvn"):
-        if shutil.which(tool) is None:
-            raise ClientsUnavailable(
-                f"the RocketMQ 4.x client needs {tool}: "
-                "apt-get install openjdk-17-jdk-headless maven"
-            )
-    try:
-        # A folder of its own: the plain client's folder keeps exactly its own artifacts.
-        lib = ensure_maven_classpath(
-            skiff_cache() / "official-clients" / f"java-remoting-acl-{REMOTING_CLIENT_VERSION}",
-            [
-                MavenArtifact("org.apache.rocketmq", "rocketmq-client", REMOTING_CLIENT_VERSION),
-                MavenArtifact("org.apache.rocketmq", "rocketmq-acl", REMOTING_CLIENT_VERSION),
-            ],
-        )
-        home = _build_home("java-remoting-security", REMOTING_CLIENT_VERSION, *sources)
-        classes = home / "classes"
-        if not (classes / "RemotingSecurityClient.class").exists():
-            partial = home / "classes.partial"
-            shutil.rmtree(partial, ignore_errors=True)
-            partial.mkdir(parents=True)
-            run_install_step(
-                ["javac", "-cp", f"{lib}/*", "-d", str(partial), *map(str, sources)],
-                "the RocketMQ 4.x ACL and TLS client program",
-            )
-            partial.rename(classes)
-    except InstallError as exc:
-        raise ClientsUnavailable(str(exc)) from None
-    return JavaClient(f"{classes}{os.pathsep}{lib}/*", main_class="RemotingSecurityClient")
+    return _java_program(
+        "RemotingSecurityClient",
+        [
+            SOURCES / "java" / "RemotingClient.java",
+            SOURCES / "java" / "RemotingSecurityClient.java",
+        ],
+        [
+            MavenArtifact("org.apache.rocketmq", "rocketmq-client", REMOTING_CLIENT_VERSION),
+            MavenArtifact("org.apache.rocketmq", "rocketmq-acl", REMOTING_CLIENT_VERSION),
+        ],
+        libs=f"java-remoting-acl-{REMOTING_CLIENT_VERSION}",
+        home="java-remoting-security",
+        version=REMOTING_CLIENT_VERSION,
+        what="the RocketMQ 4.x client with ACL",
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -287,28 +274,12 @@ MQADMIN_VERSION = "5.3.3"
 
 def mqadmin_batch() -> JavaClient:
     """Build (once) and return ``java/MqAdminBatch.java`` on rocketmq-tools."""
-    source = SOURCES / "java" / "MqAdminBatch.java"
-    for tool in ("java", "javac", "mvn"):
-        if shutil.which(tool) is None:
-            raise ClientsUnavailable(
-                f"mqadmin needs {tool}: apt-get install openjdk-17-jdk-headless maven"
-            )
-    try:
-        lib = ensure_maven_classpath(
-            skiff_cache() / "official-clients" / f"mqadmin-{MQADMIN_VERSION}",
-            [MavenArtifact("org.apache.rocketmq", "rocketmq-tools", MQADMIN_VERSION)],
-        )
-        home = _build_home("mqadmin", MQADMIN_VERSION, source)
-        classes = home / "classes"
-        if not (classes / "MqAdminBatch.class").exists():
-            partial = home / "classes.partial"
-            shutil.rmtree(partial, ignore_errors=True)
-            partial.mkdir(parents=True)
-            run_install_step(
-                ["javac", "-cp", f"{lib}/*", "-d", str(partial), str(source)],
-                "the mqadmin batch program",
-            )
-            partial.rename(classes)
-    except InstallError as exc:
-        raise ClientsUnavailable(str(exc)) from None
-    return JavaClient(f"{classes}{os.pathsep}{lib}/*", main_class="MqAdminBatch")
+    return _java_program(
+        "MqAdminBatch",
+        [SOURCES / "java" / "MqAdminBatch.java"],
+        [MavenArtifact("org.apache.rocketmq", "rocketmq-tools", MQADMIN_VERSION)],
+        libs=f"mqadmin-{MQADMIN_VERSION}",
+        home="mqadmin",
+        version=MQADMIN_VERSION,
+        what="mqadmin",
+    )
