@@ -163,6 +163,11 @@ def test_clustering_consumers_of_one_group_split_the_queues_and_take_over_when_o
     # While both are members each message goes to one of them, and both get some.
     assert sorted(r["message"]["msgId"] for r in shared) == sorted(sent[:count])
     assert {r["consumer"] for r in shared} == {"a", "b"}
-    # Once b left, a took its queues over and consumes everything.
-    assert sorted(r["message"]["msgId"] for r in alone) == sorted(sent[count:])
+    # Once b left, a took its queues over and consumes everything sent since. As in
+    # RocketMQ (at least once), a message b consumed but had not yet committed when it left
+    # may come to a again; nothing else may.
+    later = set(sent[count:])
+    alone_ids = [r["message"]["msgId"] for r in alone]
+    assert sorted(m for m in alone_ids if m in later) == sorted(later)
+    assert {m for m in alone_ids if m not in later} <= set(sent[:count])
     assert {r["consumer"] for r in alone} == {"a"}
