@@ -324,3 +324,12 @@ def test_a_pull_of_a_queue_no_message_reached_waits_and_is_not_found(client):
         client, "idle", 0, topic="untouched", sysFlag=0x2 | 0x4, suspendTimeoutMillis=300
     )
     assert answer.code == 19 and answer.ext_fields["nextBeginOffset"] == "0"
+
+
+def test_offsets_of_a_queue_that_is_not_there_are_refused_with_the_reason(client):
+    missing = client.call(30, topic="no-such-topic", queueId=0)
+    assert missing.code == 17 and "no-such-topic does not exist" in missing.remark
+    beyond = client.call(14, consumerGroup="g", topic=TOPIC, queueId=999)
+    assert beyond.code == 1 and "queueId 999 is illegal" in beyond.remark
+    # The connection is still served.
+    assert client.call(30, topic=TOPIC, queueId=0).code == 0

@@ -37,7 +37,7 @@ from .connection import RemotingConnection
 from .frames import ONEWAY_FLAG, RemotingCommand
 from .name_server import json_body
 from .redelivery import RETRY_QUEUES, retry_topic
-from .service import HeaderError, int_field, text_field
+from .service import HeaderError, Refused, int_field, text_field
 
 _MAX_PULL_MESSAGES = 1024
 _MAX_PULL_BYTES = 4 * 1024 * 1024
@@ -256,10 +256,10 @@ class Consuming:
         name = text_field(request, "topic")
         topic = self._broker.topics.get(name)
         if topic is None:
-            raise _Answer(ResponseCode.TOPIC_NOT_EXIST, f"topic {name} does not exist")
+            raise Refused(ResponseCode.TOPIC_NOT_EXIST, f"topic {name} does not exist")
         queue_id = int_field(request, "queueId")
         if not 0 <= queue_id < max(topic.read_queue_nums, topic.write_queue_nums):
-            raise _Answer(
+            raise Refused(
                 ResponseCode.SYSTEM_ERROR,
                 f"queueId {queue_id} is illegal: topic {name} has {topic.read_queue_nums} "
                 "read queues; refresh the route",
@@ -279,10 +279,7 @@ class Consuming:
     def _answering(
         self, request: RemotingCommand, offset: Callable[[str, int], int]
     ) -> RemotingCommand:
-        try:
-            topic, queue_id = self._readable_queue(request)
-        except _Answer as answer:
-            return request.response(answer.code, answer.remark)
+        topic, queue_id = self._readable_queue(request)
         response = request.response(ResponseCode.SUCCESS)
         response.ext_fields["offset"] = str(offset(topic.name, queue_id))
         return response
@@ -291,10 +288,7 @@ class Consuming:
         self, request: RemotingCommand, connection: RemotingConnection
     ) -> RemotingCommand:
         group = _group(request)
-        try:
-            topic, queue_id = self._readable_queue(request)
-        except _Answer as answer:
-            return request.response(answer.code, answer.remark)
+        topic, queue_id = self._readable_queue(request)
         offset = self._broker.pop.consumer_offset(group, topic.name, queue_id)
         if offset < 0:
             # As RocketMQ's broker: a group new to a queue that still holds its first
@@ -312,10 +306,7 @@ class Consuming:
         self, request: RemotingCommand, connection: RemotingConnection
     ) -> RemotingCommand:
         group = _group(request)
-        try:
-            topic, queue_id = self._readable_queue(request)
-        except _Answer as answer:
-            return request.response(answer.code, answer.remark)
+        topic, queue_id = self._readable_queue(request)
         offset = int_field(request, "commitOffset")
         if offset < 0:
             return request.response(ResponseCode.SYSTEM_ERROR, "commitOffset cannot be negative")
@@ -328,10 +319,7 @@ class Consuming:
         self, request: RemotingCommand, connection: RemotingConnection
     ) -> RemotingCommand:
         group = _group(request)
-        try:
-            topic, queue_id = self._readable_queue(request)
-        except _Answer as answer:
-            return request.response(answer.code, answer.remark)
+        topic, queue_id = self._readable_queue(request)
         offset = int_field(request, "queueOffset")
         max_count = int_field(request, "maxMsgNums")
         max_count = min(max(max_count, 1), _MAX_PULL_MESSAGES)
@@ -432,10 +420,3 @@ def _nothing_yet(got: GetResult | RecordsResult) -> bool:
     reason to pull again at once (the answer's next offset, 0, is where to pull next).
     """
     return got.status in NOT_WRITTEN_YET or got.status is GetStatus.NO_MATCHED_LOGIC_QUEUE
-
-
-class _Answer(Exception):
-    def __init__(self, code: int, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark

@@ -35,7 +35,7 @@ from .access import ACCESS_KEY
 from .codes import RequestCode, ResponseCode
 from .connection import RemotingConnection
 from .frames import RemotingCommand
-from .service import HeaderError, int_field, text_field
+from .service import HeaderError, Refused, int_field, text_field
 
 # SEND_MESSAGE_V2 abbreviates SendMessageRequestHeader's field names to one letter each.
 V2_NAMES = {
@@ -96,15 +96,6 @@ _WRITE_REFUSALS = {
 }
 # A batch entry: total size, magic code, body CRC, flag, then the body's length.
 _BATCH_ENTRY = struct.Struct(">iiiii")
-
-
-class Refused(Exception):
-    """A send answered with ``code`` and ``remark`` instead of being stored."""
-
-    def __init__(self, code: int, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
 
 
 def send_header(request: RemotingCommand) -> dict[str, str]:

@@ -3,7 +3,8 @@
 Invariants:
 - Every request gets exactly one answer unless it is oneway: an unknown code is
   answered at once with REQUEST_CODE_NOT_SUPPORTED and a remark naming it (logged once
-  per code), a handler that fails is answered with SYSTEM_ERROR and logged.
+  per code), a handler that refuses (``Refused``) is answered with its code and remark,
+  a handler that fails is answered with SYSTEM_ERROR and logged.
 - With a ``gate`` (authentication on, access.py) no request reaches a handler, nor is
   told whether its code is served, before the gate lets it through.
 - Responses a client sends (answers to broker-initiated requests) are dropped: the
@@ -29,6 +30,15 @@ Handler = Callable[
 
 class HeaderError(ValueError):
     """A request header field that is missing or malformed; answered, never raised further."""
+
+
+class Refused(Exception):
+    """A request answered with ``code`` and ``remark`` instead of being carried out."""
+
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
 
 
 def text_field(request: RemotingCommand, name: str) -> str:
@@ -98,6 +108,8 @@ class RemotingService:
             if inspect.isawaitable(answer):
                 answer = await answer
             return answer
+        except Refused as exc:
+            return request.response(exc.code, exc.remark)
         except HeaderError as exc:
             return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
         except Exception:
