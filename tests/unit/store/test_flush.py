@@ -26,6 +26,8 @@ APPENDERS = 64
 PUTS_EACH = 8
 TOPIC = "flush-test"
 GROUP_COMMIT_THREAD = "group-commit"
+# About what one fdatasync takes on a disk; see the fdatasync_calls fixture.
+DISK_FLUSH_S = 0.005
 
 
 def make_config(tmp_path: Path, **overrides: Any) -> StoreConfig:
@@ -88,13 +90,21 @@ def fully_flushed(store: MessageStore) -> bool:
 
 @pytest.fixture
 def fdatasync_calls(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
-    """Counts real fdatasync calls per thread name; every call still goes to the disk."""
+    """Counts real fdatasync calls per thread name; every call still goes to the disk.
+
+    Each call also takes as long as a disk's flush (DISK_FLUSH_S): on this machine's
+    page cache fdatasync returns in microseconds, and then whether a second appender
+    arrives during a flush, which is what group commit is about, depends on how the
+    scheduler happened to run the threads (a loaded CI machine once saw 266 flushes for
+    512 puts).
+    """
     calls: collections.Counter[str] = collections.Counter()
     real = os.fdatasync
 
     def counting(fd: int) -> None:
         calls[threading.current_thread().name] += 1
         real(fd)
+        time.sleep(DISK_FLUSH_S)
 
     monkeypatch.setattr(os, "fdatasync", counting)
     return calls
