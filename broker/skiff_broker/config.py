@@ -10,7 +10,7 @@ import dataclasses
 
 from .auth.config import AuthConfig
 from .cluster.config import ClusterConfig
-from .ha.config import ReplicationConfig, Role
+from .ha.config import ReplicationConfig, Role, parse_host_port
 from .rpc.request_buffers import RequestBufferConfig
 from .store.config import StoreConfig
 from .tls.connection_limits import ConnectionLimits
@@ -62,6 +62,13 @@ class BrokerConfig:
         "--advertise",
         "SKIFF_ADVERTISE",
         "HOST:PORT given to clients in routes (default: the address they connected to).",
+    )
+    remoting_advertise: str = option(
+        "",
+        "--remoting-advertise",
+        "SKIFF_REMOTING_ADVERTISE",
+        "HOST:PORT of this broker's remoting port as routes give it to 4.x clients and "
+        "other groups name it (default: the address the client connected to).",
     )
     broker_name: str = option(
         "broker-a",
@@ -213,6 +220,8 @@ class BrokerConfig:
                     f"--remoting-listen must be HOST:PORT, or empty (or off) to serve no "
                     f"remoting port; got {self.remoting_listen!r}"
                 )
+        if self.remoting_advertise:
+            parse_host_port(self.remoting_advertise, "--remoting-advertise")
         if self.max_delivery_attempts < 1:
             raise ValueError("max delivery attempts must be at least 1")
         if not 0 <= self.min_invisible_time_ms <= self.max_invisible_time_ms:

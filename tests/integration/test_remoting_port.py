@@ -9,7 +9,6 @@ stays bounded while a client refuses to read.
 from __future__ import annotations
 
 import json
-import socket
 import struct
 import subprocess
 import threading
@@ -20,13 +19,13 @@ import pytest
 from tests.support.broker_fixture import module_broker
 from tests.support.broker_process import SKIFF, BrokerProcess, broker_env, running_broker
 from tests.support.process_stats import resident_bytes
+from tests.support.remoting_client import Remoting
 from tests.support.waiting import wait_for
 
 from skiff_broker.metadata.topic_table import TopicConfig
 from skiff_broker.remoting.frames import (
     ONEWAY_FLAG,
     ROCKETMQ,
-    FrameDecoder,
     RemotingCommand,
     encode,
 )
@@ -35,48 +34,6 @@ TOPIC = "ledger"
 broker = module_broker(
     "remoting", topics=[TopicConfig(TOPIC, 2, 2), TopicConfig("untouched", 1, 1)]
 )
-_opaques = iter(range(1, 10**9))
-
-
-class Remoting:
-    """One client connection speaking frames."""
-
-    def __init__(self, endpoint: str) -> None:
-        host, _, port = endpoint.rpartition(":")
-        self.sock = socket.create_connection((host, int(port)), timeout=30)
-        self.decoder = FrameDecoder()
-        self.pending: list[RemotingCommand] = []
-
-    def call(self, code: int, body: bytes = b"", **fields: object) -> RemotingCommand:
-        opaque = next(_opaques)
-        request = RemotingCommand(
-            code=code, opaque=opaque, ext_fields={k: str(v) for k, v in fields.items()}
-        )
-        request.body = body
-        self.sock.sendall(encode(request))
-        return self.answer_to(opaque)
-
-    def answer_to(self, opaque: int) -> RemotingCommand:
-        while True:
-            for command in self.pending:
-                if command.opaque == opaque:
-                    self.pending.remove(command)
-                    return command
-            data = self.sock.recv(1 << 16)
-            assert data, "the broker closed the connection"
-            self.pending += self.decoder.feed(data)
-
-    def closed_by_broker(self) -> bool:
-        """True once the broker closed (or reset) this connection."""
-        try:
-            while data := self.sock.recv(1 << 16):
-                del data
-        except ConnectionResetError:
-            pass
-        return True
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @pytest.fixture

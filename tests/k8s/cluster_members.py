@@ -121,6 +121,7 @@ class Cluster:
             "epoch": int(notes.get("skiff.io/epoch") or 0),
             "in_sync": json.loads(notes.get("skiff.io/in-sync") or "[]"),
             "endpoint": notes.get("skiff.io/endpoint", ""),
+            "remoting_endpoint": notes.get("skiff.io/remoting-endpoint", ""),
             "replicas": json.loads(notes.get("skiff.io/replicas") or "{}"),
         }
 

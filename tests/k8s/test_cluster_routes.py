@@ -4,12 +4,15 @@ Two groups of one Broker, each with its Lease. An official producer and consumer
 bootstrapped at group a's broker send to and receive from the queues of both
 groups; the topic's queue count on each group is that group's own. Clients that
 come in on the external port are handed the groups' external addresses from the
-``<cluster>-endpoints`` ConfigMap.
+``<cluster>-endpoints`` ConfigMap. A 4.x client's remoting routes, asked of any broker,
+even a replica, name each group's master (from its Lease) at its remoting port as
+broker id 0 and the replicas as read-only ids from 1.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,7 +34,10 @@ from tests.k8s.cluster_members import (
     route,
 )
 from tests.support.kube_control_plane import ControlPlane, free_port
+from tests.support.remoting_client import remoting_call
 from tests.support.waiting import wait_for
+
+from skiff_broker.remoting.codes import RequestCode
 
 
 @pytest.fixture
@@ -160,3 +166,58 @@ def test_clients_on_the_external_port_get_the_external_addresses(cluster: Cluste
     sent = send(entry, 60, b"from-outside")
     received = receive_all(entry, set(sent))
     assert {m: received[m] for m in sent} == sent
+
+
+def remoting_addresses(endpoint: str, code: int, **fields: object) -> dict[str, dict[str, str]]:
+    answer = remoting_call(endpoint, code, **fields)
+    assert answer.code == 0, answer.remark
+    body = json.loads(answer.body)
+    datas = body["brokerDatas"] if "brokerDatas" in body else body["brokerAddrTable"].values()
+    return {data["brokerName"]: data["brokerAddrs"] for data in datas}
+
+
+def test_remoting_routes_name_each_groups_master_and_replicas_from_the_leases(
+    cluster: Cluster,
+) -> None:
+    a0 = cluster.start("orders-a", "orders-a-0", mode="ASYNC")
+    lease = cluster.wait_master("orders-a", "orders-a-0")
+    # The master publishes its remoting port beside its client endpoint.
+    assert lease["remoting_endpoint"] == a0.remoting_endpoint
+    a1 = cluster.start("orders-a", "orders-a-1", mode="ASYNC")
+    b0 = cluster.start("orders-b", "orders-b-0", mode="ASYNC", queues=2)
+    cluster.wait_master("orders-b", "orders-b-0")
+    wanted = {
+        "orders-a": {"0": a0.remoting_endpoint, "1": a1.remoting_endpoint},
+        "orders-b": {"0": b0.remoting_endpoint},
+    }
+
+    def routed() -> bool:
+        return (
+            remoting_addresses(
+                a1.remoting_endpoint, RequestCode.GET_ROUTEINFO_BY_TOPIC, topic=TOPIC
+            )
+            == wanted
+        )
+
+    # Asked of the replica: it names its master at id 0 and itself at id 1.
+    wait_for(routed, "remoting routes naming both groups", deadline_s=CLUSTER_DEADLINE_S)
+    assert remoting_addresses(b0.remoting_endpoint, RequestCode.GET_BROKER_CLUSTER_INFO) == wanted
+    answer = remoting_call(a0.remoting_endpoint, RequestCode.GET_ROUTEINFO_BY_TOPIC, topic=TOPIC)
+    queues = {q["brokerName"]: q for q in json.loads(answer.body)["queueDatas"]}
+    assert queues["orders-a"]["writeQueueNums"] == 4 and queues["orders-b"]["writeQueueNums"] == 2
+    assert {q["perm"] for q in queues.values()} == {6}
+
+    # Its master gone and the Lease passed on, group a is named at its new master.
+    cluster.wait_master("orders-a", "orders-a-0", in_sync={"orders-a-0", "orders-a-1"})
+    a0.stop()
+    cluster.wait_master("orders-a", "orders-a-1")
+    wait_for(
+        lambda: (
+            remoting_addresses(
+                b0.remoting_endpoint, RequestCode.GET_ROUTEINFO_BY_TOPIC, topic=TOPIC
+            )["orders-a"]
+            == {"0": a1.remoting_endpoint}
+        ),
+        "the new master in the remoting route",
+        deadline_s=CLUSTER_DEADLINE_S,
+    )

@@ -212,11 +212,14 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         endpoint: Callable[[], str],
         replication: Replication | None = None,
         clients: LiveConsumers | None = None,
+        remoting_endpoint: Callable[[], str] = lambda: "",
     ) -> None:
-        """``endpoint`` gives the address clients reach this broker at (known once listening);
-        ``clients`` tells which consumers are connected (none known without it)."""
+        """``endpoint`` gives the address clients reach this broker at (known once listening),
+        ``remoting_endpoint`` that of its remoting port (empty: none); ``clients`` tells
+        which consumers are connected (none known without it)."""
         self._broker = broker
         self._endpoint = endpoint
+        self._remoting_endpoint = remoting_endpoint
         self._replication = replication
         self._topics = TopicAdmin(broker)
         self._progress = ConsumerProgress(broker)
@@ -335,6 +338,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             writable=stats.writable,
             refusal=stats.refusal,
             endpoint=self._endpoint(),
+            remoting_endpoint=self._remoting_endpoint(),
         )
         if self._replication is not None:
             replication = self._replication.info()

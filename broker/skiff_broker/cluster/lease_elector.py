@@ -72,6 +72,8 @@ class GroupState:
     # Client endpoints of replicas that can serve reads.
     replica_endpoints: list[str]
     epoch: int
+    # The master's remoting endpoint while it holds the Lease and has one; else empty.
+    master_remoting: str = ""
 
 
 class LeaseElector:
@@ -82,12 +84,16 @@ class LeaseElector:
         group: str,
         replication: Replication,
         client_endpoint: Callable[[], str],
+        remoting_endpoint: Callable[[], str] = lambda: "",
     ) -> None:
+        """``remoting_endpoint``: where 4.x clients reach this broker (empty: nowhere),
+        published beside the client endpoint while it holds the Lease."""
         self.api = api
         self.config = config
         self.group = group
         self.replication = replication
         self._client_endpoint = client_endpoint
+        self._remoting_endpoint = remoting_endpoint
         self.me = config.pod_name
         # Per Lease: when this broker last saw its holder write it.
         self._seen: dict[str, tuple[tuple[str, str], float]] = {}
@@ -281,6 +287,7 @@ class LeaseElector:
         return GroupState(
             name=record.name,
             master_endpoint=record.endpoint if live else "",
+            master_remoting=record.remoting_endpoint if live else "",
             replica_endpoints=[
                 e for pod, e in sorted(record.replicas.items()) if e and pod != record.holder
             ],
@@ -302,6 +309,7 @@ class LeaseElector:
             duration_s=self.config.lease_duration_s,
             epoch=self.replication.epochs.highest_used + 1,
             endpoint=self._client_endpoint(),
+            remoting_endpoint=self._remoting_endpoint(),
             ha_address=self.config.ha_advertise,
             in_sync=[self.me],
             acquire_time=now_micro(),
@@ -325,6 +333,7 @@ class LeaseElector:
             duration_s=self.config.lease_duration_s,
             epoch=epoch,
             endpoint=self._client_endpoint(),
+            remoting_endpoint=self._remoting_endpoint(),
             ha_address=self.config.ha_advertise,
             in_sync=[self.me],
             replicas={},
@@ -377,6 +386,7 @@ class LeaseElector:
             duration_s=self.config.lease_duration_s,
             epoch=self.replication.epochs.epoch,
             endpoint=self._client_endpoint(),
+            remoting_endpoint=self._remoting_endpoint(),
             ha_address=self.config.ha_advertise or master.address,
             in_sync=[self.me, *sorted(pod_of(n) for n in candidates)],
             replicas={

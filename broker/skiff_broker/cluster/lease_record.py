@@ -3,7 +3,8 @@
 The Lease is named after the group and labelled with its cluster and group.
 ``spec.holderIdentity`` is the master's pod name. Only the holder writes the
 annotations: the term (``skiff.io/epoch``), where clients and replicas reach it
-(``skiff.io/endpoint``, ``skiff.io/ha-address``), which pods hold every write it
+(``skiff.io/endpoint``, ``skiff.io/remoting-endpoint`` for 4.x clients,
+``skiff.io/ha-address``), which pods hold every write it
 acknowledged (``skiff.io/in-sync``, the master included), every replica's client
 endpoint (``skiff.io/replicas``) and, once it stopped and gave the Lease up,
 that it did (``skiff.io/released-by``). Every write of the Lease carries the
@@ -22,6 +23,8 @@ GROUP_LABEL = "skiff.io/group"
 ROLE_LABEL = "skiff.io/role"
 EPOCH = "skiff.io/epoch"
 ENDPOINT = "skiff.io/endpoint"
+# Absent (a holder without a remoting port, or one from before it): none is known.
+REMOTING_ENDPOINT = "skiff.io/remoting-endpoint"
 HA_ADDRESS = "skiff.io/ha-address"
 IN_SYNC = "skiff.io/in-sync"
 REPLICAS = "skiff.io/replicas"
@@ -41,6 +44,7 @@ class LeaseRecord:
     duration_s: int = 15
     epoch: int = 0
     endpoint: str = ""
+    remoting_endpoint: str = ""
     ha_address: str = ""
     # None: no holder ever published one (a new Lease); anyone may take it.
     in_sync: list[str] | None = None
@@ -84,6 +88,7 @@ class LeaseRecord:
             duration_s=int(spec.get("leaseDurationSeconds") or 15),
             epoch=epoch,
             endpoint=notes.get(ENDPOINT, ""),
+            remoting_endpoint=notes.get(REMOTING_ENDPOINT, ""),
             ha_address=notes.get(HA_ADDRESS, ""),
             in_sync=in_sync,
             replicas={str(k): str(v) for k, v in replicas.items()},
@@ -103,6 +108,8 @@ class LeaseRecord:
             IN_SYNC: json.dumps(self.in_sync or []),
             REPLICAS: json.dumps(self.replicas, sort_keys=True),
         }
+        if self.remoting_endpoint:
+            annotations[REMOTING_ENDPOINT] = self.remoting_endpoint
         if self.released_by:
             annotations[RELEASED_BY] = self.released_by
         meta: dict = {

@@ -9,6 +9,11 @@ queues a topic has on another group is asked of that group (admin
 topics. A group that does not answer is left out of the route until it does.
 Clients that came in on the external port get each group's external address
 from the ``<cluster>-endpoints`` ConfigMap.
+
+Remoting routes (4.x clients) need each broker's remoting endpoint: a master's is
+in its Lease (``skiff.io/remoting-endpoint``); any other broker's is asked of it
+(admin ``GetBrokerInfo``, reused for ``peer_cache_s``). A broker without one is
+left out of remoting routes.
 """
 
 from __future__ import annotations
@@ -45,6 +50,19 @@ class GroupRoute:
     endpoint: str  # empty: this broker's own endpoint (as the client reached it)
     writable: bool
     local: bool
+    # Its remoting endpoint when the Lease names it; empty: ask the broker (or this one).
+    remoting: str = ""
+    # Client endpoints of the group's other brokers that serve reads (under Leases).
+    replicas: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PeerInfo:
+    """What a broker says of itself: its group, whether it takes writes, its remoting port."""
+
+    group: str
+    writable: bool
+    remoting: str
 
 
 def topic_from_proto(topic: apb.Topic) -> TopicConfig:
@@ -80,7 +98,7 @@ class ClusterRoutes:
         self._api = api
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._topics: dict[tuple[str, str], tuple[float, TopicConfig | None]] = {}
-        self._peer_groups: dict[str, tuple[float, str, bool] | None] = {}
+        self._peers: dict[str, tuple[float, PeerInfo] | None] = {}
         self._external: tuple[float, dict[str, str]] = (0.0, {})
 
     async def close(self) -> None:
@@ -103,20 +121,34 @@ class ClusterRoutes:
         if self._elector is not None:
             return self._lease_groups()
         routes = [GroupRoute(self.group, "", self._is_master(), local=True)]
-        answers = await asyncio.gather(*(self._peer_group(p) for p in self.config.peers))
+        answers = await asyncio.gather(*(self.peer_info(p) for p in self.config.peers))
         for peer, answer in zip(self.config.peers, answers, strict=True):
-            if answer is not None and answer[0] != self.group:
-                routes.append(GroupRoute(answer[0], peer, answer[1], local=False))
+            if answer is not None and answer.group != self.group:
+                routes.append(
+                    GroupRoute(
+                        answer.group, peer, answer.writable, local=False, remoting=answer.remoting
+                    )
+                )
         return routes
 
     def _lease_groups(self) -> list[GroupRoute]:
         assert self._elector is not None
         routes = []
         own = self._elector.groups.get(self.group)
+        replicas = tuple(own.replica_endpoints) if own is not None else ()
         if self._is_master():
-            routes.append(GroupRoute(self.group, "", True, local=True))
+            routes.append(GroupRoute(self.group, "", True, local=True, replicas=replicas))
         elif own is not None and own.master_endpoint:
-            routes.append(GroupRoute(self.group, own.master_endpoint, True, local=True))
+            routes.append(
+                GroupRoute(
+                    self.group,
+                    own.master_endpoint,
+                    True,
+                    local=True,
+                    remoting=own.master_remoting,
+                    replicas=replicas,
+                )
+            )
         else:
             # No live master: reads from here.
             routes.append(GroupRoute(self.group, "", False, local=True))
@@ -124,28 +156,43 @@ class ClusterRoutes:
             if name == self.group:
                 continue
             if state.master_endpoint:
-                routes.append(GroupRoute(name, state.master_endpoint, True, local=False))
+                routes.append(
+                    GroupRoute(
+                        name,
+                        state.master_endpoint,
+                        True,
+                        local=False,
+                        remoting=state.master_remoting,
+                        replicas=tuple(state.replica_endpoints),
+                    )
+                )
             elif state.replica_endpoints:
-                routes.append(GroupRoute(name, state.replica_endpoints[0], False, local=False))
+                first, *others = state.replica_endpoints
+                routes.append(GroupRoute(name, first, False, local=False, replicas=tuple(others)))
         return routes
 
-    async def _peer_group(self, endpoint: str) -> tuple[str, bool] | None:
-        """A peer's group name and whether it takes writes."""
-        cached = self._peer_groups.get(endpoint)
+    async def remoting_of(self, endpoint: str) -> str:
+        """The remoting endpoint of the broker at client ``endpoint``; empty: unknown or none."""
+        info = await self.peer_info(endpoint)
+        return info.remoting if info is not None else ""
+
+    async def peer_info(self, endpoint: str) -> PeerInfo | None:
+        """What the broker at client ``endpoint`` says of itself; None: it did not answer."""
+        cached = self._peers.get(endpoint)
         now = time.monotonic()
         if cached is not None and now - cached[0] < self.config.peer_cache_s:
-            return cached[1], cached[2]
+            return cached[1]
         try:
             info = await self._stub(endpoint).GetBrokerInfo(
                 apb.GetBrokerInfoRequest(), timeout=_PEER_TIMEOUT_S
             )
         except grpc.aio.AioRpcError as exc:
             log.debug("cluster peer %s did not answer: %s", endpoint, exc.details())
-            self._peer_groups[endpoint] = None
+            self._peers[endpoint] = None
             return None
-        writable = info.role != "REPLICA"
-        self._peer_groups[endpoint] = (now, info.broker_name, writable)
-        return info.broker_name, writable
+        found = PeerInfo(info.broker_name, info.role != "REPLICA", info.remoting_endpoint)
+        self._peers[endpoint] = (now, found)
+        return found
 
     # -- a topic on another group -------------------------------------------
 

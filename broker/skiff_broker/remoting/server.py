@@ -9,9 +9,11 @@ group offsets and long polling as the gRPC service.
 
 from __future__ import annotations
 
+import socket
 import ssl
 from collections.abc import Callable
 
+from ..cluster.routes import ClusterRoutes
 from ..config import BrokerConfig
 from ..delivery.long_polling import ArrivalHub
 from ..http2.receive_budget import ReceiveBudget
@@ -45,7 +47,9 @@ class RemotingServer:
         counts: ConnectionCounts,
         tls_context: Callable[[], ssl.SSLContext] | None = None,
         plaintext: bool = True,
+        cluster: ClusterRoutes | None = None,
     ) -> None:
+        """``cluster``: the other groups, named in the routes this port hands out."""
         config: BrokerConfig = broker.config
         self._config = config
         self._broker = broker
@@ -55,7 +59,9 @@ class RemotingServer:
         self.service = RemotingService(
             gate=RemotingAccess(broker.users).refusal if config.auth.enabled else None
         )
-        self.service.add(NameServer(broker).handlers())
+        self.service.add(
+            NameServer(broker, advertised=config.remoting_advertise, cluster=cluster).handlers()
+        )
         # Its HEART_BEAT records producers, then hands the heartbeat to consuming's.
         self.transactions = RemotingTransactions(
             broker,
@@ -102,6 +108,17 @@ class RemotingServer:
     @property
     def address(self) -> str:
         return f"{self._config.remoting_listen.rpartition(':')[0]}:{self.port}"
+
+    @property
+    def endpoint(self) -> str:
+        """Where clients on other hosts reach this port: the advertised address, else the
+        listen address (the host name for a wildcard one)."""
+        if self._config.remoting_advertise:
+            return self._config.remoting_advertise
+        host = self._config.remoting_listen.rpartition(":")[0]
+        if host in ("", "0.0.0.0", "[::]", "::"):
+            host = socket.gethostname()
+        return f"{host}:{self.port}"
 
     def bind(self) -> int:
         self.port = self.listener.bind()

@@ -102,7 +102,12 @@ class BrokerServer:
             except KubeError as exc:
                 raise OSError(str(exc)) from None
             self.elector = LeaseElector(
-                self.kube, cluster, config.broker_name, self.replication, self.client_endpoint
+                self.kube,
+                cluster,
+                config.broker_name,
+                self.replication,
+                self.client_endpoint,
+                remoting_endpoint=self.remoting_endpoint,
             )
         self.routes: ClusterRoutes | None = None
         if self.under_lease or cluster.peers:
@@ -155,6 +160,10 @@ class BrokerServer:
         if host in ("", "0.0.0.0", "[::]", "::"):
             host = socket.gethostname()
         return f"{host}:{self.port}"
+
+    def remoting_endpoint(self) -> str:
+        """Where 4.x clients reach this broker's remoting port; empty while it has none."""
+        return self.remoting.endpoint if self.remoting is not None and self.remoting.port else ""
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -228,6 +237,7 @@ class BrokerServer:
                         self.certificate.ssl_context if self.certificate is not None else None
                     ),
                     plaintext=self.config.tls.mode is not TlsMode.ENFORCING,
+                    cluster=self.routes,
                 )
                 self.remoting.bind()
                 # 4.x producers are asked over their remoting connections, others as before.
@@ -304,6 +314,7 @@ class BrokerServer:
                 endpoint=self.client_endpoint,
                 replication=self.replication,
                 clients=messaging.clients,
+                remoting_endpoint=self.remoting_endpoint,
             ),
             server,
         )
@@ -324,6 +335,7 @@ class BrokerServer:
                 ) from None
         names = names_to_cover(
             self.config.advertised_endpoint,
+            self.config.remoting_advertise,
             self.config.listen,
             self.config.cluster.external_listen,
             *([self.config.remoting_listen] if self.config.remoting_enabled else []),

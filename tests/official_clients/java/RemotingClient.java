@@ -9,8 +9,8 @@
 //                    alternating TagA and TagB), async, oneway and one batch (TagA), then a
 //                    DefaultMQPushConsumer (clustering, from the first offset) subscribed
 //                    to TagA receives until every TagA message came or the deadline passed:
-//                    {"sent": [{"kind", "msgId", "offsetMsgId", "queueId", "queueOffset",
-//                    "tag"}], "received": [{"msgId", "tag", "queueId", "queueOffset",
+//                    {"sent": [{"kind", "msgId", "offsetMsgId", "brokerName", "queueId",
+//                    "queueOffset", "tag"}], "received": [{"msgId", "tag", "queueId", "queueOffset",
 //                    "body", "properties"}], "errors": [text]}; then a second push
 //                    consumer (GROUP-sql) selects "origin = 'remoting' AND idx >= 1" by
 //                    SQL92 into "selected"
@@ -150,6 +150,7 @@ public class RemotingClient {
         sent.add("{\"kind\": " + quote(kind) + ", \"idx\": " + i + ", \"msgId\": " + quote(result.getMsgId())
             + ", \"offsetMsgId\": " + quote(result.getOffsetMsgId())
             + ", \"status\": " + quote(String.valueOf(result.getSendStatus()))
+            + ", \"brokerName\": " + quote(result.getMessageQueue().getBrokerName())
             + ", \"queueId\": " + result.getMessageQueue().getQueueId()
             + ", \"queueOffset\": " + result.getQueueOffset() + ", \"tag\": " + quote(tag) + "}");
     }

@@ -130,7 +130,7 @@ class GetBrokerInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class BrokerInfo(_message.Message):
-    __slots__ = ("broker_name", "role", "version", "flush_type", "transient_store_pool", "commit_log_min_offset", "commit_log_max_offset", "flushed_offset", "committed_offset", "dispatched_offset", "disk_use_ratio", "writable", "refusal", "endpoint", "replication_mode", "epoch", "epoch_start_offset", "ha_address", "replicas", "master_address", "replica_connected", "replica_in_sync", "replica_lag_bytes")
+    __slots__ = ("broker_name", "role", "version", "flush_type", "transient_store_pool", "commit_log_min_offset", "commit_log_max_offset", "flushed_offset", "committed_offset", "dispatched_offset", "disk_use_ratio", "writable", "refusal", "endpoint", "replication_mode", "epoch", "epoch_start_offset", "ha_address", "replicas", "master_address", "replica_connected", "replica_in_sync", "replica_lag_bytes", "remoting_endpoint")
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -154,6 +154,7 @@ class BrokerInfo(_message.Message):
     REPLICA_CONNECTED_FIELD_NUMBER: _ClassVar[int]
     REPLICA_IN_SYNC_FIELD_NUMBER: _ClassVar[int]
     REPLICA_LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    REMOTING_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     broker_name: str
     role: str
     version: str
@@ -177,7 +178,8 @@ class BrokerInfo(_message.Message):
     replica_connected: bool
     replica_in_sync: bool
     replica_lag_bytes: int
-    def __init__(self, broker_name: _Optional[str] = ..., role: _Optional[str] = ..., version: _Optional[str] = ..., flush_type: _Optional[str] = ..., transient_store_pool: _Optional[bool] = ..., commit_log_min_offset: _Optional[int] = ..., commit_log_max_offset: _Optional[int] = ..., flushed_offset: _Optional[int] = ..., committed_offset: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., disk_use_ratio: _Optional[float] = ..., writable: _Optional[bool] = ..., refusal: _Optional[str] = ..., endpoint: _Optional[str] = ..., replication_mode: _Optional[str] = ..., epoch: _Optional[int] = ..., epoch_start_offset: _Optional[int] = ..., ha_address: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ReplicaInfo, _Mapping]]] = ..., master_address: _Optional[str] = ..., replica_connected: _Optional[bool] = ..., replica_in_sync: _Optional[bool] = ..., replica_lag_bytes: _Optional[int] = ...) -> None: ...
+    remoting_endpoint: str
+    def __init__(self, broker_name: _Optional[str] = ..., role: _Optional[str] = ..., version: _Optional[str] = ..., flush_type: _Optional[str] = ..., transient_store_pool: _Optional[bool] = ..., commit_log_min_offset: _Optional[int] = ..., commit_log_max_offset: _Optional[int] = ..., flushed_offset: _Optional[int] = ..., committed_offset: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., disk_use_ratio: _Optional[float] = ..., writable: _Optional[bool] = ..., refusal: _Optional[str] = ..., endpoint: _Optional[str] = ..., replication_mode: _Optional[str] = ..., epoch: _Optional[int] = ..., epoch_start_offset: _Optional[int] = ..., ha_address: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ReplicaInfo, _Mapping]]] = ..., master_address: _Optional[str] = ..., replica_connected: _Optional[bool] = ..., replica_in_sync: _Optional[bool] = ..., replica_lag_bytes: _Optional[int] = ..., remoting_endpoint: _Optional[str] = ...) -> None: ...
 
 class ReplicaInfo(_message.Message):
     __slots__ = ("name", "address", "acked_offset", "lag_bytes", "in_sync", "connected")

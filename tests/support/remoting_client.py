@@ -1,0 +1,59 @@
+"""A remoting client connection that writes RocketMQ's frames itself, for tests."""
+
+from __future__ import annotations
+
+import socket
+
+from skiff_broker.remoting.frames import FrameDecoder, RemotingCommand, encode
+
+_opaques = iter(range(1, 10**9))
+
+
+class Remoting:
+    """One client connection speaking frames."""
+
+    def __init__(self, endpoint: str) -> None:
+        host, _, port = endpoint.rpartition(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=30)
+        self.decoder = FrameDecoder()
+        self.pending: list[RemotingCommand] = []
+
+    def call(self, code: int, body: bytes = b"", **fields: object) -> RemotingCommand:
+        opaque = next(_opaques)
+        request = RemotingCommand(
+            code=code, opaque=opaque, ext_fields={k: str(v) for k, v in fields.items()}
+        )
+        request.body = body
+        self.sock.sendall(encode(request))
+        return self.answer_to(opaque)
+
+    def answer_to(self, opaque: int) -> RemotingCommand:
+        while True:
+            for command in self.pending:
+                if command.opaque == opaque:
+                    self.pending.remove(command)
+                    return command
+            data = self.sock.recv(1 << 16)
+            assert data, "the broker closed the connection"
+            self.pending += self.decoder.feed(data)
+
+    def closed_by_broker(self) -> bool:
+        """True once the broker closed (or reset) this connection."""
+        try:
+            while data := self.sock.recv(1 << 16):
+                del data
+        except ConnectionResetError:
+            pass
+        return True
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def remoting_call(endpoint: str, code: int, **fields: object) -> RemotingCommand:
+    """One request on a connection of its own."""
+    client = Remoting(endpoint)
+    try:
+        return client.call(code, **fields)
+    finally:
+        client.close()
