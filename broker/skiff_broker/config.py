@@ -48,6 +48,14 @@ class BrokerConfig:
         "namesrvAddr to it (HOST:PORT; port 0 picks a free one; empty or 'off': no "
         "remoting port). Clients on other hosts need e.g. 0.0.0.0:8080.",
     )
+    remoting_external_listen: str = option(
+        "",
+        "--remoting-external-listen",
+        "SKIFF_REMOTING_EXTERNAL_LISTEN",
+        "A second remoting address, for 4.x clients outside the cluster: routes handed out "
+        "there name the groups' external remoting addresses (the <cluster>-endpoints "
+        "ConfigMap's <group>.remoting entries).",
+    )
     remoting_max_frame_size: int = option(
         16 * 1024 * 1024,
         "--remoting-max-frame-size",
@@ -222,6 +230,13 @@ class BrokerConfig:
                 )
         if self.remoting_advertise:
             parse_host_port(self.remoting_advertise, "--remoting-advertise")
+        if self.remoting_external_listen:
+            if not self.remoting_enabled:
+                raise ValueError(
+                    "--remoting-external-listen needs the remoting port; set --remoting-listen "
+                    "too, or leave both off"
+                )
+            parse_host_port(self.remoting_external_listen, "--remoting-external-listen")
         if self.max_delivery_attempts < 1:
             raise ValueError("max delivery attempts must be at least 1")
         if not 0 <= self.min_invisible_time_ms <= self.max_invisible_time_ms:

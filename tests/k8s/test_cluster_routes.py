@@ -221,3 +221,45 @@ def test_remoting_routes_name_each_groups_master_and_replicas_from_the_leases(
         "the new master in the remoting route",
         deadline_s=CLUSTER_DEADLINE_S,
     )
+
+
+def test_4x_clients_on_the_external_remoting_port_get_the_external_remoting_addresses(
+    cluster: Cluster,
+) -> None:
+    external = {"orders-a": free_port(), "orders-b": free_port()}
+    cluster.plane.apply(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": f"{CLUSTER}-endpoints", "namespace": cluster.namespace},
+                "data": {
+                    f"{group}.remoting": f"127.0.0.1:{port}" for group, port in external.items()
+                },
+            }
+        ]
+    )
+    brokers = {
+        group: cluster.start(
+            group,
+            f"{group}-0",
+            "--remoting-external-listen",
+            f"127.0.0.1:{external[group]}",
+            mode="ASYNC",
+        )
+        for group in external
+    }
+    for group in external:
+        cluster.wait_master(group, f"{group}-0")
+    outside = {group: {"0": f"127.0.0.1:{port}"} for group, port in external.items()}
+    entry = f"127.0.0.1:{external['orders-a']}"
+
+    def routed() -> bool:
+        return remoting_addresses(entry, RequestCode.GET_ROUTEINFO_BY_TOPIC, topic=TOPIC) == outside
+
+    wait_for(routed, "external remoting routes naming both groups", deadline_s=CLUSTER_DEADLINE_S)
+    # The internal remoting port keeps naming the internal addresses.
+    inside = remoting_addresses(
+        brokers["orders-a"].remoting_endpoint, RequestCode.GET_ROUTEINFO_BY_TOPIC, topic=TOPIC
+    )
+    assert inside == {group: {"0": b.remoting_endpoint} for group, b in brokers.items()}

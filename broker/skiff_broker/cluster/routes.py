@@ -8,7 +8,8 @@ queues a topic has on another group is asked of that group (admin
 ``GetTopic``) and reused for ``peer_cache_s``: groups need not hold the same
 topics. A group that does not answer is left out of the route until it does.
 Clients that came in on the external port get each group's external address
-from the ``<cluster>-endpoints`` ConfigMap.
+from the ``<cluster>-endpoints`` ConfigMap (``<group>``; its remoting port:
+``<group>.remoting``).
 
 Remoting routes (4.x clients) need each broker's remoting endpoint: a master's is
 in its Lease (``skiff.io/remoting-endpoint``); any other broker's is asked of it
@@ -42,6 +43,11 @@ _PERMISSION = {
     apb.WRITE: Permission.WRITE,
     apb.READ_WRITE: Permission.READ_WRITE,
 }
+
+
+def external_remoting_key(group: str) -> str:
+    """The ``<cluster>-endpoints`` entry naming ``group``'s external remoting address."""
+    return f"{group}.remoting"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -219,7 +225,8 @@ class ClusterRoutes:
     # -- external addresses ---------------------------------------------------
 
     async def external_endpoints(self) -> dict[str, str]:
-        """``<group>`` → external ``host:port``, from the ``<cluster>-endpoints`` ConfigMap."""
+        """``<group>`` (and ``<group>.remoting``) → external ``host:port``, from the
+        ``<cluster>-endpoints`` ConfigMap."""
         if self._api is None:
             return {}
         fetched_at, data = self._external

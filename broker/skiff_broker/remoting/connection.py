@@ -54,7 +54,11 @@ class RemotingConnection(asyncio.Protocol):
         per_connection: int,
         idle_timeout_s: float,
         on_close: Callable[[RemotingConnection], None] | None = None,
+        external: bool = False,
     ) -> None:
+        """``external``: it came in on the external remoting port (routes name the groups'
+        external addresses)."""
+        self.external = external
         self._dispatch = dispatch
         self._decoder = FrameDecoder(max_frame_length)
         self._budget = budget

@@ -15,6 +15,9 @@ Invariants:
   connected to; other brokers by the remoting endpoint they publish. A broker that
   publishes none (its remoting port is off) is left out; a group left with no broker
   is left out of the route.
+- A client on the external remoting port gets each group's external remoting address
+  (the ``<cluster>-endpoints`` ConfigMap's ``<group>.remoting``) for its writable
+  broker where one is published, the internal addresses otherwise.
 - Broker-internal topics (schedules, half messages) are never routed.
 - Bodies are JSON as RocketMQ's name server writes them (fastjson field names).
 """
@@ -27,7 +30,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from ..cluster.routes import ClusterRoutes, GroupRoute
+from ..cluster.routes import ClusterRoutes, GroupRoute, external_remoting_key
 from ..metadata.topic_table import TopicConfig
 from ..runtime import Broker
 from ..telemetry import conventions as cv
@@ -116,6 +119,12 @@ class NameServer:
             group.add(at, master=route.writable)
             for reader in readers:
                 group.add(reader, master=False)
+        if connection.external:
+            outside = await cluster.external_endpoints()
+            for group in groups.values():
+                published = outside.get(external_remoting_key(group.name))
+                if published and group.writable:
+                    group.addresses = {MASTER_ID: published}
         return [group for group in groups.values() if group.addresses]
 
     async def _topic_on(self, group: _Group, name: str) -> TopicConfig | None:

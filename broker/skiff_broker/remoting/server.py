@@ -34,6 +34,7 @@ from .service import RemotingService
 from .transactions import RemotingTransactions, check_allowed
 
 LISTEN_OPTION = "--remoting-listen"
+EXTERNAL_LISTEN_OPTION = "--remoting-external-listen"
 
 
 class RemotingServer:
@@ -75,20 +76,30 @@ class RemotingServer:
         self.service.add(self.transactions.handlers())
         self.service.add(AdminRequests(broker, self.consuming).handlers())
         self.service.add(Lookups(broker).handlers())
-        self.listener = ClientListener(
-            config.remoting_listen,
-            self._connection,
-            tls_context=tls_context,
-            plaintext=plaintext,
-            name=LISTEN_OPTION,
-            preface_timeout_s=config.connections.preface_timeout_s,
-            accept_pause_s=config.connections.accept_pause_s,
-            counts=counts,
+
+        def listener(address: str, option: str, external: bool) -> ClientListener:
+            return ClientListener(
+                address,
+                lambda: self._connection(external),
+                tls_context=tls_context,
+                plaintext=plaintext,
+                name=option,
+                preface_timeout_s=config.connections.preface_timeout_s,
+                accept_pause_s=config.connections.accept_pause_s,
+                counts=counts,
+            )
+
+        self.listener = listener(config.remoting_listen, LISTEN_OPTION, False)
+        self.external_listener = (
+            listener(config.remoting_external_listen, EXTERNAL_LISTEN_OPTION, True)
+            if config.remoting_external_listen
+            else None
         )
         self.port = 0
+        self.external_port = 0
         self._open: set[RemotingConnection] = set()
 
-    def _connection(self) -> RemotingConnection:
+    def _connection(self, external: bool) -> RemotingConnection:
         connection = RemotingConnection(
             self.service.dispatch,
             max_frame_length=self._config.remoting_max_frame_size,
@@ -96,6 +107,7 @@ class RemotingServer:
             per_connection=max(self._per_connection, self._config.remoting_max_frame_size),
             idle_timeout_s=self._config.connections.idle_timeout_s,
             on_close=self._closed,
+            external=external,
         )
         self._open.add(connection)
         return connection
@@ -127,16 +139,31 @@ class RemotingServer:
         # written from now on name the host they named before with this port.
         host = self._config.store.store_host.rpartition(":")[0]
         self._broker.store.commit_log.store_host = encode_host(f"{host}:{self.port}")
+        if self.external_listener is not None:
+            self.external_port = self.external_listener.bind()
         return self.port
 
+    def _listeners(self) -> list[ClientListener]:
+        return (
+            [self.listener]
+            if self.external_listener is None
+            else [
+                self.listener,
+                self.external_listener,
+            ]
+        )
+
     async def start(self) -> None:
-        await self.listener.start()
+        for listener in self._listeners():
+            await listener.start()
 
     def stop_accepting(self) -> None:
-        self.listener.stop_accepting()
+        for listener in self._listeners():
+            listener.stop_accepting()
 
     async def stop(self) -> None:
         """Stop accepting, then close every connection (long polls end with it)."""
-        await self.listener.stop()
+        for listener in self._listeners():
+            await listener.stop()
         for connection in list(self._open):
             connection.close()

@@ -262,6 +262,8 @@ class BrokerServer:
             await self.remoting.start()
             # Before "listening on": tests and tools read the port from this line.
             log.info("remoting clients on %s", self.remoting.address)
+            if self.remoting.external_port:
+                log.info("external remoting clients on port %d", self.remoting.external_port)
         if external is not None:
             log.info("external clients on port %d", self.external_port)
         if self.elector is not None:
@@ -339,6 +341,7 @@ class BrokerServer:
             self.config.listen,
             self.config.cluster.external_listen,
             *([self.config.remoting_listen] if self.config.remoting_enabled else []),
+            self.config.remoting_external_listen,
         )
         cert_file, key_file = self_signed(self.config.store.data_dir, names)
         return ReloadingCertificate(cert_file, key_file)
