@@ -30,9 +30,12 @@ from .naming import (
     CLIENT_PORT,
     LABEL_BROKER,
     LABEL_GROUP,
+    REMOTING_PORT,
+    REMOTING_PORT_NAME,
     bootstrap_service_dns_name,
     client_service_dns_name,
     endpoints_config_map_name,
+    external_remoting_key,
     external_service_name,
     group_index,
     group_name,
@@ -260,6 +263,7 @@ async def _refresh_status(
             **lease.status_fields(),
             "serviceEndpoint": _client_endpoint(state, name, index, namespace),
             "externalEndpoint": external.get(set_name, ""),
+            "externalRemotingEndpoint": external.get(external_remoting_key(set_name), ""),
         }
         if suffix in spec.drain_groups:
             progress = await _drain(state, body, index)
@@ -287,9 +291,9 @@ async def _refresh_status(
     patch.status["groups"] = group_status
     # Printer columns show one value of a list; this line shows every group's master.
     patch.status["masters"] = ",".join(f"{g['name']}={g['master'] or '-'}" for g in group_status)
-    patch.status["clientEndpoint"] = (
-        f"{bootstrap_service_dns_name(name, namespace, state.config.cluster_domain)}:{CLIENT_PORT}"
-    )
+    bootstrap = bootstrap_service_dns_name(name, namespace, state.config.cluster_domain)
+    patch.status["clientEndpoint"] = f"{bootstrap}:{CLIENT_PORT}"
+    patch.status["remotingEndpoint"] = f"{bootstrap}:{REMOTING_PORT}"
     patch.status["observedGeneration"] = generation
     patch.status["tls"] = tls.status()
     present = {group_suffix(index) for index in range(spec.groups)}
@@ -464,7 +468,8 @@ async def _restart_next_pod(
 async def _publish_external_endpoints(
     state: OperatorState, broker: BrokerIdentity, spec: BrokerSpec
 ) -> tuple[dict[str, str], str]:
-    """Keep ``<Broker>-endpoints``: group name -> external ``host:port`` (known ones only).
+    """Keep ``<Broker>-endpoints``: group name -> external ``host:port``, and
+    ``<group>.remoting`` -> its external remoting ``host:port`` (known ones only).
 
     Also returns why node ports have no host ("" if nothing is wrong): an operator
     installed with namespaced RBAC may not read nodes.
@@ -490,9 +495,15 @@ async def _publish_external_endpoints(
             service = await state.api.get(
                 "Service", broker.namespace, external_service_name(broker.name, index)
             )
+            group = group_name(broker.name, index)
             address = external_endpoint(service, nodes, access.advertised_host)
             if address:
-                endpoints[group_name(broker.name, index)] = address
+                endpoints[group] = address
+            remoting = external_endpoint(
+                service, nodes, access.advertised_host, port_name=REMOTING_PORT_NAME
+            )
+            if remoting:
+                endpoints[external_remoting_key(group)] = remoting
     name = endpoints_config_map_name(broker.name)
     current = await state.api.get("ConfigMap", broker.namespace, name)
     if current is not None and (current.get("data") or {}) == endpoints:

@@ -103,8 +103,12 @@ def external_endpoint(
     service: Mapping[str, Any] | None,
     nodes: Sequence[Mapping[str, Any]],
     advertised_host: str = "",
+    port_name: str = "",
 ) -> str:
     """``host:port`` where clients outside reach the group's external Service; "" if unknown.
+
+    ``port_name`` picks the Service port (default: its first, the gRPC port); a Service
+    without that port has no such address.
 
     NodePort: the user's advertised host, else the first node (by name) with an
     ExternalIP, else one with an InternalIP, with the Service's node port. LoadBalancer:
@@ -114,6 +118,8 @@ def external_endpoint(
         return ""
     spec = service.get("spec") or {}
     ports = spec.get("ports") or []
+    if port_name:
+        ports = [p for p in ports if p.get("name") == port_name]
     if not ports:
         return ""
     if spec.get("type") == "LoadBalancer":

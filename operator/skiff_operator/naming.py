@@ -10,6 +10,12 @@ CLIENT_PORT = 8081
 HA_PORT = 10912
 # Second client port, for clients outside the cluster: routes name external addresses.
 EXTERNAL_PORT = 8082
+# RocketMQ's remoting protocol (4.x clients, mqadmin): the RocketMQ 5 proxy's remoting port.
+REMOTING_PORT = 8080
+# The pods' second remoting port, behind the external Service's remoting port (REMOTING_PORT).
+EXTERNAL_REMOTING_PORT = 8083
+# The Service port (and pod port) name of the remoting protocol.
+REMOTING_PORT_NAME = "remoting"
 # Prometheus /metrics of every broker (RocketMQ 5's metrics port).
 METRICS_PORT = 5557
 DATA_DIR = "/var/lib/skiff"
@@ -132,3 +138,9 @@ def client_service_dns_name(broker: str, index: int, namespace: str, cluster_dom
 
 def bootstrap_service_dns_name(broker: str, namespace: str, cluster_domain: str) -> str:
     return f"{bootstrap_service_name(broker)}.{namespace}.svc.{cluster_domain}"
+
+
+def external_remoting_key(group: str) -> str:
+    """The ``<Broker>-endpoints`` entry naming ``group``'s external remoting address (the
+    brokers read the same key: skiff_broker.cluster.routes.external_remoting_key)."""
+    return f"{group}.remoting"

@@ -61,6 +61,7 @@ from .naming import (
     CLIENT_PORT,
     DATA_DIR,
     EXTERNAL_PORT,
+    EXTERNAL_REMOTING_PORT,
     HA_PORT,
     HA_SECRET_KEY,
     LABEL_BROKER,
@@ -68,6 +69,7 @@ from .naming import (
     LABEL_ROLE,
     MANAGED_BY,
     METRICS_PORT,
+    REMOTING_PORT,
     ROLE_MASTER,
     TLS_MOUNT_PATH,
     admin_secret_name,
@@ -332,7 +334,10 @@ def render_cluster(broker: BrokerIdentity, spec: BrokerSpec) -> ClusterManifests
             "type": "ClusterIP",
             # Any ready broker answers route queries for every group of the Broker.
             "selector": {LABEL_BROKER: broker.name},
-            "ports": [{"name": "grpc", "port": CLIENT_PORT, "targetPort": "grpc"}],
+            "ports": [
+                {"name": "grpc", "port": CLIENT_PORT, "targetPort": "grpc"},
+                {"name": "remoting", "port": REMOTING_PORT, "targetPort": "remoting"},
+            ],
         },
     }
     return ClusterManifests(service_account, role, role_binding, bootstrap)
@@ -343,14 +348,15 @@ def broker_settings(
 ) -> dict[str, str]:
     """The ConfigMap's data: every broker setting of the group as a SKIFF_* variable.
 
-    The per-pod values (SKIFF_ADVERTISE, SKIFF_HA_ADVERTISE, SKIFF_POD_NAME,
-    SKIFF_NAMESPACE) come from the downward API in the pod spec instead. The group's
+    The per-pod values (SKIFF_ADVERTISE, SKIFF_REMOTING_ADVERTISE, SKIFF_HA_ADVERTISE,
+    SKIFF_POD_NAME, SKIFF_NAMESPACE) come from the downward API in the pod spec instead. The group's
     Lease decides which pod is master (SKIFF_ROLE=LEASE), so no master address is
     rendered: replicas read it from the Lease.
     """
     settings = {
         "SKIFF_DATA_DIR": DATA_DIR,
         "SKIFF_LISTEN": f"0.0.0.0:{CLIENT_PORT}",
+        "SKIFF_REMOTING_LISTEN": f"0.0.0.0:{REMOTING_PORT}",
         "SKIFF_BROKER_NAME": group_name(broker.name, index),
         "SKIFF_FLUSH_TYPE": spec.flush_type,
         "SKIFF_TRANSIENT_STORE_POOL": "true" if spec.transient_store_pool else "false",
@@ -371,6 +377,7 @@ def broker_settings(
     }
     if spec.external_access.enabled:
         settings["SKIFF_EXTERNAL_LISTEN"] = f"0.0.0.0:{EXTERNAL_PORT}"
+        settings["SKIFF_REMOTING_EXTERNAL_LISTEN"] = f"0.0.0.0:{EXTERNAL_REMOTING_PORT}"
     if spec.auth.enabled:
         # The super user comes from the admin Secret, in the pod spec (not in a ConfigMap).
         settings["SKIFF_AUTH"] = "enabled"
@@ -439,6 +446,7 @@ def render_group(
             "selector": dict(selector),
             "ports": [
                 {"name": "grpc", "port": CLIENT_PORT, "targetPort": "grpc"},
+                {"name": "remoting", "port": REMOTING_PORT, "targetPort": "remoting"},
                 {"name": "ha", "port": HA_PORT, "targetPort": "ha"},
             ],
         },
@@ -451,7 +459,10 @@ def render_group(
             "type": "ClusterIP",
             # Clients write to the master, whichever pod the Lease made master.
             "selector": master_selector(broker.name, index),
-            "ports": [{"name": "grpc", "port": CLIENT_PORT, "targetPort": "grpc"}],
+            "ports": [
+                {"name": "grpc", "port": CLIENT_PORT, "targetPort": "grpc"},
+                {"name": "remoting", "port": REMOTING_PORT, "targetPort": "remoting"},
+            ],
         },
     }
     external = (
@@ -515,9 +526,13 @@ def _network_policy(
     Egress stays open: the brokers call DNS, the API server (their Lease) and other
     groups' brokers on the client port.
     """
-    client_ports = [{"protocol": "TCP", "port": CLIENT_PORT}]
+    client_ports = [
+        {"protocol": "TCP", "port": CLIENT_PORT},
+        {"protocol": "TCP", "port": REMOTING_PORT},
+    ]
     if spec.external_access.enabled:
         client_ports.append({"protocol": "TCP", "port": EXTERNAL_PORT})
+        client_ports.append({"protocol": "TCP", "port": EXTERNAL_REMOTING_PORT})
     ingress: list[dict[str, Any]] = [
         # No "from": clients may be anywhere (other namespaces, outside the cluster
         # through the external Service); the operator and the other groups' brokers
@@ -556,7 +571,11 @@ def _external_service(
     index: int,
     metadata: Callable[[str], dict[str, Any]],
 ) -> dict[str, Any]:
-    """The group's master on the external port, as a NodePort or LoadBalancer Service."""
+    """The group's master on the external ports, as a NodePort or LoadBalancer Service.
+
+    The gRPC port comes first (readers of the Service take the first port for it); the
+    remoting port's node port is always Kubernetes' choice.
+    """
     access = spec.external_access
     port: dict[str, Any] = {
         "name": "external",
@@ -578,7 +597,15 @@ def _external_service(
             "selector": master_selector(broker.name, index),
             # Traffic reaches the master wherever it runs, through any node.
             "externalTrafficPolicy": "Cluster",
-            "ports": [port],
+            "ports": [
+                port,
+                {
+                    "name": "remoting",
+                    "port": REMOTING_PORT,
+                    "targetPort": "remoting-ext",
+                    "protocol": "TCP",
+                },
+            ],
         },
     }
 
@@ -760,6 +787,7 @@ def _pod_spec(
             },
             {"name": "SKIFF_POD_NAME", "value": "$(POD_NAME)"},
             {"name": "SKIFF_ADVERTISE", "value": f"$(POD_IP):{CLIENT_PORT}"},
+            {"name": "SKIFF_REMOTING_ADVERTISE", "value": f"$(POD_IP):{REMOTING_PORT}"},
             {"name": "SKIFF_HA_ADVERTISE", "value": f"$(POD_IP):{HA_PORT}"},
             # Replication peers prove they hold it; the Secret is the Broker's own.
             {
@@ -771,6 +799,7 @@ def _pod_spec(
         ],
         "ports": [
             {"name": "grpc", "containerPort": CLIENT_PORT, "protocol": "TCP"},
+            {"name": "remoting", "containerPort": REMOTING_PORT, "protocol": "TCP"},
             {"name": "ha", "containerPort": HA_PORT, "protocol": "TCP"},
             {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
         ],
@@ -797,9 +826,14 @@ def _pod_spec(
             }
         )
     if spec.external_access.enabled:
-        container["ports"].append(
-            {"name": "external", "containerPort": EXTERNAL_PORT, "protocol": "TCP"}
-        )
+        container["ports"] += [
+            {"name": "external", "containerPort": EXTERNAL_PORT, "protocol": "TCP"},
+            {
+                "name": "remoting-ext",
+                "containerPort": EXTERNAL_REMOTING_PORT,
+                "protocol": "TCP",
+            },
+        ]
     if spec.resources:
         container["resources"] = dict(spec.resources)
     tls_secret = mounted_tls_secret(spec, broker.name)

@@ -335,6 +335,8 @@ def test_a_broker_gets_its_children_owned_by_it(cluster: Cluster) -> None:
     assert status["observedGeneration"] == 1
     # One endpoint for the whole cluster: the bootstrap Service over every broker.
     assert status["clientEndpoint"] == f"{BROKER}.{NAMESPACE}.svc.cluster.local:8081"
+    # 4.x applications set namesrvAddr to the same Service's remoting port.
+    assert status["remotingEndpoint"] == f"{BROKER}.{NAMESPACE}.svc.cluster.local:8080"
     assert status["groups"][0]["serviceEndpoint"] == (
         f"{BROKER}-a.{NAMESPACE}.svc.cluster.local:8081"
     )
@@ -729,8 +731,11 @@ def start_broker_from_stored_pod_spec(cluster: Cluster) -> BrokerProcess:
     # to scrape it, so the pod binds it on its loopback.
     assert env["SKIFF_METRICS_LISTEN"] == "127.0.0.1:5557"
     env["SKIFF_METRICS_LISTEN"] = "127.0.0.1:0"
-    # Nor is the remoting port's default (8080) free here.
+    # Nor is the remoting port's default (8080) free here; routes name the address a
+    # client connected to.
+    assert env["SKIFF_REMOTING_LISTEN"] == "0.0.0.0:8080"
     env["SKIFF_REMOTING_LISTEN"] = "127.0.0.1:0"
+    assert env.pop("SKIFF_REMOTING_ADVERTISE").endswith(":8080")
     # The pod's broker elects its master through the group's Lease; the election is the
     # broker's and is tested with broker processes holding real Leases. Here the broker
     # stands for the elected master the operator talks to.
@@ -1307,6 +1312,7 @@ def test_external_access_exposes_each_master_and_maps_its_address(cluster: Clust
     edge = broker_manifest(groups=2, externalAccess={"type": "NodePort", "nodePortBase": 31500})
     edge["metadata"]["name"] = "edge"
     cluster.apply(edge)
+    remoting_node_ports: dict[str, int] = {}
     for index, suffix in enumerate("ab"):
         service = wait_for(
             lambda suffix=suffix: cluster.get("service", f"edge-{suffix}-external"),
@@ -1319,15 +1325,25 @@ def test_external_access_exposes_each_master_and_maps_its_address(cluster: Clust
             "skiff.io/group": suffix,
             "skiff.io/role": "master",
         }
-        (port,) = service["spec"]["ports"]
+        port, remoting = service["spec"]["ports"]
         assert (port["port"], port["nodePort"]) == (8082, 31500 + index)
+        # The remoting port's node port is Kubernetes' choice.
+        assert remoting["port"] == 8080 and remoting["targetPort"] == "remoting-ext"
+        remoting_node_ports[suffix] = remoting["nodePort"]
     settings = cluster.get("configmap", "edge-a-settings")
     assert settings is not None and settings["data"]["SKIFF_EXTERNAL_LISTEN"] == "0.0.0.0:8082"
+    assert settings["data"]["SKIFF_REMOTING_EXTERNAL_LISTEN"] == "0.0.0.0:8083"
 
     def endpoints() -> dict:
         return (cluster.get("configmap", "edge-endpoints") or {}).get("data") or {}
 
-    expected = {"edge-a": "203.0.113.10:31500", "edge-b": "203.0.113.10:31501"}
+    def with_remoting(host: str, grpc: dict[str, str]) -> dict[str, str]:
+        remoting = {f"edge-{s}.remoting": f"{host}:{p}" for s, p in remoting_node_ports.items()}
+        return {**grpc, **remoting}
+
+    expected = with_remoting(
+        "203.0.113.10", {"edge-a": "203.0.113.10:31500", "edge-b": "203.0.113.10:31501"}
+    )
     wait_for(
         lambda: endpoints() == expected, f"the endpoints map {expected}", deadline_s=DEADLINE_S
     )
@@ -1341,7 +1357,9 @@ def test_external_access_exposes_each_master_and_maps_its_address(cluster: Clust
     cluster.merge_patch(
         "broker", "edge", {"spec": {"externalAccess": {"advertisedHost": "mq.example.test"}}}
     )
-    expected = {"edge-a": "mq.example.test:31500", "edge-b": "mq.example.test:31501"}
+    expected = with_remoting(
+        "mq.example.test", {"edge-a": "mq.example.test:31500", "edge-b": "mq.example.test:31501"}
+    )
     wait_for(
         lambda: endpoints() == expected, f"the endpoints map {expected}", deadline_s=DEADLINE_S
     )
@@ -1376,7 +1394,9 @@ def test_external_access_exposes_each_master_and_maps_its_address(cluster: Clust
     ingress = {"loadBalancer": {"ingress": [{"ip": "198.51.100.4"}]}}
     cluster.merge_patch("service", "edge-a-external", {"status": ingress}, "status")
     wait_for(
-        lambda: endpoints() == {"edge-a": "198.51.100.4:8082"},
+        lambda: (
+            endpoints() == {"edge-a": "198.51.100.4:8082", "edge-a.remoting": "198.51.100.4:8080"}
+        ),
         "group a's load balancer",
         deadline_s=DEADLINE_S,
     )
@@ -1409,8 +1429,7 @@ def test_each_group_is_fenced_by_a_network_policy_that_can_be_turned_off(
         # metrics only from the scraper the spec names.
         assert "from" not in clients
         assert clients["ports"] == [
-            {"protocol": "TCP", "port": 8081},
-            {"protocol": "TCP", "port": 8082},
+            {"protocol": "TCP", "port": port} for port in (8081, 8080, 8082, 8083)
         ]
         assert replication == {
             "from": [{"podSelector": {"matchLabels": group}}],

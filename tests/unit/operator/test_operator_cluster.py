@@ -110,7 +110,11 @@ def test_the_bootstrap_service_covers_every_pod_of_every_group() -> None:
     service = render_cluster(BROKER, spec()).bootstrap_service
     assert service["metadata"]["name"] == "orders"
     assert service["spec"]["selector"] == {"skiff.io/broker": "orders"}
-    assert service["spec"]["ports"] == [{"name": "grpc", "port": 8081, "targetPort": "grpc"}]
+    # 4.x clients set namesrvAddr to its remoting port; gRPC clients use its gRPC port.
+    assert service["spec"]["ports"] == [
+        {"name": "grpc", "port": 8081, "targetPort": "grpc"},
+        {"name": "remoting", "port": 8080, "targetPort": "remoting"},
+    ]
     for group in render_broker(spec(groups=3, replicasPerGroup=2), BROKER):
         pod_labels = group.stateful_set["spec"]["template"]["metadata"]["labels"]
         assert service["spec"]["selector"].items() <= pod_labels.items()
@@ -121,7 +125,8 @@ def test_no_external_service_or_port_unless_asked() -> None:
     assert group.external_service is None
     assert [m["kind"] for m in group.all()].count("Service") == 2
     (container,) = group.stateful_set["spec"]["template"]["spec"]["containers"]
-    assert [p["name"] for p in container["ports"]] == ["grpc", "ha", "metrics"]
+    assert [p["name"] for p in container["ports"]] == ["grpc", "remoting", "ha", "metrics"]
+    assert "SKIFF_REMOTING_EXTERNAL_LISTEN" not in group.config_map["data"]
 
 
 def test_node_port_access_exposes_each_groups_master_on_its_own_port() -> None:
@@ -134,15 +139,27 @@ def test_node_port_access_exposes_each_groups_master_on_its_own_port() -> None:
         assert service["spec"]["type"] == "NodePort"
         assert service["spec"]["selector"] == group.client_service["spec"]["selector"]
         assert service["spec"]["selector"]["skiff.io/role"] == "master"
-        (port,) = service["spec"]["ports"]
+        # gRPC first (the endpoints ConfigMap reads the first port for it), then remoting,
+        # whose node port Kubernetes picks.
+        port, remoting = service["spec"]["ports"]
         assert (port["port"], port["targetPort"], port["nodePort"]) == (
             8082,
             "external",
             31000 + index,
         )
+        assert remoting == {
+            "name": "remoting",
+            "port": 8080,
+            "targetPort": "remoting-ext",
+            "protocol": "TCP",
+        }
         assert group.config_map["data"]["SKIFF_EXTERNAL_LISTEN"] == "0.0.0.0:8082"
+        assert group.config_map["data"]["SKIFF_REMOTING_EXTERNAL_LISTEN"] == "0.0.0.0:8083"
         (container,) = group.stateful_set["spec"]["template"]["spec"]["containers"]
         assert {"name": "external", "containerPort": 8082, "protocol": "TCP"} in container["ports"]
+        assert {"name": "remoting-ext", "containerPort": 8083, "protocol": "TCP"} in container[
+            "ports"
+        ]
         assert service in group.all()
 
 
@@ -315,6 +332,26 @@ def test_a_load_balancer_is_reached_through_its_ingress() -> None:
     )
     service["status"]["loadBalancer"]["ingress"] = [{"ip": "198.51.100.4"}]
     assert external_endpoint(service, []) == "198.51.100.4:8082"
+
+
+def test_the_remoting_port_of_an_external_service_is_reached_by_its_own_port() -> None:
+    service = {
+        "spec": {
+            "type": "NodePort",
+            "ports": [
+                {"name": "external", "port": 8082, "nodePort": 31000},
+                {"name": "remoting", "port": 8080, "nodePort": 31544},
+            ],
+        }
+    }
+    nodes = [node("worker-1", InternalIP="10.1.0.1")]
+    assert external_endpoint(service, nodes) == "10.1.0.1:31000"
+    assert external_endpoint(service, nodes, port_name="remoting") == "10.1.0.1:31544"
+    service["spec"] = {**service["spec"], "type": "LoadBalancer"}
+    service["status"] = {"loadBalancer": {"ingress": [{"ip": "198.51.100.4"}]}}
+    assert external_endpoint(service, [], port_name="remoting") == "198.51.100.4:8080"
+    # A Service from before the remoting port has no remoting address.
+    assert external_endpoint(node_port_service(), nodes, port_name="remoting") == ""
 
 
 # -- restart order -------------------------------------------------------------

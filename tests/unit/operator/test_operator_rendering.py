@@ -200,6 +200,10 @@ def test_pod_runs_the_broker_with_per_pod_values_from_the_downward_api() -> None
     env = env_of(container)
     assert env["SKIFF_ADVERTISE"] == "$(POD_IP):8081"
     assert env["SKIFF_HA_ADVERTISE"] == "$(POD_IP):10912"
+    # Remoting routes name each pod at its own address, as gRPC routes do.
+    assert env["SKIFF_REMOTING_ADVERTISE"] == "$(POD_IP):8080"
+    assert group.config_map["data"]["SKIFF_REMOTING_LISTEN"] == "0.0.0.0:8080"
+    assert {"name": "remoting", "containerPort": 8080, "protocol": "TCP"} in container["ports"]
     assert env["SKIFF_POD_NAME"] == "$(POD_NAME)"
     fields = {
         e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"]
@@ -215,6 +219,7 @@ def test_pod_runs_the_broker_with_per_pod_values_from_the_downward_api() -> None
     names = [e["name"] for e in container["env"]]
     assert names.index("POD_IP") < names.index("SKIFF_ADVERTISE")
     assert names.index("POD_IP") < names.index("SKIFF_HA_ADVERTISE")
+    assert names.index("POD_IP") < names.index("SKIFF_REMOTING_ADVERTISE")
     # The broker holds its Lease with the Broker's own account; only its pods get a token.
     assert pod["serviceAccountName"] == "orders-broker"
     assert pod["automountServiceAccountToken"] is True
@@ -308,8 +313,12 @@ def test_client_service_selects_the_pod_the_lease_made_master() -> None:
         "skiff.io/role": "master",
     }
     assert group.client_service["spec"]["ports"] == [
-        {"name": "grpc", "port": 8081, "targetPort": "grpc"}
+        {"name": "grpc", "port": 8081, "targetPort": "grpc"},
+        {"name": "remoting", "port": 8080, "targetPort": "remoting"},
     ]
+    assert {"name": "remoting", "port": 8080, "targetPort": "remoting"} in group.headless_service[
+        "spec"
+    ]["ports"]
     assert group.disruption_budget["spec"]["maxUnavailable"] == 1
     # The headless Service keeps a name for every pod, master or not.
     assert group.headless_service["spec"]["selector"] == {
@@ -332,7 +341,9 @@ def test_network_policy_opens_the_client_port_to_all_and_replication_to_the_grou
         assert policy["spec"]["policyTypes"] == ["Ingress"]
         # No rule names the metrics port: nobody was named to scrape it.
         clients, replication = policy["spec"]["ingress"]
-        assert clients == {"ports": [{"protocol": "TCP", "port": 8081}]}
+        assert clients == {
+            "ports": [{"protocol": "TCP", "port": 8081}, {"protocol": "TCP", "port": 8080}]
+        }
         assert replication == {
             "from": [{"podSelector": {"matchLabels": fenced}}],
             "ports": [{"protocol": "TCP", "port": 10912}],
@@ -344,7 +355,7 @@ def test_network_policy_opens_the_external_port_with_external_access() -> None:
     assert group.network_policy is not None
     clients = group.network_policy["spec"]["ingress"][0]
     assert clients == {
-        "ports": [{"protocol": "TCP", "port": 8081}, {"protocol": "TCP", "port": 8082}]
+        "ports": [{"protocol": "TCP", "port": port} for port in (8081, 8080, 8082, 8083)]
     }
 
 
