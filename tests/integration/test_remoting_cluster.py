@@ -122,18 +122,30 @@ def test_a_broker_is_routed_at_its_advertised_remoting_address(groups: Groups) -
     }
 
 
-def test_a_bad_remoting_advertise_address_stops_the_start_naming_the_option(
-    tmp_path: Path,
-) -> None:
+def refused_start(tmp_path: Path, settings: dict[str, str]) -> str:
+    """What ``skiff broker`` says when ``settings`` stop it before it opens anything."""
     done = subprocess.run(
         [*SKIFF, "broker", "--data-dir", str(tmp_path / "d"), "--listen", "127.0.0.1:0"],
-        env=broker_env({"SKIFF_REMOTING_ADVERTISE": "no-port-here"}),
+        env=broker_env(settings),
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert done.returncode == 2
-    assert "--remoting-advertise must be HOST:PORT, got 'no-port-here'" in done.stderr
+    assert done.returncode == 2, done.stderr
+    assert not (tmp_path / "d" / "commitlog").exists()
+    return done.stderr
+
+
+def test_remoting_addresses_that_cannot_work_stop_the_start_naming_the_option(
+    tmp_path: Path,
+) -> None:
+    said = refused_start(tmp_path, {"SKIFF_REMOTING_ADVERTISE": "no-port-here"})
+    assert "--remoting-advertise must be HOST:PORT, got 'no-port-here'" in said
+    said = refused_start(
+        tmp_path,
+        {"SKIFF_REMOTING_LISTEN": "off", "SKIFF_REMOTING_EXTERNAL_LISTEN": "127.0.0.1:0"},
+    )
+    assert "--remoting-external-listen needs the remoting port" in said
 
 
 @pytest.fixture(scope="session")
