@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import Callable
 from typing import Any
 
 from ..cluster.routes import ClusterRoutes, GroupRoute, external_remoting_key
@@ -38,6 +37,7 @@ from ..wire import property_names as prop
 from .codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
 from .connection import RemotingConnection
 from .frames import RemotingCommand
+from .service import Handler
 
 MASTER_ID = "0"
 
@@ -133,9 +133,7 @@ class NameServer:
         assert self._cluster is not None
         return await self._cluster.topic_on(group.route, name)
 
-    def handlers(
-        self,
-    ) -> dict[int, Callable[[RemotingCommand, RemotingConnection], Any]]:
+    def handlers(self) -> dict[int, Handler]:
         return {
             RequestCode.GET_ROUTEINFO_BY_TOPIC: self.route,
             RequestCode.GET_BROKER_CLUSTER_INFO: self.cluster_info,
