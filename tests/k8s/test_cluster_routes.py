@@ -192,22 +192,22 @@ def test_remoting_routes_name_each_groups_master_and_replicas_from_the_leases(
     }
 
     def routed() -> bool:
-        return (
-            remoting_addresses(
-                a1.remoting_endpoint, RequestCode.GET_ROUTEINFO_BY_TOPIC, topic=TOPIC
-            )
-            == wanted
+        # Each broker reads the Leases on its own schedule: every one must name them all.
+        return all(
+            remoting_addresses(b.remoting_endpoint, code, topic=TOPIC) == wanted
+            for b in (a0, a1, b0)
+            for code in (RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.GET_BROKER_CLUSTER_INFO)
         )
 
-    # Asked of the replica: it names its master at id 0 and itself at id 1.
+    # Asked of the replica too: it names its master at id 0 and itself at id 1.
     wait_for(routed, "remoting routes naming both groups", deadline_s=CLUSTER_DEADLINE_S)
-    assert remoting_addresses(b0.remoting_endpoint, RequestCode.GET_BROKER_CLUSTER_INFO) == wanted
     answer = remoting_call(a0.remoting_endpoint, RequestCode.GET_ROUTEINFO_BY_TOPIC, topic=TOPIC)
     queues = {q["brokerName"]: q for q in json.loads(answer.body)["queueDatas"]}
     assert queues["orders-a"]["writeQueueNums"] == 4 and queues["orders-b"]["writeQueueNums"] == 2
     assert {q["perm"] for q in queues.values()} == {6}
 
-    # Its master gone and the Lease passed on, group a is named at its new master.
+    # Its master gone and the Lease passed on, group a is named at its new master (in
+    # between it may be left out, or named at its replica only).
     cluster.wait_master("orders-a", "orders-a-0", in_sync={"orders-a-0", "orders-a-1"})
     a0.stop()
     cluster.wait_master("orders-a", "orders-a-1")
@@ -215,7 +215,7 @@ def test_remoting_routes_name_each_groups_master_and_replicas_from_the_leases(
         lambda: (
             remoting_addresses(
                 b0.remoting_endpoint, RequestCode.GET_ROUTEINFO_BY_TOPIC, topic=TOPIC
-            )["orders-a"]
+            ).get("orders-a")
             == {"0": a1.remoting_endpoint}
         ),
         "the new master in the remoting route",
