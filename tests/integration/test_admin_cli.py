@@ -293,6 +293,8 @@ def test_broker_info(broker):
     before = json_out(skiff(broker, "admin", "info", "--json"))
     assert before["role"] == "MASTER"
     assert before["endpoint"] == broker.endpoint
+    # Where 4.x clients and the other groups' routes reach it.
+    assert before["remoting_endpoint"] == broker.remoting_endpoint
     assert before["version"] == __version__
     assert before["flush_type"] == "ASYNC_FLUSH"
     assert before["transient_store_pool"] is False
@@ -306,6 +308,7 @@ def test_broker_info(broker):
     human = ok(skiff(broker, "admin", "info"))
     assert re.search(r"^role\s+MASTER$", human, re.M)
     assert re.search(rf"^endpoint\s+{re.escape(broker.endpoint)}$", human, re.M)
+    assert re.search(rf"^remoting endpoint\s+{re.escape(broker.remoting_endpoint)}$", human, re.M)
 
 
 def test_queue_offsets_and_consumer_lag(broker):

@@ -104,6 +104,7 @@ class BrokerInfo:
     replica_connected: bool = False
     replica_in_sync: bool = False
     replica_lag_bytes: int = 0  # -1: the replica never heard from its master
+    remoting_endpoint: str = ""  # empty: the broker serves no remoting port
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -368,6 +369,7 @@ class AdminClient(BrokerClient):
                 for r in info.replicas
             ),
             master_address=info.master_address,
+            remoting_endpoint=info.remoting_endpoint,
             replica_connected=info.replica_connected,
             replica_in_sync=info.replica_in_sync,
             replica_lag_bytes=info.replica_lag_bytes,

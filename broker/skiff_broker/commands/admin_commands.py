@@ -40,6 +40,7 @@ def info(endpoint: str, credentials: Credentials | None, as_json: bool) -> None:
                 ("role", state.role),
                 ("version", state.version),
                 ("endpoint", state.endpoint),
+                ("remoting endpoint", state.remoting_endpoint or None),
                 ("flush type", state.flush_type),
                 ("transient store pool", state.transient_store_pool),
                 ("commit log", f"{state.commit_log_min_offset} .. {state.commit_log_max_offset}"),
