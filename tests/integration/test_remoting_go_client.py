@@ -315,6 +315,10 @@ def test_go_client_signed_with_credentials_is_served_and_unsigned_ones_are_refus
         # Nothing was stored for any of them: each send ended in an error.
         assert "status" not in refusal and refusal["error"], case
     assert "User:alice has no permission to access Topic:audit" in refusals["denied-topic"]["error"]
+    # The client reports the other two as a missing route; its log says why, and how to sign.
+    log = (tmp_path / "logs" / "rocketmq-go.log").read_text()
+    assert "check signature failed: the signature of access key 'alice' does not match" in log
+    assert "username cannot be null" in log and "primitive.Credentials" in log
 
 
 def test_go_clients_with_tls_and_without_are_served_on_one_port(

@@ -39,16 +39,16 @@ import (
 )
 
 var (
-	namesrv      = flag.String("namesrv", "", "the broker's remoting endpoint")
-	topic        = flag.String("topic", "", "topic")
-	group        = flag.String("group", "", "consumer group")
-	count        = flag.Int("count", 4, "messages per kind")
-	deadline     = flag.Duration("deadline", 90*time.Second, "how long to wait for anything")
-	accessKey    = flag.String("access-key", "", "ACL access key")
-	secretKey    = flag.String("secret-key", "", "ACL secret key")
-	logDir       = flag.String("log-dir", "", "folder for the client's log")
-	useTLS       = flag.Bool("tls", false, "connect with TLS")
-	unsignedDeny = flag.String("denied-topic", "", "acl: a topic the signed user may not publish to")
+	namesrv     = flag.String("namesrv", "", "the broker's remoting endpoint")
+	topic       = flag.String("topic", "", "topic")
+	group       = flag.String("group", "", "consumer group")
+	count       = flag.Int("count", 4, "messages per kind")
+	deadline    = flag.Duration("deadline", 90*time.Second, "how long to wait for anything")
+	accessKey   = flag.String("access-key", "", "ACL access key")
+	secretKey   = flag.String("secret-key", "", "ACL secret key")
+	logDir      = flag.String("log-dir", "", "folder for the client's log")
+	useTLS      = flag.Bool("tls", false, "connect with TLS")
+	deniedTopic = flag.String("denied-topic", "", "acl: a topic the signed user may not publish to")
 )
 
 var (
@@ -778,8 +778,8 @@ func acl() {
 	}
 	try("unsigned", primitive.Credentials{}, *topic)
 	try("wrong-secret", primitive.Credentials{AccessKey: *accessKey, SecretKey: "not-" + *secretKey}, *topic)
-	if *unsignedDeny != "" {
-		try("denied-topic", credentials(), *unsignedDeny)
+	if *deniedTopic != "" {
+		try("denied-topic", credentials(), *deniedTopic)
 	}
 	extra["refusals"] = refusals
 }
