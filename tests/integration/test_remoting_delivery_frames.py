@@ -170,3 +170,32 @@ def test_transactional_sends_and_ends_that_make_no_sense_lose_nothing(client):
     assert pulled.code == 0
     message = decode_record(pulled.body, check_crc=False)
     assert message.properties["UNIQ_KEY"] == "TX-LATER"
+
+
+def test_an_end_naming_the_message_id_as_its_transaction_is_found_by_its_offset(client):
+    """The Go client v2 answers a check so: RocketMQ's broker goes by the offset alone."""
+    half = _send(client, "TX-BY-OFFSET", sys_flag=0x4, extra="TRAN_MSG\x01true\x02PGROUP\x01p\x02")
+    assert half.code == 0
+    before = _max_offset(client, TOPIC)
+    ending = RemotingCommand(
+        code=37,
+        opaque=1001,
+        flag=ONEWAY_FLAG,
+        ext_fields={
+            "commitOrRollback": "8",
+            "transactionId": "TX-BY-OFFSET",
+            "commitLogOffset": str(_physical_offset(half.ext_fields["msgId"])),
+            "msgId": "TX-BY-OFFSET",
+            "producerGroup": "p",
+            "fromTransactionCheck": "true",
+        },
+    )
+    client.sock.sendall(encode(ending))
+    wait_for(lambda: _max_offset(client, TOPIC) == before + 1, "the committed message")
+    pulled = client.call(
+        11, consumerGroup="tx-offset-readers", topic=TOPIC, queueId=0, queueOffset=before,
+        maxMsgNums=8, sysFlag=0x4, commitOffset=0, suspendTimeoutMillis=0, subscription="*",
+        expressionType="TAG",
+    )  # fmt: skip
+    assert pulled.code == 0
+    assert decode_record(pulled.body, check_crc=False).properties["UNIQ_KEY"] == "TX-BY-OFFSET"

@@ -129,11 +129,23 @@ def test_sends_the_rules_refuse_are_answered_and_nothing_is_stored(client):
         310, b"x", a="p", b=TOPIC, e=1, i="UNIQ_KEY\x01A\x02REAL_TOPIC\x01other\x02"
     )
     assert forged.code == 13 and "REAL_TOPIC" in forged.remark
-    assert client.call(310, b"x", a="p", b=TOPIC, e=1, i="").code == 13
     assert client.call(310, b"x", a="p", b="nowhere", e=0, i="UNIQ_KEY\x01A\x02").code == 17
     assert client.call(310, b"x", a="p", b=TOPIC, e=9, i="UNIQ_KEY\x01A\x02").code == 1
     assert client.call(320, b"\x00\x00\x00\x50garbage", a="p", b=TOPIC, e=1).code == 13
     assert client.call(30, topic=TOPIC, queueId=1).ext_fields["offset"] == before
+
+
+def test_a_message_sent_without_an_id_is_given_one_by_the_broker(client):
+    """As RocketMQ's broker does for a single message; the Go client v2 sends batches so."""
+    end = _max_offset(client, 0)
+    answer = client.call(310, b"no id", a="p", b=TOPIC, e=0, i="TAGS\x01NOID\x02")
+    assert answer.code == 0, answer.remark
+    wait_for(lambda: _max_offset(client, 0) > end, "dispatch")
+    pulled = _pull(client, "g-noid", end)
+    assert pulled.code == 0 and b"no id" in pulled.body
+    # The stored properties carry the ID the broker made (34 hex digits).
+    tail = pulled.body.split(b"UNIQ_KEY\x01", 1)[1]
+    assert len(tail.split(b"\x02", 1)[0]) == 34
 
 
 def test_unknown_codes_are_answered_at_once_and_oneway_requests_never(broker, client):

@@ -1,10 +1,12 @@
 """The official RocketMQ Java and Go clients as programs the tests and benchmarks run.
 
-``java/OfficialClient.java`` (rocketmq-client-java from Maven Central) and ``go/main.go``
+``java/OfficialClient.java`` (rocketmq-client-java from Maven Central), ``go/main.go``
 (github.com/apache/rocketmq-clients/golang/v5 from the Go module proxy, pinned with
-``go/go.sum``) are built on first use into ``${XDG_CACHE_HOME:-~/.cache}/skiff/official-clients``,
-under a folder named by the client version and a hash of the source: a second run, or a
-second process, finds the build there. Each program prints one JSON object on stdout.
+``go/go.sum``) and ``go_remoting/main.go`` (github.com/apache/rocketmq-client-go/v2, the
+remoting protocol, pinned with ``go_remoting/go.sum``) are built on first use into
+``${XDG_CACHE_HOME:-~/.cache}/skiff/official-clients``, under a folder named by the client
+version and a hash of the source: a second run, or a second process, finds the build there.
+Each program prints one JSON object on stdout.
 
 ``ClientsUnavailable`` says what is missing (a JDK, Maven, Go, a registry); callers decide
 whether that skips or fails. The client programs write their own log files into the
@@ -37,6 +39,8 @@ JAVA_CLIENT_VERSION = "5.2.0"
 # The classic remoting client (DefaultMQProducer, DefaultMQPushConsumer, ...).
 REMOTING_CLIENT_VERSION = "4.9.8"
 GO_CLIENT_VERSION = "v5.1.2"  # also in go/go.mod, which go/go.sum verifies
+# The Go client v2 (remoting protocol); also in go_remoting/go.mod, pinned by its go.sum.
+GO_REMOTING_CLIENT_VERSION = "v2.1.3-0.20251226070945-2173d070fd1b"
 SOURCES = Path(__file__).resolve().parent
 # Generous: a cold JVM or Go binary, the client's start-up and one long poll per receive.
 RUN_TIMEOUT_S = 180.0
@@ -192,6 +196,31 @@ def go_client() -> GoClient:
     return GoClient(binary)
 
 
+@dataclasses.dataclass(frozen=True)
+class GoRemotingClient:
+    """The compiled go_remoting program: ``command(scenario, ...)`` is its command line."""
+
+    binary: Path
+
+    def command(self, scenario: str, log_dir: Path, **options: object) -> list[str]:
+        return [str(self.binary), scenario, "--log-dir", str(log_dir), *_flags(options)]
+
+
+def go_remoting_client() -> GoRemotingClient:
+    """Build (once) and return the program on rocketmq-client-go/v2."""
+    folder = SOURCES / "go_remoting"
+    home = _build_home(
+        "go-remoting",
+        GO_REMOTING_CLIENT_VERSION,
+        folder / "main.go",
+        folder / "go.mod",
+        folder / "go.sum",
+    )
+    binary = home / "official-client-go-remoting"
+    go_build(folder, ".", binary, f"the Go client v2 program ({GO_REMOTING_CLIENT_VERSION})")
+    return GoRemotingClient(binary)
+
+
 def go_build(folder: Path, package: str, binary: Path, what: str) -> None:
     """``go build`` ``package`` of the module in ``folder`` into ``binary``, unless it is
     there already; ClientsUnavailable says what is missing."""
@@ -257,6 +286,8 @@ def run_client(command: list[str], log_dir: Path, timeout_s: float = RUN_TIMEOUT
         # The Go client's log folder (it reads these dotted names from the environment).
         "rocketmq.client.logRoot": str(log_dir),
         "user.home": str(log_dir),
+        # The Go client v2's broadcasting offsets (read from the environment at start-up).
+        "rocketmq.client.localOffsetStoreDir": str(log_dir / "offsets"),
     }
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]

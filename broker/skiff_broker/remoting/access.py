@@ -43,7 +43,8 @@ _V4_9_3 = 399
 NOT_SIGNED = (
     "username cannot be null. Authentication is on: sign requests with RocketMQ's "
     "AclClientRPCHook (new AclClientRPCHook(new SessionCredentials(accessKey, secretKey))) "
-    "using a Skiff user's access key and secret key"
+    "or, in the Go client, WithCredentials(primitive.Credentials{AccessKey: ..., "
+    "SecretKey: ...}), using a Skiff user's access key and secret key"
 )
 
 

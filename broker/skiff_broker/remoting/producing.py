@@ -11,6 +11,9 @@ Invariants:
 - A message that names a property the broker keeps for itself (beyond the ones a 4.x
   producer sets: ``PRODUCER_SET``) is refused whole: it could forge broker state.
 - A batch is stored whole or not at all: one bad message refuses the batch.
+- Every stored message has a message ID (UNIQ_KEY): one the producer did not set (a
+  message without a RocketMQ client's ID, or a Go client v2 batch entry) is made here, as
+  RocketMQ's broker does for a single message.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import struct
 import time
 from collections.abc import Awaitable, Callable
 
+from ..client.message_id import new_message_id
 from ..delivery.send_coalescing import SendCoalescer
 from ..delivery.topic_writes import TopicWriteRefused, WriteRefusal, require_writer, writable_topic
 from ..metadata.topic_table import TopicConfig, validate_topic_name
@@ -275,11 +279,9 @@ class Producing:
                 f"message body is {len(body)} bytes; the limit is {limit}",
             )
         if not properties.get(prop.UNIQ_KEY, "").strip():
-            raise Refused(
-                ResponseCode.MESSAGE_ILLEGAL,
-                "the message has no UNIQ_KEY property (its message ID); send it with a "
-                "RocketMQ client, which sets one",
-            )
+            # Both doors look messages up by this ID; RocketMQ leaves a batch entry
+            # without one, so its consumers show the offset ID there instead.
+            properties = {**properties, prop.UNIQ_KEY: new_message_id()}
         allowed = PRODUCER_SET | HALF_MESSAGE_SET if prepared else PRODUCER_SET
         for name in properties:
             if prop.is_reserved(name) and name not in allowed:

@@ -6,8 +6,9 @@ begun over either door is ended, checked and rolled back the same way.
 
 Invariants:
 - END_TRANSACTION is oneway, as RocketMQ's producers send it: never answered. It names
-  the transaction by the ID the half message's send answered with and by the message's
-  ID; its topic is the half message's own. A commit or rollback type ends the
+  the transaction by the ID the half message's send answered with (or, where that names
+  no half message, by the half message's commit-log offset, as RocketMQ finds it) and by
+  the message's ID; its topic is the half message's own. A commit or rollback type ends the
   transaction; type 0 (UNKNOW) leaves it to the checker.
 - A check goes, as RocketMQ sends it, oneway over the connection of one producer of the
   half message's producer group (``PGROUP``) whose heartbeat is current: with the
@@ -152,16 +153,22 @@ class RemotingTransactions:
         kind = int_field(request, "commitOrRollback")
         if kind not in (TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE):
             return None  # UNKNOW: the checker asks again later
-        # RocketMQ's own broker answers no transaction ID: a client may send none.
-        transaction_id = request.ext_fields.get("transactionId") or self._id_at(
-            int_field(request, "commitLogOffset")
-        )
+        # RocketMQ's broker finds the half message by its commit-log offset alone, so
+        # clients vary in the ID they send: none (its broker answers none), the one the
+        # send answered, or (the Go client v2 answering a check) the message's own ID.
+        named = request.ext_fields.get("transactionId") or ""
+        transaction_id, topic = named, self._half_topic(named) if named else None
+        if topic is None:
+            transaction_id = self._id_at(int_field(request, "commitLogOffset"))
+            topic = self._half_topic(transaction_id)
         message_id = text_field(request, "msgId")
         from_check = request.ext_fields.get("fromTransactionCheck", "false") == "true"
-        topic = self._half_topic(transaction_id)
         try:
             if topic is None:
-                raise HeaderError(f"transaction id {transaction_id!r} names no half message here")
+                raise HeaderError(
+                    f"neither transaction id {named!r} nor commit-log offset "
+                    f"{request.ext_fields.get('commitLogOffset')!r} names a half message here"
+                )
             await self._broker.transactions.end(
                 topic=topic,
                 message_id=message_id,
