@@ -15,6 +15,7 @@ import pytest
 from tests.integration.test_remoting_port import Remoting
 from tests.support.broker_fixture import module_broker
 from tests.support.broker_process import BrokerProcess
+from tests.support.waiting import wait_for
 
 from skiff_broker.metadata.topic_table import TopicConfig
 
@@ -120,3 +121,40 @@ def test_groups_answers_say_what_is_missing(client):
     for queue in table.values():
         assert queue["consumerOffset"] == queue["brokerOffset"]
     assert "resetters" in json.loads(client.call(300, topic=TOPIC).body)["groupList"]
+
+
+def test_the_dashboards_views_answer_with_rocketmqs_bodies(client):
+    # GET_ALL_TOPIC_CONFIG: every topic a client may use, none of the broker's own.
+    table = json.loads(client.call(21).body)["topicConfigTable"]
+    assert table[TOPIC]["readQueueNums"] == 2 and table[TOPIC]["perm"] == 6
+    assert not {"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC"} & set(table)
+    # GET_BROKER_CONFIG: Java properties text, which RocketMQ's admin client parses.
+    lines = client.call(26).body.decode().splitlines()
+    settings = dict(line.split("=", 1) for line in lines)
+    assert settings["brokerName"] == "broker-a" and settings["brokerId"] == "0"
+    # GET_SYSTEM_TOPIC_LIST_FROM_NS: the cluster's and broker's names, and where to ask
+    # the broker for its own (it has none a client could use).
+    system = json.loads(client.call(304).body)
+    assert system["topicList"] == ["DefaultCluster", "broker-a"]
+    assert json.loads(client.call(305).body)["topicList"] == []
+    # GET_PRODUCER_CONNECTION_LIST of a group no producer of which is online: RocketMQ's
+    # code and a sentence saying so, at once.
+    absent = client.call(204, producerGroup="nobody-sends")
+    assert absent.code == 1 and "not exist" in absent.remark and "nobody-sends" in absent.remark
+
+
+def test_a_producers_heartbeat_makes_its_connection_listed_until_it_closes(broker):
+    producer = Remoting(broker.remoting_endpoint)
+    heartbeat = {"clientID": "10.0.0.9@ledger", "producerDataSet": [{"groupName": "ledgers"}]}
+    assert producer.call(34, json.dumps(heartbeat).encode()).code == 0
+    asker = Remoting(broker.remoting_endpoint)
+    try:
+        listed = json.loads(asker.call(204, producerGroup="ledgers").body)["connectionSet"]
+        assert [c["clientId"] for c in listed] == ["10.0.0.9@ledger"]
+        producer.close()
+        wait_for(
+            lambda: asker.call(204, producerGroup="ledgers").code == 1,
+            "the closed producer's connection to leave the list",
+        )
+    finally:
+        asker.close()

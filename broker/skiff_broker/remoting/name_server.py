@@ -55,6 +55,7 @@ class NameServer:
             RequestCode.GET_ROUTEINFO_BY_TOPIC: self.route,
             RequestCode.GET_BROKER_CLUSTER_INFO: self.cluster_info,
             RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.topic_list,
+            RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS: self.system_topic_list,
         }
 
     def route(self, request: RemotingCommand, connection: RemotingConnection) -> RemotingCommand:
@@ -110,4 +111,18 @@ class NameServer:
         )
         response = request.response(ResponseCode.SUCCESS)
         response.body = json_body({"topicList": names})
+        return response
+
+    def system_topic_list(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand:
+        # As RocketMQ's name server: the cluster's and brokers' names, which it keeps as
+        # topics; Skiff's own internal topics are never listed, so they are not here.
+        response = request.response(ResponseCode.SUCCESS)
+        response.body = json_body(
+            {
+                "topicList": [self.cluster_name, self._broker.config.broker_name],
+                "brokerAddr": self._advertised or connection.local_address,
+            }
+        )
         return response

@@ -21,6 +21,7 @@ from ..tls.listener import ClientListener
 from ..wire.hosts import encode_host
 from .access import RemotingAccess
 from .admin_requests import AdminRequests
+from .admin_views import AdminViews
 from .connection import RemotingConnection
 from .consuming import Consuming
 from .lookups import Lookups
@@ -69,6 +70,7 @@ class RemotingServer:
         self.service.add(self.transactions.handlers())
         self.service.add(AdminRequests(broker, self.consuming).handlers())
         self.service.add(Lookups(broker).handlers())
+        self.service.add(AdminViews(broker, self.transactions.producers).handlers())
         self.listener = ClientListener(
             config.remoting_listen,
             self._connection,
