@@ -22,6 +22,7 @@ from ..wire.hosts import encode_host
 from .access import RemotingAccess
 from .admin_requests import AdminRequests
 from .admin_views import AdminViews
+from .client_calls import ClientCalls, ConsumerRunningInfo
 from .connection import RemotingConnection
 from .consuming import Consuming
 from .lookups import Lookups
@@ -53,8 +54,10 @@ class RemotingServer:
         self._budget = budget
         self._per_connection = per_connection
         self.consuming = Consuming(broker, hub)
+        calls = ClientCalls()
         self.service = RemotingService(
-            gate=RemotingAccess(broker.users).refusal if config.auth.enabled else None
+            gate=RemotingAccess(broker.users).refusal if config.auth.enabled else None,
+            answered=calls.answered,
         )
         self.service.add(NameServer(broker).handlers())
         # Its HEART_BEAT records producers, then hands the heartbeat to consuming's.
@@ -71,6 +74,7 @@ class RemotingServer:
         self.service.add(AdminRequests(broker, self.consuming).handlers())
         self.service.add(Lookups(broker).handlers())
         self.service.add(AdminViews(broker, self.transactions.producers).handlers())
+        self.service.add(ConsumerRunningInfo(self.consuming, calls).handlers())
         self.listener = ClientListener(
             config.remoting_listen,
             self._connection,
