@@ -2,11 +2,12 @@
 
 The Dashboard runs as its own Spring Boot jar with ``rocketmq.config.namesrvAddrs`` set
 to the broker's remoting port and ``isVIPChannel`` off (Skiff has no second, "VIP" port
-two below the remoting one; the same setting RocketMQ's proxy needs). The broker holds
+two below the remoting one, like RocketMQ's proxy with its one port). The broker holds
 what a 4.x application left there (``java/RemotingClient.java``: sends of every kind, two
-consumer groups), and one producer stays online as raw remoting frames (a heartbeat of
-its group: no official program stays connected as a producer while the Dashboard is
-asked). Each assertion is what a page shows, read from the REST endpoint it calls.
+consumer groups), and one client stays online as raw remoting frames (a heartbeat as a
+producer of one group and a consumer of another: no official program stays connected
+as both while the Dashboard is asked). Each assertion is what a page shows, read from
+the REST endpoint it calls.
 Without a JDK, Maven or the Dashboard's source the test skips, saying what is missing;
 with SKIFF_REQUIRE_K8S set (CI) it fails instead.
 """
@@ -39,6 +40,7 @@ from skiff_broker.remoting.codes import RequestCode
 TOPIC = "orders"
 GROUP = "order-readers"
 PRODUCER_GROUP = "billing-producers"
+ONLINE_GROUP = "audit-readers"
 COUNT = 3
 # A cold Spring Boot start of the Dashboard on a busy machine.
 START_DEADLINE_S = 240.0
@@ -110,12 +112,32 @@ def running_dashboard(jar: Path, namesrv: str, home: Path) -> Iterator[Dashboard
             proc.wait()
 
 
-def _online_producer(endpoint: str) -> Remoting:
+def _online_client(endpoint: str) -> Remoting:
+    """A client heartbeating as a producer of PRODUCER_GROUP and a consumer of ONLINE_GROUP."""
     producer = Remoting(endpoint)
     heartbeat = {
         "clientID": "127.0.0.1@billing",
         "producerDataSet": [{"groupName": PRODUCER_GROUP}],
-        "consumerDataSet": [],
+        "consumerDataSet": [
+            {
+                "groupName": ONLINE_GROUP,
+                "consumeType": "CONSUME_PASSIVELY",
+                "messageModel": "CLUSTERING",
+                "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                "unitMode": False,
+                "subscriptionDataSet": [
+                    {
+                        "topic": TOPIC,
+                        "subString": "TagA || TagB",
+                        "expressionType": "TAG",
+                        "tagsSet": ["TagA", "TagB"],
+                        "codeSet": [],
+                        "subVersion": 0,
+                        "classFilterMode": False,
+                    }
+                ],
+            }
+        ],
     }
     answer = producer.call(RequestCode.HEART_BEAT, json.dumps(heartbeat).encode())
     assert answer.code == 0, answer.remark
@@ -139,7 +161,7 @@ def test_the_dashboards_main_pages_show_skiffs_data(tmp_path: Path) -> None:
         assert seeded.errors == [], seeded.stderr[-3000:]
         sent = seeded.summary["sent"]
         stored = len(sent)
-        producer = _online_producer(namesrv)
+        producer = _online_client(namesrv)
         try:
             with running_dashboard(jar, namesrv, tmp_path / "dashboard") as dashboard:
                 pages = _read_pages(dashboard, namesrv, sent)
@@ -182,6 +204,12 @@ def test_the_dashboards_main_pages_show_skiffs_data(tmp_path: Path) -> None:
     progress = pages["topics_of_group"]
     assert [(p["topic"], p["diffTotal"]) for p in progress if p["topic"] == TOPIC] == [(TOPIC, 0)]
 
+    # A consumer group's clients: the online one, how it consumes and what.
+    online = pages["consumer_connection"]
+    assert [c["clientId"] for c in online["connectionSet"]] == ["127.0.0.1@billing"]
+    assert (online["consumeType"], online["messageModel"]) == ("CONSUME_PASSIVELY", "CLUSTERING")
+    assert online["subscriptionTable"][TOPIC]["subString"] == "TagA || TagB"
+
     # Producer page: the online producer's connection.
     connections = pages["producer"]["connectionSet"]
     assert [(c["clientId"], c["clientAddr"].split(":")[0]) for c in connections] == [
@@ -214,6 +242,9 @@ def _read_pages(dashboard: Dashboard, namesrv: str, sent: list[dict]) -> dict[st
         "consumers_of_topic": dashboard.get("topic/queryConsumerByTopic.query", topic=TOPIC),
         "topics_of_group": dashboard.get(
             "consumer/queryTopicByConsumer.query", consumerGroup=GROUP, address=namesrv
+        ),
+        "consumer_connection": dashboard.get(
+            "consumer/consumerConnection.query", consumerGroup=ONLINE_GROUP, address=namesrv
         ),
         "producer": dashboard.get(
             "producer/producerConnection.query", producerGroup=PRODUCER_GROUP, topic=TOPIC
