@@ -158,3 +158,17 @@ def test_a_producers_heartbeat_makes_its_connection_listed_until_it_closes(broke
         )
     finally:
         asker.close()
+
+
+# What the RocketMQ Dashboard can ask that Skiff does not serve: broker config changes,
+# write-permission switches, KV config, sending one message to one consumer, offset
+# cloning, broker stats, and the ACL 2.0 user and ACL pages (AUTH_CREATE_USER 3001 to
+# AUTH_LIST_ACL 3010).
+DASHBOARD_UNSERVED = (25, 205, 219, 309, 314, 315, 317, 327, *range(3001, 3011))
+
+
+def test_the_dashboards_requests_skiff_does_not_serve_are_answered_not_supported(client):
+    for code in DASHBOARD_UNSERVED:
+        answer = client.call(code)
+        assert answer.code == 3, code  # REQUEST_CODE_NOT_SUPPORTED
+        assert answer.remark == f"request type {code} not supported by Skiff"
