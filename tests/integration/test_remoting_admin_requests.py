@@ -161,10 +161,9 @@ def test_a_producers_heartbeat_makes_its_connection_listed_until_it_closes(broke
 
 
 # What the RocketMQ Dashboard can ask that Skiff does not serve: broker config changes,
-# write-permission switches, KV config, sending one message to one consumer, offset
-# cloning, broker stats, and the ACL 2.0 user and ACL pages (AUTH_CREATE_USER 3001 to
-# AUTH_LIST_ACL 3010).
-DASHBOARD_UNSERVED = (25, 205, 219, 309, 314, 315, 317, 327, *range(3001, 3011))
+# write-permission switches, KV config, offset cloning, broker stats, and the ACL 2.0
+# user and ACL pages (AUTH_CREATE_USER 3001 to AUTH_LIST_ACL 3010).
+DASHBOARD_UNSERVED = (25, 205, 219, 314, 315, 317, 327, *range(3001, 3011))
 
 
 def test_the_dashboards_requests_skiff_does_not_serve_are_answered_not_supported(client):
@@ -172,3 +171,15 @@ def test_the_dashboards_requests_skiff_does_not_serve_are_answered_not_supported
         answer = client.call(code)
         assert answer.code == 3, code  # REQUEST_CODE_NOT_SUPPORTED
         assert answer.remark == f"request type {code} not supported by Skiff"
+
+
+def test_a_message_for_a_consumer_directly_is_refused_with_the_reason_before_asking(client):
+    sent = _send(client, b"direct", "kd")
+    assert sent.code == 0
+    fields = {"consumerGroup": "auditors", "clientId": "127.0.0.1@gone", "topic": TOPIC}
+    # CONSUME_MESSAGE_DIRECTLY names the message by its offset message ID.
+    bad = client.call(309, msgId="U-kd", **fields)
+    assert bad.code == 1 and "not an offset message ID" in bad.remark
+    absent = client.call(309, msgId=sent.ext_fields["msgId"], **fields)
+    assert absent.code == 1
+    assert absent.remark.startswith("The Consumer <auditors> <127.0.0.1@gone> not online")

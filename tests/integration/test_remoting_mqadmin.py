@@ -254,7 +254,7 @@ def test_mqadmin_signed_with_a_super_users_keys_works_with_auth_on(
     assert "CODE: 16" in refused["err"] and "success" not in refused["out"]
 
 
-def test_consumer_status_asks_the_online_consumer_through_the_broker(
+def test_consumer_status_and_a_direct_consume_are_asked_of_the_online_consumer(
     tmp_path: Path, mqadmin: JavaClient
 ) -> None:
     create_topics(data_dir_of(tmp_path), TopicConfig(TOPIC, 2, 2))
@@ -269,11 +269,24 @@ def test_consumer_status_asks_the_online_consumer_through_the_broker(
                 # GET_CONSUMER_RUNNING_INFO, forwarded to the client and its answer back.
                 ["consumerStatus", *n, "-g", GROUP, "-i", "{clientId}"],
                 ["consumerStatus", *n, "-g", GROUP, "-i", "127.0.0.1@nobody"],
+                # CONSUME_MESSAGE_DIRECTLY: the stored message handed to that consumer now.
+                [
+                    "queryMsgById",
+                    *n,
+                    "-t",
+                    TOPIC,
+                    "-i",
+                    "{offsetMsgId0}",
+                    "-g",
+                    GROUP,
+                    "-d",
+                    "{clientId}",
+                ],
             ],
             count=2,
-            await_total=2,
+            await_total=3,
         )
-    online, absent = summary["commands"]
+    online, absent, pushed = summary["commands"]
     assert online["err"] == "", online["err"][-3000:]
     # The client's own report: its group, its subscription and the queues it holds.
     out = online["out"]
@@ -283,3 +296,6 @@ def test_consumer_status_asks_the_online_consumer_through_the_broker(
     assert held == ["0", "1"]
     # A client not online: RocketMQ's sentence, at once.
     assert f"The Consumer <{GROUP}> <127.0.0.1@nobody> not online" in absent["err"]
+    # The consumer's listener took it (two sends, and this one again) and said so.
+    assert "consumeResult=CR_SUCCESS" in pushed["out"], pushed["err"][-3000:]
+    assert summary["consumed"] >= 3

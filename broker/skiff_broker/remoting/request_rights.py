@@ -257,6 +257,10 @@ _RULES: dict[int, Callable[[RemotingCommand], tuple[Need, ...]]] = {
     RequestCode.GET_CONSUMER_CONNECTION_LIST: _on(_GROUP, "consumerGroup", _GET),
     RequestCode.GET_PRODUCER_CONNECTION_LIST: _on(_GROUP, "producerGroup", _GET),
     RequestCode.GET_CONSUMER_RUNNING_INFO: _on(_GROUP, "consumerGroup", _GET),
+    # It has a consumer take a message: Sub on the group and the topic, as consuming.
+    RequestCode.CONSUME_MESSAGE_DIRECTLY: lambda r: _topic_and_group(
+        r, "topic", "consumerGroup", _SUB
+    ),
     RequestCode.QUERY_TOPICS_BY_CONSUMER: _on(_GROUP, "group", _GET),
     RequestCode.GET_CONSUME_STATS: _consume_stats,
     RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: _on_both("group", "topic", _UPDATE),

@@ -22,7 +22,7 @@ from ..wire.hosts import encode_host
 from .access import RemotingAccess
 from .admin_requests import AdminRequests
 from .admin_views import AdminViews
-from .client_calls import ClientCalls, ConsumerRunningInfo
+from .client_calls import ClientCalls, ForwardedToClients
 from .connection import RemotingConnection
 from .consuming import Consuming
 from .lookups import Lookups
@@ -72,9 +72,14 @@ class RemotingServer:
         self.service.add(QueueLocking(broker).handlers())
         self.service.add(self.transactions.handlers())
         self.service.add(AdminRequests(broker, self.consuming).handlers())
-        self.service.add(Lookups(broker).handlers())
+        lookups = Lookups(broker)
+        self.service.add(lookups.handlers())
         self.service.add(AdminViews(broker, self.transactions.producers).handlers())
-        self.service.add(ConsumerRunningInfo(self.consuming, calls).handlers())
+        self.service.add(
+            ForwardedToClients(
+                self.consuming, calls, lookups.record_at, config.broker_name
+            ).handlers()
+        )
         self.listener = ClientListener(
             config.remoting_listen,
             self._connection,

@@ -83,3 +83,8 @@ def test_the_dashboards_views_need_list_on_the_cluster_or_get_on_the_producer_gr
     assert needs_of(request(204, producerGroup="billing")) == (need(GROUP, "billing", GET),)
     # GET_BROKER_CONFIG shows the broker's settings: super users only, as the change is.
     assert needs_of(request(26)) == SUPER_ONLY
+
+
+def test_handing_a_message_to_a_consumer_needs_sub_on_its_topic_and_group():
+    wanted = needs_of(request(309, topic="orders", consumerGroup="billing", msgId="00"))
+    assert wanted == (need(TOPIC, "orders", SUB), need(GROUP, "billing", SUB))
