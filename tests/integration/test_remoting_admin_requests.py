@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from collections.abc import Iterator
 
@@ -18,6 +19,7 @@ from tests.support.broker_process import BrokerProcess
 from tests.support.waiting import wait_for
 
 from skiff_broker.metadata.topic_table import TopicConfig
+from skiff_broker.remoting.frames import RESPONSE_FLAG, RemotingCommand, encode
 
 TOPIC = "ledger"
 broker = module_broker("remoting-admin", topics=[TopicConfig(TOPIC, 2, 2)])
@@ -183,3 +185,61 @@ def test_a_message_for_a_consumer_directly_is_refused_with_the_reason_before_ask
     absent = client.call(309, msgId=sent.ext_fields["msgId"], **fields)
     assert absent.code == 1
     assert absent.remark.startswith("The Consumer <auditors> <127.0.0.1@gone> not online")
+
+
+def _consumer_heartbeat(endpoint: str, group: str, client_id: str) -> Remoting:
+    consumer = Remoting(endpoint)
+    heartbeat = {
+        "clientID": client_id,
+        "producerDataSet": [],
+        "consumerDataSet": [
+            {
+                "groupName": group,
+                "consumeType": "CONSUME_PASSIVELY",
+                "messageModel": "CLUSTERING",
+                "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                "unitMode": False,
+                "subscriptionDataSet": [{"topic": TOPIC, "subString": "*"}],
+            }
+        ],
+    }
+    assert consumer.call(34, json.dumps(heartbeat).encode()).code == 0
+    return consumer
+
+
+def _asked(consumer: Remoting, code: int) -> RemotingCommand:
+    """The next request of ``code`` the broker sent this client."""
+    while True:
+        for command in consumer.pending:
+            if command.code == code and not command.is_response:
+                consumer.pending.remove(command)
+                return command
+        data = consumer.sock.recv(1 << 16)
+        assert data, "the broker closed the connection"
+        consumer.pending += consumer.decoder.feed(data)
+
+
+def test_a_consumers_running_info_is_its_own_answer_and_its_silence_is_reported(broker):
+    consumer = _consumer_heartbeat(broker.remoting_endpoint, "watchers", "10.0.0.7@watch")
+    asker = Remoting(broker.remoting_endpoint)
+    try:
+        answers: list[RemotingCommand] = []
+        fields = {"consumerGroup": "watchers", "clientId": "10.0.0.7@watch"}
+        asking = threading.Thread(target=lambda: answers.append(asker.call(307, **fields)))
+        asking.start()
+        forwarded = _asked(consumer, 307)
+        assert forwarded.ext_fields["clientId"] == "10.0.0.7@watch"
+        reply = RemotingCommand(code=0, opaque=forwarded.opaque, flag=RESPONSE_FLAG)
+        reply.body = b'{"properties":{"consumerGroup":"watchers"}}'
+        consumer.sock.sendall(encode(reply))
+        asking.join(30)
+        assert [(a.code, a.body) for a in answers] == [(0, reply.body)]
+
+        # A client that never answers: the asker is told so, not left waiting.
+        silent = asker.call(307, **fields)
+        assert silent.code == 1
+        assert "10.0.0.7@watch of watchers did not answer within 5 s" in silent.remark
+        assert _asked(consumer, 307).ext_fields["consumerGroup"] == "watchers"
+    finally:
+        consumer.close()
+        asker.close()
