@@ -238,7 +238,7 @@ def test_a_consumers_running_info_is_its_own_answer_and_its_silence_is_reported(
         # A client that never answers: the asker is told so, not left waiting.
         silent = asker.call(307, **fields)
         assert silent.code == 1
-        assert "10.0.0.7@watch of watchers did not answer within 5 s" in silent.remark
+        assert "10.0.0.7@watch of watchers did not answer within 4 s" in silent.remark
         assert _asked(consumer, 307).ext_fields["consumerGroup"] == "watchers"
     finally:
         consumer.close()
