@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from collections.abc import Iterator
 
@@ -15,8 +16,10 @@ import pytest
 from tests.integration.test_remoting_port import Remoting
 from tests.support.broker_fixture import module_broker
 from tests.support.broker_process import BrokerProcess
+from tests.support.waiting import wait_for
 
 from skiff_broker.metadata.topic_table import TopicConfig
+from skiff_broker.remoting.frames import RESPONSE_FLAG, RemotingCommand, encode
 
 TOPIC = "ledger"
 broker = module_broker("remoting-admin", topics=[TopicConfig(TOPIC, 2, 2)])
@@ -120,3 +123,123 @@ def test_groups_answers_say_what_is_missing(client):
     for queue in table.values():
         assert queue["consumerOffset"] == queue["brokerOffset"]
     assert "resetters" in json.loads(client.call(300, topic=TOPIC).body)["groupList"]
+
+
+def test_the_dashboards_views_answer_with_rocketmqs_bodies(client):
+    # GET_ALL_TOPIC_CONFIG: every topic a client may use, none of the broker's own.
+    table = json.loads(client.call(21).body)["topicConfigTable"]
+    assert table[TOPIC]["readQueueNums"] == 2 and table[TOPIC]["perm"] == 6
+    assert not {"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC"} & set(table)
+    # GET_BROKER_CONFIG: Java properties text, which RocketMQ's admin client parses.
+    lines = client.call(26).body.decode().splitlines()
+    settings = dict(line.split("=", 1) for line in lines)
+    assert settings["brokerName"] == "broker-a" and settings["brokerId"] == "0"
+    # GET_SYSTEM_TOPIC_LIST_FROM_NS: the cluster's and broker's names, and where to ask
+    # the broker for its own (it has none a client could use).
+    system = json.loads(client.call(304).body)
+    assert system["topicList"] == ["DefaultCluster", "broker-a"]
+    assert json.loads(client.call(305).body)["topicList"] == []
+    # GET_PRODUCER_CONNECTION_LIST of a group no producer of which is online: RocketMQ's
+    # code and a sentence saying so, at once.
+    absent = client.call(204, producerGroup="nobody-sends")
+    assert absent.code == 1 and "not exist" in absent.remark and "nobody-sends" in absent.remark
+
+
+def test_a_producers_heartbeat_makes_its_connection_listed_until_it_closes(broker):
+    producer = Remoting(broker.remoting_endpoint)
+    heartbeat = {"clientID": "10.0.0.9@ledger", "producerDataSet": [{"groupName": "ledgers"}]}
+    assert producer.call(34, json.dumps(heartbeat).encode()).code == 0
+    asker = Remoting(broker.remoting_endpoint)
+    try:
+        listed = json.loads(asker.call(204, producerGroup="ledgers").body)["connectionSet"]
+        assert [c["clientId"] for c in listed] == ["10.0.0.9@ledger"]
+        producer.close()
+        wait_for(
+            lambda: asker.call(204, producerGroup="ledgers").code == 1,
+            "the closed producer's connection to leave the list",
+        )
+    finally:
+        asker.close()
+
+
+# What the RocketMQ Dashboard can ask that Skiff does not serve: broker config changes,
+# write-permission switches, KV config, offset cloning, broker stats, and the ACL 2.0
+# user and ACL pages (AUTH_CREATE_USER 3001 to AUTH_LIST_ACL 3010).
+DASHBOARD_UNSERVED = (25, 205, 219, 314, 315, 317, 327, *range(3001, 3011))
+
+
+def test_the_dashboards_requests_skiff_does_not_serve_are_answered_not_supported(client):
+    for code in DASHBOARD_UNSERVED:
+        answer = client.call(code)
+        assert answer.code == 3, code  # REQUEST_CODE_NOT_SUPPORTED
+        assert answer.remark == f"request type {code} not supported by Skiff"
+
+
+def test_a_message_for_a_consumer_directly_is_refused_with_the_reason_before_asking(client):
+    sent = _send(client, b"direct", "kd")
+    assert sent.code == 0
+    fields = {"consumerGroup": "auditors", "clientId": "127.0.0.1@gone", "topic": TOPIC}
+    # CONSUME_MESSAGE_DIRECTLY names the message by its offset message ID.
+    bad = client.call(309, msgId="U-kd", **fields)
+    assert bad.code == 1 and "not an offset message ID" in bad.remark
+    absent = client.call(309, msgId=sent.ext_fields["msgId"], **fields)
+    assert absent.code == 1
+    assert absent.remark.startswith("The Consumer <auditors> <127.0.0.1@gone> not online")
+
+
+def _consumer_heartbeat(endpoint: str, group: str, client_id: str) -> Remoting:
+    consumer = Remoting(endpoint)
+    heartbeat = {
+        "clientID": client_id,
+        "producerDataSet": [],
+        "consumerDataSet": [
+            {
+                "groupName": group,
+                "consumeType": "CONSUME_PASSIVELY",
+                "messageModel": "CLUSTERING",
+                "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                "unitMode": False,
+                "subscriptionDataSet": [{"topic": TOPIC, "subString": "*"}],
+            }
+        ],
+    }
+    assert consumer.call(34, json.dumps(heartbeat).encode()).code == 0
+    return consumer
+
+
+def _asked(consumer: Remoting, code: int) -> RemotingCommand:
+    """The next request of ``code`` the broker sent this client."""
+    while True:
+        for command in consumer.pending:
+            if command.code == code and not command.is_response:
+                consumer.pending.remove(command)
+                return command
+        data = consumer.sock.recv(1 << 16)
+        assert data, "the broker closed the connection"
+        consumer.pending += consumer.decoder.feed(data)
+
+
+def test_a_consumers_running_info_is_its_own_answer_and_its_silence_is_reported(broker):
+    consumer = _consumer_heartbeat(broker.remoting_endpoint, "watchers", "10.0.0.7@watch")
+    asker = Remoting(broker.remoting_endpoint)
+    try:
+        answers: list[RemotingCommand] = []
+        fields = {"consumerGroup": "watchers", "clientId": "10.0.0.7@watch"}
+        asking = threading.Thread(target=lambda: answers.append(asker.call(307, **fields)))
+        asking.start()
+        forwarded = _asked(consumer, 307)
+        assert forwarded.ext_fields["clientId"] == "10.0.0.7@watch"
+        reply = RemotingCommand(code=0, opaque=forwarded.opaque, flag=RESPONSE_FLAG)
+        reply.body = b'{"properties":{"consumerGroup":"watchers"}}'
+        consumer.sock.sendall(encode(reply))
+        asking.join(30)
+        assert [(a.code, a.body) for a in answers] == [(0, reply.body)]
+
+        # A client that never answers: the asker is told so, not left waiting.
+        silent = asker.call(307, **fields)
+        assert silent.code == 1
+        assert "10.0.0.7@watch of watchers did not answer within 4 s" in silent.remark
+        assert _asked(consumer, 307).ext_fields["consumerGroup"] == "watchers"
+    finally:
+        consumer.close()
+        asker.close()

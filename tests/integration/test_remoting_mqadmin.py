@@ -67,6 +67,7 @@ def _run(
     *,
     count: int = MESSAGES,
     home: Path | None = None,
+    await_total: int | None = None,
 ) -> dict:
     java = shutil.which("java") or "java"
     argv: list[str] = []
@@ -92,7 +93,7 @@ def _run(
             str(count),
             # The reset to the start makes the online consumer read everything again.
             "--await-total",
-            str(2 * count),
+            str(2 * count if await_total is None else await_total),
             *argv,
         ],
         logs,
@@ -251,3 +252,50 @@ def test_mqadmin_signed_with_a_super_users_keys_works_with_auth_on(
     # Without keys mqadmin signs nothing, and the broker refuses it (NO_PERMISSION, 16).
     (refused,) = unsigned["commands"]
     assert "CODE: 16" in refused["err"] and "success" not in refused["out"]
+
+
+def test_consumer_status_and_a_direct_consume_are_asked_of_the_online_consumer(
+    tmp_path: Path, mqadmin: JavaClient
+) -> None:
+    create_topics(data_dir_of(tmp_path), TopicConfig(TOPIC, 2, 2))
+    with running_broker(tmp_path) as broker:
+        namesrv = broker.remoting_endpoint
+        n = ["-n", namesrv]
+        summary = _run(
+            mqadmin,
+            namesrv,
+            tmp_path / "client-logs",
+            [
+                # GET_CONSUMER_RUNNING_INFO, forwarded to the client and its answer back.
+                ["consumerStatus", *n, "-g", GROUP, "-i", "{clientId}"],
+                ["consumerStatus", *n, "-g", GROUP, "-i", "127.0.0.1@nobody"],
+                # CONSUME_MESSAGE_DIRECTLY: the stored message handed to that consumer now.
+                [
+                    "queryMsgById",
+                    *n,
+                    "-t",
+                    TOPIC,
+                    "-i",
+                    "{offsetMsgId0}",
+                    "-g",
+                    GROUP,
+                    "-d",
+                    "{clientId}",
+                ],
+            ],
+            count=2,
+            await_total=3,
+        )
+    online, absent, pushed = summary["commands"]
+    assert online["err"] == "", online["err"][-3000:]
+    # The client's own report: its group, its subscription and the queues it holds.
+    out = online["out"]
+    assert re.search(rf"^consumerGroup\s+:\s+{GROUP}$", out, re.M), out
+    assert re.search(rf"Topic: {TOPIC}\s+ClassFilter: false\s+SubExpression: \*", out)
+    held = re.findall(rf"^{TOPIC}\s+broker-a\s+(\d+)\s+ProcessQueueInfo", out, re.M)
+    assert held == ["0", "1"]
+    # A client not online: RocketMQ's sentence, at once.
+    assert f"The Consumer <{GROUP}> <127.0.0.1@nobody> not online" in absent["err"]
+    # The consumer's listener took it (two sends, and this one again) and said so.
+    assert "consumeResult=CR_SUCCESS" in pushed["out"], pushed["err"][-3000:]
+    assert summary["consumed"] >= 3

@@ -117,7 +117,7 @@ def _java_program(
         lib = ensure_maven_classpath(skiff_cache() / "official-clients" / libs, artifacts)
         built = _build_home(home, version, *sources)
         classes = built / "classes"
-        if not (classes / f"{main_class}.class").exists():
+        if not (classes / f"{main_class.replace('.', '/')}.class").exists():
             partial = built / "classes.partial"
             shutil.rmtree(partial, ignore_errors=True)
             partial.mkdir(parents=True)
@@ -313,4 +313,26 @@ def mqadmin_batch() -> JavaClient:
         home="mqadmin",
         version=MQADMIN_VERSION,
         what="mqadmin",
+    )
+
+
+# rocketmq-spring-boot-starter: RocketMQTemplate and @RocketMQMessageListener on the
+# remoting client it brings (rocketmq-client 5.3.0 for 2.3.1), in Spring Boot 2.7 without web.
+SPRING_STARTER_VERSION = "2.3.1"
+
+
+def spring_starter_app() -> JavaClient:
+    """Build (once) and return ``java/SpringStarterApp.java`` on rocketmq-spring-boot-starter."""
+    return _java_program(
+        "skiff.spring.SpringStarterApp",
+        [SOURCES / "java" / "SpringStarterApp.java"],
+        [
+            MavenArtifact(
+                "org.apache.rocketmq", "rocketmq-spring-boot-starter", SPRING_STARTER_VERSION
+            )
+        ],
+        libs=f"spring-starter-{SPRING_STARTER_VERSION}",
+        home="spring-starter",
+        version=SPRING_STARTER_VERSION,
+        what="the Spring Boot application on rocketmq-spring-boot-starter",
     )

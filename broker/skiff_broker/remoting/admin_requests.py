@@ -31,6 +31,7 @@ from ..metadata.topic_table import MessageType, Permission, TopicConfig
 from ..runtime import Broker
 from ..wire import property_names as prop
 from ..wire.resource_names import group_name_problem
+from .admin_views import topic_config_document
 from .codes import RequestCode, ResponseCode
 from .connection import RemotingConnection
 from .consuming import Consuming
@@ -187,18 +188,7 @@ class AdminRequests:
             )
         response = request.response(ResponseCode.SUCCESS)
         # RocketMQ's TopicConfigAndQueueMapping; Skiff has no static queue mappings.
-        response.body = json_body(
-            {
-                "attributes": {"message.type": topic.message_type.value},
-                "order": topic.message_type is MessageType.FIFO,
-                "perm": int(topic.perm),
-                "readQueueNums": topic.read_queue_nums,
-                "topicFilterType": "SINGLE_TAG",
-                "topicName": topic.name,
-                "topicSysFlag": 0,
-                "writeQueueNums": topic.write_queue_nums,
-            }
-        )
+        response.body = json_body(topic_config_document(topic))
         return response
 
     async def topic_stats(

@@ -61,6 +61,14 @@ class Lookups:
             return None
         return store.get_message_at(physical_offset, size)
 
+    def record_at(self, physical_offset: int) -> bytes | None:
+        """The record stored at ``physical_offset`` as RocketMQ encodes it; None if no
+        message starts there."""
+        message = self._message_at(physical_offset)
+        if message is None or message.physical_offset != physical_offset:
+            return None
+        return self._record(message)
+
     async def view_message(
         self, request: RemotingCommand, connection: RemotingConnection
     ) -> RemotingCommand:

@@ -138,6 +138,7 @@ class NameServer:
             RequestCode.GET_ROUTEINFO_BY_TOPIC: self.route,
             RequestCode.GET_BROKER_CLUSTER_INFO: self.cluster_info,
             RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.topic_list,
+            RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS: self.system_topic_list,
         }
 
     async def route(
@@ -193,6 +194,21 @@ class NameServer:
         )
         response = request.response(ResponseCode.SUCCESS)
         response.body = json_body({"topicList": names})
+        return response
+
+    async def system_topic_list(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand:
+        # As RocketMQ's name server: the cluster's and every group's name, which it keeps
+        # as topics; Skiff's own internal topics are never listed, so they are not here.
+        groups = await self._groups(connection)
+        response = request.response(ResponseCode.SUCCESS)
+        response.body = json_body(
+            {
+                "topicList": [self.cluster_name, *(group.name for group in groups)],
+                "brokerAddr": self._own_address(connection),
+            }
+        )
         return response
 
 

@@ -203,6 +203,7 @@ _RULES: dict[int, Callable[[RemotingCommand], tuple[Need, ...]]] = {
     RequestCode.GET_ROUTEINFO_BY_TOPIC: _route,
     RequestCode.GET_BROKER_CLUSTER_INFO: _signed_only,
     RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: lambda r: (need(_CLUSTER, "", _LIST),),
+    RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS: lambda r: (need(_CLUSTER, "", _LIST),),
     RequestCode.SEND_MESSAGE: _send("topic"),
     # V2 and batch headers carry one-letter names: b is the topic.
     RequestCode.SEND_MESSAGE_V2: _send("b"),
@@ -248,12 +249,18 @@ _RULES: dict[int, Callable[[RemotingCommand], tuple[Need, ...]]] = {
     RequestCode.GET_ALL_TOPIC_CONFIG: lambda r: (need(_CLUSTER, "", _LIST),),
     RequestCode.GET_TOPICS_BY_CLUSTER: lambda r: (need(_CLUSTER, "", _LIST),),
     RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: lambda r: (need(_CLUSTER, "", _LIST),),
+    RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: lambda r: (need(_CLUSTER, "", _LIST),),
     RequestCode.GET_BROKER_RUNTIME_INFO: lambda r: (need(_CLUSTER, "", _GET),),
     RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: _group_config,
     RequestCode.DELETE_SUBSCRIPTIONGROUP: _on(_GROUP, "groupName", Action.DELETE),
     RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG: _on(_GROUP, "group", _GET),
     RequestCode.GET_CONSUMER_CONNECTION_LIST: _on(_GROUP, "consumerGroup", _GET),
+    RequestCode.GET_PRODUCER_CONNECTION_LIST: _on(_GROUP, "producerGroup", _GET),
     RequestCode.GET_CONSUMER_RUNNING_INFO: _on(_GROUP, "consumerGroup", _GET),
+    # It has a consumer take a message: Sub on the group and the topic, as consuming.
+    RequestCode.CONSUME_MESSAGE_DIRECTLY: lambda r: _topic_and_group(
+        r, "topic", "consumerGroup", _SUB
+    ),
     RequestCode.QUERY_TOPICS_BY_CONSUMER: _on(_GROUP, "group", _GET),
     RequestCode.GET_CONSUME_STATS: _consume_stats,
     RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: _on_both("group", "topic", _UPDATE),

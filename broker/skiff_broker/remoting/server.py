@@ -23,6 +23,8 @@ from ..tls.listener import ClientListener
 from ..wire.hosts import encode_host
 from .access import RemotingAccess
 from .admin_requests import AdminRequests
+from .admin_views import AdminViews
+from .client_calls import ClientCalls, ForwardedToClients
 from .connection import RemotingConnection
 from .consuming import Consuming
 from .lookups import Lookups
@@ -57,8 +59,10 @@ class RemotingServer:
         self._budget = budget
         self._per_connection = per_connection
         self.consuming = Consuming(broker, hub)
+        calls = ClientCalls()
         self.service = RemotingService(
-            gate=RemotingAccess(broker.users).refusal if config.auth.enabled else None
+            gate=RemotingAccess(broker.users).refusal if config.auth.enabled else None,
+            answered=calls.answered,
         )
         self.service.add(
             NameServer(broker, advertised=config.remoting_advertise, cluster=cluster).handlers()
@@ -75,7 +79,14 @@ class RemotingServer:
         self.service.add(QueueLocking(broker).handlers())
         self.service.add(self.transactions.handlers())
         self.service.add(AdminRequests(broker, self.consuming).handlers())
-        self.service.add(Lookups(broker).handlers())
+        lookups = Lookups(broker)
+        self.service.add(lookups.handlers())
+        self.service.add(AdminViews(broker, self.transactions.producers).handlers())
+        self.service.add(
+            ForwardedToClients(
+                self.consuming, calls, lookups.record_at, config.broker_name
+            ).handlers()
+        )
 
         def listener(address: str, option: str, external: bool) -> ClientListener:
             return ClientListener(

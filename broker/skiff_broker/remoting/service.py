@@ -66,13 +66,19 @@ def int_field(request: RemotingCommand, name: str, default: int | None = None) -
 Gate = Callable[[RemotingCommand, RemotingConnection], RemotingCommand | None]
 
 
-class RemotingService:
-    """``gate``: asked first about every request (authentication on)."""
+# Told of every answer a client sends to a request of the broker's.
+Answered = Callable[[RemotingCommand, RemotingConnection], None]
 
-    def __init__(self, *, gate: Gate | None = None) -> None:
+
+class RemotingService:
+    """``gate``: asked first about every request (authentication on); ``answered``: told
+    of clients' answers to the broker's own requests."""
+
+    def __init__(self, *, gate: Gate | None = None, answered: Answered | None = None) -> None:
         self._handlers: dict[int, Handler] = {}
         self._unsupported_logged: set[int] = set()
         self._gate = gate
+        self._answered = answered
 
     def add(self, handlers: Mapping[int, Handler]) -> None:
         self._handlers.update(handlers)
@@ -85,6 +91,8 @@ class RemotingService:
         self, request: RemotingCommand, connection: RemotingConnection
     ) -> RemotingCommand | None:
         if request.is_response:
+            if self._answered is not None:
+                self._answered(request, connection)
             return None
         if self._gate is not None:
             refusal = self._gate(request, connection)

@@ -27,6 +27,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import itertools
 import json
@@ -84,6 +85,13 @@ def check_allowed(broker: Broker) -> CheckAllowed:
     return allowed
 
 
+@dataclasses.dataclass(frozen=True)
+class ProducerClient:
+    client_id: str
+    language: str
+    version: int
+
+
 class ProducerTable:
     """Producer group -> the open connections producers of it heartbeat or send half
     messages over, each with the access key that signed them ("" unsigned)."""
@@ -91,8 +99,17 @@ class ProducerTable:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._groups: dict[str, dict[RemotingConnection, str]] = {}
+        # What each connection's heartbeat said of its client: for the connection list.
+        self._clients: dict[RemotingConnection, ProducerClient] = {}
 
-    def heartbeat(self, body: bytes, connection: RemotingConnection, access_key: str = "") -> None:
+    def heartbeat(
+        self,
+        body: bytes,
+        connection: RemotingConnection,
+        access_key: str = "",
+        language: str = "",
+        version: int = 0,
+    ) -> None:
         try:
             data = json.loads(body or b"{}")
             groups = [str(p["groupName"]) for p in data.get("producerDataSet") or []]
@@ -100,6 +117,11 @@ class ProducerTable:
             return  # the heartbeat's own handler answers what is wrong with it
         for group in groups:
             self.add(group, connection, access_key)
+        if groups:
+            with self._lock:
+                self._clients[connection] = ProducerClient(
+                    str(data.get("clientID", "")), language, version
+                )
 
     def add(self, group: str, connection: RemotingConnection, access_key: str = "") -> None:
         with self._lock:
@@ -107,6 +129,7 @@ class ProducerTable:
 
     def connection_closed(self, connection: RemotingConnection) -> None:
         with self._lock:
+            self._clients.pop(connection, None)
             for group in list(self._groups):
                 members = self._groups[group]
                 members.pop(connection, None)
@@ -118,6 +141,16 @@ class ProducerTable:
         with self._lock:
             members = self._groups.get(group, {})
             return [(c, key) for c, key in members.items() if not c.closed]
+
+    def clients_of(self, group: str) -> list[tuple[RemotingConnection, ProducerClient]]:
+        """``group``'s producers on open connections, as their heartbeats described them."""
+        with self._lock:
+            members = self._groups.get(group, {})
+            return [
+                (c, self._clients.get(c, ProducerClient("", "", 0)))
+                for c in members
+                if not c.closed
+            ]
 
 
 class RemotingTransactions:
@@ -143,7 +176,13 @@ class RemotingTransactions:
     async def heartbeat(
         self, request: RemotingCommand, connection: RemotingConnection
     ) -> RemotingCommand:
-        self.producers.heartbeat(request.body, connection, request.ext_fields.get(ACCESS_KEY) or "")
+        self.producers.heartbeat(
+            request.body,
+            connection,
+            request.ext_fields.get(ACCESS_KEY) or "",
+            request.language,
+            request.version,
+        )
         answer = self._heartbeat(request, connection)
         return await answer if inspect.isawaitable(answer) else answer
 

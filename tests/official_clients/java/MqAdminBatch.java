@@ -10,7 +10,7 @@
  * messages, offsets and an online consumer; with --count 0 it does neither. The commands
  * sign their requests as mqadmin does, with the keys in ${rocketmq.home.dir}/conf/tools.yml
  * if that file exists. Each command's argument list may use
- * {offsetMsgId0}, {msgId0}, {key0} and {namesrv}; the program runs
+ * {offsetMsgId0}, {msgId0}, {key0}, {namesrv} and {clientId} (the consumer's); the program runs
  * MQAdminStartup.main for each with stdout and stderr captured, and prints one JSON line:
  * {"sent": [...], "consumed": n, "commands": [{"args": [...], "out": "...", "err": "..."}]}.
  * With --await-total M it waits (at most a minute) after the commands until the consumer
@@ -89,13 +89,15 @@ public class MqAdminBatch {
             msgId0 = ids[1];
         }
         sent.append("]");
+        String clientId = consumer != null ? consumer.buildMQClientId() : "";
         StringBuilder results = new StringBuilder("[");
         PrintStream out = System.out, err = System.err;
         for (int c = 0; c < commands.size(); c++) {
             List<String> argv = new ArrayList<>();
             for (String arg : commands.get(c)) {
                 argv.add(arg.replace("{offsetMsgId0}", offsetMsgId0).replace("{msgId0}", msgId0)
-                    .replace("{key0}", "key-0").replace("{namesrv}", namesrv));
+                    .replace("{key0}", "key-0").replace("{namesrv}", namesrv)
+                    .replace("{clientId}", clientId));
             }
             long started = System.nanoTime();
             ByteArrayOutputStream capturedOut = new ByteArrayOutputStream();

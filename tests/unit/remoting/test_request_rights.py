@@ -73,3 +73,18 @@ def test_admin_requests_need_the_named_resource_and_codes_without_rules_a_super_
     )
     for code in (25, 50, 9999):  # UPDATE_BROKER_CONFIG, PUT_KV_CONFIG, unknown
         assert needs_of(request(code)) == SUPER_ONLY
+
+
+def test_the_dashboards_views_need_list_on_the_cluster_or_get_on_the_producer_group():
+    # GET_SYSTEM_TOPIC_LIST_FROM_NS and _FROM_BROKER: listings, as the topic list is.
+    for code in (304, 305):
+        assert needs_of(request(code)) == (need(CLUSTER, "", Action.LIST),)
+    # GET_PRODUCER_CONNECTION_LIST: Get on the group it names.
+    assert needs_of(request(204, producerGroup="billing")) == (need(GROUP, "billing", GET),)
+    # GET_BROKER_CONFIG shows the broker's settings: super users only, as the change is.
+    assert needs_of(request(26)) == SUPER_ONLY
+
+
+def test_handing_a_message_to_a_consumer_needs_sub_on_its_topic_and_group():
+    wanted = needs_of(request(309, topic="orders", consumerGroup="billing", msgId="00"))
+    assert wanted == (need(TOPIC, "orders", SUB), need(GROUP, "billing", SUB))
