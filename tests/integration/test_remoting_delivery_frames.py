@@ -93,6 +93,69 @@ def test_a_send_back_naming_no_message_or_a_broker_record_is_refused(client):
     assert refused.code == 16 and "RMQ_SYS_TRANS_HALF_TOPIC" in refused.remark
 
 
+def _pull(client: Remoting, topic: str) -> RemotingCommand:
+    return client.call(
+        11, consumerGroup="readers", topic=topic, queueId=0, queueOffset=0, maxMsgNums=8,
+        sysFlag=0x4, commitOffset=0, suspendTimeoutMillis=0, subscription="*",
+        expressionType="TAG",
+    )  # fmt: skip
+
+
+def _fallback_send(
+    client: Remoting, group: str, unique: str, reconsume: int, most: int, level: int
+):
+    """What a 4.x consumer sends when its send-back failed: the delivered message's
+    properties whole (the client-side ones included), to its group's retry topic."""
+    copied = (
+        f"UNIQ_KEY\x01{unique}\x02TAGS\x01T\x02RETRY_TOPIC\x01{TOPIC}\x02MIN_OFFSET\x010\x02"
+        f"MAX_OFFSET\x015\x02CONSUME_START_TIME\x011700000000000\x02REAL_TOPIC\x01{TOPIC}\x02"
+        f"DELAY\x01{level}\x02"
+    )
+    return client.call(
+        310, b"body-" + unique.encode(), a="CLIENT_INNER_PRODUCER", b=f"%RETRY%{group}",
+        c="TBW102", d=4, e=0, f=0, g=0, h=0, i=copied, j=reconsume, l=most,
+    )  # fmt: skip
+
+
+def test_a_consumers_own_retry_send_past_its_reconsume_times_is_a_dead_letter(client):
+    answer = _fallback_send(client, "fallbacks-dead", "FB-DEAD", reconsume=3, most=2, level=5)
+    assert answer.code == 0, answer.remark
+    dlq = "%DLQ%fallbacks-dead"
+    wait_for(lambda: _max_offset(client, dlq) == 1, "the DLQ copy")
+    dead = decode_record(_pull(client, dlq).body, check_crc=False)
+    assert dead.body == b"body-FB-DEAD" and dead.reconsume_times == 3
+    assert dead.properties["RETRY_TOPIC"] == TOPIC
+    # The broker's own properties the consumer copied are not stored again.
+    for dropped in ("DELAY", "MIN_OFFSET", "MAX_OFFSET", "CONSUME_START_TIME", "REAL_TOPIC"):
+        assert dropped not in dead.properties
+
+
+def test_a_consumers_own_retry_send_waits_its_delay_level_in_the_retry_topic(client):
+    answer = _fallback_send(client, "fallbacks", "FB-RETRY", reconsume=1, most=16, level=1)
+    assert answer.code == 0, answer.remark
+    retry = "%RETRY%fallbacks"
+    assert _max_offset(client, "%DLQ%fallbacks") == -1
+    wait_for(lambda: _max_offset(client, retry) == 1, "the retry copy after its 1 s level")
+    again = decode_record(_pull(client, retry).body, check_crc=False)
+    assert again.body == b"body-FB-RETRY" and again.reconsume_times == 1
+    assert again.properties["RETRY_TOPIC"] == TOPIC and again.properties["UNIQ_KEY"] == "FB-RETRY"
+    # As in RocketMQ, retries are sent one at a time.
+    batch = client.call(320, b"", a="p", b=retry, c="TBW102", d=4, e=0, f=0, g=0, h=0, i="")
+    assert batch.code == 13 and "batch request does not support retry group" in batch.remark
+
+
+def test_an_orderly_groups_own_retry_send_is_a_dead_letter_at_once(client):
+    body = {
+        "consumerGroup": "fallbacks-orderly",
+        "clientId": "c",
+        "mqSet": [{"topic": TOPIC, "brokerName": "broker-a", "queueId": 0}],
+    }
+    assert client.call(41, json.dumps(body).encode()).code == 0
+    answer = _fallback_send(client, "fallbacks-orderly", "FB-ORDER", reconsume=1, most=16, level=1)
+    assert answer.code == 0, answer.remark
+    wait_for(lambda: _max_offset(client, "%DLQ%fallbacks-orderly") == 1, "the DLQ copy")
+
+
 def _lock(client: Remoting, code: int, client_id: str, queues: list[int], topic: str = TOPIC):
     body = {
         "consumerGroup": "sequencers",

@@ -71,6 +71,11 @@ def redelivery_for(reconsume_times: int, max_reconsume_times: int, delay_level: 
     return Redelivery(dead_letter=False, level=min(level, len(ROCKETMQ_LEVEL_DELAYS_MS)))
 
 
+def max_reconsume_times(broker: Broker, group: str) -> int:
+    """The reconsume times after which ``group``'s failed messages are dead letters."""
+    return broker.config.max_delivery_attempts - 1
+
+
 class SendBack:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
@@ -87,8 +92,9 @@ class SendBack:
             raise HeaderError(problem)
         physical = int_field(request, "offset")
         delay_level = int_field(request, "delayLevel", 0)
-        default_max = self._broker.config.max_delivery_attempts - 1
-        max_reconsume = int_field(request, "maxReconsumeTimes", default_max)
+        max_reconsume = int_field(
+            request, "maxReconsumeTimes", max_reconsume_times(self._broker, group)
+        )
         if self._broker.is_replica:
             return request.response(
                 ResponseCode.SERVICE_NOT_AVAILABLE,

@@ -62,10 +62,15 @@ class RemotingServer:
             heartbeat=self.consuming.heartbeat,
             may_be_asked=check_allowed(broker) if config.auth.enabled else None,
         )
-        self.service.add(Producing(broker, prepare=self.transactions.prepare).handlers())
+        locking = QueueLocking(broker)
+        self.service.add(
+            Producing(
+                broker, prepare=self.transactions.prepare, group_locked=locking.locks.group_locked
+            ).handlers()
+        )
         self.service.add(self.consuming.handlers())
         self.service.add(SendBack(broker).handlers())
-        self.service.add(QueueLocking(broker).handlers())
+        self.service.add(locking.handlers())
         self.service.add(self.transactions.handlers())
         self.service.add(AdminRequests(broker, self.consuming).handlers())
         self.service.add(Lookups(broker).handlers())
