@@ -138,6 +138,7 @@ class PopService:
         *,
         max_attempts: int,
         ensure_dlq_topic: Callable[[str], object],
+        attempts_of: Callable[[str], int] | None = None,
         clock: Clock = _now_ms,
         max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
@@ -151,6 +152,8 @@ class PopService:
             "are delivered again from the committed offsets)",
         )
         self.max_attempts = max_attempts
+        # A group's own attempts (its retryMaxTimes + 1), else max_attempts.
+        self._attempts_of = attempts_of
         self._ensure_dlq_topic = ensure_dlq_topic
         self._clock = clock
         self._lock = threading.RLock()
@@ -160,6 +163,10 @@ class PopService:
         self._due_dead_letters: list[_DeadLetter] = []
 
     # -- state --------------------------------------------------------------
+
+    def attempts_for(self, group: str) -> int:
+        """How many deliveries ``group`` gets of a message before it is a dead letter."""
+        return self.max_attempts if self._attempts_of is None else self._attempts_of(group)
 
     def _state(self, group: str, topic: str, queue_id: int) -> QueueState:
         key = (group, topic, queue_id)
@@ -315,7 +322,7 @@ class PopService:
             if message is None:
                 del state.in_flight[offset]  # gone with retention
                 continue
-            if entry.attempt >= self.max_attempts:
+            if entry.attempt >= self.attempts_for(group):
                 entry.moving = True
                 self._due_dead_letters.append(_DeadLetter(group, state, entry, message))
                 continue
@@ -365,7 +372,7 @@ class PopService:
             attempt = previous_attempts.get(offset, 0) + 1 if previous_attempts else 1
             entry = InFlight(offset, attempt, now, invisible_ms)
             state.in_flight[offset] = entry
-            if attempt > self.max_attempts:
+            if attempt > self.attempts_for(group):
                 # It used up its attempts in earlier batches: to the DLQ, not to the consumer.
                 entry.attempt -= 1
                 entry.moving = True

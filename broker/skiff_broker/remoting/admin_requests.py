@@ -95,7 +95,6 @@ class AdminRequests:
             RequestCode.GET_TOPIC_CONFIG: self.topic_config,
             RequestCode.GET_CONSUME_STATS: self.consume_stats,
             RequestCode.GET_CONSUMER_CONNECTION_LIST: self.consumer_connections,
-            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.update_group,
             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
             RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.topic_consumers,
             RequestCode.GET_BROKER_RUNTIME_INFO: self.runtime_info,
@@ -309,21 +308,6 @@ class AdminRequests:
         response = request.response(ResponseCode.SUCCESS)
         response.body = json_body(document)
         return response
-
-    def update_group(
-        self, request: RemotingCommand, connection: RemotingConnection
-    ) -> RemotingCommand:
-        try:
-            config = json.loads(request.body or b"{}")
-            name = str(config["groupName"])
-        except (ValueError, TypeError, KeyError) as exc:
-            raise HeaderError(
-                f"the body is not RocketMQ's SubscriptionGroupConfig (it needs groupName): {exc}"
-            ) from None
-        _group(name)
-        # Skiff keeps no per-group settings: a group exists once it consumes, and its
-        # retries follow the broker's policy. The name is checked so a bad one is refused.
-        return request.response(ResponseCode.SUCCESS)
 
     async def reset_offset(
         self, request: RemotingCommand, connection: RemotingConnection

@@ -319,6 +319,9 @@ class Consuming:
         self, request: RemotingCommand, connection: RemotingConnection
     ) -> RemotingCommand:
         group = _group(request)
+        refusal = self._group_refusal(group)
+        if refusal is not None:
+            return request.response(ResponseCode.NO_PERMISSION, refusal)
         topic, queue_id = self._readable_queue(request)
         offset = int_field(request, "queueOffset")
         max_count = int_field(request, "maxMsgNums")
@@ -404,6 +407,24 @@ class Consuming:
                     for m in got.messages
                 )
         return response
+
+    def _group_refusal(self, group: str) -> str | None:
+        """Why the group's settings (``updateSubGroup``) forbid it to pull now, in
+        RocketMQ's words and what to do; None if they allow it."""
+        settings = self._broker.group_settings
+        if settings.setting(group, "consumeEnable") is False:
+            return (
+                f"subscription group no permission, {group}: its consumeEnable is false; "
+                f"set it with updateSubGroup -g {group} -s true"
+            )
+        if settings.setting(group, "consumeBroadcastEnable") is False and any(
+            m.details.get("messageModel") == "BROADCASTING" for m in self.members(group)
+        ):
+            return (
+                f"the consumer group[{group}] can not consume by broadcast way: its "
+                f"consumeBroadcastEnable is false; set it with updateSubGroup -g {group} -d true"
+            )
+        return None
 
     def _registered(self, group: str, topic: str) -> Subscription | None:
         for member in self._groups.get(group, {}).values():

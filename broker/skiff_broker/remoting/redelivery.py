@@ -4,8 +4,9 @@ RocketMQ's reconsume rules (its broker's consumerSendMsgBack), applied to the me
 request names by commit-log offset:
 
 - A message consumed ``reconsumeTimes`` times already goes to ``%DLQ%<group>`` once that
-  reaches the group's maximum (the header's ``maxReconsumeTimes``, else the broker's
-  ``--max-delivery-attempts`` less one: 16 by default), or at once when the client asks
+  reaches the group's maximum (the header's ``maxReconsumeTimes``, else the group's
+  ``retryMaxTimes`` if set, else the broker's ``--max-delivery-attempts`` less one: 16
+  by default), or at once when the client asks
   with a negative delay level. Otherwise it goes to ``%RETRY%<group>`` after delay level
   ``3 + reconsumeTimes`` (10 s, 30 s, 1 min, ...) unless the client names a level; levels
   past the last (2 h) are the last.
@@ -73,7 +74,7 @@ def redelivery_for(reconsume_times: int, max_reconsume_times: int, delay_level: 
 
 def max_reconsume_times(broker: Broker, group: str) -> int:
     """The reconsume times after which ``group``'s failed messages are dead letters."""
-    return broker.config.max_delivery_attempts - 1
+    return broker.retry_max_times(group)
 
 
 class SendBack:

@@ -23,6 +23,7 @@ from .access import RemotingAccess
 from .admin_requests import AdminRequests
 from .connection import RemotingConnection
 from .consuming import Consuming
+from .group_settings_requests import GroupSettingsRequests
 from .lookups import Lookups
 from .name_server import NameServer
 from .producing import Producing
@@ -73,6 +74,7 @@ class RemotingServer:
         self.service.add(locking.handlers())
         self.service.add(self.transactions.handlers())
         self.service.add(AdminRequests(broker, self.consuming).handlers())
+        self.service.add(GroupSettingsRequests(broker).handlers())
         self.service.add(Lookups(broker).handlers())
         self.listener = ClientListener(
             config.remoting_listen,
