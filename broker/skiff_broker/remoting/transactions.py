@@ -56,9 +56,10 @@ from ..wire.record_layout import (
     header_struct,
 )
 from .access import ACCESS_KEY
-from .codes import RequestCode
+from .codes import RequestCode, ResponseCode
 from .connection import RemotingConnection
 from .frames import ONEWAY_FLAG, RemotingCommand
+from .heartbeat_limits import producer_problem
 from .service import Handler, HeaderError, int_field, text_field
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,16 @@ def check_allowed(broker: Broker) -> CheckAllowed:
     return allowed
 
 
+def producer_groups(body: bytes) -> list[str]:
+    """The producer groups a heartbeat names ([] if its body is not HeartbeatData: the
+    consumers' handler answers what is wrong with it)."""
+    try:
+        data = json.loads(body or b"{}")
+        return [str(p["groupName"]) for p in data.get("producerDataSet") or []]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return []
+
+
 class ProducerTable:
     """Producer group -> the open connections producers of it heartbeat or send half
     messages over, each with the access key that signed them ("" unsigned)."""
@@ -91,14 +102,11 @@ class ProducerTable:
         self._lock = threading.Lock()
         self._groups: dict[str, dict[RemotingConnection, str]] = {}
 
-    def heartbeat(self, body: bytes, connection: RemotingConnection, access_key: str = "") -> None:
-        try:
-            data = json.loads(body or b"{}")
-            groups = [str(p["groupName"]) for p in data.get("producerDataSet") or []]
-        except (ValueError, TypeError, KeyError, AttributeError):
-            return  # the heartbeat's own handler answers what is wrong with it
-        for group in groups:
-            self.add(group, connection, access_key)
+    def limit_problem(self, groups: list[str], connection: RemotingConnection) -> str | None:
+        """Why recording ``groups`` for ``connection`` would pass its limit, or None."""
+        with self._lock:
+            registered = {g for g, members in self._groups.items() if connection in members}
+        return producer_problem(registered, groups)
 
     def add(self, group: str, connection: RemotingConnection, access_key: str = "") -> None:
         with self._lock:
@@ -142,9 +150,17 @@ class RemotingTransactions:
     async def heartbeat(
         self, request: RemotingCommand, connection: RemotingConnection
     ) -> RemotingCommand:
-        self.producers.heartbeat(request.body, connection, request.ext_fields.get(ACCESS_KEY) or "")
+        groups = producer_groups(request.body)
+        problem = self.producers.limit_problem(groups, connection)
+        if problem is not None:
+            return request.response(ResponseCode.SYSTEM_ERROR, problem)
         answer = self._heartbeat(request, connection)
-        return await answer if inspect.isawaitable(answer) else answer
+        answer = await answer if inspect.isawaitable(answer) else answer
+        # Recorded only with the rest of the heartbeat: a refused one leaves nothing.
+        if answer.code == ResponseCode.SUCCESS:
+            for group in groups:
+                self.producers.add(group, connection, request.ext_fields.get(ACCESS_KEY) or "")
+        return answer
 
     async def end(
         self, request: RemotingCommand, connection: RemotingConnection
@@ -181,7 +197,9 @@ class RemotingTransactions:
         """Store a half message of producer ``group`` sent over ``connection`` (signed with
         ``access_key``), which is then one to check it over (its producer's first heartbeat
         may come 30 s after it)."""
-        if group:
+        # Past the connection's limit the half message is still stored; it is checked
+        # over the connections its group's heartbeats registered.
+        if group and self.producers.limit_problem([group], connection) is None:
             self.producers.add(group, connection, access_key)
         return await self._broker.transactions.prepare(message, group)
 
