@@ -16,12 +16,21 @@ from tests.support.broker_fixture import module_broker
 from tests.support.broker_process import BrokerProcess
 from tests.support.waiting import wait_for
 
-from skiff_broker.metadata.topic_table import TopicConfig
+from skiff_broker.metadata.topic_table import MessageType, TopicConfig
 from skiff_broker.remoting.frames import ONEWAY_FLAG, RemotingCommand, encode
 from skiff_broker.wire.record_codec import decode_record
 
 TOPIC = "invoices"
-broker = module_broker("remoting-delivery", topics=[TopicConfig(TOPIC, 2, 2)])
+FIFO_TOPIC = "invoices-in-order"
+TRANSACTION_TOPIC = "invoices-transactional"
+broker = module_broker(
+    "remoting-delivery",
+    topics=[
+        TopicConfig(TOPIC, 2, 2),
+        TopicConfig(FIFO_TOPIC, 1, 1, message_type=MessageType.FIFO),
+        TopicConfig(TRANSACTION_TOPIC, 1, 1, message_type=MessageType.TRANSACTION),
+    ],
+)
 
 
 @pytest.fixture
@@ -37,6 +46,24 @@ def _send(client: Remoting, unique: str, sys_flag: int = 0, extra: str = "") -> 
         310, b"body-" + unique.encode(), a="p", b=TOPIC, c="TBW102", d=4, e=0, f=sys_flag,
         g=0, h=0, i=properties,
     )  # fmt: skip
+
+
+def test_remoting_sends_are_not_checked_against_the_topics_message_type(client):
+    """As Apache RocketMQ 5.3.3's broker: its remoting sends carry no message type to
+    check (its proxy, like Skiff's gRPC door, checks them)."""
+    plain = "UNIQ_KEY\x01TYPE-PLAIN\x02WAIT\x01true\x02"
+    for topic in (FIFO_TOPIC, TRANSACTION_TOPIC):
+        answer = client.call(
+            310, b"plain", a="p", b=topic, c="TBW102", d=4, e=0, f=0, g=0, h=0, i=plain
+        )
+        assert answer.code == 0, answer.remark
+        wait_for(lambda topic=topic: _max_offset(client, topic) == 1, f"the message in {topic}")
+    delayed = "UNIQ_KEY\x01TYPE-DELAY\x02DELAY\x011\x02"
+    answer = client.call(
+        310, b"later", a="p", b=FIFO_TOPIC, c="TBW102", d=4, e=0, f=0, g=0, h=0, i=delayed
+    )
+    assert answer.code == 0, answer.remark
+    wait_for(lambda: _max_offset(client, FIFO_TOPIC) == 2, "the delayed message after 1 s")
 
 
 def _max_offset(client: Remoting, topic: str, queue: int = 0) -> int:
