@@ -15,6 +15,7 @@ import pytest
 from tests.integration.test_remoting_port import Remoting
 from tests.support.broker_fixture import module_broker
 from tests.support.broker_process import BrokerProcess
+from tests.support.waiting import wait_for
 
 from skiff_broker.metadata.topic_table import TopicConfig
 
@@ -120,3 +121,38 @@ def test_groups_answers_say_what_is_missing(client):
     for queue in table.values():
         assert queue["consumerOffset"] == queue["brokerOffset"]
     assert "resetters" in json.loads(client.call(300, topic=TOPIC).body)["groupList"]
+
+
+def _tps(client: Remoting) -> tuple[float, float, float, float]:
+    """(topic put, group consume, broker put over 10 s, broker consumed over 10 s)."""
+    topic = client.call(202, topic=TOPIC)
+    group = client.call(208, consumerGroup="tps-readers", topic=TOPIC)
+    table = json.loads(client.call(28).body)["table"]
+    return (
+        float(re.search(rb'"topicPutTps":([0-9.]+)', topic.body).group(1)),
+        float(re.search(rb'"consumeTps":([0-9.]+)', group.body).group(1)),
+        float(table["putTps"].split()[0]),
+        float(table["getTransferedTps"].split()[0]),
+    )
+
+
+def test_put_and_consume_rates_come_from_what_was_stored_and_consumed(client):
+    sent = 40
+    for number in range(sent):
+        assert _send(client, b"counted", f"tps-{number}", queue=1).code == 0
+    committed = iter(range(1, sent + 1))
+
+    def consumed_more() -> bool:
+        # The group consumes on as the figures are asked (its first commit is no
+        # traffic yet: a rate needs it in two samples).
+        answer = client.call(
+            15, consumerGroup="tps-readers", topic=TOPIC, queueId=1,
+            commitOffset=next(committed, sent),
+        )  # fmt: skip
+        assert answer.code == 0, answer.remark
+        return all(rate > 0 for rate in _tps(client))
+
+    wait_for(consumed_more, "every rate above 0")
+    # brokerStatus shows three windows, as RocketMQ's: 10 s, 1 min, 10 min.
+    table = json.loads(client.call(28).body)["table"]
+    assert len(table["putTps"].split()) == 3 and len(table["getTransferedTps"].split()) == 3

@@ -164,6 +164,11 @@ class PopService:
 
     # -- state --------------------------------------------------------------
 
+    def group_topics(self) -> set[tuple[str, str]]:
+        """The (group, topic) pairs with positions here, committed to the offsets or not."""
+        with self._lock:
+            return {(group, topic) for group, topic, _queue in self._queues}
+
     def attempts_for(self, group: str) -> int:
         """How many deliveries ``group`` gets of a message before it is a dead letter."""
         return self.max_attempts if self._attempts_of is None else self._attempts_of(group)

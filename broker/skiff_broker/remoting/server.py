@@ -9,6 +9,7 @@ group offsets and long polling as the gRPC service.
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from collections.abc import Callable
 
@@ -30,6 +31,7 @@ from .producing import Producing
 from .queue_locks import QueueLocking
 from .redelivery import SendBack
 from .service import RemotingService
+from .traffic_rates import TrafficRates, broker_totals
 from .transactions import RemotingTransactions, check_allowed
 
 LISTEN_OPTION = "--remoting-listen"
@@ -73,7 +75,9 @@ class RemotingServer:
         self.service.add(SendBack(broker).handlers())
         self.service.add(locking.handlers())
         self.service.add(self.transactions.handlers())
-        self.service.add(AdminRequests(broker, self.consuming).handlers())
+        self.rates = TrafficRates(lambda: broker_totals(broker))
+        self._sampling: asyncio.Task | None = None
+        self.service.add(AdminRequests(broker, self.consuming, self.rates).handlers())
         self.service.add(GroupSettingsRequests(broker).handlers())
         self.service.add(Lookups(broker).handlers())
         self.listener = ClientListener(
@@ -121,6 +125,7 @@ class RemotingServer:
 
     async def start(self) -> None:
         await self.listener.start()
+        self._sampling = asyncio.create_task(self.rates.run())
 
     def stop_accepting(self) -> None:
         self.listener.stop_accepting()
@@ -128,5 +133,7 @@ class RemotingServer:
     async def stop(self) -> None:
         """Stop accepting, then close every connection (long polls end with it)."""
         await self.listener.stop()
+        if self._sampling is not None:
+            self._sampling.cancel()
         for connection in list(self._open):
             connection.close()
