@@ -27,6 +27,7 @@ from .consuming import Consuming
 from .group_settings_requests import GroupSettingsRequests
 from .lookups import Lookups
 from .name_server import NameServer
+from .popping import Popping
 from .producing import Producing
 from .queue_locks import QueueLocking
 from .redelivery import SendBack
@@ -72,6 +73,7 @@ class RemotingServer:
             ).handlers()
         )
         self.service.add(self.consuming.handlers())
+        self.service.add(Popping(broker, hub).handlers())
         self.service.add(SendBack(broker).handlers())
         self.service.add(locking.handlers())
         self.service.add(self.transactions.handlers())

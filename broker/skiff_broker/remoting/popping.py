@@ -1,0 +1,245 @@
+"""POP_MESSAGE, ACK_MESSAGE and CHANGE_MESSAGE_INVISIBLETIME: pop consumption over remoting.
+
+The 5.x remoting client's pop mode, on the broker's one ``PopService``: the in-flight
+deliveries, attempts and invisible times a gRPC receive uses, so a group's message
+popped here is not received over gRPC until its invisible time ends, and the other
+way round; an ack on either door ends it for both.
+
+Invariants:
+- A pop answers SUCCESS with the messages in RocketMQ's record encoding (as a pull
+  does), each record's RECONSUMETIMES its attempts before this one, and the header's
+  ``popTime`` (the deliveries' retrieve time) and ``invisibleTime``, from which the
+  client builds each message's receipt (``extraInfo``, RocketMQ's ExtraInfoUtil form:
+  ``ckOffset popTime invisibleTime reviveQid topicMark brokerName queueId offset``).
+  Nothing due: PULL_NOT_FOUND, or POLLING_TIMEOUT once it waited ``pollTime``.
+- An ack or change names its delivery by group, topic, queue, offset and the
+  receipt's ``popTime``; one whose invisible time ran out, or that was acked, is
+  refused (NO_MESSAGE) and the message comes again, as on the gRPC door.
+- The invisible time is checked against the broker's bounds (those of a gRPC receive);
+  a change may go down to 0, a quick retry.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..delivery.long_polling import ArrivalHub
+from ..delivery.pop import Delivery, PopError
+from ..delivery.tag_filter import TagFilter
+from ..filter.subscription import MessageFilter, sql92_filter
+from ..metadata.topic_table import MessageType, TopicConfig
+from ..runtime import Broker
+from ..wire.record_layout import STOREHOST_V6, store_timestamp_offset
+from ..wire.resource_names import group_name_problem
+from .codes import RequestCode, ResponseCode
+from .connection import RemotingConnection
+from .frames import RemotingCommand
+from .service import HeaderError, Refused, int_field, text_field
+
+# RocketMQ's pop batch limit (its broker refuses more than 32 a pop).
+MAX_POP_MESSAGES = 32
+# RocketMQ's remoting codes a pop answers with when nothing is due.
+NO_MESSAGE = 208
+POLLING_TIMEOUT = 210
+# Skiff's pops have one revive queue (RocketMQ's reviveQid names a broker-internal one).
+REVIVE_QUEUE = 0
+
+
+def _group(request: RemotingCommand) -> str:
+    group = text_field(request, "consumerGroup")
+    problem = group_name_problem(group)
+    if problem is not None:
+        raise HeaderError(problem)
+    return group
+
+
+def _pop_time(request: RemotingCommand) -> int:
+    """The popTime inside a receipt (``extraInfo``): its second field."""
+    fields = text_field(request, "extraInfo").split(" ")
+    try:
+        return int(fields[1])
+    except (IndexError, ValueError):
+        raise HeaderError(
+            "extraInfo is not a pop receipt (ckOffset popTime invisibleTime reviveQid "
+            "topicMark brokerName queueId offset); pass the POP_CK the message came with"
+        ) from None
+
+
+class Popping:
+    def __init__(self, broker: Broker, hub: ArrivalHub) -> None:
+        self._broker = broker
+        self._hub = hub
+        self._rotation: dict[tuple[str, str], int] = {}
+
+    def handlers(self) -> dict:
+        return {
+            RequestCode.POP_MESSAGE: self.pop,
+            RequestCode.ACK_MESSAGE: self.ack,
+            RequestCode.CHANGE_MESSAGE_INVISIBLETIME: self.change_invisible_time,
+        }
+
+    def _topic(self, request: RemotingCommand) -> TopicConfig:
+        name = text_field(request, "topic")
+        topic = self._broker.topics.get(name)
+        if topic is None:
+            raise Refused(ResponseCode.TOPIC_NOT_EXIST, f"topic {name} does not exist")
+        if not topic.readable:
+            raise Refused(ResponseCode.NO_PERMISSION, f"topic {name} is not readable")
+        return topic
+
+    def _queues(self, group: str, topic: TopicConfig, asked: int) -> list[int]:
+        """The asked queue, or (-1) every readable one, starting one further each pop."""
+        count = topic.read_queue_nums
+        if asked >= 0:
+            if asked >= count:
+                raise Refused(
+                    ResponseCode.SYSTEM_ERROR,
+                    f"queueId {asked} is illegal: topic {topic.name} has {count} read "
+                    "queues; refresh the route",
+                )
+            return [asked]
+        start = self._rotation.get((group, topic.name), 0)
+        self._rotation[(group, topic.name)] = (start + 1) % count
+        return [(start + i) % count for i in range(count)]
+
+    def _invisible_ms(self, request: RemotingCommand, least: int) -> int:
+        config = self._broker.config
+        invisible = int_field(request, "invisibleTime")
+        if not least <= invisible <= config.max_invisible_time_ms:
+            raise Refused(
+                ResponseCode.SYSTEM_ERROR,
+                f"invisibleTime {invisible} ms is out of range: it must be {least} to "
+                f"{config.max_invisible_time_ms} ms",
+            )
+        return invisible
+
+    @staticmethod
+    def _filter(request: RemotingCommand) -> MessageFilter:
+        kind = (request.ext_fields.get("expType") or "TAG").upper()
+        expression = request.ext_fields.get("exp") or "*"
+        try:
+            if kind == "SQL92":
+                return sql92_filter(expression)
+            if kind != "TAG":
+                raise ValueError(f"expression type {kind!r} is unknown; use TAG or SQL92")
+            return TagFilter.parse(expression)
+        except ValueError as exc:
+            raise Refused(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc)) from None
+
+    async def pop(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand:
+        group = _group(request)
+        if self._broker.group_settings.setting(group, "consumeEnable") is False:
+            raise Refused(
+                ResponseCode.NO_PERMISSION,
+                f"subscription group no permission, {group}: its consumeEnable is false; "
+                f"set it with updateSubGroup -g {group} -s true",
+            )
+        topic = self._topic(request)
+        queues = self._queues(group, topic, int_field(request, "queueId", -1))
+        wanted = min(max(int_field(request, "maxMsgNums", 1), 1), MAX_POP_MESSAGES)
+        invisible = self._invisible_ms(request, self._broker.config.min_invisible_time_ms)
+        message_filter = self._filter(request)
+        poll_ms = min(
+            max(int_field(request, "pollTime", 0), 0), self._broker.config.max_long_polling_ms
+        )
+        deadline = time.monotonic() + poll_ms / 1000
+        fifo = topic.message_type is MessageType.FIFO
+        pop = self._broker.pop
+        while True:
+            since = self._hub.arrivals(topic.name)
+            deliveries = pop.pop(
+                group, topic.name, queues, wanted, invisible, message_filter, fifo=fifo
+            )
+            # Those out of attempts go to the DLQ topic: a store write, awaited.
+            await pop.move_due_dead_letters()
+            if deliveries:
+                return self._found(request, deliveries, invisible)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                code = POLLING_TIMEOUT if poll_ms else ResponseCode.PULL_NOT_FOUND
+                response = request.response(code, "no new message")
+                response.ext_fields.update(
+                    popTime=str(int(time.time() * 1000)),
+                    invisibleTime=str(invisible),
+                    reviveQid=str(REVIVE_QUEUE),
+                    restNum="0",
+                )
+                return response
+            due = pop.next_visible_at(group, topic.name, fifo=fifo)
+            if due is not None:
+                remaining = min(remaining, max(0.0, due / 1000 - time.time()) + 0.01)
+            await self._hub.wait(topic.name, remaining, since)
+
+    def _found(
+        self, request: RemotingCommand, deliveries: list[Delivery], invisible: int
+    ) -> RemotingCommand:
+        commit_log = self._broker.store.commit_log
+        records = []
+        for d in deliveries:
+            record = commit_log.read(d.message.physical_offset, d.message.store_size)
+            if record is None:
+                continue  # gone with retention since it was read: it is not delivered
+            records.append(_with_reconsume_times(record, d.message.sys_flag, d.attempt - 1))
+        response = request.response(ResponseCode.SUCCESS)
+        response.body = b"".join(records)
+        response.ext_fields.update(
+            popTime=str(deliveries[0].retrieve_time),
+            invisibleTime=str(invisible),
+            reviveQid=str(REVIVE_QUEUE),
+            restNum="0",
+        )
+        return response
+
+    def ack(self, request: RemotingCommand, connection: RemotingConnection) -> RemotingCommand:
+        group = _group(request)
+        topic = text_field(request, "topic")
+        try:
+            self._broker.pop.ack(
+                group,
+                topic,
+                int_field(request, "queueId"),
+                int_field(request, "offset"),
+                _pop_time(request),
+            )
+        except PopError as exc:
+            return request.response(NO_MESSAGE, str(exc))
+        # An ack can release a FIFO queue that waiting pops skipped.
+        self._hub.notify(topic)
+        return request.response(ResponseCode.SUCCESS)
+
+    def change_invisible_time(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand:
+        group = _group(request)
+        topic = text_field(request, "topic")
+        invisible = self._invisible_ms(request, 0)
+        try:
+            d = self._broker.pop.change_invisible_time(
+                group,
+                topic,
+                int_field(request, "queueId"),
+                int_field(request, "offset"),
+                _pop_time(request),
+                invisible,
+            )
+        except PopError as exc:
+            return request.response(NO_MESSAGE, str(exc))
+        # Waiting pops planned their sleep with the old due time.
+        self._hub.notify(topic)
+        response = request.response(ResponseCode.SUCCESS)
+        response.ext_fields.update(
+            popTime=str(d.retrieve_time),
+            invisibleTime=str(d.invisible_time),
+            reviveQid=str(REVIVE_QUEUE),
+        )
+        return response
+
+
+def _with_reconsume_times(record: bytes, sys_flag: int, times: int) -> bytes:
+    """``record`` with its RECONSUMETIMES field set to ``times``."""
+    at = store_timestamp_offset(sys_flag) + 8 + (20 if sys_flag & STOREHOST_V6 else 8)
+    patched = bytearray(record)
+    patched[at : at + 4] = times.to_bytes(4, "big", signed=True)
+    return bytes(patched)

@@ -1,0 +1,172 @@
+"""Pop consumption over the remoting port (POP_MESSAGE, ACK_MESSAGE,
+CHANGE_MESSAGE_INVISIBLETIME), frame by frame as the 5.x remoting client sends them,
+on the same in-flight state as the gRPC door's receive and ack.
+
+Receipts are built as the 5.x client builds them from the pop's header (RocketMQ's
+ExtraInfoUtil form), so what the broker is asked is what that client would ask.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+
+import grpc
+import pytest
+from google.protobuf.duration_pb2 import Duration
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
+from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
+from tests.integration.test_remoting_port import Remoting
+from tests.support.broker_fixture import module_broker
+from tests.support.broker_process import BrokerProcess
+from tests.support.waiting import wait_for
+
+from skiff_broker.metadata.topic_table import TopicConfig
+from skiff_broker.remoting.frames import RemotingCommand
+from skiff_broker.wire.record_codec import StoredMessage, decode_record
+
+TOPIC = "parcels"
+GROUP = "couriers"
+INVISIBLE_MS = 20_000
+broker = module_broker("remoting-pop", topics=[TopicConfig(TOPIC, 1, 1)])
+
+
+@pytest.fixture
+def client(broker: BrokerProcess) -> Iterator[Remoting]:
+    remoting = Remoting(broker.remoting_endpoint)
+    yield remoting
+    remoting.close()
+
+
+def _send(client: Remoting, unique: str) -> None:
+    properties = f"UNIQ_KEY\x01{unique}\x02TAGS\x01T\x02WAIT\x01true\x02"
+    answer = client.call(
+        310, unique.encode(), a="p", b=TOPIC, c="TBW102", d=4, e=0, f=0, g=0, h=0, i=properties
+    )
+    assert answer.code == 0, answer.remark
+
+
+def _pop(client: Remoting, wanted: int = 32, poll_ms: int = 0) -> RemotingCommand:
+    return client.call(
+        200050, consumerGroup=GROUP, topic=TOPIC, queueId=-1, maxMsgNums=wanted,
+        invisibleTime=INVISIBLE_MS, pollTime=poll_ms, bornTime=0, initMode=0,
+        expType="TAG", exp="*", order="false",
+    )  # fmt: skip
+
+
+def _records(body: bytes) -> list[StoredMessage]:
+    found, at = [], 0
+    while at < len(body):
+        (size,) = struct.unpack_from(">i", body, at)
+        found.append(decode_record(body[at : at + size], check_crc=False))
+        at += size
+    return found
+
+
+def _receipt(popped: RemotingCommand, message: StoredMessage) -> str:
+    """The POP_CK the 5.x client builds for a popped message (no startOffsetInfo)."""
+    header = popped.ext_fields
+    return (
+        f"{message.queue_offset} {header['popTime']} {header['invisibleTime']} "
+        f"{header['reviveQid']} 0 broker-a {message.queue_id} {message.queue_offset}"
+    )
+
+
+def _settle(client: Remoting, code: int, receipt: str, message: StoredMessage, **extra):
+    return client.call(
+        code, consumerGroup=GROUP, topic=TOPIC, queueId=message.queue_id, extraInfo=receipt,
+        offset=message.queue_offset, **extra,
+    )  # fmt: skip
+
+
+def _grpc_receive(endpoint: str) -> list[pb.Message]:
+    request = spb.ReceiveMessageRequest(
+        group=pb.Resource(name=GROUP),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name=TOPIC), id=0),
+        filter_expression=pb.FilterExpression(type=pb.FilterType.TAG, expression="*"),
+        batch_size=32,
+        invisible_duration=Duration(seconds=INVISIBLE_MS // 1000),
+        long_polling_timeout=Duration(seconds=1),
+    )
+    with grpc.insecure_channel(endpoint) as channel:
+        frames = list(MessagingServiceStub(channel).ReceiveMessage(request, timeout=10))
+    return [f.message for f in frames if f.HasField("message")]
+
+
+def test_a_popped_message_is_not_received_over_grpc_until_it_is_due_again(broker, client):
+    _send(client, "PARCEL-1")
+    _send(client, "PARCEL-2")
+    wait_for(
+        lambda: client.call(30, topic=TOPIC, queueId=0).ext_fields.get("offset") == "2",
+        "both messages in their queue",
+    )
+    popped = _pop(client, poll_ms=1000)
+    assert popped.code == 0, popped.remark
+    first = _records(popped.body)
+    assert [m.properties["UNIQ_KEY"] for m in first] == ["PARCEL-1", "PARCEL-2"]
+    assert all(m.reconsume_times == 0 for m in first)
+    assert int(popped.ext_fields["invisibleTime"]) == INVISIBLE_MS
+    # In flight for the group: neither door hands them out again.
+    assert _grpc_receive(broker.endpoint) == []
+    assert _pop(client).code == 19
+
+    one, two = first
+    assert _settle(client, 200051, _receipt(popped, one), one).code == 0
+    # Acked is acked: a second ack of the receipt is refused.
+    again = _settle(client, 200051, _receipt(popped, one), one)
+    assert again.code == 208 and again.remark
+
+    # A change to 0 is a quick retry; the gRPC door then has the message, attempt 2.
+    changed = _settle(client, 200053, _receipt(popped, two), two, invisibleTime=0)
+    assert changed.code == 0, changed.remark
+    received = _grpc_receive(broker.endpoint)
+    assert [m.system_properties.message_id for m in received] == ["PARCEL-2"]
+    assert received[0].system_properties.delivery_attempt == 2
+    # ... and it is hidden from the remoting door while gRPC holds it.
+    assert _pop(client).code == 19
+    # The stale remoting receipt no longer settles it.
+    stale = _settle(client, 200051, _receipt(popped, two), two)
+    assert stale.code == 208
+
+    # Retried over gRPC, it comes back to a remoting pop counting its attempts so far.
+    with grpc.insecure_channel(broker.endpoint) as channel:
+        nack = MessagingServiceStub(channel).ChangeInvisibleDuration(
+            spb.ChangeInvisibleDurationRequest(
+                group=pb.Resource(name=GROUP),
+                topic=pb.Resource(name=TOPIC),
+                receipt_handle=received[0].system_properties.receipt_handle,
+                invisible_duration=Duration(seconds=0),
+                message_id="PARCEL-2",
+            ),
+            timeout=10,
+        )
+    assert nack.status.code == pb.Code.OK, nack.status.message
+    third = _pop(client, poll_ms=1000)
+    assert third.code == 0, third.remark
+    [retried] = _records(third.body)
+    assert retried.properties["UNIQ_KEY"] == "PARCEL-2" and retried.reconsume_times == 2
+    assert _settle(client, 200051, _receipt(third, retried), retried).code == 0
+    assert _grpc_receive(broker.endpoint) == []
+
+
+def test_pop_requests_that_make_no_sense_are_answered(client):
+    no_topic = client.call(
+        200050, consumerGroup=GROUP, topic="no-such-topic", queueId=-1, maxMsgNums=1,
+        invisibleTime=INVISIBLE_MS, pollTime=0,
+    )  # fmt: skip
+    assert no_topic.code == 17
+    too_short = client.call(
+        200050, consumerGroup=GROUP, topic=TOPIC, queueId=-1, maxMsgNums=1,
+        invisibleTime=1, pollTime=0,
+    )  # fmt: skip
+    assert too_short.code == 1 and "invisibleTime 1 ms is out of range" in too_short.remark
+    bad_queue = client.call(
+        200050, consumerGroup=GROUP, topic=TOPIC, queueId=7, maxMsgNums=1,
+        invisibleTime=INVISIBLE_MS, pollTime=0,
+    )  # fmt: skip
+    assert bad_queue.code == 1 and "queueId 7 is illegal" in bad_queue.remark
+    garbled = client.call(
+        200051, consumerGroup=GROUP, topic=TOPIC, queueId=0, extraInfo="nonsense", offset=0
+    )
+    assert garbled.code == 1 and "not a pop receipt" in garbled.remark
