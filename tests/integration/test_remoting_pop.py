@@ -18,6 +18,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
 from tests.integration.test_remoting_port import Remoting
+from tests.official_clients import built_or_skipped, remoting_pop_java_client, run_client
 from tests.support.broker_fixture import module_broker
 from tests.support.broker_process import BrokerProcess
 from tests.support.waiting import wait_for
@@ -29,7 +30,9 @@ from skiff_broker.wire.record_codec import StoredMessage, decode_record
 TOPIC = "parcels"
 GROUP = "couriers"
 INVISIBLE_MS = 20_000
-broker = module_broker("remoting-pop", topics=[TopicConfig(TOPIC, 1, 1)])
+broker = module_broker(
+    "remoting-pop", topics=[TopicConfig(TOPIC, 1, 1), TopicConfig("letters", 2, 2)]
+)
 
 
 @pytest.fixture
@@ -170,3 +173,32 @@ def test_pop_requests_that_make_no_sense_are_answered(client):
         200051, consumerGroup=GROUP, topic=TOPIC, queueId=0, extraInfo="nonsense", offset=0
     )
     assert garbled.code == 1 and "not a pop receipt" in garbled.remark
+
+
+def test_the_5x_remoting_clients_own_pop_ack_and_change_calls_work(broker, tmp_path):
+    """rocketmq-client 5.x, unchanged: popMessageAsync, changeInvisibleTimeAsync and
+    ackMessageAsync with the receipts the client builds itself."""
+    program = built_or_skipped(remoting_pop_java_client)
+    command = program.command(
+        "", tmp_path, namesrv=broker.remoting_endpoint, topic="letters", group="postmen", count=3
+    )
+    outcome = run_client(command, tmp_path)
+    summary = outcome.summary
+    assert summary["errors"] == [], outcome.stderr[-2000:]
+    assert summary["sent"] == 3 and len(set(summary["popped"])) == 3
+    # Put back at once, it came again counting its first attempt.
+    assert summary["again"] == summary["popped"][0]
+    assert summary["againReconsumeTimes"] == 1
+    assert summary["acked"] == 3
+    # Acked over remoting is acked for the gRPC door too.
+    request = spb.ReceiveMessageRequest(
+        group=pb.Resource(name="postmen"),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name="letters"), id=0),
+        filter_expression=pb.FilterExpression(type=pb.FilterType.TAG, expression="*"),
+        batch_size=32,
+        invisible_duration=Duration(seconds=30),
+        long_polling_timeout=Duration(seconds=1),
+    )
+    with grpc.insecure_channel(broker.endpoint) as channel:
+        frames = list(MessagingServiceStub(channel).ReceiveMessage(request, timeout=10))
+    assert [f for f in frames if f.HasField("message")] == []

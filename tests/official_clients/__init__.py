@@ -283,3 +283,20 @@ def mqadmin_batch() -> JavaClient:
         version=MQADMIN_VERSION,
         what="mqadmin",
     )
+
+
+# The 5.x remoting client (rocketmq-client 5.x): its pop calls.
+REMOTING_5_CLIENT_VERSION = "5.3.3"
+
+
+def remoting_pop_java_client() -> JavaClient:
+    """Build (once) and return ``java/RemotingPopClient.java`` on rocketmq-client 5.x."""
+    return _java_program(
+        "RemotingPopClient",
+        [SOURCES / "java" / "RemotingPopClient.java"],
+        [MavenArtifact("org.apache.rocketmq", "rocketmq-client", REMOTING_5_CLIENT_VERSION)],
+        libs=f"java-remoting-{REMOTING_5_CLIENT_VERSION}",
+        home="java-remoting-pop",
+        version=REMOTING_5_CLIENT_VERSION,
+        what="the RocketMQ 5.x remoting client",
+    )
