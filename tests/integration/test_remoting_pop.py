@@ -8,6 +8,8 @@ ExtraInfoUtil form), so what the broker is asked is what that client would ask.
 
 from __future__ import annotations
 
+import base64
+import json
 import struct
 from collections.abc import Iterator
 
@@ -202,3 +204,32 @@ def test_the_5x_remoting_clients_own_pop_ack_and_change_calls_work(broker, tmp_p
     with grpc.insecure_channel(broker.endpoint) as channel:
         frames = list(MessagingServiceStub(channel).ReceiveMessage(request, timeout=10))
     assert [f for f in frames if f.HasField("message")] == []
+
+
+def test_a_batch_ack_settles_the_offsets_its_bit_set_names(client):
+    before = int(client.call(30, topic=TOPIC, queueId=0).ext_fields["offset"])
+    for number in range(3):
+        _send(client, f"BATCH-{number}")
+    wait_for(
+        lambda: client.call(30, topic=TOPIC, queueId=0).ext_fields["offset"] == str(before + 3),
+        "the batch's messages in their queue",
+    )
+    popped = _pop(client, poll_ms=1000)
+    assert popped.code == 0, popped.remark
+    held = _records(popped.body)
+    assert [m.properties["UNIQ_KEY"] for m in held] == ["BATCH-0", "BATCH-1", "BATCH-2"]
+    start = held[0].queue_offset
+    # java.util.BitSet's bytes: bits 0 and 2, the first and the third message.
+    ack = {
+        "c": GROUP, "t": TOPIC, "r": "0", "so": start, "q": 0, "rq": 0,
+        "pt": int(popped.ext_fields["popTime"]), "it": INVISIBLE_MS,
+        "b": base64.b64encode(bytes([0b101])).decode(),
+    }  # fmt: skip
+    body = json.dumps({"brokerName": "broker-a", "acks": [ack]}).encode()
+    assert client.call(200151, body).code == 0
+    # The middle one is still in flight; the others are settled for good.
+    assert _settle(client, 200051, _receipt(popped, held[0]), held[0]).code == 208
+    assert _settle(client, 200051, _receipt(popped, held[2]), held[2]).code == 208
+    assert _settle(client, 200051, _receipt(popped, held[1]), held[1]).code == 0
+    garbled = client.call(200151, b'{"acks": [{"c": "g"}]}')
+    assert garbled.code == 1 and "BatchAckMessageRequestBody" in garbled.remark

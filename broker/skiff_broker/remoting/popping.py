@@ -1,4 +1,4 @@
-"""POP_MESSAGE, ACK_MESSAGE and CHANGE_MESSAGE_INVISIBLETIME: pop consumption over remoting.
+"""POP_MESSAGE, (BATCH_)ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME: pop consumption over remoting.
 
 The 5.x remoting client's pop mode, on the broker's one ``PopService``: the in-flight
 deliveries, attempts and invisible times a gRPC receive uses, so a group's message
@@ -15,12 +15,20 @@ Invariants:
 - An ack or change names its delivery by group, topic, queue, offset and the
   receipt's ``popTime``; one whose invisible time ran out, or that was acked, is
   refused (NO_MESSAGE) and the message comes again, as on the gRPC door.
+- A batch ack (RocketMQ's BatchAckMessageRequestBody: per queue and pop, a start
+  offset and a bit set of the offsets after it) settles each delivery it names as an
+  ack would, and is answered SUCCESS as RocketMQ answers it; the deliveries it could
+  not settle come again.
 - The invisible time is checked against the broker's bounds (those of a gRPC receive);
   a change may go down to 0, a quick retry.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import contextlib
+import json
 import time
 
 from ..delivery.long_polling import ArrivalHub
@@ -76,6 +84,7 @@ class Popping:
             RequestCode.POP_MESSAGE: self.pop,
             RequestCode.ACK_MESSAGE: self.ack,
             RequestCode.CHANGE_MESSAGE_INVISIBLETIME: self.change_invisible_time,
+            RequestCode.BATCH_ACK_MESSAGE: self.batch_ack,
         }
 
     def _topic(self, request: RemotingCommand) -> TopicConfig:
@@ -209,6 +218,26 @@ class Popping:
         self._hub.notify(topic)
         return request.response(ResponseCode.SUCCESS)
 
+    def batch_ack(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand:
+        acks = _batch_acks(request.body)
+        if not acks:
+            return request.response(NO_MESSAGE, "the batch ack names no message")
+        pop = self._broker.pop
+        topics = set()
+        for group, topic, queue_id, offsets, pop_time in acks:
+            if group_name_problem(group) is not None:
+                continue  # no such group has deliveries to settle
+            topics.add(topic)
+            for offset in offsets:
+                # One settled or expired already comes again, as after its own ack.
+                with contextlib.suppress(PopError):
+                    pop.ack(group, topic, queue_id, offset, pop_time)
+        for topic in topics:
+            self._hub.notify(topic)
+        return request.response(ResponseCode.SUCCESS)
+
     def change_invisible_time(
         self, request: RemotingCommand, connection: RemotingConnection
     ) -> RemotingCommand:
@@ -235,6 +264,48 @@ class Popping:
             reviveQid=str(REVIVE_QUEUE),
         )
         return response
+
+
+# A batch ack's entries: (group, topic, queue id, offsets, pop time).
+BatchAck = tuple[str, str, int, list[int], int]
+# A bit set wider than this names offsets no pop handed out (a pop hands out 32).
+_MAX_BITSET_BYTES = 1024
+
+
+def _batch_acks(body: bytes) -> list[BatchAck]:
+    """The entries of RocketMQ's BatchAckMessageRequestBody (fastjson's short names or
+    the long ones; the bit set as java.util.BitSet's bytes, base64, bit i at offset
+    startOffset + i); HeaderError says what is wrong."""
+    try:
+        document = json.loads(body or b"{}")
+        acks = []
+        for entry in document.get("acks") or []:
+
+            def field(short: str, long: str, entry: dict = entry) -> object:
+                return entry[short] if short in entry else entry[long]
+
+            bits = base64.b64decode(str(field("b", "bitSet")), validate=True)
+            if len(bits) > _MAX_BITSET_BYTES:
+                raise ValueError(f"a bit set of {len(bits)} bytes is more than any pop")
+            start = int(str(field("so", "startOffset")))
+            offsets = [
+                start + index * 8 + bit
+                for index, byte in enumerate(bits)
+                for bit in range(8)
+                if byte >> bit & 1
+            ]
+            acks.append(
+                (
+                    str(field("c", "consumerGroup")),
+                    str(field("t", "topic")),
+                    int(str(field("q", "queueId"))),
+                    offsets,
+                    int(str(field("pt", "popTime"))),
+                )
+            )
+        return acks
+    except (ValueError, TypeError, KeyError, AttributeError, binascii.Error) as exc:
+        raise HeaderError(f"the body is not RocketMQ's BatchAckMessageRequestBody: {exc}") from None
 
 
 def _with_reconsume_times(record: bytes, sys_flag: int, times: int) -> bytes:

@@ -137,6 +137,18 @@ def _locking(request: RemotingCommand) -> tuple[Need, ...]:
     return tuple(dict.fromkeys(wanted))
 
 
+def _batch_ack(request: RemotingCommand) -> tuple[Need, ...]:
+    """Sub on every topic and group the batch settles (RocketMQ's short or long names)."""
+    data = _body(request, "BatchAckMessageRequestBody")
+    wanted: list[Need] = []
+    for ack in _items(data.get("acks"), "BatchAckMessageRequestBody"):
+        topic = str(ack.get("t", ack.get("topic")) or "")
+        if not _is_retry(topic):
+            wanted.append(need(_TOPIC, topic, _SUB))
+        wanted.append(need(_GROUP, str(ack.get("c", ack.get("consumerGroup")) or ""), _SUB))
+    return tuple(dict.fromkeys(wanted))
+
+
 def _client_config(request: RemotingCommand) -> tuple[Need, ...]:
     data = _body(request, "CheckClientRequestBody")
     return (need(_GROUP, str(data.get("group") or ""), _SUB),)
@@ -215,6 +227,7 @@ _RULES: dict[int, Callable[[RemotingCommand], tuple[Need, ...]]] = {
     RequestCode.CHANGE_MESSAGE_INVISIBLETIME: lambda r: _topic_and_group(
         r, "topic", "consumerGroup", _SUB
     ),
+    RequestCode.BATCH_ACK_MESSAGE: _batch_ack,
     RequestCode.QUERY_CONSUMER_OFFSET: lambda r: _topic_and_group(
         r, "topic", "consumerGroup", _SUB, _GET
     ),

@@ -73,3 +73,22 @@ def test_admin_requests_need_the_named_resource_and_codes_without_rules_a_super_
     )
     for code in (25, 50, 9999):  # UPDATE_BROKER_CONFIG, PUT_KV_CONFIG, unknown
         assert needs_of(request(code)) == SUPER_ONLY
+
+
+def test_a_batch_ack_needs_sub_on_every_topic_and_group_it_settles():
+    body = json.dumps(
+        {
+            "brokerName": "broker-a",
+            "acks": [
+                {"c": "billing", "t": "orders", "so": 0, "q": 0, "pt": 1, "b": "AQ=="},
+                {"consumerGroup": "audit", "topic": "%RETRY%audit", "startOffset": 0},
+            ],
+        }
+    ).encode()
+    assert needs_of(request(200151, body)) == (
+        need(TOPIC, "orders", SUB),
+        need(GROUP, "billing", SUB),
+        need(GROUP, "audit", SUB),
+    )
+    with pytest.raises(HeaderError, match="BatchAckMessageRequestBody"):
+        needs_of(request(200151, b"{not json"))
