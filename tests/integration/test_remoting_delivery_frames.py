@@ -169,6 +169,11 @@ def test_a_consumers_own_retry_send_waits_its_delay_level_in_the_retry_topic(cli
     # As in RocketMQ, retries are sent one at a time.
     batch = client.call(320, b"", a="p", b=retry, c="TBW102", d=4, e=0, f=0, g=0, h=0, i="")
     assert batch.code == 13 and "batch request does not support retry group" in batch.remark
+    half = client.call(
+        310, b"x", a="p", b=retry, c="TBW102", d=4, e=0, f=4, g=0, h=0,
+        i="UNIQ_KEY\x01FB-HALF\x02TRAN_MSG\x01true\x02",
+    )  # fmt: skip
+    assert half.code == 13 and "cannot be a half message" in half.remark
 
 
 def test_an_orderly_groups_own_retry_send_is_a_dead_letter_at_once(client):

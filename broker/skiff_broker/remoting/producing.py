@@ -176,6 +176,11 @@ class Producing:
                     "a message is sent as a half message (TRANSACTION_PREPARED_TYPE) or "
                     "plain; a transaction is ended with END_TRANSACTION",
                 )
+            if prepared and retry:
+                raise Refused(
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    f"a retry to {topic_name} cannot be a half message; send it plain",
+                )
             if prepared and request.code == RequestCode.SEND_BATCH_MESSAGE:
                 raise Refused(
                     ResponseCode.MESSAGE_ILLEGAL,
