@@ -26,7 +26,7 @@ from tests.support.broker_process import BrokerProcess
 from tests.support.waiting import wait_for
 
 from skiff_broker.metadata.topic_table import TopicConfig
-from skiff_broker.remoting.frames import RemotingCommand
+from skiff_broker.remoting.frames import RemotingCommand, encode
 from skiff_broker.wire.record_codec import StoredMessage, decode_record
 
 TOPIC = "parcels"
@@ -233,3 +233,48 @@ def test_a_batch_ack_settles_the_offsets_its_bit_set_names(client):
     assert _settle(client, 200051, _receipt(popped, held[1]), held[1]).code == 0
     garbled = client.call(200151, b'{"acks": [{"c": "g"}]}')
     assert garbled.code == 1 and "BatchAckMessageRequestBody" in garbled.remark
+
+
+def _notification(client: Remoting, group: str, poll_ms: int) -> RemotingCommand:
+    return client.call(
+        200054, consumerGroup=group, topic=TOPIC, queueId=-1, pollTime=poll_ms, bornTime=0
+    )
+
+
+def test_a_notification_says_whether_a_pop_would_find_something(broker, client):
+    group = "notified"
+    _send(client, "NOTIFY-0")
+    wait_for(lambda: _notification(client, group, 0).ext_fields["hasMsg"] == "true", "a message")
+    stored = int(client.call(30, topic=TOPIC, queueId=0).ext_fields["offset"])
+    # A new group starts at the oldest stored message: there is something to pop.
+    assert _notification(client, group, 0).ext_fields["hasMsg"] == "true"
+    popped = client.call(
+        200050, consumerGroup=group, topic=TOPIC, queueId=-1, maxMsgNums=32,
+        invisibleTime=INVISIBLE_MS, pollTime=0,
+    )  # fmt: skip
+    assert popped.code == 0 and len(_records(popped.body)) == stored
+    # Everything in flight: nothing, after waiting its poll time.
+    quiet = _notification(client, group, 200)
+    assert quiet.code == 0 and quiet.ext_fields["hasMsg"] == "false"
+
+    # A waiting notification is counted, and ends with a message sent meanwhile.
+    waiter = Remoting(broker.remoting_endpoint)
+    try:
+        opaque = 900_001  # answered after the wait; nothing else is asked on this connection
+        fields = {"consumerGroup": group, "topic": TOPIC, "queueId": "-1", "pollTime": "20000"}
+        waiter.sock.sendall(encode(RemotingCommand(code=200054, opaque=opaque, ext_fields=fields)))
+        wait_for(
+            lambda: (
+                client.call(200055, consumerGroup=group, topic=TOPIC, queueId=-1).ext_fields[
+                    "pollingNum"
+                ]
+                == "1"
+            ),
+            "the notification waiting",
+        )
+        _send(client, "NOTIFY-1")
+        assert waiter.answer_to(opaque).ext_fields["hasMsg"] == "true"
+    finally:
+        waiter.close()
+    info = client.call(200055, consumerGroup=group, topic=TOPIC, queueId=-1)
+    assert info.code == 0 and info.ext_fields["pollingNum"] == "0"

@@ -169,6 +169,25 @@ class PopService:
         with self._lock:
             return {(group, topic) for group, topic, _queue in self._queues}
 
+    def has_deliverable(self, group: str, topic: str, queue_ids: Iterable[int]) -> bool:
+        """Whether a pop might hand ``group`` something now: a message past its position
+        or a redelivery due. A hint: filters, a FIFO queue's order and the in-flight
+        bound may still leave the pop empty."""
+        now = self._clock()
+        with self._lock:
+            for queue_id in queue_ids:
+                state = self._queues.get((group, topic, queue_id))
+                if state is None:
+                    committed = self._offsets.query(group, topic, queue_id)
+                    start = committed if committed >= 0 else self._store.min_offset(topic, queue_id)
+                elif any(not e.moving and e.visible_at <= now for e in state.in_flight.values()):
+                    return True
+                else:
+                    start = state.next_offset
+                if self._store.max_offset(topic, queue_id) > start:
+                    return True
+        return False
+
     def attempts_for(self, group: str) -> int:
         """How many deliveries ``group`` gets of a message before it is a dead letter."""
         return self.max_attempts if self._attempts_of is None else self._attempts_of(group)

@@ -1,4 +1,5 @@
-"""POP_MESSAGE, (BATCH_)ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME: pop consumption over remoting.
+"""Pop consumption over remoting: POP_MESSAGE, (BATCH_)ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME,
+NOTIFICATION and POLLING_INFO.
 
 The 5.x remoting client's pop mode, on the broker's one ``PopService``: the in-flight
 deliveries, attempts and invisible times a gRPC receive uses, so a group's message
@@ -19,6 +20,10 @@ Invariants:
   offset and a bit set of the offsets after it) settles each delivery it names as an
   ack would, and is answered SUCCESS as RocketMQ answers it; the deliveries it could
   not settle come again.
+- NOTIFICATION answers ``hasMsg``: whether a pop might find something now (a message
+  past the group's position or a redelivery due), waiting up to ``pollTime`` for one;
+  a hint, as in RocketMQ. POLLING_INFO answers ``pollingNum``: the pops and
+  notifications of the group on the topic waiting now.
 - The invisible time is checked against the broker's bounds (those of a gRPC receive);
   a change may go down to 0, a quick retry.
 """
@@ -78,6 +83,8 @@ class Popping:
         self._broker = broker
         self._hub = hub
         self._rotation: dict[tuple[str, str], int] = {}
+        # (group, topic) -> pops and notifications waiting now (POLLING_INFO).
+        self._waiting: dict[tuple[str, str], int] = {}
 
     def handlers(self) -> dict:
         return {
@@ -85,6 +92,8 @@ class Popping:
             RequestCode.ACK_MESSAGE: self.ack,
             RequestCode.CHANGE_MESSAGE_INVISIBLETIME: self.change_invisible_time,
             RequestCode.BATCH_ACK_MESSAGE: self.batch_ack,
+            RequestCode.NOTIFICATION: self.notification,
+            RequestCode.POLLING_INFO: self.polling_info,
         }
 
     def _topic(self, request: RemotingCommand) -> TopicConfig:
@@ -179,7 +188,50 @@ class Popping:
             due = pop.next_visible_at(group, topic.name, fifo=fifo)
             if due is not None:
                 remaining = min(remaining, max(0.0, due / 1000 - time.time()) + 0.01)
-            await self._hub.wait(topic.name, remaining, since)
+            await self._wait(group, topic.name, remaining, since)
+
+    async def _wait(self, group: str, topic: str, seconds: float, since: int) -> None:
+        key = (group, topic)
+        self._waiting[key] = self._waiting.get(key, 0) + 1
+        try:
+            await self._hub.wait(topic, seconds, since)
+        finally:
+            self._waiting[key] -= 1
+            if not self._waiting[key]:
+                del self._waiting[key]
+
+    async def notification(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand:
+        group = _group(request)
+        topic = self._topic(request)
+        queues = self._queues(group, topic, int_field(request, "queueId", -1))
+        poll_ms = min(
+            max(int_field(request, "pollTime", 0), 0), self._broker.config.max_long_polling_ms
+        )
+        deadline = time.monotonic() + poll_ms / 1000
+        pop = self._broker.pop
+        while True:
+            since = self._hub.arrivals(topic.name)
+            found = pop.has_deliverable(group, topic.name, queues)
+            remaining = deadline - time.monotonic()
+            if found or remaining <= 0:
+                response = request.response(ResponseCode.SUCCESS)
+                response.ext_fields.update(hasMsg=str(found).lower(), pollingFull="false")
+                return response
+            due = pop.next_visible_at(group, topic.name, fifo=False)
+            if due is not None:
+                remaining = min(remaining, max(0.0, due / 1000 - time.time()) + 0.01)
+            await self._wait(group, topic.name, remaining, since)
+
+    def polling_info(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand:
+        group = _group(request)
+        topic = self._topic(request)
+        response = request.response(ResponseCode.SUCCESS)
+        response.ext_fields["pollingNum"] = str(self._waiting.get((group, topic.name), 0))
+        return response
 
     def _found(
         self, request: RemotingCommand, deliveries: list[Delivery], invisible: int

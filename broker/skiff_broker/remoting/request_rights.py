@@ -228,6 +228,8 @@ _RULES: dict[int, Callable[[RemotingCommand], tuple[Need, ...]]] = {
         r, "topic", "consumerGroup", _SUB
     ),
     RequestCode.BATCH_ACK_MESSAGE: _batch_ack,
+    RequestCode.NOTIFICATION: lambda r: _topic_and_group(r, "topic", "consumerGroup", _SUB),
+    RequestCode.POLLING_INFO: lambda r: _topic_and_group(r, "topic", "consumerGroup", _SUB),
     RequestCode.QUERY_CONSUMER_OFFSET: lambda r: _topic_and_group(
         r, "topic", "consumerGroup", _SUB, _GET
     ),
