@@ -334,6 +334,7 @@ class PopService:
         invisible_ms: int,
     ) -> list[Delivery]:
         result: list[Delivery] = []
+        attempts = self.attempts_for(group)
         for offset in sorted(state.in_flight):
             if len(result) >= wanted:
                 break
@@ -346,7 +347,7 @@ class PopService:
             if message is None:
                 del state.in_flight[offset]  # gone with retention
                 continue
-            if entry.attempt >= self.attempts_for(group):
+            if entry.attempt >= attempts:
                 entry.moving = True
                 self._due_dead_letters.append(_DeadLetter(group, state, entry, message))
                 continue
@@ -391,12 +392,13 @@ class PopService:
         if got.status is not GetStatus.FOUND and got.status is not GetStatus.NO_MATCHED_MESSAGE:
             return []
         result = []
+        attempts = self.attempts_for(group)
         for message in got.messages:
             offset = message.queue_offset
             attempt = previous_attempts.get(offset, 0) + 1 if previous_attempts else 1
             entry = InFlight(offset, attempt, now, invisible_ms)
             state.in_flight[offset] = entry
-            if attempt > self.attempts_for(group):
+            if attempt > attempts:
                 # It used up its attempts in earlier batches: to the DLQ, not to the consumer.
                 entry.attempt -= 1
                 entry.moving = True
