@@ -90,7 +90,9 @@ class GroupSettingsTable:
         self._file = StateFile(
             path, lost="the consumer groups' settings (groups would keep the defaults)"
         )
+        # Readers (every pull and receive) take only _lock, never held across a write.
         self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
         self._groups: dict[str, dict[str, Any]] = {}
 
     def load(self, *, discard_damaged: bool = False) -> None:
@@ -107,14 +109,14 @@ class GroupSettingsTable:
             raise ValueError(problem)
         with self._lock:
             self._groups[str(config["groupName"])] = copy.deepcopy(config)
-            self._file.write(self._document())
+        self._write()
 
     def delete(self, group: str) -> bool:
         with self._lock:
             if self._groups.pop(group, None) is None:
                 return False
-            self._file.write(self._document())
-            return True
+        self._write()
+        return True
 
     def get(self, group: str) -> dict[str, Any] | None:
         """The group's full config (defaults where unset), or None if it has no entry."""
@@ -139,8 +141,13 @@ class GroupSettingsTable:
         with self._lock:
             return {name: _with_defaults(config) for name, config in self._groups.items()}
 
-    def _document(self) -> dict[str, Any]:
-        return {"subscriptionGroupTable": self._groups}
+    def _write(self) -> None:
+        # The table as it is when the write starts: of two changes racing, the later
+        # write holds both. Entries are replaced, never changed in place.
+        with self._write_lock:
+            with self._lock:
+                document = {"subscriptionGroupTable": dict(self._groups)}
+            self._file.write(document)
 
 
 def _with_defaults(config: dict[str, Any]) -> dict[str, Any]:
