@@ -22,6 +22,7 @@ from .delivery.pop import PopService
 from .delivery.transactions import TransactionService
 from .metadata.consumer_offsets import ConsumerOffsetTable
 from .metadata.group_settings import GroupSettingsTable
+from .metadata.request_modes import RequestModeTable
 from .metadata.topic_table import MessageType, Permission, TopicConfig, TopicTable
 from .store.file_sizes import adopt_sizes_on_disk
 from .store.message_store import MessageStore
@@ -88,6 +89,9 @@ class Broker:
         )
         self.group_settings = GroupSettingsTable(
             os.path.join(store_config.config_dir, "subscriptionGroup.json")
+        )
+        self.request_modes = RequestModeTable(
+            os.path.join(store_config.config_dir, "messageRequestMode.json")
         )
         # Retention names the groups that had not read what it must delete.
         self.store.consumer_progress = lambda topic, queue_id: {
@@ -171,6 +175,7 @@ class Broker:
         self.topics.compact()
         self.offsets.load(discard_damaged=discard)
         self.group_settings.load(discard_damaged=discard)
+        self.request_modes.load(discard_damaged=discard)
         self.pop.load(discard_damaged=discard)
         self.delays.load(discard_damaged=discard)
         self.transactions.load(discard_damaged=discard)

@@ -33,7 +33,8 @@ TOPIC = "parcels"
 GROUP = "couriers"
 INVISIBLE_MS = 20_000
 broker = module_broker(
-    "remoting-pop", topics=[TopicConfig(TOPIC, 1, 1), TopicConfig("letters", 2, 2)]
+    "remoting-pop",
+    topics=[TopicConfig(TOPIC, 1, 1), TopicConfig("letters", 2, 2), TopicConfig("bulletins", 2, 2)],
 )
 
 
@@ -182,8 +183,9 @@ def test_the_5x_remoting_clients_own_pop_ack_and_change_calls_work(broker, tmp_p
     ackMessageAsync with the receipts the client builds itself."""
     program = built_or_skipped(remoting_pop_java_client)
     command = program.command(
-        "", tmp_path, namesrv=broker.remoting_endpoint, topic="letters", group="postmen", count=3
-    )
+        "calls", tmp_path, namesrv=broker.remoting_endpoint, topic="letters", group="postmen",
+        count=3,
+    )  # fmt: skip
     outcome = run_client(command, tmp_path)
     summary = outcome.summary
     assert summary["errors"] == [], outcome.stderr[-2000:]
@@ -278,3 +280,75 @@ def test_a_notification_says_whether_a_pop_would_find_something(broker, client):
         waiter.close()
     info = client.call(200055, consumerGroup=group, topic=TOPIC, queueId=-1)
     assert info.code == 0 and info.ext_fields["pollingNum"] == "0"
+
+
+def test_a_5x_push_consumer_the_broker_assigns_queues_pops_them_when_its_mode_is_pop(
+    broker, client, tmp_path
+):
+    """setClientRebalance(false): the consumer asks the broker for its queues
+    (QUERY_ASSIGNMENT); mqadmin setConsumeMode's request set the group's mode to POP."""
+    program = built_or_skipped(remoting_pop_java_client)
+    mode = {"topic": "bulletins", "consumerGroup": "readers-pop", "mode": "POP"}
+    assert client.call(401, json.dumps(mode).encode()).code == 0
+    bad = {"topic": "bulletins", "consumerGroup": "readers-pop", "mode": "PUSH"}
+    refused = client.call(401, json.dumps(bad).encode())
+    assert refused.code == 1 and "mode must be PULL or POP" in refused.remark
+    command = program.command(
+        "push", tmp_path, namesrv=broker.remoting_endpoint, topic="bulletins",
+        group="readers-pop", count=4,
+    )  # fmt: skip
+    outcome = run_client(command, tmp_path)
+    summary = outcome.summary
+    assert summary["errors"] == [], outcome.stderr[-2000:]
+    assert summary["sent"] == 4 and len(summary["received"]) == 4
+    # Popped, not pulled: each message came with its pop receipt.
+    assert summary["withReceipt"] >= 4
+    # And acked: nothing of the group's is left in flight or unread.
+    request = spb.ReceiveMessageRequest(
+        group=pb.Resource(name="readers-pop"),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name="bulletins"), id=0),
+        filter_expression=pb.FilterExpression(type=pb.FilterType.TAG, expression="*"),
+        batch_size=32,
+        invisible_duration=Duration(seconds=30),
+        long_polling_timeout=Duration(seconds=1),
+    )
+    with grpc.insecure_channel(broker.endpoint) as channel:
+        frames = list(MessagingServiceStub(channel).ReceiveMessage(request, timeout=10))
+    assert [f for f in frames if f.HasField("message")] == []
+
+
+def test_pull_assignments_split_the_queues_among_the_members_online(broker, client):
+    other = Remoting(broker.remoting_endpoint)
+    try:
+        for remoting, client_id in ((client, "member-a"), (other, "member-b")):
+            heartbeat = {
+                "clientID": client_id,
+                "consumerDataSet": [
+                    {
+                        "groupName": "splitters",
+                        "messageModel": "CLUSTERING",
+                        "subscriptionDataSet": [{"topic": "letters", "subString": "*"}],
+                    }
+                ],
+            }
+            assert remoting.call(34, json.dumps(heartbeat).encode()).code == 0
+
+        def assigned(client_id: str, strategy: str = "AVG") -> list | None:
+            body = {
+                "topic": "letters", "consumerGroup": "splitters", "clientId": client_id,
+                "strategyName": strategy, "messageModel": "CLUSTERING",
+            }  # fmt: skip
+            answer = client.call(400, json.dumps(body).encode())
+            assert answer.code == 0, answer.remark
+            found = json.loads(answer.body)["messageQueueAssignments"]
+            if found is None:
+                return None
+            assert {a["mode"] for a in found} <= {"PULL"}
+            return sorted(a["messageQueue"]["queueId"] for a in found)
+
+        assert (assigned("member-a"), assigned("member-b")) == ([0], [1])
+        # Not a member (no heartbeat), or a strategy the broker does not know: no answer.
+        assert assigned("stranger") is None
+        assert assigned("member-a", "CONSISTENT_HASH") is None
+    finally:
+        other.close()

@@ -149,6 +149,15 @@ def _batch_ack(request: RemotingCommand) -> tuple[Need, ...]:
     return tuple(dict.fromkeys(wanted))
 
 
+def _assignment(request: RemotingCommand) -> tuple[Need, ...]:
+    data = _body(request, "QueryAssignmentRequestBody")
+    topic = str(data.get("topic") or "")
+    group = str(data.get("consumerGroup") or "")
+    if _is_retry(topic):
+        return (need(_GROUP, group, _SUB),)
+    return (need(_TOPIC, topic, _SUB), need(_GROUP, group, _SUB))
+
+
 def _client_config(request: RemotingCommand) -> tuple[Need, ...]:
     data = _body(request, "CheckClientRequestBody")
     return (need(_GROUP, str(data.get("group") or ""), _SUB),)
@@ -228,6 +237,7 @@ _RULES: dict[int, Callable[[RemotingCommand], tuple[Need, ...]]] = {
         r, "topic", "consumerGroup", _SUB
     ),
     RequestCode.BATCH_ACK_MESSAGE: _batch_ack,
+    RequestCode.QUERY_ASSIGNMENT: _assignment,
     RequestCode.NOTIFICATION: lambda r: _topic_and_group(r, "topic", "consumerGroup", _SUB),
     RequestCode.POLLING_INFO: lambda r: _topic_and_group(r, "topic", "consumerGroup", _SUB),
     RequestCode.QUERY_CONSUMER_OFFSET: lambda r: _topic_and_group(

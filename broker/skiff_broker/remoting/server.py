@@ -22,6 +22,7 @@ from ..tls.listener import ClientListener
 from ..wire.hosts import encode_host
 from .access import RemotingAccess
 from .admin_requests import AdminRequests
+from .assignments import Assignments
 from .connection import RemotingConnection
 from .consuming import Consuming
 from .group_settings_requests import GroupSettingsRequests
@@ -74,6 +75,7 @@ class RemotingServer:
         )
         self.service.add(self.consuming.handlers())
         self.service.add(Popping(broker, hub).handlers())
+        self.service.add(Assignments(broker, self.consuming).handlers())
         self.service.add(SendBack(broker).handlers())
         self.service.add(locking.handlers())
         self.service.add(self.transactions.handlers())

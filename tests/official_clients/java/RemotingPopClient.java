@@ -10,7 +10,12 @@
 //   {"sent": n, "popped": [unique ids], "again": id, "againReconsumeTimes": k,
 //    "acked": n, "errors": [text]}
 //
-// Usage: RemotingPopClient --namesrv HOST:PORT --topic T --group G --count N
+// Usage: RemotingPopClient calls --namesrv HOST:PORT --topic T --group G --count N
+//
+// Mode "push" instead runs a DefaultMQPushConsumer with setClientRebalance(false): the
+// broker assigns its queues (QUERY_ASSIGNMENT) and, with the group's mode set to POP,
+// the consumer pops and acks them itself. Prints
+//   {"sent": n, "received": [unique ids], "withReceipt": n, "errors": [text]}
 
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
@@ -36,6 +41,10 @@ public class RemotingPopClient {
     static final long TIMEOUT_MS = 10_000;
 
     public static void main(String[] args) throws Exception {
+        if (args.length > 0 && args[0].equals("push")) {
+            push(args);
+            return;
+        }
         String namesrv = arg(args, "--namesrv"), topic = arg(args, "--topic");
         String group = arg(args, "--group");
         int count = Integer.parseInt(arg(args, "--count"));
@@ -132,6 +141,63 @@ public class RemotingPopClient {
             .append(", \"acked\": ").append(acked).append(", \"errors\": [");
         for (int i = 0; i < errors.size(); i++) {
             out.append(i > 0 ? ", " : "").append(quote(errors.get(i)));
+        }
+        System.out.println(out.append("]}"));
+        System.exit(0);
+    }
+
+    static void push(String[] args) throws Exception {
+        String namesrv = arg(args, "--namesrv"), topic = arg(args, "--topic");
+        String group = arg(args, "--group");
+        int count = Integer.parseInt(arg(args, "--count"));
+        List<String> errors = new ArrayList<>();
+        java.util.Set<String> received = java.util.concurrent.ConcurrentHashMap.newKeySet();
+        java.util.concurrent.atomic.AtomicInteger withReceipt = new java.util.concurrent.atomic.AtomicInteger();
+        int sent = 0;
+        DefaultMQProducer producer = new DefaultMQProducer("pop-push-senders");
+        producer.setNamesrvAddr(namesrv);
+        org.apache.rocketmq.client.consumer.DefaultMQPushConsumer consumer =
+            new org.apache.rocketmq.client.consumer.DefaultMQPushConsumer(group);
+        try {
+            producer.start();
+            for (int i = 0; i < count; i++) {
+                producer.send(new Message(topic, "T", ("push-" + i).getBytes(StandardCharsets.UTF_8)));
+                sent++;
+            }
+            consumer.setNamesrvAddr(namesrv);
+            consumer.setClientRebalance(false);
+            consumer.subscribe(topic, "*");
+            consumer.registerMessageListener(
+                (org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently) (msgs, context) -> {
+                    for (MessageExt m : msgs) {
+                        if (m.getProperty(MessageConst.PROPERTY_POP_CK) != null) {
+                            withReceipt.incrementAndGet();
+                        }
+                        received.add(m.getProperty(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX));
+                    }
+                    return org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+                });
+            consumer.start();
+            long deadline = System.currentTimeMillis() + 90_000;
+            while (received.size() < count && System.currentTimeMillis() < deadline) {
+                Thread.sleep(200);
+            }
+            // Its acks are sent after the listener returns: give the last ones a moment.
+            Thread.sleep(3_000);
+        } catch (Exception e) {
+            errors.add(e.toString());
+        } finally {
+            consumer.shutdown();
+            producer.shutdown();
+        }
+        StringBuilder out = new StringBuilder("{\"sent\": " + sent + ", \"received\": [");
+        int i = 0;
+        for (String id : received) {
+            out.append(i++ > 0 ? ", " : "").append(quote(id));
+        }
+        out.append("], \"withReceipt\": ").append(withReceipt.get()).append(", \"errors\": [");
+        for (int j = 0; j < errors.size(); j++) {
+            out.append(j > 0 ? ", " : "").append(quote(errors.get(j)));
         }
         System.out.println(out.append("]}"));
         System.exit(0);
