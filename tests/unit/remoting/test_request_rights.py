@@ -92,3 +92,16 @@ def test_a_batch_ack_needs_sub_on_every_topic_and_group_it_settles():
     )
     with pytest.raises(HeaderError, match="BatchAckMessageRequestBody"):
         needs_of(request(200151, b"{not json"))
+
+
+def test_a_queue_assignment_needs_sub_on_the_topic_and_group_and_of_a_retry_topic_the_group():
+    def body(topic: str) -> bytes:
+        return json.dumps({"topic": topic, "consumerGroup": "billing", "clientId": "c"}).encode()
+
+    assert needs_of(request(400, body("orders"))) == (
+        need(TOPIC, "orders", SUB),
+        need(GROUP, "billing", SUB),
+    )
+    assert needs_of(request(400, body("%RETRY%billing"))) == (need(GROUP, "billing", SUB),)
+    # Setting a group's mode is an admin's: super users only, as any request not listed.
+    assert needs_of(request(401, b"{}")) == SUPER_ONLY
