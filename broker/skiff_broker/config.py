@@ -113,7 +113,8 @@ class BrokerConfig:
         17,
         "--max-delivery-attempts",
         "SKIFF_MAX_DELIVERY_ATTEMPTS",
-        "Deliveries of a message before it goes to %DLQ%<group>.",
+        "Deliveries of a message before it goes to %DLQ%<group>, for a group without "
+        "its own retryMaxTimes (mqadmin updateSubGroup).",
         minimum=1,
     )
     # RocketMQ's proxy: minInvisibleTimeMillsForRecv 10 s, maxInvisibleTimeMills 12 h.

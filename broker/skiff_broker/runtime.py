@@ -21,6 +21,8 @@ from .delivery.delay import DelayService
 from .delivery.pop import PopService
 from .delivery.transactions import TransactionService
 from .metadata.consumer_offsets import ConsumerOffsetTable
+from .metadata.group_settings import GroupSettingsTable
+from .metadata.request_modes import RequestModeTable
 from .metadata.topic_table import MessageType, Permission, TopicConfig, TopicTable
 from .store.file_sizes import adopt_sizes_on_disk
 from .store.message_store import MessageStore
@@ -85,6 +87,12 @@ class Broker:
         self.offsets = ConsumerOffsetTable(
             os.path.join(store_config.config_dir, "consumerOffset.json")
         )
+        self.group_settings = GroupSettingsTable(
+            os.path.join(store_config.config_dir, "subscriptionGroup.json")
+        )
+        self.request_modes = RequestModeTable(
+            os.path.join(store_config.config_dir, "messageRequestMode.json")
+        )
         # Retention names the groups that had not read what it must delete.
         self.store.consumer_progress = lambda topic, queue_id: {
             group: self.offsets.query(group, topic, queue_id)
@@ -96,6 +104,7 @@ class Broker:
             os.path.join(store_config.config_dir, "popState.json"),
             max_attempts=config.max_delivery_attempts,
             ensure_dlq_topic=self.ensure_system_topic,
+            attempts_of=lambda group: self.retry_max_times(group) + 1,
         )
         self.delays = DelayService(
             self.store, os.path.join(store_config.config_dir, "delayState.json")
@@ -165,6 +174,8 @@ class Broker:
         # Changes a crash left only in the journal go into topics.json now.
         self.topics.compact()
         self.offsets.load(discard_damaged=discard)
+        self.group_settings.load(discard_damaged=discard)
+        self.request_modes.load(discard_damaged=discard)
         self.pop.load(discard_damaged=discard)
         self.delays.load(discard_damaged=discard)
         self.transactions.load(discard_damaged=discard)
@@ -181,6 +192,12 @@ class Broker:
         """The super user of --auth-init-user, which this broker always has."""
         init_user = self.config.auth.init_user
         return parse_user_spec(init_user) if init_user else None
+
+    def retry_max_times(self, group: str) -> int:
+        """How many times ``group`` may consume a message again before it is a dead
+        letter: its ``retryMaxTimes`` if set (``updateSubGroup``), else the broker's."""
+        retries = self.group_settings.setting(group, "retryMaxTimes")
+        return self.config.max_delivery_attempts - 1 if retries is None else int(retries)
 
     @property
     def is_replica(self) -> bool:

@@ -243,3 +243,38 @@ def test_a_consumers_running_info_is_its_own_answer_and_its_silence_is_reported(
     finally:
         consumer.close()
         asker.close()
+
+
+def _tps(client: Remoting) -> tuple[float, float, float, float]:
+    """(topic put, group consume, broker put over 10 s, broker consumed over 10 s)."""
+    topic = client.call(202, topic=TOPIC)
+    group = client.call(208, consumerGroup="tps-readers", topic=TOPIC)
+    table = json.loads(client.call(28).body)["table"]
+    return (
+        float(re.search(rb'"topicPutTps":([0-9.]+)', topic.body).group(1)),
+        float(re.search(rb'"consumeTps":([0-9.]+)', group.body).group(1)),
+        float(table["putTps"].split()[0]),
+        float(table["getTransferedTps"].split()[0]),
+    )
+
+
+def test_put_and_consume_rates_come_from_what_was_stored_and_consumed(client):
+    sent = 40
+    for number in range(sent):
+        assert _send(client, b"counted", f"tps-{number}", queue=1).code == 0
+    committed = iter(range(1, sent + 1))
+
+    def consumed_more() -> bool:
+        # The group consumes on as the figures are asked (its first commit is no
+        # traffic yet: a rate needs it in two samples).
+        answer = client.call(
+            15, consumerGroup="tps-readers", topic=TOPIC, queueId=1,
+            commitOffset=next(committed, sent),
+        )  # fmt: skip
+        assert answer.code == 0, answer.remark
+        return all(rate > 0 for rate in _tps(client))
+
+    wait_for(consumed_more, "every rate above 0")
+    # brokerStatus shows three windows, as RocketMQ's: 10 s, 1 min, 10 min.
+    table = json.loads(client.call(28).body)["table"]
+    assert len(table["putTps"].split()) == 3 and len(table["getTransferedTps"].split()) == 3

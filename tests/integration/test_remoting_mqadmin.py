@@ -16,6 +16,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from tests.integration.test_remoting_port import Remoting
 from tests.official_clients import JavaClient, built_or_skipped, mqadmin_batch, run_client
 from tests.support.broker_process import create_topics, data_dir_of, running_broker
 
@@ -56,6 +57,9 @@ def _commands(namesrv: str) -> list[list[str]]:
         ["brokerStatus", *n, "-c", "DefaultCluster"],
         # Every group: found by its retry topic, with its online members.
         ["consumerProgress", *n],
+        # A group's settings, and its mode under broker-assigned queues.
+        ["updateSubGroup", *n, "-b", namesrv, "-g", "tuned-readers", "-r", "3", "-s", "false"],
+        ["setConsumeMode", *n, "-b", namesrv, "-t", TOPIC, "-g", "tuned-readers", "-m", "POP"],
     ]
 
 
@@ -111,6 +115,16 @@ def test_mqadmin_common_commands_work_with_namesrv_set_to_the_broker(
         summary = _run(mqadmin, namesrv, tmp_path / "client-logs", _commands(namesrv))
         with AdminClient(broker.endpoint) as admin:
             topics = {t.name for t in admin.list_topics()}
+        remoting = Remoting(namesrv)
+        try:
+            tuned = json.loads(remoting.call(352, group="tuned-readers").body)
+            assignment = {
+                "topic": TOPIC, "consumerGroup": "tuned-readers", "clientId": "c",
+                "strategyName": "AVG", "messageModel": "CLUSTERING",
+            }  # fmt: skip
+            assigned = json.loads(remoting.call(400, json.dumps(assignment).encode()).body)
+        finally:
+            remoting.close()
     results = summary["commands"]
     assert len(results) == len(_commands(namesrv))
     (
@@ -133,6 +147,8 @@ def test_mqadmin_common_commands_work_with_namesrv_set_to_the_broker(
         topics_by_cluster,
         status_by_cluster,
         all_groups,
+        tuned_group,
+        consume_mode,
     ) = results
     for result in results:
         if result is not too_many_queues:
@@ -210,6 +226,12 @@ def test_mqadmin_common_commands_work_with_namesrv_set_to_the_broker(
     )
     # consumerProgress with no group: one row per group, with its online members.
     assert re.search(rf"^{GROUP}\s+1\s+V\S+\s+PUSH\s+CLUSTERING\s", all_groups["out"], re.M)
+
+    # updateSubGroup's settings are stored; setConsumeMode's mode is what an assignment says.
+    assert f"create subscription group to {namesrv} success." in tuned_group["out"]
+    assert tuned["retryMaxTimes"] == 3 and tuned["consumeEnable"] is False
+    assert consume_mode["err"] == ""
+    assert [a["mode"] for a in assigned["messageQueueAssignments"]] == ["POP"]
 
 
 def test_mqadmin_signed_with_a_super_users_keys_works_with_auth_on(

@@ -336,3 +336,20 @@ def spring_starter_app() -> JavaClient:
         version=SPRING_STARTER_VERSION,
         what="the Spring Boot application on rocketmq-spring-boot-starter",
     )
+
+
+# The 5.x remoting client (rocketmq-client 5.x): its pop calls.
+REMOTING_5_CLIENT_VERSION = "5.3.3"
+
+
+def remoting_pop_java_client() -> JavaClient:
+    """Build (once) and return ``java/RemotingPopClient.java`` on rocketmq-client 5.x."""
+    return _java_program(
+        "RemotingPopClient",
+        [SOURCES / "java" / "RemotingPopClient.java"],
+        [MavenArtifact("org.apache.rocketmq", "rocketmq-client", REMOTING_5_CLIENT_VERSION)],
+        libs=f"java-remoting-{REMOTING_5_CLIENT_VERSION}",
+        home="java-remoting-pop",
+        version=REMOTING_5_CLIENT_VERSION,
+        what="the RocketMQ 5.x remoting client",
+    )

@@ -138,6 +138,7 @@ class PopService:
         *,
         max_attempts: int,
         ensure_dlq_topic: Callable[[str], object],
+        attempts_of: Callable[[str], int] | None = None,
         clock: Clock = _now_ms,
         max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
@@ -151,6 +152,8 @@ class PopService:
             "are delivered again from the committed offsets)",
         )
         self.max_attempts = max_attempts
+        # A group's own attempts (its retryMaxTimes + 1), else max_attempts.
+        self._attempts_of = attempts_of
         self._ensure_dlq_topic = ensure_dlq_topic
         self._clock = clock
         self._lock = threading.RLock()
@@ -160,6 +163,34 @@ class PopService:
         self._due_dead_letters: list[_DeadLetter] = []
 
     # -- state --------------------------------------------------------------
+
+    def group_topics(self) -> set[tuple[str, str]]:
+        """The (group, topic) pairs with positions here, committed to the offsets or not."""
+        with self._lock:
+            return {(group, topic) for group, topic, _queue in self._queues}
+
+    def has_deliverable(self, group: str, topic: str, queue_ids: Iterable[int]) -> bool:
+        """Whether a pop might hand ``group`` something now: a message past its position
+        or a redelivery due. A hint: filters, a FIFO queue's order and the in-flight
+        bound may still leave the pop empty."""
+        now = self._clock()
+        with self._lock:
+            for queue_id in queue_ids:
+                state = self._queues.get((group, topic, queue_id))
+                if state is None:
+                    committed = self._offsets.query(group, topic, queue_id)
+                    start = committed if committed >= 0 else self._store.min_offset(topic, queue_id)
+                elif any(not e.moving and e.visible_at <= now for e in state.in_flight.values()):
+                    return True
+                else:
+                    start = state.next_offset
+                if self._store.max_offset(topic, queue_id) > start:
+                    return True
+        return False
+
+    def attempts_for(self, group: str) -> int:
+        """How many deliveries ``group`` gets of a message before it is a dead letter."""
+        return self.max_attempts if self._attempts_of is None else self._attempts_of(group)
 
     def _state(self, group: str, topic: str, queue_id: int) -> QueueState:
         key = (group, topic, queue_id)
@@ -303,6 +334,7 @@ class PopService:
         invisible_ms: int,
     ) -> list[Delivery]:
         result: list[Delivery] = []
+        attempts = self.attempts_for(group)
         for offset in sorted(state.in_flight):
             if len(result) >= wanted:
                 break
@@ -315,7 +347,7 @@ class PopService:
             if message is None:
                 del state.in_flight[offset]  # gone with retention
                 continue
-            if entry.attempt >= self.max_attempts:
+            if entry.attempt >= attempts:
                 entry.moving = True
                 self._due_dead_letters.append(_DeadLetter(group, state, entry, message))
                 continue
@@ -360,12 +392,13 @@ class PopService:
         if got.status is not GetStatus.FOUND and got.status is not GetStatus.NO_MATCHED_MESSAGE:
             return []
         result = []
+        attempts = self.attempts_for(group)
         for message in got.messages:
             offset = message.queue_offset
             attempt = previous_attempts.get(offset, 0) + 1 if previous_attempts else 1
             entry = InFlight(offset, attempt, now, invisible_ms)
             state.in_flight[offset] = entry
-            if attempt > self.max_attempts:
+            if attempt > attempts:
                 # It used up its attempts in earlier batches: to the DLQ, not to the consumer.
                 entry.attempt -= 1
                 entry.moving = True

@@ -38,6 +38,7 @@ from .consuming import Consuming
 from .frames import RemotingCommand
 from .name_server import json_body
 from .service import Handler, HeaderError, int_field, text_field
+from .traffic_rates import WINDOWS_S, TrafficRates
 
 _ADMIN_ERRORS = (AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, ValueError)
 _STARTED_MS = int(time.time() * 1000)
@@ -77,9 +78,10 @@ def _message_type(attributes: str) -> MessageType | None:
 
 
 class AdminRequests:
-    def __init__(self, broker: Broker, consuming: Consuming) -> None:
+    def __init__(self, broker: Broker, consuming: Consuming, rates: TrafficRates) -> None:
         self._broker = broker
         self._consuming = consuming
+        self._rates = rates
         self._topics = TopicAdmin(broker)
         self._progress = ConsumerProgress(broker)
 
@@ -96,7 +98,6 @@ class AdminRequests:
             RequestCode.GET_TOPIC_CONFIG: self.topic_config,
             RequestCode.GET_CONSUME_STATS: self.consume_stats,
             RequestCode.GET_CONSUMER_CONNECTION_LIST: self.consumer_connections,
-            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.update_group,
             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
             RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.topic_consumers,
             RequestCode.GET_BROKER_RUNTIME_INFO: self.runtime_info,
@@ -216,7 +217,10 @@ class AdminRequests:
                 for queue_id in range(max(topic.read_queue_nums, topic.write_queue_nums))
             ]
             response = request.response(ResponseCode.SUCCESS)
-            response.body = f'{{"offsetTable":{queue_map(entries)},"topicPutTps":0.0}}'.encode()
+            tps = self._rates.topic_put(name)
+            response.body = (
+                f'{{"offsetTable":{queue_map(entries)},"topicPutTps":{tps:.2f}}}'.encode()
+            )
             return response
 
         return await self._admin(request, work)
@@ -253,7 +257,10 @@ class AdminRequests:
                         )
                     )
             response = request.response(ResponseCode.SUCCESS)
-            response.body = f'{{"consumeTps":0.0,"offsetTable":{queue_map(entries)}}}'.encode()
+            tps = self._rates.group_consume(group, topics)
+            response.body = (
+                f'{{"consumeTps":{tps:.2f},"offsetTable":{queue_map(entries)}}}'.encode()
+            )
             return response
 
         return await self._admin(request, work)
@@ -299,21 +306,6 @@ class AdminRequests:
         response = request.response(ResponseCode.SUCCESS)
         response.body = json_body(document)
         return response
-
-    def update_group(
-        self, request: RemotingCommand, connection: RemotingConnection
-    ) -> RemotingCommand:
-        try:
-            config = json.loads(request.body or b"{}")
-            name = str(config["groupName"])
-        except (ValueError, TypeError, KeyError) as exc:
-            raise HeaderError(
-                f"the body is not RocketMQ's SubscriptionGroupConfig (it needs groupName): {exc}"
-            ) from None
-        _group(name)
-        # Skiff keeps no per-group settings: a group exists once it consumes, and its
-        # retries follow the broker's policy. The name is checked so a bad one is refused.
-        return request.response(ResponseCode.SUCCESS)
 
     async def reset_offset(
         self, request: RemotingCommand, connection: RemotingConnection
@@ -374,9 +366,11 @@ class AdminRequests:
 
     # -- the broker ---------------------------------------------------------
 
-    def runtime_info(
+    async def runtime_info(
         self, request: RemotingCommand, connection: RemotingConnection
     ) -> RemotingCommand:
+        # Sampling the rates reads every queue's offsets: not on the event loop.
+        put, consumed = await asyncio.to_thread(self._window_rates)
         stats = self._broker.store.stats()
         table = {
             "brokerVersionDesc": f"Skiff {__version__}",
@@ -388,10 +382,19 @@ class AdminRequests:
             "dispatchBehindBytes": str(max(0, stats.wrote_offset - stats.dispatched_offset)),
             "commitLogDiskRatio": f"{stats.disk_use_ratio:.4f}",
             "writable": str(stats.writable).lower(),
+            # RocketMQ's form: messages per second over the last 10 s, 1 min and 10 min.
+            "putTps": put,
+            "getTransferedTps": consumed,
         }
         response = request.response(ResponseCode.SUCCESS)
         response.body = json_body({"table": table})
         return response
+
+    def _window_rates(self) -> tuple[str, str]:
+        rates = self._rates
+        put = " ".join(f"{rates.broker_put(w):.2f}" for w in WINDOWS_S)
+        consumed = " ".join(f"{rates.broker_consume(w):.2f}" for w in WINDOWS_S)
+        return put, consumed
 
 
 def _reset_answer(

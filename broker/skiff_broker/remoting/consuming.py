@@ -35,6 +35,7 @@ from ..wire.resource_names import group_name_problem
 from .codes import PullSysFlag, RequestCode, ResponseCode
 from .connection import RemotingConnection
 from .frames import ONEWAY_FLAG, RemotingCommand
+from .heartbeat_limits import Registration, consumer_problem
 from .name_server import json_body
 from .redelivery import RETRY_QUEUES, retry_topic
 from .service import HeaderError, Refused, int_field, text_field
@@ -97,6 +98,9 @@ class Consuming:
         self._hub = hub
         # group -> client id -> the client's latest heartbeat.
         self._groups: dict[str, dict[str, ConsumerClient]] = {}
+        # What each connection registered (bounded: heartbeat_limits.py), to its
+        # registrations' subscription counts.
+        self._by_connection: dict[RemotingConnection, dict[Registration, int]] = {}
         # Opaques of the broker's own requests to clients.
         self._opaques = itertools.count(1)
 
@@ -149,9 +153,20 @@ class Consuming:
             )
         if not client_id and seen:
             return request.response(ResponseCode.SYSTEM_ERROR, "the heartbeat needs a clientID")
+        registered = self._by_connection.setdefault(connection, {})
+        problem = consumer_problem(
+            registered,
+            client_id,
+            {g: [s.expression for s in subs.values()] for g, subs in seen.items()},
+        )
+        if problem is not None:
+            return request.response(ResponseCode.SYSTEM_ERROR, problem)
         for group, subscriptions in seen.items():
             members = self._groups.setdefault(group, {})
             known = members.get(client_id)
+            if known is not None and known.connection is not connection:
+                self._by_connection.get(known.connection, {}).pop((group, client_id), None)
+            registered[(group, client_id)] = len(subscriptions)
             members[client_id] = ConsumerClient(
                 client_id,
                 connection,
@@ -206,7 +221,9 @@ class Consuming:
         client_id = request.ext_fields.get("clientID", "")
         group = request.ext_fields.get("consumerGroup", "")
         members = self._groups.get(group)
-        if members is not None and members.pop(client_id, None) is not None:
+        gone = members.pop(client_id, None) if members is not None else None
+        if members is not None and gone is not None:
+            self._by_connection.get(gone.connection, {}).pop((group, client_id), None)
             if members:
                 self._notify_changed(group)
             else:
@@ -214,6 +231,7 @@ class Consuming:
         return request.response(ResponseCode.SUCCESS)
 
     def connection_closed(self, connection: RemotingConnection) -> None:
+        self._by_connection.pop(connection, None)
         for group in list(self._groups):
             members = self._groups[group]
             gone = [c for c, m in members.items() if m.connection is connection]
@@ -319,6 +337,9 @@ class Consuming:
         self, request: RemotingCommand, connection: RemotingConnection
     ) -> RemotingCommand:
         group = _group(request)
+        refusal = self._group_refusal(group)
+        if refusal is not None:
+            return request.response(ResponseCode.NO_PERMISSION, refusal)
         topic, queue_id = self._readable_queue(request)
         offset = int_field(request, "queueOffset")
         max_count = int_field(request, "maxMsgNums")
@@ -404,6 +425,24 @@ class Consuming:
                     for m in got.messages
                 )
         return response
+
+    def _group_refusal(self, group: str) -> str | None:
+        """Why the group's settings (``updateSubGroup``) forbid it to pull now, in
+        RocketMQ's words and what to do; None if they allow it."""
+        settings = self._broker.group_settings
+        if settings.setting(group, "consumeEnable") is False:
+            return (
+                f"subscription group no permission, {group}: its consumeEnable is false; "
+                f"set it with updateSubGroup -g {group} -s true"
+            )
+        if settings.setting(group, "consumeBroadcastEnable") is False and any(
+            m.details.get("messageModel") == "BROADCASTING" for m in self.members(group)
+        ):
+            return (
+                f"the consumer group[{group}] can not consume by broadcast way: its "
+                f"consumeBroadcastEnable is false; set it with updateSubGroup -g {group} -d true"
+            )
+        return None
 
     def _registered(self, group: str, topic: str) -> Subscription | None:
         for member in self._groups.get(group, {}).values():

@@ -14,10 +14,20 @@ Invariants:
 - Every stored message has a message ID (UNIQ_KEY): one the producer did not set (a
   message without a RocketMQ client's ID, or a Go client v2 batch entry) is made here, as
   RocketMQ's broker does for a single message.
+- A send to ``%RETRY%<group>`` is a 4.x consumer's own fallback when its send-back
+  failed: RocketMQ's rules for it (its broker's handleRetryAndDLQ) apply. The copy
+  goes to ``%DLQ%<group>`` at once when its ``reconsumeTimes`` exceeds the header's
+  ``maxReconsumeTimes`` (else the group's), or while an orderly member holds a queue
+  lock of the group; otherwise it waits out its delay level like any delayed send.
+  The broker's own properties the consumer copied from the delivered message are
+  dropped, except the ones that say where it came from (``RETRY_TOPIC``,
+  ``ORIGIN_MESSAGE_ID``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import struct
 import time
 from collections.abc import Awaitable, Callable
@@ -35,10 +45,12 @@ from ..wire.message_rules import message_problem
 from ..wire.properties import decode_properties, properties_problem
 from ..wire.record_codec import offset_message_id
 from ..wire.record_layout import COMPRESSED, TRANSACTION_MASK, TRANSACTION_PREPARED_TYPE
+from ..wire.resource_names import group_name_problem
 from .access import ACCESS_KEY
 from .codes import RequestCode, ResponseCode
 from .connection import RemotingConnection
 from .frames import RemotingCommand
+from .redelivery import DLQ_QUEUES, RETRY_PREFIX, RETRY_QUEUES, max_reconsume_times
 from .service import HeaderError, Refused, int_field, text_field
 
 # SEND_MESSAGE_V2 abbreviates SendMessageRequestHeader's field names to one letter each.
@@ -80,6 +92,11 @@ PRODUCER_SET = frozenset(
 )
 # ... and the ones a 4.x transactional producer sets on a half message.
 HALF_MESSAGE_SET = frozenset({prop.TRANSACTION_PREPARED, prop.CHECK_IMMUNITY_TIME_IN_SECONDS})
+# ... and the ones a retry copy keeps from the message it copies (a 4.x consumer sends the
+# delivered message's properties whole; the rest are the broker's, set again as needed).
+RETRY_KEPT = PRODUCER_SET | frozenset(
+    {prop.RETRY_TOPIC, prop.ORIGIN_MESSAGE_ID, prop.MESSAGE_GROUP, prop.TRACE_CONTEXT}
+)
 DELAY_LEVEL = "DELAY"
 # RocketMQ's default messageDelayLevel, 1s 5s 10s 30s 1m 2m ... 10m 20m 30m 1h 2h.
 DELAY_LEVEL_SECONDS = (1, 5, 10, 30, *(60 * m for m in range(1, 11)), 1200, 1800, 3600, 7200)
@@ -119,9 +136,15 @@ HalfMessageStore = Callable[
 class Producing:
     """``prepare`` stores half messages; without it they go straight to the transactions."""
 
-    def __init__(self, broker: Broker, prepare: HalfMessageStore | None = None) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        prepare: HalfMessageStore | None = None,
+        group_locked: Callable[[str], bool] = lambda group: False,
+    ) -> None:
         self._broker = broker
         self._prepare = prepare
+        self._group_locked = group_locked
         self._coalescer = SendCoalescer(broker.store)
 
     def handlers(self) -> dict:
@@ -136,7 +159,11 @@ class Producing:
     ) -> RemotingCommand:
         header = RemotingCommand(code=0, ext_fields=send_header(request))
         try:
-            topic = self._topic(text_field(header, "topic"))
+            topic_name = text_field(header, "topic")
+            retry = topic_name.startswith(RETRY_PREFIX)
+            if retry:
+                await self._ensure_retry_topic(request, topic_name)
+            topic = self._topic(topic_name)
             queue_id = int_field(header, "queueId", -1)
             if not 0 <= queue_id < topic.write_queue_nums:
                 raise Refused(
@@ -152,6 +179,11 @@ class Producing:
                     ResponseCode.MESSAGE_ILLEGAL,
                     "a message is sent as a half message (TRANSACTION_PREPARED_TYPE) or "
                     "plain; a transaction is ended with END_TRANSACTION",
+                )
+            if prepared and retry:
+                raise Refused(
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    f"a retry to {topic_name} cannot be a half message; send it plain",
                 )
             if prepared and request.code == RequestCode.SEND_BATCH_MESSAGE:
                 raise Refused(
@@ -176,9 +208,12 @@ class Producing:
                     born_host=connection.address,
                     reconsume_times=int_field(header, "reconsumeTimes", 0),
                     prepared=prepared,
+                    retry=retry,
                 )
                 for flag, body, properties in entries
             ]
+            if retry and self._dead_letter(topic_name, header):
+                return await self._to_dead_letters(request, topic_name, messages[0])
         except HeaderError as exc:
             return request.response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
         except Refused as exc:
@@ -214,6 +249,38 @@ class Producing:
             return self._answer(request, result, queue_id, 0, 1)
         result, first = await self._coalescer.put(topic.name, messages)
         return self._answer(request, result, queue_id, first, len(messages))
+
+    async def _ensure_retry_topic(self, request: RemotingCommand, name: str) -> None:
+        """A group's retry topic exists once its consumer's fallback writes to it."""
+        if request.code == RequestCode.SEND_BATCH_MESSAGE:
+            raise Refused(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"batch request does not support retry group {name} (as in RocketMQ); "
+                "send retries one at a time",
+            )
+        problem = group_name_problem(name[len(RETRY_PREFIX) :])
+        if problem is not None:
+            raise Refused(ResponseCode.MESSAGE_ILLEGAL, problem)
+        if self._broker.topics.get(name) is None and not self._broker.is_replica:
+            # Creating the topic writes topics.json: not on the event loop.
+            await asyncio.to_thread(self._broker.ensure_system_topic, name, RETRY_QUEUES)
+
+    def _dead_letter(self, retry_topic: str, header: RemotingCommand) -> bool:
+        """RocketMQ's choice for a consumer's own retry: past its reconsume times, or an
+        orderly group's (one holding queue locks), whose retries would break its order."""
+        group = retry_topic[len(RETRY_PREFIX) :]
+        most = int_field(header, "maxReconsumeTimes", max_reconsume_times(self._broker, group))
+        return int_field(header, "reconsumeTimes", 0) > most or self._group_locked(group)
+
+    async def _to_dead_letters(
+        self, request: RemotingCommand, retry_topic: str, message: Message
+    ) -> RemotingCommand:
+        dlq = prop.dlq_topic(retry_topic[len(RETRY_PREFIX) :])
+        await asyncio.to_thread(self._broker.ensure_system_topic, dlq, DLQ_QUEUES)
+        properties = {k: v for k, v in message.properties.items() if k != DELAY_LEVEL}
+        dead = dataclasses.replace(message, topic=dlq, queue_id=0, properties=properties)
+        result, first = await self._coalescer.put(dlq, [dead])
+        return self._answer(request, result, 0, first, 1)
 
     def _topic(self, name: str) -> TopicConfig:
         try:
@@ -269,6 +336,7 @@ class Producing:
         born_host: str,
         reconsume_times: int,
         prepared: bool = False,
+        retry: bool = False,
     ) -> Message:
         limit = self._broker.config.store.max_message_size
         if not body:
@@ -282,7 +350,13 @@ class Producing:
             # Both doors look messages up by this ID; RocketMQ leaves a batch entry
             # without one, so its consumers show the offset ID there instead.
             properties = {**properties, prop.UNIQ_KEY: new_message_id()}
+        if retry:
+            properties = {
+                k: v for k, v in properties.items() if k in RETRY_KEPT or not prop.is_reserved(k)
+            }
         allowed = PRODUCER_SET | HALF_MESSAGE_SET if prepared else PRODUCER_SET
+        if retry:
+            allowed = RETRY_KEPT
         for name in properties:
             if prop.is_reserved(name) and name not in allowed:
                 raise Refused(

@@ -88,6 +88,13 @@ class QueueLocks:
             entry = self._groups.get(group, {}).get(queue)
             return None if entry is None or _expired(entry, self._clock()) else entry.client_id
 
+    def group_locked(self, group: str) -> bool:
+        """True while any queue of ``group`` is locked: the group consumes orderly."""
+        with self._lock:
+            held = self._groups.get(group, {})
+            now = self._clock()
+            return any(not _expired(entry, now) for entry in held.values())
+
     def _sweep(self, group: str, now: int) -> None:
         held = self._groups[group]
         for queue in [q for q, entry in held.items() if _expired(entry, now)]:

@@ -4,8 +4,9 @@ RocketMQ's reconsume rules (its broker's consumerSendMsgBack), applied to the me
 request names by commit-log offset:
 
 - A message consumed ``reconsumeTimes`` times already goes to ``%DLQ%<group>`` once that
-  reaches the group's maximum (the header's ``maxReconsumeTimes``, else the broker's
-  ``--max-delivery-attempts`` less one: 16 by default), or at once when the client asks
+  reaches the group's maximum (the header's ``maxReconsumeTimes``, else the group's
+  ``retryMaxTimes`` if set, else the broker's ``--max-delivery-attempts`` less one: 16
+  by default), or at once when the client asks
   with a negative delay level. Otherwise it goes to ``%RETRY%<group>`` after delay level
   ``3 + reconsumeTimes`` (10 s, 30 s, 1 min, ...) unless the client names a level; levels
   past the last (2 h) are the last.
@@ -71,6 +72,11 @@ def redelivery_for(reconsume_times: int, max_reconsume_times: int, delay_level: 
     return Redelivery(dead_letter=False, level=min(level, len(ROCKETMQ_LEVEL_DELAYS_MS)))
 
 
+def max_reconsume_times(broker: Broker, group: str) -> int:
+    """The reconsume times after which ``group``'s failed messages are dead letters."""
+    return broker.retry_max_times(group)
+
+
 class SendBack:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
@@ -87,8 +93,9 @@ class SendBack:
             raise HeaderError(problem)
         physical = int_field(request, "offset")
         delay_level = int_field(request, "delayLevel", 0)
-        default_max = self._broker.config.max_delivery_attempts - 1
-        max_reconsume = int_field(request, "maxReconsumeTimes", default_max)
+        max_reconsume = int_field(
+            request, "maxReconsumeTimes", max_reconsume_times(self._broker, group)
+        )
         if self._broker.is_replica:
             return request.response(
                 ResponseCode.SERVICE_NOT_AVAILABLE,

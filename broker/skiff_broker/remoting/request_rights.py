@@ -137,6 +137,27 @@ def _locking(request: RemotingCommand) -> tuple[Need, ...]:
     return tuple(dict.fromkeys(wanted))
 
 
+def _batch_ack(request: RemotingCommand) -> tuple[Need, ...]:
+    """Sub on every topic and group the batch settles (RocketMQ's short or long names)."""
+    data = _body(request, "BatchAckMessageRequestBody")
+    wanted: list[Need] = []
+    for ack in _items(data.get("acks"), "BatchAckMessageRequestBody"):
+        topic = str(ack.get("t", ack.get("topic")) or "")
+        if not _is_retry(topic):
+            wanted.append(need(_TOPIC, topic, _SUB))
+        wanted.append(need(_GROUP, str(ack.get("c", ack.get("consumerGroup")) or ""), _SUB))
+    return tuple(dict.fromkeys(wanted))
+
+
+def _assignment(request: RemotingCommand) -> tuple[Need, ...]:
+    data = _body(request, "QueryAssignmentRequestBody")
+    topic = str(data.get("topic") or "")
+    group = str(data.get("consumerGroup") or "")
+    if _is_retry(topic):
+        return (need(_GROUP, group, _SUB),)
+    return (need(_TOPIC, topic, _SUB), need(_GROUP, group, _SUB))
+
+
 def _client_config(request: RemotingCommand) -> tuple[Need, ...]:
     data = _body(request, "CheckClientRequestBody")
     return (need(_GROUP, str(data.get("group") or ""), _SUB),)
@@ -216,6 +237,10 @@ _RULES: dict[int, Callable[[RemotingCommand], tuple[Need, ...]]] = {
     RequestCode.CHANGE_MESSAGE_INVISIBLETIME: lambda r: _topic_and_group(
         r, "topic", "consumerGroup", _SUB
     ),
+    RequestCode.BATCH_ACK_MESSAGE: _batch_ack,
+    RequestCode.QUERY_ASSIGNMENT: _assignment,
+    RequestCode.NOTIFICATION: lambda r: _topic_and_group(r, "topic", "consumerGroup", _SUB),
+    RequestCode.POLLING_INFO: lambda r: _topic_and_group(r, "topic", "consumerGroup", _SUB),
     RequestCode.QUERY_CONSUMER_OFFSET: lambda r: _topic_and_group(
         r, "topic", "consumerGroup", _SUB, _GET
     ),

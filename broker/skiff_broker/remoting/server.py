@@ -9,6 +9,7 @@ group offsets and long polling as the gRPC service.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import ssl
 from collections.abc import Callable
@@ -24,15 +25,19 @@ from ..wire.hosts import encode_host
 from .access import RemotingAccess
 from .admin_requests import AdminRequests
 from .admin_views import AdminViews
+from .assignments import Assignments
 from .client_calls import ClientCalls, ForwardedToClients
 from .connection import RemotingConnection
 from .consuming import Consuming
+from .group_settings_requests import GroupSettingsRequests
 from .lookups import Lookups
 from .name_server import NameServer
+from .popping import Popping
 from .producing import Producing
 from .queue_locks import QueueLocking
 from .redelivery import SendBack
 from .service import RemotingService
+from .traffic_rates import TrafficRates, broker_totals
 from .transactions import RemotingTransactions, check_allowed
 
 LISTEN_OPTION = "--remoting-listen"
@@ -73,12 +78,22 @@ class RemotingServer:
             heartbeat=self.consuming.heartbeat,
             may_be_asked=check_allowed(broker) if config.auth.enabled else None,
         )
-        self.service.add(Producing(broker, prepare=self.transactions.prepare).handlers())
+        locking = QueueLocking(broker)
+        self.service.add(
+            Producing(
+                broker, prepare=self.transactions.prepare, group_locked=locking.locks.group_locked
+            ).handlers()
+        )
         self.service.add(self.consuming.handlers())
+        self.service.add(Popping(broker, hub).handlers())
+        self.service.add(Assignments(broker, self.consuming).handlers())
         self.service.add(SendBack(broker).handlers())
-        self.service.add(QueueLocking(broker).handlers())
+        self.service.add(locking.handlers())
         self.service.add(self.transactions.handlers())
-        self.service.add(AdminRequests(broker, self.consuming).handlers())
+        self.rates = TrafficRates(lambda: broker_totals(broker))
+        self._sampling: asyncio.Task | None = None
+        self.service.add(AdminRequests(broker, self.consuming, self.rates).handlers())
+        self.service.add(GroupSettingsRequests(broker).handlers())
         lookups = Lookups(broker)
         self.service.add(lookups.handlers())
         self.service.add(AdminViews(broker, self.transactions.producers).handlers())
@@ -167,6 +182,7 @@ class RemotingServer:
     async def start(self) -> None:
         for listener in self._listeners():
             await listener.start()
+        self._sampling = asyncio.create_task(self.rates.run())
 
     def stop_accepting(self) -> None:
         for listener in self._listeners():
@@ -176,5 +192,7 @@ class RemotingServer:
         """Stop accepting, then close every connection (long polls end with it)."""
         for listener in self._listeners():
             await listener.stop()
+        if self._sampling is not None:
+            self._sampling.cancel()
         for connection in list(self._open):
             connection.close()

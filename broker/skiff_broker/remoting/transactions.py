@@ -58,9 +58,10 @@ from ..wire.record_layout import (
     header_struct,
 )
 from .access import ACCESS_KEY
-from .codes import RequestCode
+from .codes import RequestCode, ResponseCode
 from .connection import RemotingConnection
 from .frames import ONEWAY_FLAG, RemotingCommand
+from .heartbeat_limits import producer_problem
 from .service import Handler, HeaderError, int_field, text_field
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,24 @@ class ProducerClient:
     version: int
 
 
+def heartbeat_client_id(body: bytes) -> str:
+    """The ``clientID`` a heartbeat names ("" if its body is not HeartbeatData)."""
+    try:
+        return str(json.loads(body or b"{}").get("clientID", ""))
+    except (ValueError, TypeError, AttributeError):
+        return ""
+
+
+def producer_groups(body: bytes) -> list[str]:
+    """The producer groups a heartbeat names ([] if its body is not HeartbeatData: the
+    consumers' handler answers what is wrong with it)."""
+    try:
+        data = json.loads(body or b"{}")
+        return [str(p["groupName"]) for p in data.get("producerDataSet") or []]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return []
+
+
 class ProducerTable:
     """Producer group -> the open connections producers of it heartbeat or send half
     messages over, each with the access key that signed them ("" unsigned)."""
@@ -104,24 +123,25 @@ class ProducerTable:
 
     def heartbeat(
         self,
-        body: bytes,
+        groups: list[str],
+        client_id: str,
         connection: RemotingConnection,
         access_key: str = "",
         language: str = "",
         version: int = 0,
     ) -> None:
-        try:
-            data = json.loads(body or b"{}")
-            groups = [str(p["groupName"]) for p in data.get("producerDataSet") or []]
-        except (ValueError, TypeError, KeyError, AttributeError):
-            return  # the heartbeat's own handler answers what is wrong with it
+        """Record an accepted heartbeat's producer groups and what it said of its client."""
         for group in groups:
             self.add(group, connection, access_key)
         if groups:
             with self._lock:
-                self._clients[connection] = ProducerClient(
-                    str(data.get("clientID", "")), language, version
-                )
+                self._clients[connection] = ProducerClient(client_id, language, version)
+
+    def limit_problem(self, groups: list[str], connection: RemotingConnection) -> str | None:
+        """Why recording ``groups`` for ``connection`` would pass its limit, or None."""
+        with self._lock:
+            registered = {g for g, members in self._groups.items() if connection in members}
+        return producer_problem(registered, groups)
 
     def add(self, group: str, connection: RemotingConnection, access_key: str = "") -> None:
         with self._lock:
@@ -176,15 +196,23 @@ class RemotingTransactions:
     async def heartbeat(
         self, request: RemotingCommand, connection: RemotingConnection
     ) -> RemotingCommand:
-        self.producers.heartbeat(
-            request.body,
-            connection,
-            request.ext_fields.get(ACCESS_KEY) or "",
-            request.language,
-            request.version,
-        )
+        groups = producer_groups(request.body)
+        problem = self.producers.limit_problem(groups, connection)
+        if problem is not None:
+            return request.response(ResponseCode.SYSTEM_ERROR, problem)
         answer = self._heartbeat(request, connection)
-        return await answer if inspect.isawaitable(answer) else answer
+        answer = await answer if inspect.isawaitable(answer) else answer
+        # Recorded only with the rest of the heartbeat: a refused one leaves nothing.
+        if answer.code == ResponseCode.SUCCESS:
+            self.producers.heartbeat(
+                groups,
+                heartbeat_client_id(request.body),
+                connection,
+                request.ext_fields.get(ACCESS_KEY) or "",
+                request.language,
+                request.version,
+            )
+        return answer
 
     async def end(
         self, request: RemotingCommand, connection: RemotingConnection
@@ -227,7 +255,9 @@ class RemotingTransactions:
         """Store a half message of producer ``group`` sent over ``connection`` (signed with
         ``access_key``), which is then one to check it over (its producer's first heartbeat
         may come 30 s after it)."""
-        if group:
+        # Past the connection's limit the half message is still stored; it is checked
+        # over the connections its group's heartbeats registered.
+        if group and self.producers.limit_problem([group], connection) is None:
             self.producers.add(group, connection, access_key)
         return await self._broker.transactions.prepare(message, group)
 

@@ -51,6 +51,7 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 
 from ..config import BrokerConfig
 from ..delivery.delay import ROCKETMQ_LEVEL_DELAYS_S
+from ..metadata.group_settings import EXPONENTIAL_DEFAULTS, GroupSettingsTable
 from ..metadata.topic_table import MessageType, TopicTable
 from .status import OK
 
@@ -148,9 +149,18 @@ class ClientSession:
 
 
 class ClientRegistry:
-    def __init__(self, config: BrokerConfig, topics: TopicTable) -> None:
+    """``group_settings``: consumer groups' own retries (``updateSubGroup``), told to
+    their clients as RocketMQ's proxy tells them; without it every group has the broker's."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        topics: TopicTable,
+        group_settings: GroupSettingsTable | None = None,
+    ) -> None:
         self._config = config
         self._topics = topics
+        self._group_settings = group_settings
         self._sessions: dict[tuple[str, str], ClientSession] = {}
 
     def __len__(self) -> int:
@@ -299,13 +309,40 @@ class ClientRegistry:
             subscription.long_polling_timeout.CopyFrom(
                 Duration(seconds=self._config.max_long_polling_ms // 1000)
             )
-            reply.backoff_policy.Clear()
-            reply.backoff_policy.max_attempts = self._config.max_delivery_attempts
-            reply.backoff_policy.customized_backoff.next.extend(
-                Duration(seconds=s) for s in ROCKETMQ_LEVEL_DELAYS_S
-            )
+            self._consumer_backoff(session.group, reply.backoff_policy)
         session.settings = reply
         return reply
+
+    def _consumer_backoff(self, group: str, policy: pb.RetryPolicy) -> None:
+        """The group's retries: its retryMaxTimes + 1 attempts and its groupRetryPolicy
+        (RocketMQ's proxy's mapping), else the broker's attempts and delay levels."""
+        policy.Clear()
+        table = self._group_settings
+        settings = table.get(group) if table is not None else None
+        if settings is None:
+            policy.max_attempts = self._config.max_delivery_attempts
+            policy.customized_backoff.next.extend(
+                Duration(seconds=s) for s in ROCKETMQ_LEVEL_DELAYS_S
+            )
+            return
+        policy.max_attempts = int(settings["retryMaxTimes"]) + 1
+        retry = settings.get("groupRetryPolicy") or {}
+        if retry.get("type") == "EXPONENTIAL":
+            exponential = {**EXPONENTIAL_DEFAULTS, **(retry.get("exponentialRetryPolicy") or {})}
+            backoff = policy.exponential_backoff
+            backoff.initial.FromMilliseconds(int(exponential["initial"]))
+            backoff.max.FromMilliseconds(int(exponential["max"]))
+            backoff.multiplier = float(exponential["multiplier"])
+            return
+        levels = (retry.get("customizedRetryPolicy") or {}).get("levels")
+        if not levels:
+            policy.customized_backoff.next.extend(
+                Duration(seconds=s) for s in ROCKETMQ_LEVEL_DELAYS_S
+            )
+            return
+        for ms in levels:
+            delay = policy.customized_backoff.next.add()
+            delay.FromMilliseconds(int(ms))
 
     def settings_command(
         self, session: ClientSession, settings: pb.Settings

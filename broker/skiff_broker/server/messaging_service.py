@@ -120,7 +120,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         traffic: TrafficObserver = NO_TRAFFIC,
     ) -> None:
         self._broker = broker
-        self._clients = clients or ClientRegistry(broker.config, broker.topics)
+        self._clients = clients or ClientRegistry(
+            broker.config, broker.topics, broker.group_settings
+        )
         # ``traffic`` hears of the messages stored and delivered (metrics).
         self._sender = Sender(broker, traffic)
         self._receiver = Receiver(broker, hub, traffic)

@@ -161,6 +161,12 @@ class Receiver:
         self, request: spb.ReceiveMessageRequest, time_remaining: float | None
     ) -> list[Delivery]:
         group = require_group_name(request.group.name)
+        if self._broker.group_settings.setting(group, "consumeEnable") is False:
+            raise RequestError(
+                Code.FORBIDDEN,
+                f"subscription group no permission, {group}: its consumeEnable is false; "
+                f"set it with mqadmin updateSubGroup -g {group} -s true",
+            )
         topic = self._readable_topic(request.message_queue.topic.name)
         tag_filter = self.message_filter(request.filter_expression)
         if request.batch_size < 0:

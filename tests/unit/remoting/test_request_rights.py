@@ -88,3 +88,35 @@ def test_the_dashboards_views_need_list_on_the_cluster_or_get_on_the_producer_gr
 def test_handing_a_message_to_a_consumer_needs_sub_on_its_topic_and_group():
     wanted = needs_of(request(309, topic="orders", consumerGroup="billing", msgId="00"))
     assert wanted == (need(TOPIC, "orders", SUB), need(GROUP, "billing", SUB))
+
+
+def test_a_batch_ack_needs_sub_on_every_topic_and_group_it_settles():
+    body = json.dumps(
+        {
+            "brokerName": "broker-a",
+            "acks": [
+                {"c": "billing", "t": "orders", "so": 0, "q": 0, "pt": 1, "b": "AQ=="},
+                {"consumerGroup": "audit", "topic": "%RETRY%audit", "startOffset": 0},
+            ],
+        }
+    ).encode()
+    assert needs_of(request(200151, body)) == (
+        need(TOPIC, "orders", SUB),
+        need(GROUP, "billing", SUB),
+        need(GROUP, "audit", SUB),
+    )
+    with pytest.raises(HeaderError, match="BatchAckMessageRequestBody"):
+        needs_of(request(200151, b"{not json"))
+
+
+def test_a_queue_assignment_needs_sub_on_the_topic_and_group_and_of_a_retry_topic_the_group():
+    def body(topic: str) -> bytes:
+        return json.dumps({"topic": topic, "consumerGroup": "billing", "clientId": "c"}).encode()
+
+    assert needs_of(request(400, body("orders"))) == (
+        need(TOPIC, "orders", SUB),
+        need(GROUP, "billing", SUB),
+    )
+    assert needs_of(request(400, body("%RETRY%billing"))) == (need(GROUP, "billing", SUB),)
+    # Setting a group's mode is an admin's: super users only, as any request not listed.
+    assert needs_of(request(401, b"{}")) == SUPER_ONLY

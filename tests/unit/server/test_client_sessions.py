@@ -14,6 +14,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
 from skiff_broker.config import BrokerConfig
+from skiff_broker.metadata.group_settings import GroupSettingsTable
 from skiff_broker.metadata.topic_table import TopicTable
 from skiff_broker.server import clients
 from skiff_broker.server.clients import ClientRegistry, TelemetryOutbox
@@ -220,3 +221,58 @@ def test_termination_closes_every_stream_of_the_session(tmp_path: Path) -> None:
 def session_expiry(registry: ClientRegistry) -> float:
     """The expiry ``registry_in`` gives its registries: the broker's default."""
     return BrokerConfig(store=StoreConfig(data_dir="unused")).client_expiry_s
+
+
+def _consumer_settings(group: str) -> pb.Settings:
+    return pb.Settings(
+        client_type=pb.ClientType.PUSH_CONSUMER,
+        subscription=pb.Subscription(
+            group=pb.Resource(name=group),
+            subscriptions=[pb.SubscriptionEntry(topic=pb.Resource(name="payroll"))],
+        ),
+    )
+
+
+def test_a_consumer_is_told_its_groups_own_retries(tmp_path: Path) -> None:
+    """As RocketMQ's proxy: retryMaxTimes + 1 attempts and the groupRetryPolicy."""
+    groups = GroupSettingsTable(str(tmp_path / "subscriptionGroup.json"))
+    groups.load()
+    groups.put(
+        {
+            "groupName": "fast",
+            "retryMaxTimes": 2,
+            "groupRetryPolicy": {
+                "type": "EXPONENTIAL",
+                "exponentialRetryPolicy": {"initial": 1000, "max": 60000, "multiplier": 3},
+            },
+        }
+    )
+    groups.put(
+        {
+            "groupName": "levels",
+            "groupRetryPolicy": {
+                "type": "CUSTOMIZED",
+                "customizedRetryPolicy": {"levels": [500, 2000]},
+            },
+        }
+    )
+    config = BrokerConfig(store=StoreConfig(data_dir=str(tmp_path)))
+    registry = ClientRegistry(config, TopicTable(str(tmp_path / "topics.json")), groups)
+
+    fast = registry.apply_settings(streaming(registry, "a", ""), _consumer_settings("fast"))
+    assert fast.backoff_policy.max_attempts == 3
+    backoff = fast.backoff_policy.exponential_backoff
+    assert (backoff.initial.ToMilliseconds(), backoff.max.ToMilliseconds()) == (1000, 60000)
+    assert backoff.multiplier == 3
+
+    levels = registry.apply_settings(streaming(registry, "b", ""), _consumer_settings("levels"))
+    assert levels.backoff_policy.max_attempts == 17  # RocketMQ's default retryMaxTimes, 16
+    assert [d.ToMilliseconds() for d in levels.backoff_policy.customized_backoff.next] == [
+        500,
+        2000,
+    ]
+
+    # A group without settings has the broker's attempts and RocketMQ's delay levels.
+    plain = registry.apply_settings(streaming(registry, "c", ""), _consumer_settings("plain"))
+    assert plain.backoff_policy.max_attempts == config.max_delivery_attempts
+    assert plain.backoff_policy.customized_backoff.next[0].ToSeconds() == 1
