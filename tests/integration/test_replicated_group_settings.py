@@ -4,7 +4,8 @@ outlive it: real master and replica processes on loopback, spoken to in remoting
 A group paused on the master (consumeEnable=false, ``updateSubGroup``) and a group set
 to POP (``setConsumeMode``) reach the replica, which refuses to change either; after the
 master is SIGKILLed and the replica promoted, the paused group's pulls are still refused
-and its mode is still POP, and the promoted broker takes changes again.
+and its mode is still POP, and the promoted broker takes changes again. A replica
+SIGKILLed and started again while its master is down has them from its own files.
 """
 
 from __future__ import annotations
@@ -83,9 +84,8 @@ def send(client: Remoting, unique: str) -> RemotingCommand:
     )  # fmt: skip
 
 
-def test_group_settings_and_modes_reach_the_replica_and_outlive_the_master(group: Group):
-    master = group.master("master")
-    replica = group.replica("replica", master)
+def settle_on_the_master(master: BrokerProcess) -> None:
+    """A message for the paused group to want, the group paused, the poppers set to POP."""
     on_master = remoting(master)
     try:
         assert send(on_master, "PAY-1").code == SUCCESS
@@ -95,6 +95,12 @@ def test_group_settings_and_modes_reach_the_replica_and_outlive_the_master(group
         assert pull(on_master, PAUSED).code == NO_PERMISSION
     finally:
         on_master.close()
+
+
+def test_group_settings_and_modes_reach_the_replica_and_outlive_the_master(group: Group):
+    master = group.master("master")
+    replica = group.replica("replica", master)
+    settle_on_the_master(master)
 
     on_replica = remoting(replica)
     try:
@@ -137,3 +143,30 @@ def test_group_settings_and_modes_reach_the_replica_and_outlive_the_master(group
         assert resumed.code == SUCCESS, resumed.remark
     finally:
         promoted.close()
+
+
+def test_a_replica_restarted_while_its_master_is_down_keeps_them(group: Group):
+    master = group.master("master")
+    replica = group.replica("replica", master)
+    settle_on_the_master(master)
+    on_replica = remoting(replica)
+    try:
+        wait_for(lambda: group_config(on_replica, PAUSED) is not None, "the group on the replica")
+        wait_for(lambda: assigned_mode(on_replica, POPPERS) == "POP", "the mode on the replica")
+    finally:
+        on_replica.close()
+    wait_caught_up(master, replica)
+    address = master.ha_endpoint
+    master.kill()
+    replica.kill()
+
+    restarted = group.replica("replica", address)
+    client = remoting(restarted)
+    try:
+        refused = pull(client, PAUSED)
+        assert refused.code == NO_PERMISSION, refused.remark
+        config = group_config(client, PAUSED)
+        assert config is not None and config["retryMaxTimes"] == 2
+        assert assigned_mode(client, POPPERS) == "POP"
+    finally:
+        client.close()
