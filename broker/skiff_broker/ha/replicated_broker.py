@@ -13,6 +13,8 @@ from ..auth.config import AuthConfig
 from ..auth.model import User
 from ..auth.user_store import UserStore
 from ..metadata.consumer_offsets import ConsumerOffsetTable
+from ..metadata.group_settings import GroupSettingsTable
+from ..metadata.request_modes import RequestModeTable
 from ..metadata.topic_table import TopicTable
 from ..store.config import StoreConfig
 from ..store.message_store import MessageStore
@@ -48,6 +50,12 @@ class ReplicatedBroker(Protocol):
 
     @property
     def users(self) -> UserStore: ...
+
+    @property
+    def group_settings(self) -> GroupSettingsTable: ...
+
+    @property
+    def request_modes(self) -> RequestModeTable: ...
 
     @property
     def bootstrap_user(self) -> User | None: ...

@@ -11,6 +11,8 @@ Invariants:
 - The fields Skiff acts on are checked when set (a wrong type or range is refused
   with what it must be), so a stored entry always means what it says.
 - Every change is written (atomically, keeping a ``.bak``) before it is answered.
+- A replica holds its master's table (``snapshot``/``replace_all``), checked as the
+  file is when read, and written to its own file so it survives the replica's restart.
 """
 
 from __future__ import annotations
@@ -140,6 +142,25 @@ class GroupSettingsTable:
     def all(self) -> dict[str, dict[str, Any]]:
         with self._lock:
             return {name: _with_defaults(config) for name, config in self._groups.items()}
+
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        """Every stored entry as the file holds it (what a master sends its replicas)."""
+        with self._lock:
+            return copy.deepcopy(self._groups)
+
+    def replace_all(self, table: dict[str, Any]) -> bool:
+        """Take a master's entries in place of this table's; whether anything changed.
+
+        Written before this returns, and only when the entries differ. Entries that do
+        not pass the checks ``put`` makes raise TypeError or ValueError and change
+        nothing."""
+        groups = _parse({"subscriptionGroupTable": table})
+        with self._lock:
+            if groups == self._groups:
+                return False
+            self._groups = groups
+        self._write()
+        return True
 
     def _write(self) -> None:
         # The table as it is when the write starts: of two changes racing, the later
