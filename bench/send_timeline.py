@@ -18,7 +18,8 @@ thread (whose store appends the timeline times) and the rest, the figures of
 ``bench/results/send-latency.md``'s projection.
 
     python bench/send_timeline.py [--messages 20000] [--rate 1000] [--loads quiet,loaded]
-                                  [--systems skiff,rocketmq] [--data-dir .]
+                                  [--systems skiff,rocketmq] [--baseline TREE]
+                                  [--send-async N] [--data-dir .]
 """
 
 from __future__ import annotations
@@ -40,10 +41,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "broker"))
 import peer_brokers
 import peer_clients
 import peer_install
+from java_send_ab import TreeBroker
 from skiff_broker import send_timeline
 
 KiB = 1024
-NAMES = {"skiff": "Skiff", "rocketmq": "RocketMQ"}
+NAMES = {"skiff": "Skiff", "base": "Skiff base", "rocketmq": "RocketMQ"}
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -82,7 +84,7 @@ def thread_seconds(pid: int, tid: int) -> float:
 def stage_table(records: list[tuple[int, ...]]) -> list[str]:
     """Per stage: p50/p90/p99 µs and share of the broker's total, from the records."""
     lines = [f"    {'stage (ends at)':<12} {'p50 µs':>8} {'p90 µs':>8} {'p99 µs':>8} {'share':>6}"]
-    totals = [r[-1] - r[0] for r in records]
+    totals = [r[send_timeline.WRITTEN] - r[0] for r in records]
     whole = sum(totals) or 1
     for k in range(1, len(send_timeline.STAGES)):
         spans = [(r[k] - r[k - 1]) / 1000 for r in records]
@@ -100,8 +102,8 @@ def stage_table(records: list[tuple[int, ...]]) -> list[str]:
 
 
 def append_seconds(records: list[tuple[int, ...]]) -> float:
-    """Wall seconds of the store appends on the loop: each batch's span counted once."""
-    spans = {(r[send_timeline.APPENDING], r[send_timeline.STORED]) for r in records}
+    """CPU seconds of the store appends on the loop's thread: each batch counted once."""
+    spans = {(r[send_timeline.APPEND_CPU_BEGIN], r[send_timeline.APPEND_CPU_END]) for r in records}
     return sum(end - begin for begin, end in spans) / 1e9
 
 
@@ -118,16 +120,21 @@ class Run:
     def system(self, system: str, load: str) -> None:
         args = self.args
         timeline = Path(self.root) / f"timeline-{system}-{load}.bin"
-        if system == "skiff":
+        skiff = system in ("skiff", "base")
+        if skiff:
             os.environ[send_timeline.ENV] = str(timeline)
-        broker = peer_brokers.SYSTEMS[system](self.root, peer_brokers.ASYNC)
+        broker: peer_brokers.Broker
+        if system == "base":
+            broker = TreeBroker(self.root, peer_brokers.ASYNC, args.baseline.resolve())
+        else:
+            broker = peer_brokers.SYSTEMS[system](self.root, peer_brokers.ASYNC)
         try:
             broker.start()
             os.environ.pop(send_timeline.ENV, None)
             driver = peer_clients.JavaClientDriver(broker.endpoint, broker.data_dir / "java-logs")
             pid = broker.procs[-1].pid
             limit_s = 60 + args.messages / 200
-            workloads = (
+            workloads = [
                 ("blocking", lambda: driver.send_blocking(KiB, args.messages, limit_s)),
                 (
                     f"rate {args.rate:g}/s",
@@ -135,7 +142,11 @@ class Run:
                         KiB, args.rate_messages, limit_s + args.rate_messages / args.rate, args.rate
                     ),
                 ),
-            )
+            ]
+            if args.send_async:
+                workloads.append(
+                    ("async", lambda: driver.send_async(KiB, args.send_async, limit_s))
+                )
             for name, work in workloads:
                 broker.idle(5)
                 with contextlib.suppress(FileNotFoundError):
@@ -143,19 +154,19 @@ class Run:
                 stats = broker.stats()
                 began = time.perf_counter_ns()  # CLOCK_MONOTONIC, as the broker's stamps
                 cpu = stats.cpu_seconds()
-                loop_cpu = thread_seconds(pid, pid) if system == "skiff" else 0.0
+                loop_cpu = thread_seconds(pid, pid) if skiff else 0.0
                 sample = work()
                 cpu = stats.cpu_seconds() - cpu
-                loop_cpu = (thread_seconds(pid, pid) if system == "skiff" else 0.0) - loop_cpu
+                loop_cpu = (thread_seconds(pid, pid) if skiff else 0.0) - loop_cpu
                 latencies = [s * 1000 for s in sample.latencies]
                 count = max(1, sample.messages)
                 self.say(
                     f"  {NAMES[system]:<9} {load:<7} {name:<12} {sample.rate:>7,.0f} msg/s "
                     f"p50 {percentile(latencies, 0.5):6.2f} p99 {percentile(latencies, 0.99):6.2f}"
-                    f" ms  broker {cpu / count * 1e6:5.0f} µs/msg  errors {sample.errors}"
-                    + (f" ({sample.last_error})" if sample.last_error else "")
+                    f" ms  broker {cpu / count * 1e6:5.0f} µs/msg  {sample.note}  errors "
+                    f"{sample.errors}" + (f" ({sample.last_error})" if sample.last_error else "")
                 )
-                if system != "skiff":
+                if not skiff:
                     continue
                 broker.idle(5)  # the last calls' records are written with the next batch
                 records = send_timeline.read(str(timeline)) if timeline.exists() else []
@@ -166,7 +177,9 @@ class Run:
                     continue
                 self.lines.extend(stage_table(records))
                 print("\n".join(stage_table(records)))
-                broker_p50 = percentile([(r[-1] - r[0]) / 1e6 for r in records], 0.5)
+                broker_p50 = percentile(
+                    [(r[send_timeline.WRITTEN] - r[0]) / 1e6 for r in records], 0.5
+                )
                 appends = append_seconds(records)
                 self.say(
                     f"    {len(records):,} calls timed; client p50 {percentile(latencies, 0.5):.2f}"
@@ -194,12 +207,27 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--rate-messages", type=int, default=10_000)
     parser.add_argument("--loads", default="quiet,loaded")
-    parser.add_argument("--systems", default="skiff,rocketmq")
+    parser.add_argument(
+        "--systems", default="skiff,rocketmq", help="of skiff, base (see --baseline), rocketmq"
+    )
+    parser.add_argument(
+        "--baseline", type=Path, help="a checkout's root whose broker runs as system 'base'"
+    )
+    parser.add_argument(
+        "--send-async",
+        type=int,
+        default=0,
+        help="also this many sendAsync calls (256 in flight) per system and load",
+    )
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--data-dir", default=".")
     args = parser.parse_args()
     systems = [s for s in args.systems.split(",") if s]
     loads = [s for s in args.loads.split(",") if s]
+    if "base" in systems and args.baseline is None:
+        parser.error("system 'base' needs --baseline")
+    elif args.baseline is not None and "base" not in systems:
+        systems.insert(1, "base")
     peer_brokers.refuse_tmpfs(args.data_dir)
     if "rocketmq" in systems:
         peer_install.ensure_rocketmq()

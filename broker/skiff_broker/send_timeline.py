@@ -1,8 +1,10 @@
 """Where a SendMessage call's time goes inside the broker: one stamp per stage.
 
 Off unless the broker starts with ``SKIFF_SEND_TIMELINE`` naming a file; then every
-SendMessage call that is answered appends one record to it: ``len(STAGES)`` signed 64-bit
-nanosecond stamps (``time.perf_counter_ns``, native byte order), the stages in order.
+SendMessage call that is answered appends one record to it: ``len(FIELDS)`` signed 64-bit
+integers (native byte order): a ``time.perf_counter_ns`` stamp per stage, the stages in
+order, then the event-loop thread's CPU clock (``time.thread_time_ns``) when the store
+append of the call's batch began and ended (the append's CPU, apart from its wall time).
 ``bench/send_timeline.py`` reads the file and prints each stage's share.
 
 Invariants:
@@ -32,13 +34,16 @@ STAGES = (
     "answered",  # the response's frames are queued on the connection
     "written",  # the connection's output was handed to the transport
 )
+FIELDS = (*STAGES, "append_cpu_begin", "append_cpu_end")
 BYTES_IN, DECODED, RUNNING, CHECKED, APPENDING, STORED, ANSWERED, WRITTEN = range(len(STAGES))
+APPEND_CPU_BEGIN, APPEND_CPU_END = len(STAGES), len(STAGES) + 1
 BATCH = 64
 SEND_METHOD = "/apache.rocketmq.v2.MessagingService/SendMessage"
 
 _path = os.environ.get(ENV, "")
 ON = bool(_path)
 now = time.perf_counter_ns
+cpu_now = time.thread_time_ns
 
 Stamps = list[int]
 # The stamps of the SendMessage call whose task is running (set only when ON).
@@ -50,7 +55,7 @@ _pending = array("q")
 
 def start(bytes_in: int) -> Stamps:
     """A new call's stamps: its bytes' arrival and now (decoded)."""
-    stamps = [0] * len(STAGES)
+    stamps = [0] * len(FIELDS)
     stamps[BYTES_IN] = bytes_in
     stamps[DECODED] = now()
     return stamps
@@ -73,12 +78,21 @@ def stamp(stage: int) -> None:
         stamps[stage] = now()
 
 
+def stamp_append(timed: list[Stamps], stage: int) -> None:
+    """Stamp APPENDING or STORED, and the loop thread's CPU clock, for a batch's calls."""
+    at, cpu = now(), cpu_now()
+    field = APPEND_CPU_BEGIN if stage == APPENDING else APPEND_CPU_END
+    for stamps in timed:
+        stamps[stage] = at
+        stamps[field] = cpu
+
+
 def finish(stamps: Stamps, written: int) -> None:
     stamps[WRITTEN] = written
     if 0 in stamps:
         return  # a stage was skipped (an answer before the store): not a send's full path
     _pending.extend(stamps)
-    if len(_pending) >= BATCH * len(STAGES):
+    if len(_pending) >= BATCH * len(FIELDS):
         flush()
 
 
@@ -91,10 +105,10 @@ def flush() -> None:
 
 
 def read(path: str) -> list[tuple[int, ...]]:
-    """The records in ``path``, each a tuple of stamps in ``STAGES`` order."""
+    """The records in ``path``, each a tuple in ``FIELDS`` order."""
     values = array("q")
     with open(path, "rb") as f:
         values.frombytes(f.read())
-    width = len(STAGES)
+    width = len(FIELDS)
     usable = len(values) - len(values) % width
     return [tuple(values[i : i + width]) for i in range(0, usable, width)]

@@ -1,5 +1,6 @@
 """A real broker started with SKIFF_SEND_TIMELINE writes one record of stage stamps per
-SendMessage call it answered, each stage at or after the one before (bench/send_timeline.py
+SendMessage call it answered, each stage at or after the one before, and the CPU of its
+store append (bench/send_timeline.py
 reads them)."""
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ def test_each_answered_send_leaves_one_ordered_record(tmp_path: Path) -> None:
         asyncio.run(send_traced(broker.endpoint, TOPIC, SENDS, sampled=None, concurrency=8))
     records = send_timeline.read(str(timeline))
     assert len(records) == SENDS
+    stages = len(send_timeline.STAGES)
     for record in records:
         assert all(stamp > 0 for stamp in record), record
-        assert list(record) == sorted(record), record
+        assert list(record[:stages]) == sorted(record[:stages]), record
+        # The append's CPU on the loop's thread: no more than its wall time.
+        cpu = record[send_timeline.APPEND_CPU_END] - record[send_timeline.APPEND_CPU_BEGIN]
+        assert 0 <= cpu <= record[send_timeline.STORED] - record[send_timeline.APPENDING]

@@ -119,9 +119,11 @@ class SendCoalescer:
         return self._store.put_messages_async(messages)
 
     async def _put_timed(self, messages: Sequence[Message]) -> PutResult:
-        send_timeline.stamp(send_timeline.APPENDING)
+        stamps = send_timeline.current()
+        timed = [] if stamps is None else [stamps]
+        send_timeline.stamp_append(timed, send_timeline.APPENDING)
         result = await self._store.put_messages_async(messages)
-        send_timeline.stamp(send_timeline.STORED)
+        send_timeline.stamp_append(timed, send_timeline.STORED)
         return result
 
     def _end_turn(self) -> None:
@@ -136,7 +138,7 @@ class SendCoalescer:
         if self._open.get(batch.topic) is batch:
             del self._open[batch.topic]  # sealed: later calls start a batch of their own
         if send_timeline.ON:
-            _stamp_all(batch.timed, send_timeline.APPENDING)
+            send_timeline.stamp_append(batch.timed, send_timeline.APPENDING)
         try:
             if len(batch.followers) == 1:  # no call joined: observed as a lone append
                 result = await self._store.put_messages_async(batch.messages)
@@ -152,7 +154,7 @@ class SendCoalescer:
                     done.set_exception(exc)
             raise
         if send_timeline.ON:
-            _stamp_all(batch.timed, send_timeline.STORED)
+            send_timeline.stamp_append(batch.timed, send_timeline.STORED)
         for first, done in batch.followers:
             if not done.done():  # its call was cancelled meanwhile
                 done.set_result((result, first))
@@ -163,9 +165,3 @@ def _join_timed(batch: _Batch) -> None:
     stamps = send_timeline.current()
     if stamps is not None:
         batch.timed.append(stamps)
-
-
-def _stamp_all(timed: list[send_timeline.Stamps], stage: int) -> None:
-    at = send_timeline.now()
-    for stamps in timed:
-        stamps[stage] = at
