@@ -296,13 +296,11 @@ class ServerCall(grpc.aio.ServicerContext):
             )
             if stream.send_response(framed, size):
                 self._call_done_callbacks()
-                self._connection.answer_ready()
                 return
         self._send_headers()
         stream.send_data(_PREFIX.pack(0, len(body)) + body)
         stream.send_trailers(trailers(0, self._details, self._trailing_metadata))
         self._call_done_callbacks()
-        self._connection.answer_ready()
 
     async def _serve_stream(self, handler: grpc.RpcMethodHandler, request: Any) -> None:
         behavior = handler.stream_stream if handler.request_streaming else handler.unary_stream

@@ -9,11 +9,8 @@ The client port's listener (``tls.listener``) hands over each connection, TLS al
 unwrapped by the loop.
 
 Invariants:
-- A connection's output is written at once after the input that caused it; a call's
-  answer completed in a task is written at once if it is the connection's first in the
-  loop turn (its client may send again while the others are worked on), later ones of
-  the turn share one write at its end. So at most two writes per connection and turn
-  come from answers.
+- A connection's output is written once per loop turn at most (answers completed in
+  the same turn share one write), and at once after the input that caused it.
 - While a client does not read what is written to it, nothing more is read from it,
   and streaming answers to it wait.
 - ``stop(grace)``: no new connections, GOAWAY on every open one; calls in progress get
@@ -244,8 +241,6 @@ class ServedConnection(asyncio.Protocol):
         self.writers: set[ServerCall] = set()
         self._receiving = False
         self._flush_scheduled = False
-        # An answer was written at once in this loop turn: later ones wait for its end.
-        self._answered_in_turn = False
         # When a call was last seen open (loop time), and whether one was at the last look.
         self._busy_at = 0.0
         self._had_calls = False
@@ -332,22 +327,8 @@ class ServedConnection(asyncio.Protocol):
             self._flush_scheduled = True
             self.loop.call_soon(self._flush)
 
-    def answer_ready(self) -> None:
-        """A call's whole answer is queued (see the module's invariants)."""
-        if self._receiving or self._answered_in_turn:
-            return
-        self._answered_in_turn = True
-        self.loop.call_soon(self._end_turn)
-        self._write_out()
-
-    def _end_turn(self) -> None:
-        self._answered_in_turn = False
-
     def _flush(self) -> None:
         self._flush_scheduled = False
-        self._write_out()
-
-    def _write_out(self) -> None:
         transport = self.transport
         if transport is None or transport.is_closing():
             return

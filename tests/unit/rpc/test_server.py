@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import contextvars
 import logging
-import threading
 from collections.abc import AsyncIterator
 
 import grpc
@@ -418,59 +417,3 @@ def test_stop_cancels_what_still_runs_when_grace_ends():
 
     run(scenario)
     assert rig.cancelled.is_set()
-
-
-def test_an_answer_ready_first_in_a_turn_reaches_its_client_while_the_turn_goes_on():
-    """Two calls on one connection resume in the same loop turn; the first answers, the
-    second then holds the loop until its client has that answer (a blocking client's
-    thread may send again meanwhile). Written only at the turn's end, it would not come:
-    the second call gives up after a guard of 10 s and says so."""
-    quick_started = asyncio.Event()
-    go = asyncio.Event()
-    seen = threading.Event()
-
-    async def quick(request: bytes, context) -> bytes:  # type: ignore[no-untyped-def]
-        quick_started.set()
-        await go.wait()
-        return b"quick"
-
-    async def holding(request: bytes, context) -> bytes:  # type: ignore[no-untyped-def]
-        await quick_started.wait()
-        go.set()  # quick resumes next turn, ahead of this call
-        await asyncio.sleep(0)
-        # Blocks the loop: the quick answer can only be out if it was written at once.
-        return b"seen" if seen.wait(10) else b"not seen"
-
-    handlers = grpc.method_handlers_generic_handler(
-        SERVICE,
-        {
-            "Quick": grpc.unary_unary_rpc_method_handler(quick),
-            "Holding": grpc.unary_unary_rpc_method_handler(holding),
-        },
-    )
-
-    async def scenario() -> bytes:
-        server = RpcServer(max_message=LIMIT)
-        server.add_generic_rpc_handlers((handlers,))
-        listener = ClientListener("127.0.0.1:0", server.protocol)
-        port = listener.bind()
-        await listener.start()
-        # A blocking client, its calls in threads of their own on one connection.
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-
-            def call_quick() -> None:
-                assert channel.unary_unary(f"/{SERVICE}/Quick")(b"", timeout=30) == b"quick"
-                seen.set()
-
-            quick_done = asyncio.ensure_future(asyncio.to_thread(call_quick))
-            await asyncio.wait_for(quick_started.wait(), 10)
-            answer = await asyncio.to_thread(
-                channel.unary_unary(f"/{SERVICE}/Holding"), b"", timeout=30
-            )
-            await quick_done
-        listener.stop_accepting()
-        await server.stop(0)
-        await listener.stop()
-        return answer
-
-    assert run_for(scenario) == b"seen"
