@@ -46,16 +46,12 @@ def _estimate(messages: Sequence[Message]) -> int:
 
 
 class _Batch:
-    __slots__ = ("followers", "messages", "shares", "size", "timed", "topic")
+    __slots__ = ("followers", "messages", "shares", "size", "timed")
 
-    def __init__(
-        self, topic: str, messages: Sequence[Message], size: int, leader: AppendShare
-    ) -> None:
-        self.topic = topic
+    def __init__(self, messages: Sequence[Message], size: int, leader: AppendShare) -> None:
         self.messages: list[Message] = list(messages)
         self.shares = [leader]
-        # Every call of the batch, the first included: (its first message's position in the
-        # batch, its future).
+        # Calls after the first: (their first message's position in the batch, their future).
         self.followers: list[tuple[int, asyncio.Future[tuple[PutResult, int]]]] = []
         self.size = size
         # With send_timeline on: the stamps of the calls in the batch.
@@ -66,8 +62,8 @@ class SendCoalescer:
     """Collects the calls of one loop turn per topic and appends each topic's once.
 
     The turn's first call is appended at once (a lone producer waits for nothing). A
-    second call in the same turn opens a batch and a task that appends it in the next turn
-    (every call already woken runs meanwhile and joins it) and answers them all.
+    second call in the same turn leads a batch: it yields one turn (every call already
+    woken runs meanwhile and joins it), then appends the batch and answers the others.
     """
 
     def __init__(self, store: MessageStore) -> None:
@@ -99,18 +95,20 @@ class SendCoalescer:
             self._turn_busy = True
             asyncio.get_running_loop().call_soon(self._end_turn)
             return await self._put(messages), 0
-        batch = self._open[topic] = _Batch(
-            topic, messages, size, self._store.share(0, len(messages))
-        )
+        batch = self._open[topic] = _Batch(messages, size, self._store.share(0, len(messages)))
         if send_timeline.ON:
             _join_timed(batch)
-        done = asyncio.get_running_loop().create_future()
-        batch.followers.append((0, done))
-        # The append runs in a task of its own, from the next loop turn: every call already
-        # woken in this one joins the batch first, and if this call is cancelled meanwhile
-        # the batch is appended all the same and the others are answered.
-        self._start_append(batch)
-        return await done
+        try:
+            await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            # Appended all the same, as a lone call's messages always were once received.
+            self._start_append(topic, batch)
+            raise
+        if not batch.followers:
+            self._seal(topic, batch)
+            return await self._put(batch.messages), 0
+        # In a task of its own: if this call is cancelled, the others' answers still come.
+        return await asyncio.shield(self._start_append(topic, batch)), 0
 
     def _put(self, messages: Sequence[Message]) -> Awaitable[PutResult]:
         # Off, the store's coroutine itself: no frame more on the hot path.
@@ -129,21 +127,22 @@ class SendCoalescer:
     def _end_turn(self) -> None:
         self._turn_busy = False
 
-    def _start_append(self, batch: _Batch) -> None:
+    def _seal(self, topic: str, batch: _Batch) -> None:
+        if self._open.get(topic) is batch:
+            del self._open[topic]
+
+    def _start_append(self, topic: str, batch: _Batch) -> asyncio.Task[PutResult]:
+        self._seal(topic, batch)
         task = asyncio.get_running_loop().create_task(self._append(batch))
         self._appending.add(task)
         task.add_done_callback(self._appending.discard)
+        return task
 
     async def _append(self, batch: _Batch) -> PutResult:
-        if self._open.get(batch.topic) is batch:
-            del self._open[batch.topic]  # sealed: later calls start a batch of their own
         if send_timeline.ON:
             send_timeline.stamp_append(batch.timed, send_timeline.APPENDING)
         try:
-            if len(batch.followers) == 1:  # no call joined: observed as a lone append
-                result = await self._store.put_messages_async(batch.messages)
-            else:
-                result = await self._store.put_messages_async(batch.messages, batch.shares)
+            result = await self._store.put_messages_async(batch.messages, batch.shares)
         except BaseException as exc:
             for _, done in batch.followers:
                 if done.done():
