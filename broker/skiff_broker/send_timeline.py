@@ -80,8 +80,12 @@ def stamp(stage: int) -> None:
 
 def stamp_append(timed: list[Stamps], stage: int) -> None:
     """Stamp APPENDING or STORED, and the loop thread's CPU clock, for a batch's calls."""
-    at, cpu = now(), cpu_now()
-    field = APPEND_CPU_BEGIN if stage == APPENDING else APPEND_CPU_END
+    # The CPU clock read inside the wall clock's span: the CPU never exceeds the wall time.
+    if stage == APPENDING:
+        at, cpu, field = now(), cpu_now(), APPEND_CPU_BEGIN
+    else:
+        cpu = cpu_now()
+        at, field = now(), APPEND_CPU_END
     for stamps in timed:
         stamps[stage] = at
         stamps[field] = cpu
