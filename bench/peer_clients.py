@@ -986,8 +986,11 @@ class JavaClientDriver:
     def send_async(self, size: int, count: int, limit_s: float) -> Sample:
         return self._run("send-async", limit_s, count=count, size=size, in_flight=self.IN_FLIGHT)
 
-    def send_blocking(self, size: int, count: int, limit_s: float) -> Sample:
-        return self._run("send-blocking", limit_s, count=count, size=size, threads=self.THREADS)
+    def send_blocking(self, size: int, count: int, limit_s: float, rate: float = 0.0) -> Sample:
+        """``rate`` > 0: the sends start at that many per second (an offered rate)."""
+        return self._run(
+            "send-blocking", limit_s, count=count, size=size, threads=self.THREADS, rate=rate
+        )
 
     def drain(self, count: int, limit_s: float) -> Sample:
         group = f"bench-java-{os.getpid()}"

@@ -23,8 +23,9 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 
+from .. import send_timeline
 from ..store.message import Message
 from ..store.message_store import MessageStore
 from ..store.observer import AppendShare
@@ -45,7 +46,7 @@ def _estimate(messages: Sequence[Message]) -> int:
 
 
 class _Batch:
-    __slots__ = ("followers", "messages", "shares", "size")
+    __slots__ = ("followers", "messages", "shares", "size", "timed")
 
     def __init__(self, messages: Sequence[Message], size: int, leader: AppendShare) -> None:
         self.messages: list[Message] = list(messages)
@@ -53,6 +54,8 @@ class _Batch:
         # Calls after the first: (their first message's position in the batch, their future).
         self.followers: list[tuple[int, asyncio.Future[tuple[PutResult, int]]]] = []
         self.size = size
+        # With send_timeline on: the stamps of the calls in the batch.
+        self.timed: list[send_timeline.Stamps] = []
 
 
 class SendCoalescer:
@@ -73,12 +76,16 @@ class SendCoalescer:
 
     async def put(self, topic: str, messages: Sequence[Message]) -> tuple[PutResult, int]:
         """Store ``messages``; the result and where this call's first message is in it."""
+        if send_timeline.ON:
+            send_timeline.stamp(send_timeline.CHECKED)
         size = _estimate(messages)
         if size > self._limit:
-            return await self._store.put_messages_async(messages), 0
+            return await self._put(messages), 0
         batch = self._open.get(topic)
         if batch is not None and batch.size + size <= self._limit:
             done = asyncio.get_running_loop().create_future()
+            if send_timeline.ON:
+                _join_timed(batch)
             batch.followers.append((len(batch.messages), done))
             batch.shares.append(self._store.share(len(batch.messages), len(messages)))
             batch.messages.extend(messages)
@@ -87,8 +94,10 @@ class SendCoalescer:
         if not self._turn_busy:
             self._turn_busy = True
             asyncio.get_running_loop().call_soon(self._end_turn)
-            return await self._store.put_messages_async(messages), 0
+            return await self._put(messages), 0
         batch = self._open[topic] = _Batch(messages, size, self._store.share(0, len(messages)))
+        if send_timeline.ON:
+            _join_timed(batch)
         try:
             await asyncio.sleep(0)
         except asyncio.CancelledError:
@@ -97,9 +106,23 @@ class SendCoalescer:
             raise
         if not batch.followers:
             self._seal(topic, batch)
-            return await self._store.put_messages_async(batch.messages), 0
+            return await self._put(batch.messages), 0
         # In a task of its own: if this call is cancelled, the others' answers still come.
         return await asyncio.shield(self._start_append(topic, batch)), 0
+
+    def _put(self, messages: Sequence[Message]) -> Awaitable[PutResult]:
+        # Off, the store's coroutine itself: no frame more on the hot path.
+        if send_timeline.ON:
+            return self._put_timed(messages)
+        return self._store.put_messages_async(messages)
+
+    async def _put_timed(self, messages: Sequence[Message]) -> PutResult:
+        stamps = send_timeline.current()
+        timed = [] if stamps is None else [stamps]
+        send_timeline.stamp_append(timed, send_timeline.APPENDING)
+        result = await self._store.put_messages_async(messages)
+        send_timeline.stamp_append(timed, send_timeline.STORED)
+        return result
 
     def _end_turn(self) -> None:
         self._turn_busy = False
@@ -116,6 +139,8 @@ class SendCoalescer:
         return task
 
     async def _append(self, batch: _Batch) -> PutResult:
+        if send_timeline.ON:
+            send_timeline.stamp_append(batch.timed, send_timeline.APPENDING)
         try:
             result = await self._store.put_messages_async(batch.messages, batch.shares)
         except BaseException as exc:
@@ -127,7 +152,15 @@ class SendCoalescer:
                 else:
                     done.set_exception(exc)
             raise
+        if send_timeline.ON:
+            send_timeline.stamp_append(batch.timed, send_timeline.STORED)
         for first, done in batch.followers:
             if not done.done():  # its call was cancelled meanwhile
                 done.set_result((result, first))
         return result
+
+
+def _join_timed(batch: _Batch) -> None:
+    stamps = send_timeline.current()
+    if stamps is not None:
+        batch.timed.append(stamps)

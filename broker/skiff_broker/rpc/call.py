@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from .. import send_timeline
 from ..http2 import frames as fr
 from ..http2.connection import Stream
 from .grpc_headers import (
@@ -76,6 +77,7 @@ class ServerCall(grpc.aio.ServicerContext):
         "_message",
         "_metadata",
         "_requests",
+        "_stamps",
         "_task",
         "_trailing_metadata",
         "_window",
@@ -120,6 +122,7 @@ class ServerCall(grpc.aio.ServicerContext):
         self._requests: _RequestStream | None = None
         self._deadline: float | None = None
         self._deadline_timer: asyncio.TimerHandle | None = None
+        self._stamps: send_timeline.Stamps | None = None
         timeout = request_headers.timeout
         if timeout is not None:
             loop = connection.loop
@@ -197,12 +200,16 @@ class ServerCall(grpc.aio.ServicerContext):
     def _start(self) -> None:
         base = self._connection.server.call_context
         context = None if base is None else base.copy()
+        if send_timeline.ON and self.request_headers.path == send_timeline.SEND_METHOD:
+            self._stamps = send_timeline.start(self._connection.received_ns)
         # Named for its method: a slow-callback report then says which call held the loop.
         self._task = self._connection.loop.create_task(
             self._run(), name=self.request_headers.path, context=context
         )
 
     async def _run(self) -> None:
+        if send_timeline.ON and self._stamps is not None:
+            send_timeline.enter(self._stamps)
         try:
             handler = self._handler
             if self._intercepted:
@@ -264,6 +271,9 @@ class ServerCall(grpc.aio.ServicerContext):
         """Headers, the one message and the trailers: one write when the windows allow."""
         self.finished = True
         self._close_timer()
+        if send_timeline.ON and self._stamps is not None:
+            self._stamps[send_timeline.ANSWERED] = send_timeline.now()
+            self._connection.answered.append(self._stamps)
         stream = self.stream
         size = len(body) + 5
         sid = stream.id

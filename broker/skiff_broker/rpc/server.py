@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 
 import grpc
 
+from .. import send_timeline
 from ..http2.connection import Limits, ServerConnection, Stream
 from ..http2.hpack import encode_headers
 from ..http2.receive_budget import ReceiveBudget
@@ -244,6 +245,10 @@ class ServedConnection(asyncio.Protocol):
         self._busy_at = 0.0
         self._had_calls = False
         self._idle_timer: asyncio.TimerHandle | None = None
+        # With send_timeline on: when input last arrived, and calls answered since the last
+        # write.
+        self.received_ns = 0
+        self.answered: list[send_timeline.Stamps] = []
 
     @property
     def opened(self) -> bool:
@@ -273,6 +278,8 @@ class ServedConnection(asyncio.Protocol):
         self._flush()
 
     def data_received(self, data: bytes) -> None:
+        if send_timeline.ON:
+            self.received_ns = send_timeline.now()
         self._receiving = True
         try:
             self.h2.receive(data)
@@ -329,6 +336,11 @@ class ServedConnection(asyncio.Protocol):
         data = self.h2.take_output()
         if data:
             transport.write(data)
+            if send_timeline.ON and self.answered:
+                written = send_timeline.now()
+                for stamps in self.answered:
+                    send_timeline.finish(stamps, written)
+                self.answered.clear()
         if self.h2.closed:
             transport.close()
 

@@ -23,7 +23,8 @@
 //                  {"topics": {topic: {"sent": {case: id}, "simple": {name: [ids]},
 //                  "push": {name: [ids]}, "refused": text}}, "errors": [text]}
 //   send-async     COUNT sendAsync calls, IN_FLIGHT unacknowledged at most
-//   send-blocking  COUNT blocking sends spread over THREADS threads
+//   send-blocking  COUNT blocking sends spread over THREADS threads; with RATE > 0 they
+//                  start at RATE per second (latency from each send's own start)
 //   drain          receive and ack COUNT messages with THREADS threads
 //   push-e2e       a PushConsumer of GROUP on TOPIC, then COUNT sendAsync
 //                  calls paced at RATE per second, once a few warm-up messages came back
@@ -493,6 +494,9 @@ public final class OfficialClient {
         int count = number("count", 1000);
         int threads = number("threads", 16);
         byte[] body = new byte[number("size", 1024)];
+        // RATE > 0: send i starts no earlier than i / RATE seconds after the start (an
+        // offered rate, as long as the threads keep up); 0: each thread sends at once.
+        double rate = Double.parseDouble(option("rate", "0"));
         double[] latencies = new double[count];
         AtomicInteger next = new AtomicInteger();
         AtomicInteger done = new AtomicInteger();
@@ -501,9 +505,17 @@ public final class OfficialClient {
         try (Producer producer = producer()) {
             List<Thread> workers = new ArrayList<>();
             start = begin();
+            long paceFrom = System.nanoTime();
             for (int t = 0; t < threads; t++) {
                 Thread worker = new Thread(() -> {
                     for (int i = next.getAndIncrement(); i < count; i = next.getAndIncrement()) {
+                        if (rate > 0) {
+                            long due = paceFrom + (long) (i * 1e9 / rate);
+                            for (long wait = due - System.nanoTime(); wait > 0;
+                                    wait = due - System.nanoTime()) {
+                                LockSupport.parkNanos(wait);
+                            }
+                        }
                         long sentAt = System.nanoTime();
                         try {
                             producer.send(message(body));
