@@ -1050,8 +1050,15 @@ class RemotingClientDriver:
     def send_sync(self, size: int, count: int, limit_s: float) -> Sample:
         return self._run("send-sync", limit_s, count=count, size=size, threads=self.THREADS)
 
-    def send_async(self, size: int, count: int, limit_s: float) -> Sample:
-        return self._run("send-async", limit_s, count=count, size=size, in_flight=self.IN_FLIGHT)
+    def send_async(self, size: int, count: int, limit_s: float, topic: str = "") -> Sample:
+        return self._run(
+            "send-async",
+            limit_s,
+            topic=topic or self.topic,
+            count=count,
+            size=size,
+            in_flight=self.IN_FLIGHT,
+        )
 
     def push(self, count: int, limit_s: float, topic: str = "") -> Sample:
         """A new group's DefaultMQPushConsumer reads ``count`` messages from the start."""
@@ -1068,7 +1075,7 @@ class RemotingClientDriver:
     def warm_up(self, size: int, count: int, limit_s: float) -> None:
         """Unmeasured async sends and their push consumption on a topic of their own: a JVM
         broker compiles its send and pull paths in its first thousands of requests."""
-        self._run("send-async", limit_s, topic=self.warmup_topic, count=count, size=size)
+        self.send_async(size, count, limit_s, topic=self.warmup_topic)
         self.push(count, limit_s, topic=self.warmup_topic)
 
 
