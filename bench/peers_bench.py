@@ -353,13 +353,16 @@ class Runner:
             broker.namesrv_endpoint, broker.data_dir / "remoting-logs"
         )
         driver.warm_up(KiB, max(1, count // 2), limit_s)
+        stored = 0  # what the sends stored: the push consumer waits for no more
         workloads = (
             ("produce", driver.THREADS, "sync", lambda: driver.send_sync(KiB, count, limit_s)),
             ("produce", driver.IN_FLIGHT, "async", lambda: driver.send_async(KiB, count, limit_s)),
-            ("drain", None, "Push", lambda: driver.push(2 * count, limit_s)),
+            ("drain", None, "Push", lambda: driver.push(stored, limit_s)),
         )
         for workload, producers, mode, run in workloads:
-            self._measure_java(broker, driver, workload, producers, mode, run)
+            row = self._measure_java(broker, driver, workload, producers, mode, run)
+            if workload == "produce":
+                stored += row.messages
 
     def _measure_java(
         self,
