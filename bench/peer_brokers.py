@@ -25,7 +25,17 @@ ROOT = Path(__file__).resolve().parent.parent
 START_DEADLINE_S = 120.0
 STOP_DEADLINE_S = 30.0
 QUEUES = 8  # queues, partitions: the same for every system
-TOPICS = ("bench", "backlog-1k", "backlog-100", "e2e", "e2e-official", "java", "java-push")
+TOPICS = (
+    "bench",
+    "backlog-1k",
+    "backlog-100",
+    "e2e",
+    "e2e-official",
+    "java",
+    "java-push",
+    "remoting",
+    "remoting-warmup",
+)
 # FIFO topics of one queue, and the consumer groups that consume them in order (RocketMQ
 # pops in order only for a group configured consumeMessageOrderly); Skiff and RocketMQ only.
 FIFO_TOPICS = ("fifo-batch", "fifo-longer")
@@ -117,6 +127,8 @@ class Broker:
         self.procs: list[subprocess.Popen] = []
         self.log = self.data_dir / "broker.log"
         self.endpoint = ""
+        # The name-server address a RocketMQ 4.x (remoting) client is given ("": none).
+        self.namesrv_endpoint = ""
 
     @property
     def settings(self) -> str:
@@ -182,12 +194,12 @@ class SkiffBroker(Broker):
             table.put(TopicConfig(name, QUEUES, QUEUES))
         for name in FIFO_TOPICS:
             table.put(TopicConfig(name, 1, 1, message_type=MessageType.FIFO))
-        port = free_port()
-        # The remoting port's default (8080) may be taken on a shared machine.
+        port, remoting_port = free_port(), free_port()
+        # Not the remoting port's default (8080): it may be taken on a shared machine.
         env = {
             **os.environ,
             "PYTHONPATH": str(ROOT / "broker"),
-            "SKIFF_REMOTING_LISTEN": "127.0.0.1:0",
+            "SKIFF_REMOTING_LISTEN": f"127.0.0.1:{remoting_port}",
         }
         flush = "SYNC_FLUSH" if self.durability == SYNC else "ASYNC_FLUSH"
         proc = self._spawn(
@@ -209,8 +221,12 @@ class SkiffBroker(Broker):
             ],
             env=env,
         )
-        wait_for_port(port, proc, self.log, time.monotonic() + START_DEADLINE_S)
+        deadline = time.monotonic() + START_DEADLINE_S
+        wait_for_port(port, proc, self.log, deadline)
+        wait_for_port(remoting_port, proc, self.log, deadline)
         self.endpoint = f"127.0.0.1:{port}"
+        # Every Skiff broker answers name-server requests on its remoting port.
+        self.namesrv_endpoint = f"127.0.0.1:{remoting_port}"
 
 
 class RocketMQBroker(Broker):
@@ -354,6 +370,8 @@ class RocketMQBroker(Broker):
         )
         wait_for_port(grpc_port, proxy, self.log, deadline)
         self.endpoint = f"127.0.0.1:{grpc_port}"
+        # 4.x clients given the name server reach the broker's own port, not the proxy's.
+        self.namesrv_endpoint = f"127.0.0.1:{namesrv_port}"
         self._wait_for_routes(deadline)
 
     def _wait_for_routes(self, deadline: float) -> None:

@@ -1012,6 +1012,76 @@ class JavaClientDriver:
         )
 
 
+class RemotingClientDriver:
+    """The classic RocketMQ 4.x client (rocketmq-client, remoting protocol) with its defaults,
+    given a name-server address: Skiff's remoting port, or RocketMQ's name server, whose
+    routes lead to the broker's own remoting port (no proxy). One JVM per workload handles
+    a fixed number of messages and reports how long that took (its start-up and the route
+    fetch excluded) and, for sends, each send's latency."""
+
+    client = "rocketmq-client 4.9.8 (remoting)"
+    topic = "remoting"
+    warmup_topic = "remoting-warmup"
+    IN_FLIGHT = 256  # async sends unanswered at once
+    THREADS = 16  # threads of sync send
+
+    def __init__(self, namesrv: str, log_dir: Path) -> None:
+        sys.path.insert(0, str(ROOT))
+        from tests.official_clients import remoting_bench_java_client
+
+        self.namesrv = namesrv
+        self.log_dir = log_dir
+        self.program = remoting_bench_java_client()
+
+    def _run(self, mode: str, limit_s: float, **options: object) -> Sample:
+        from tests.official_clients import run_client
+
+        options.setdefault("topic", self.topic)
+        command = self.program.command(mode, self.log_dir, namesrv=self.namesrv, **options)
+        summary = run_client(command, self.log_dir, timeout_s=limit_s + 120).summary
+        messages = summary["messages"]
+        client_us = summary["cpu_seconds"] / messages * 1e6 if messages else 0.0
+        return Sample(
+            messages,
+            summary["seconds"],
+            latencies=summary["latencies_s"],
+            errors=summary["errors"],
+            note=f"client {client_us:,.0f} µs/msg",
+            last_error=summary["last_error"][:200],
+        )
+
+    def send_sync(self, size: int, count: int, limit_s: float) -> Sample:
+        return self._run("send-sync", limit_s, count=count, size=size, threads=self.THREADS)
+
+    def send_async(self, size: int, count: int, limit_s: float, topic: str = "") -> Sample:
+        return self._run(
+            "send-async",
+            limit_s,
+            topic=topic or self.topic,
+            count=count,
+            size=size,
+            in_flight=self.IN_FLIGHT,
+        )
+
+    def push(self, count: int, limit_s: float, topic: str = "") -> Sample:
+        """A new group's DefaultMQPushConsumer reads ``count`` messages from the start."""
+        group = f"bench-remoting-push-{os.getpid()}-{topic or self.topic}"
+        return self._run(
+            "push",
+            limit_s,
+            topic=topic or self.topic,
+            count=count,
+            group=group,
+            deadline_s=int(limit_s),
+        )
+
+    def warm_up(self, size: int, count: int, limit_s: float) -> None:
+        """Unmeasured async sends and their push consumption on a topic of their own: a JVM
+        broker compiles its send and pull paths in its first thousands of requests."""
+        self.send_async(size, count, limit_s, topic=self.warmup_topic)
+        self.push(count, limit_s, topic=self.warmup_topic)
+
+
 class BatchingProducerDriver(BatchingDriver):
     """The batching producer alone: RocketMQ 5.3's proxy does not implement PullMessage."""
 

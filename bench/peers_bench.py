@@ -37,7 +37,8 @@ PRODUCERS = (1, 64)
 KiB = 1024
 MiB = 1024**2
 GiB = 1024**3
-# The systems the official Java client drives (it speaks RocketMQ 5's gRPC protocol).
+# The systems the official Java client drives (it speaks RocketMQ 5's gRPC protocol), and
+# the 4.x client too (remoting: Skiff's remoting port, RocketMQ's name server and broker).
 JAVA_SYSTEMS = ("skiff", "rocketmq")
 NAMES = {
     "skiff": "Skiff",
@@ -156,6 +157,7 @@ class Runner:
         java_messages: int,
         java_only: bool,
         push_rate: float = 0.0,
+        remoting_messages: int = 0,
     ) -> None:
         self.plan = plan
         self.root = root
@@ -163,6 +165,7 @@ class Runner:
         self.java_messages = java_messages
         self.java_only = java_only
         self.push_rate = push_rate
+        self.remoting_messages = remoting_messages
         self.rows: list[Row] = []
         self.resources: list[dict[str, Any]] = []
         self.failures: list[str] = []
@@ -238,6 +241,8 @@ class Runner:
         try:
             if self.java_messages and system in JAVA_SYSTEMS:
                 self._java(broker)
+            if self.remoting_messages and system in JAVA_SYSTEMS:
+                self._remoting(broker)
             chosen = plan.async_sizes if durability == ASYNC else plan.sync_sizes
             sizes = {s: SIZES[s] for s in chosen}
             peaks: dict[str, float] = {}
@@ -339,10 +344,30 @@ class Runner:
                 lambda: driver.push_e2e(KiB, pushed, rate, self.plan.java_push_warmup_s, limit_s),
             )
 
+    def _remoting(self, broker: peer_brokers.Broker) -> None:
+        """The 4.x client: after an unmeasured warm-up, sync sends in 16 threads, async
+        sends, then a new group's push consumer reads both back from the start."""
+        count = self.remoting_messages
+        limit_s = self.plan.drain_limit_s + count / 1000  # generous: ends when the work does
+        driver = peer_clients.RemotingClientDriver(
+            broker.namesrv_endpoint, broker.data_dir / "remoting-logs"
+        )
+        driver.warm_up(KiB, max(1, count // 2), limit_s)
+        stored = 0  # what the sends stored: the push consumer waits for no more
+        workloads = (
+            ("produce", driver.THREADS, "sync", lambda: driver.send_sync(KiB, count, limit_s)),
+            ("produce", driver.IN_FLIGHT, "async", lambda: driver.send_async(KiB, count, limit_s)),
+            ("drain", None, "Push", lambda: driver.push(stored, limit_s)),
+        )
+        for workload, producers, mode, run in workloads:
+            row = self._measure_java(broker, driver, workload, producers, mode, run)
+            if workload == "produce":
+                stored += row.messages
+
     def _measure_java(
         self,
         broker: peer_brokers.Broker,
-        driver: peer_clients.JavaClientDriver,
+        driver: peer_clients.JavaClientDriver | peer_clients.RemotingClientDriver,
         workload: str,
         producers: int | None,
         mode: str,
@@ -354,7 +379,7 @@ class Runner:
         sample = run()
         cpu = stats.cpu_seconds() - cpu
         # The JVM's start-up is outside the sample's seconds but inside the CPU figure;
-        # the broker does little for it (one route query, one telemetry stream).
+        # the broker does little for it (a route query, a telemetry stream or heartbeats).
         row = self._row(
             broker,
             driver,  # type: ignore[arg-type]
@@ -528,6 +553,7 @@ def targets(rows: list[Row]) -> list[dict[str, Any]]:
                 }
             )
     results.extend(java_targets(rows))
+    results.extend(remoting_targets(rows))
     drain = best(find(rows, system="skiff", workload="drain", size="100B"))
     if drain:
         results.append(
@@ -543,10 +569,14 @@ def targets(rows: list[Row]) -> list[dict[str, Any]]:
 
 
 def _found_java_row(
-    rows: list[Row], system: str, durability: str, workload: str, mode: str
+    rows: list[Row],
+    system: str,
+    durability: str,
+    workload: str,
+    mode: str,
+    client: str = peer_clients.JavaClientDriver.client,
 ) -> Row | None:
-    """The official Java client's row of ``system`` for a workload (mode's first word)."""
-    client = peer_clients.JavaClientDriver.client
+    """A Java client's row of ``system`` for a workload (mode's first word)."""
     found = find(rows, system=system, client=client, workload=workload, durability=durability)
     return next((r for r in found if r.mode.split()[0] == mode), None)
 
@@ -620,6 +650,45 @@ def java_targets(rows: list[Row]) -> list[dict[str, Any]]:
                 skiff.p99_ms / rocketmq.p99_ms,
                 "ms",
             )
+    return results
+
+
+def remoting_targets(rows: list[Row]) -> list[dict[str, Any]]:
+    """The 4.x client's targets: Skiff's remoting port against RocketMQ's broker, direct."""
+    client = peer_clients.RemotingClientDriver.client
+    results = []
+    for durability in (ASYNC, SYNC):
+        for workload, mode, what in (
+            ("produce", "sync", "16-thread sync send"),
+            ("produce", "async", "async send"),
+            ("drain", "Push", "push consumption"),
+        ):
+            skiff = _found_java_row(rows, "skiff", durability, workload, mode, client)
+            rocketmq = _found_java_row(rows, "rocketmq", durability, workload, mode, client)
+            if skiff is None or rocketmq is None or not rocketmq.rate:
+                continue
+            pairs = [("msg/s >= 1.0x RocketMQ", skiff.rate, rocketmq.rate, "msg/s")]
+            if skiff.cpu_us_per_msg and rocketmq.cpu_us_per_msg:
+                pairs.append(
+                    (
+                        "broker CPU per message <= RocketMQ's",
+                        skiff.cpu_us_per_msg,
+                        rocketmq.cpu_us_per_msg,
+                        "µs/msg",
+                    )
+                )
+            for target, mine, theirs, unit in pairs:
+                ratio = mine / theirs
+                results.append(
+                    {
+                        "target": f"4.x client {durability}: {what} {target}",
+                        "skiff": round(mine, 2),
+                        "peer": round(theirs, 2),
+                        "ratio": round(ratio, 2),
+                        "met": ratio <= 1.0 if "<=" in target else ratio >= 1.0,
+                        "unit": unit,
+                    }
+                )
     return results
 
 
@@ -745,6 +814,13 @@ def main(argv: list[str] | None = None) -> int:
         help="messages per workload of the official Java client on Skiff and RocketMQ (0: none)",
     )
     parser.add_argument(
+        "--remoting-messages",
+        type=int,
+        default=20_000,
+        help="messages per workload of the RocketMQ 4.x client (remoting) on Skiff and "
+        "RocketMQ (0: none)",
+    )
+    parser.add_argument(
         "--push-rate",
         type=float,
         default=0.0,
@@ -754,7 +830,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--java-only",
         action="store_true",
-        help="only the official Java client's workloads (a quick check of that driver)",
+        help="only the Java clients' workloads, 5.x and 4.x (a quick check of those drivers)",
     )
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
@@ -780,7 +856,13 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     root = tempfile.mkdtemp(prefix="skiff-peers-", dir=args.data_dir)
     runner = Runner(
-        plan, root, args.e2e_max_rate, args.java_messages, args.java_only, args.push_rate
+        plan,
+        root,
+        args.e2e_max_rate,
+        args.java_messages,
+        args.java_only,
+        args.push_rate,
+        args.remoting_messages,
     )
     try:
         for system in systems:

@@ -157,6 +157,20 @@ def remoting_java_client() -> JavaClient:
     )
 
 
+def remoting_bench_java_client() -> JavaClient:
+    """Build (once) and return ``java/RemotingBench.java`` (the 4.x client's throughput
+    workloads) on rocketmq-client 4.x, the jars RemotingClient.java uses."""
+    return _java_program(
+        "RemotingBench",
+        [SOURCES / "java" / "RemotingBench.java"],
+        [MavenArtifact("org.apache.rocketmq", "rocketmq-client", REMOTING_CLIENT_VERSION)],
+        libs=f"java-remoting-{REMOTING_CLIENT_VERSION}",
+        home="java-remoting-bench",
+        version=REMOTING_CLIENT_VERSION,
+        what="the RocketMQ 4.x client's benchmark",
+    )
+
+
 def remoting_security_java_client() -> JavaClient:
     """Build (once) and return ``java/RemotingSecurityClient.java`` (with RemotingClient.java's
     helpers) on rocketmq-client and rocketmq-acl 4.x: ACL signatures and TLS."""

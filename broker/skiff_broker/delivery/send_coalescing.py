@@ -18,6 +18,8 @@ Invariants:
 - A shared append stays far below a commit-log segment (``batch_bytes_limit``): merging
   never makes a batch too large where the separate ones would have fitted. A call larger
   than the limit on its own is appended alone, as before.
+- A coalescer serves one running event loop at a time (the broker's): it looks the loop
+  up again only once the one it knew stopped running.
 """
 
 from __future__ import annotations
@@ -73,6 +75,14 @@ class SendCoalescer:
         # A call was appended alone in this loop turn: the next one leads a batch.
         self._turn_busy = False
         self._appending: set[asyncio.Task[PutResult]] = set()  # held so they are not collected
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        # Kept: each asyncio.get_running_loop() costs a getpid() system call, twice a send.
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
 
     async def put(self, topic: str, messages: Sequence[Message]) -> tuple[PutResult, int]:
         """Store ``messages``; the result and where this call's first message is in it."""
@@ -83,7 +93,7 @@ class SendCoalescer:
             return await self._put(messages), 0
         batch = self._open.get(topic)
         if batch is not None and batch.size + size <= self._limit:
-            done = asyncio.get_running_loop().create_future()
+            done = self._running_loop().create_future()
             if send_timeline.ON:
                 _join_timed(batch)
             batch.followers.append((len(batch.messages), done))
@@ -93,7 +103,7 @@ class SendCoalescer:
             return await done
         if not self._turn_busy:
             self._turn_busy = True
-            asyncio.get_running_loop().call_soon(self._end_turn)
+            self._running_loop().call_soon(self._end_turn)
             return await self._put(messages), 0
         batch = self._open[topic] = _Batch(messages, size, self._store.share(0, len(messages)))
         if send_timeline.ON:
@@ -133,7 +143,7 @@ class SendCoalescer:
 
     def _start_append(self, topic: str, batch: _Batch) -> asyncio.Task[PutResult]:
         self._seal(topic, batch)
-        task = asyncio.get_running_loop().create_task(self._append(batch))
+        task = self._running_loop().create_task(self._append(batch))
         self._appending.add(task)
         task.add_done_callback(self._appending.discard)
         return task

@@ -15,6 +15,9 @@ Invariants (the door's budgets):
 - A connection with no bytes read and no request open for ``idle_timeout_s`` is closed;
   a long-polling pull is an open request.
 - A oneway request is never answered; every other request is answered exactly once.
+- Answers given in one turn of the event loop go to the transport together, at the start
+  of the next turn, in the order given (one write where there were many); before the
+  connection closes itself, what was given is written.
 """
 
 from __future__ import annotations
@@ -66,6 +69,9 @@ class RemotingConnection(asyncio.Protocol):
         self._idle_timeout_s = idle_timeout_s
         self._on_close = on_close
         self._transport: asyncio.Transport | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # Encoded answers of this loop turn, written at the start of the next.
+        self._unwritten: list[bytes] = []
         # Bytes of requests taken and not yet answered, claimed from the budget.
         self._held = 0
         # Requests decoded while the budget was spent: taken once it frees up.
@@ -89,6 +95,8 @@ class RemotingConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, only alike.
         self._transport = transport  # type: ignore[assignment]
+        # Once: each lookup of the running loop costs a getpid() system call.
+        self._loop = asyncio.get_running_loop()
         peername = transport.get_extra_info("peername")
         if peername:
             self.peer = peer_string(peername)
@@ -124,6 +132,7 @@ class RemotingConnection(asyncio.Protocol):
     def eof_received(self) -> bool | None:
         # Answer what was asked, then close (the client half-closed).
         if not self._open_requests and self._transport is not None:
+            self._write_out()
             self._transport.close()
         return True
 
@@ -192,7 +201,8 @@ class RemotingConnection(asyncio.Protocol):
 
     def _start(self, command: RemotingCommand, size: int) -> None:
         self._open_requests += 1
-        task = asyncio.get_running_loop().create_task(self._serve(command, size))
+        assert self._loop is not None  # set when the connection was made
+        task = self._loop.create_task(self._serve(command, size))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -212,9 +222,18 @@ class RemotingConnection(asyncio.Protocol):
 
     def send(self, command: RemotingCommand) -> None:
         transport = self._transport
-        if transport is None or transport.is_closing():
+        if transport is None or transport.is_closing() or self._loop is None:
             return
-        transport.write(encode(command))
+        if not self._unwritten:
+            self._loop.call_soon(self._write_out)
+        self._unwritten.append(encode(command))
+
+    def _write_out(self) -> None:
+        frames, self._unwritten = self._unwritten, []
+        transport = self._transport
+        if not frames or transport is None or transport.is_closing():
+            return
+        transport.write(frames[0] if len(frames) == 1 else b"".join(frames))
 
     def _malformed(self, exc: FrameError) -> None:
         line = _MALFORMED_LOG.line(f"closing remoting connection from {self.peer}: {exc}")
@@ -225,6 +244,7 @@ class RemotingConnection(asyncio.Protocol):
             return
         if self._open_requests:
             # Answers to what came before the bad frame still go out.
+            self._write_out()
             transport.close()
         else:
             transport.abort()

@@ -54,6 +54,11 @@ _QUEUE_ID_AT, _QUEUE_OFFSET_AT, _PHYSICAL_AT = 12, 20, 28
 _GONE = object()  # a record retention deleted
 # TOTALSIZE, MAGIC, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG.
 _QUICK_CHECK = struct.Struct(">iIiiiqqi")
+# The same up to PHYSICALOFFSET: what a run's check compares with the unit.
+_UNIT_FIELDS = struct.Struct(">iIiiiqq")
+# Runs of fewer records are checked record by record: below this, numpy's cost per call
+# is more than the work (a queue's records between other queues' are runs of one).
+_ARRAY_CHECK_MIN_RECORDS = 8
 
 
 class _Run(typing.NamedTuple):
@@ -256,6 +261,8 @@ def _first_disagreeing(
     """Index of the first record of a run whose fields disagree with the unit that led
     there (the units say the records start at ``starts`` in ``chunk``), None if none."""
     end = len(chunk)
+    if len(starts) < _ARRAY_CHECK_MIN_RECORDS:
+        return _first_disagreeing_of_few(chunk, physical, starts.tolist(), cq, first_offset)
     sizes = np.diff(np.append(starts, end))
     inside = (starts >= 0) & (starts + _PHYSICAL_AT + 8 <= end)
     at = np.where(inside, starts, 0)
@@ -266,6 +273,29 @@ def _first_disagreeing(
     ok &= fields_at(chunk, end, at + _QUEUE_OFFSET_AT, ">i8") == expected
     ok &= fields_at(chunk, end, at + _PHYSICAL_AT, ">i8") == at + physical
     return None if ok.all() else int(np.argmin(ok))
+
+
+def _first_disagreeing_of_few(
+    chunk: bytes, physical: int, starts: list[int], cq: ConsumeQueue, first_offset: int
+) -> int | None:
+    """``_first_disagreeing``, one record at a time."""
+    end = len(chunk)
+    queue_id = cq.queue_id
+    last = len(starts) - 1
+    for index, start in enumerate(starts):
+        if start < 0 or start + _UNIT_FIELDS.size > end:
+            return index
+        size = (starts[index + 1] if index < last else end) - start
+        total, magic, _, record_queue, _, queue_offset, at = _UNIT_FIELDS.unpack_from(chunk, start)
+        if (
+            total != size
+            or magic != MESSAGE_MAGIC
+            or record_queue != queue_id
+            or queue_offset != first_offset + index
+            or at != start + physical
+        ):
+            return index
+    return None
 
 
 class QueueReader:

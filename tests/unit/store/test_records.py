@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 from collections.abc import Callable, Iterator
 
+import numpy as np
 import pytest
 from tests.unit.store.conftest import SMALL_STORE
 
@@ -230,3 +231,40 @@ def test_a_long_read_finds_its_runs_at_once_as_unit_by_unit(
     monkeypatch.setattr(reading, "_ARRAY_MIN_UNITS", 1 << 30)
     monkeypatch.setattr(record_check, "_VECTOR_MIN_RECORDS", 1 << 30)
     assert at_once == fetches()
+
+
+def test_short_and_long_runs_are_checked_alike(store: MessageStore) -> None:
+    # A run of fewer than _ARRAY_CHECK_MIN_RECORDS records is checked one record at a
+    # time, a longer one with numpy: both find the same first record that disagrees with
+    # its unit, whichever field disagrees.
+    count = 2 * reading._ARRAY_CHECK_MIN_RECORDS
+    physical = put(store, [message(i) for i in range(count)])
+    assert store.wait_dispatched()
+    cq = store.consume_queues.get("T", 0)
+    assert cq is not None
+    first = physical[0]
+    whole = store.commit_log.read(first, store.commit_log.max_offset - first)
+    assert whole is not None
+    starts = np.array([p - first for p in physical], dtype=np.int64)
+    last_size = int.from_bytes(whole[int(starts[-1]) : int(starts[-1]) + 4], "big")
+
+    def both(chunk: bytes, starts: np.ndarray, first_offset: int = 0) -> tuple:
+        few = reading._first_disagreeing_of_few(chunk, first, starts.tolist(), cq, first_offset)
+        # The numpy path on the same run, whatever its length.
+        many = reading._first_disagreeing(chunk, first, starts, cq, first_offset)
+        return few, many
+
+    chunk = bytes(whole[: int(starts[-1]) + last_size])
+    assert both(chunk, starts) == (None, None)
+    for field in (4, 12, 20, PHYSICAL_OFFSET_OFFSET):  # magic, queue id, queue offset, offset
+        for victim in (0, 3, count - 1):
+            damaged = bytearray(chunk)
+            damaged[int(starts[victim]) + field + 3] ^= 0x01
+            assert both(bytes(damaged), starts) == (victim, victim)
+    # A size the units disagree with, a queue offset the read did not expect, a start
+    # past the chunk's end.
+    shifted = starts.copy()
+    shifted[2] += 1
+    assert both(chunk, shifted) == (1, 1)
+    assert both(chunk, starts, first_offset=5) == (0, 0)
+    assert both(chunk[: int(starts[-1]) + 10], starts) == (count - 1, count - 1)
