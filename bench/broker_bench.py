@@ -917,7 +917,7 @@ def _component(frame: str) -> str:
         return "C under the event loop (grpc.aio Cython, syscalls)"
     for marker, component in (
         ("skiff_broker/store/", "store"),
-        ("skiff_broker/server/", "gRPC handlers (Skiff)"),
+        ("skiff_broker/messaging/", "gRPC handlers (Skiff)"),
         ("skiff_broker/delivery/", "delivery (Skiff)"),
         ("skiff_broker/", "other Skiff"),
         ("grpc/", "grpcio Python layer"),

@@ -42,12 +42,12 @@ PARTS: tuple[tuple[str, bool, tuple[str, ...]], ...] = (
     ("store: append (commit log)", True, ("skiff_broker/store/",)),
     ("telemetry", False, ("skiff_broker/telemetry/",)),
     ("auth", False, ("skiff_broker/auth/",)),
-    ("HTTP/2 (frames, HPACK, windows)", False, ("skiff_broker/http2/",)),
-    ("gRPC calls (rpc/)", False, ("skiff_broker/rpc/",)),
+    ("HTTP/2 (frames, HPACK, windows)", False, ("skiff_broker/frontdoor/http2/",)),
+    ("gRPC calls (frontdoor/grpc/)", False, ("skiff_broker/frontdoor/grpc/",)),
     (
         "send handler (checks, conversion, answer)",
         False,
-        ("skiff_broker/server/", "skiff_broker/delivery/", "skiff_broker/wire/"),
+        ("skiff_broker/messaging/", "skiff_broker/delivery/", "skiff_broker/wire/"),
     ),
     ("event loop (uvloop, asyncio, epoll)", False, ("uvloop", "asyncio/", "epoll", "uv__")),
 )

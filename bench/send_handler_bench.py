@@ -32,7 +32,7 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from skiff_broker.config import BrokerConfig
 from skiff_broker.metadata.topic_table import TopicConfig
 from skiff_broker.runtime import Broker
-from skiff_broker.server.sending import Sender
+from skiff_broker.messaging.sending import Sender
 from skiff_broker.store.config import StoreConfig
 
 calls, data_dir = int(sys.argv[1]), tempfile.mkdtemp(dir=sys.argv[2])

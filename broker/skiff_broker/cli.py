@@ -20,7 +20,7 @@ from .store.config import StoreConfig
 from .store.private_files import umask_for
 
 if TYPE_CHECKING:
-    from .server.app import BrokerServer
+    from .assembly.broker_server import BrokerServer
     from .store.store_check import CheckOutcome, RepairOutcome
 
 log = logging.getLogger("skiff")
@@ -49,11 +49,11 @@ def broker(**options: Any) -> None:
     """
     import uvloop
 
+    from .assembly.broker_server import BrokerServer
     from .ha.replica_book import ReplicaBookError
     from .ha.role_file import RoleFileError
     from .ha.successor_check import SupersededMaster
     from .metadata.state_file import StateFileError
-    from .server.app import BrokerServer
     from .store.errors import StoreError
 
     config: BrokerConfig = broker_config(options)

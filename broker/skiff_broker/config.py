@@ -10,10 +10,10 @@ import dataclasses
 
 from .auth.config import AuthConfig
 from .cluster.config import ClusterConfig
+from .frontdoor.connection_limits import ConnectionLimits
+from .frontdoor.grpc.request_buffers import RequestBufferConfig
 from .ha.config import ReplicationConfig, Role, parse_host_port
-from .rpc.request_buffers import RequestBufferConfig
 from .store.config import StoreConfig
-from .tls.connection_limits import ConnectionLimits
 from .tls.peers import check_peers_can_connect
 from .tls.settings import TlsConfig
 from .wire.setting import option

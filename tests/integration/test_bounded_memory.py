@@ -3,13 +3,13 @@
 Several raw gRPC Telemetry streams (each on its own connection) send Settings as
 fast as they can and never read a reply, while an official RocketMQ client keeps
 producing and consuming. The broker's resident memory, sampled from
-``/proc/<pid>/status``, must stay within the budget ``server/clients.py`` states,
+``/proc/<pid>/status``, must stay within the budget ``messaging/clients.py`` states,
 the flooding streams must be held back by flow control, and the other client
 must be served throughout.
 
 What a never-reading stream costs is what the broker accepted from it before flow
 control held it back: its outbox and the stream's HTTP/2 receive window. The broker's
-server gives that window back only as the handler takes messages (``rpc/call.py``), so
+server gives that window back only as the handler takes messages (``frontdoor/grpc/call.py``), so
 a stream that is not read holds at most the outbox and one window (64 KiB), however busy
 the broker is. A failure says how much each stream sent before it was held back.
 """
@@ -38,13 +38,13 @@ from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
 from tests.support.broker_process import BrokerProcess, create_topics, data_dir_of, running_broker
 from tests.support.process_stats import resident_bytes
 
+from skiff_broker.messaging.clients import TELEMETRY_OUTBOX_LIMIT
 from skiff_broker.metadata.topic_table import TopicConfig
-from skiff_broker.server.clients import TELEMETRY_OUTBOX_LIMIT
 
 MiB = 1024 * 1024
 TOPIC = "memory-orders"
 FLOODING_STREAMS = 4
-# What a never-reading stream may cost the broker (server/clients.py): its
+# What a never-reading stream may cost the broker (messaging/clients.py): its
 # bounded outbox of replies plus the server's buffers for one stream.
 BUDGET_PER_STREAM = 16 * MiB
 # Each Settings names this many long topics, so each reply is about 13 KB.

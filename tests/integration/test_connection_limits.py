@@ -30,8 +30,8 @@ from tests.support.broker_process import running_broker as _running_broker
 from tests.support.process_stats import cpu_seconds
 from tests.support.waiting import wait_for
 
-from skiff_broker.http2 import frames as fr
-from skiff_broker.http2.hpack import encode_headers
+from skiff_broker.frontdoor.http2 import frames as fr
+from skiff_broker.frontdoor.http2.hpack import encode_headers
 from skiff_broker.metadata.topic_table import TopicConfig
 
 TOPIC = "connection-limits"

@@ -36,9 +36,9 @@ from tests.support.raw_http2 import (
 )
 
 from skiff_broker.client.admin import AdminClient
-from skiff_broker.http2 import frames as fr
-from skiff_broker.http2.frames import ErrorCode
-from skiff_broker.http2.hpack import encode_headers
+from skiff_broker.frontdoor.http2 import frames as fr
+from skiff_broker.frontdoor.http2.frames import ErrorCode
+from skiff_broker.frontdoor.http2.hpack import encode_headers
 from skiff_broker.metadata.topic_table import TopicConfig
 
 MiB = 1 << 20

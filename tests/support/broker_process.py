@@ -28,8 +28,8 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
+from skiff_broker.assembly.slow_callbacks import SLOW_CALLBACK_FIELD
 from skiff_broker.metadata.topic_table import TopicConfig, TopicTable
-from skiff_broker.server.slow_callbacks import SLOW_CALLBACK_FIELD
 
 SKIFF = [sys.executable, "-m", "skiff_broker"]
 # Small segments: the tests write little and each segment is pre-allocated; it must

@@ -1,4 +1,4 @@
-"""Seeded fuzzing of the HTTP/2 server core (http2/connection.py) and its HPACK decoder.
+"""Seeded fuzzing of the HTTP/2 server core (frontdoor/http2/connection.py) and its HPACK decoder.
 
 One case is one seed: the seed alone decides the bytes a client sends (a preface,
 settings, requests encoded by python-hyper's ``hpack``, DATA, window updates, resets,
@@ -24,7 +24,7 @@ What must hold, after every read:
 
 The control budget is given no refill, so a case does not depend on the clock.
 
-``tests/unit/http2/test_fuzz.py`` runs a bounded number of cases in the normal run;
+``tests/unit/frontdoor/http2/test_fuzz.py`` runs a bounded number of cases in the normal run;
 ``scripts/fuzz-http2`` runs as many as asked (``--help``).
 """
 
@@ -45,12 +45,17 @@ import hpack
 from hyperframe.exceptions import HyperframeError
 from hyperframe.frame import Frame
 
-from skiff_broker.http2 import frames as fr
-from skiff_broker.http2.connection import Limits, ServerConnection, Stream
-from skiff_broker.http2.frames import ConnectionFault, ErrorCode
-from skiff_broker.http2.hpack import HeaderDecoder, HeaderListTooLarge, HpackError, encode_headers
+from skiff_broker.frontdoor.http2 import frames as fr
+from skiff_broker.frontdoor.http2.connection import Limits, ServerConnection, Stream
+from skiff_broker.frontdoor.http2.frames import ConnectionFault, ErrorCode
+from skiff_broker.frontdoor.http2.hpack import (
+    HeaderDecoder,
+    HeaderListTooLarge,
+    HpackError,
+    encode_headers,
+)
 
-# Raises the max_examples of the hypothesis tests in tests/unit/http2 (bounded_examples).
+# Raises the max_examples of the hypothesis tests in tests/unit/frontdoor/http2 (bounded_examples).
 EXAMPLES_ENV = "SKIFF_HTTP2_EXAMPLES"
 
 # The frame types a server sends (never PUSH_PROMISE: Skiff does not push).
@@ -443,7 +448,9 @@ def held_units(root: object) -> int:
         elif isinstance(item, list | tuple | set | frozenset | collections.deque):
             total += len(item)
             todo.extend(item)
-        elif any(cls.__module__.startswith("skiff_broker.http2") for cls in type(item).__mro__):
+        elif any(
+            cls.__module__.startswith("skiff_broker.frontdoor.http2") for cls in type(item).__mro__
+        ):
             todo.extend(_attributes(item))
     return total
 
@@ -652,8 +659,8 @@ def main(argv: list[str] | None = None) -> int:
         prog="scripts/fuzz-http2",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="""\
-Fuzz Skiff's HTTP/2 server core (broker/skiff_broker/http2/connection.py) and its
-HPACK decoder (http2/hpack.py) with seeded cases.
+Fuzz Skiff's HTTP/2 server core (broker/skiff_broker/frontdoor/http2/connection.py) and its
+HPACK decoder (frontdoor/http2/hpack.py) with seeded cases.
 
 connection: a client's bytes (preface, settings, requests, DATA, window updates,
   resets, pings, frames of any type, flags and length; then maybe mutated), cut into
@@ -666,7 +673,7 @@ hpack: header blocks from python-hyper's hpack encoder, mutated, and random octe
 
 Each case is decided by its seed alone: a failure prints the seed and the command
 that reproduces it. The normal test run covers the first few hundred seeds
-(tests/unit/http2/test_fuzz.py).""",
+(tests/unit/frontdoor/http2/test_fuzz.py).""",
         epilog="""\
 examples:
   scripts/fuzz-http2 --cases 200000
@@ -687,7 +694,7 @@ examples:
         metavar="N",
         help=(
             "then run the differential tests against python-hyper's hpack and hyperframe "
-            f"(tests/unit/http2/test_*_oracle.py) with N hypothesis examples each "
+            f"(tests/unit/frontdoor/http2/test_*_oracle.py) with N hypothesis examples each "
             f"({EXAMPLES_ENV}=N)"
         ),
     )
@@ -717,8 +724,8 @@ examples:
 
         env = {**os.environ, EXAMPLES_ENV: str(args.oracles)}
         oracle_tests = [
-            "tests/unit/http2/test_hpack_oracle.py",
-            "tests/unit/http2/test_frames_oracle.py",
+            "tests/unit/frontdoor/http2/test_hpack_oracle.py",
+            "tests/unit/frontdoor/http2/test_frames_oracle.py",
         ]
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", *oracle_tests], env=env)
         failures += done.returncode != 0

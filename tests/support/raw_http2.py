@@ -1,6 +1,6 @@
 """A hostile gRPC client written frame by frame: it sends what no well-behaved client would.
 
-Built on the broker's own HTTP/2 frame helpers (``skiff_broker.http2.frames``) and its
+Built on the broker's own HTTP/2 frame helpers (``skiff_broker.frontdoor.http2.frames``) and its
 HPACK encoder; the server's frames are read back whole, with their headers decoded. Over a
 blocking socket, so that tests drive a broker process from threads or a test's own loop
 from a thread.
@@ -14,8 +14,8 @@ import struct
 import time
 from dataclasses import dataclass, field
 
-from skiff_broker.http2 import frames as fr
-from skiff_broker.http2.hpack import HeaderDecoder, encode_headers
+from skiff_broker.frontdoor.http2 import frames as fr
+from skiff_broker.frontdoor.http2.hpack import HeaderDecoder, encode_headers
 
 # gRPC status codes as numbers.
 DEADLINE_EXCEEDED = 4

@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 import grpc
 
-from skiff_broker.rpc.server import RpcServer
-from skiff_broker.tls.listener import ClientListener
+from skiff_broker.frontdoor.grpc.server import RpcServer
+from skiff_broker.frontdoor.listener import ClientListener
 
 
 @contextlib.asynccontextmanager

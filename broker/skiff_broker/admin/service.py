@@ -22,11 +22,11 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from .. import __version__
 from ..error_text import bounded, quoted, shortened
+from ..frontdoor.grpc.boundary import rpc_boundary
+from ..frontdoor.grpc.server import RpcServer
+from ..frontdoor.grpc.undecodable import lenient_rpc_handler
 from ..ha.replication import PromotionRefused, Replication
 from ..metadata.topic_table import MessageType, Permission, TopicConfig, validate_topic_name
-from ..rpc.boundary import rpc_boundary
-from ..rpc.server import RpcServer
-from ..rpc.undecodable import lenient_rpc_handler
 from ..runtime import Broker
 from ..store.message import StoredMessage, encode_host, offset_message_id
 from ..wire.resource_names import SYSTEM_TOPIC_PREFIX, group_name_problem, is_system_topic

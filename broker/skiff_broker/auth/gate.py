@@ -35,8 +35,8 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
 from ..error_text import bounded
-from ..rpc.health_service import HEALTH_SERVICE
-from ..rpc.undecodable import Undecodable
+from ..frontdoor.grpc.health_service import HEALTH_SERVICE
+from ..frontdoor.grpc.undecodable import Undecodable
 from .caller import verified
 from .decision import Need, decide
 from .rights import needs_of, telemetry_needs

@@ -7,7 +7,7 @@ invisible time makes a redelivery due sooner than the waiter planned for.
 Memory: one event per topic with waiters, whatever their number, and one arrival
 count per topic that has had messages; each waiting
 request is a suspended call, and a connection holds at most the server's
-``MAX_CONCURRENT_STREAMS`` of them (``server/app.py``), further calls waiting in
+``MAX_CONCURRENT_STREAMS`` of them (``assembly/broker_server.py``), further calls waiting in
 the client. A wait never outlives its request's deadline.
 
 No lost wake-ups, though arrivals for topics nobody waits on never reach the loop (most

@@ -1,6 +1,6 @@
 """The rules for writing to a topic, shared by both write doors.
 
-SendMessage (``server/sending.py``) and Append (``records/service.py``) refuse the
+SendMessage (``messaging/sending.py``) and Append (``records/service.py``) refuse the
 same writes for the same reasons and spread a topic's batches over its write
 queues the same way; each door answers a refusal in its own protocol's status.
 Invariants: a replica takes no client writes; a topic that does not exist (and

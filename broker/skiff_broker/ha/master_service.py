@@ -13,7 +13,7 @@ users and ACLs follow as METADATA frames whenever they change.
 
 With --tls-ca and a certificate the connection is mutual TLS before anything else
 (:mod:`..tls.peers`), from its first byte, through the client port's listener
-(:mod:`..tls.listener`): a replica whose certificate does not chain to the CA is
+(:mod:`..frontdoor.listener`): a replica whose certificate does not chain to the CA is
 logged with its address and dropped before the secret's proof.
 
 Outside a Lease, each replica's client endpoint from its HELLO goes into the
@@ -36,9 +36,9 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..frontdoor.connection_limits import ConnectionCounts
+from ..frontdoor.listener import ClientListener
 from ..rate_limited_log import RateLimitedLog
-from ..tls.connection_limits import ConnectionCounts
-from ..tls.listener import ClientListener
 from ..tls.peers import mutual_tls, replication_server_context
 from . import framing
 from .config import ReplicationConfig, ReplicationMode, parse_host_port

@@ -12,13 +12,13 @@ from typing import Protocol
 from ..auth.config import AuthConfig
 from ..auth.model import User
 from ..auth.user_store import UserStore
+from ..frontdoor.connection_limits import ConnectionLimits
 from ..metadata.consumer_offsets import ConsumerOffsetTable
 from ..metadata.group_settings import GroupSettingsTable
 from ..metadata.request_modes import RequestModeTable
 from ..metadata.topic_table import TopicTable
 from ..store.config import StoreConfig
 from ..store.message_store import MessageStore
-from ..tls.connection_limits import ConnectionLimits
 from ..tls.settings import TlsConfig
 
 

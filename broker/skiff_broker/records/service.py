@@ -33,11 +33,11 @@ from ..delivery.topic_writes import (
     writable_topic,
 )
 from ..error_text import bounded
+from ..frontdoor.grpc.boundary import rpc_boundary
+from ..frontdoor.grpc.peers import peer_host
+from ..frontdoor.grpc.server import RpcServer
+from ..frontdoor.grpc.undecodable import lenient_rpc_handler
 from ..metadata.topic_table import MessageType, TopicConfig, validate_topic_name
-from ..rpc.boundary import rpc_boundary
-from ..rpc.peers import peer_host
-from ..rpc.server import RpcServer
-from ..rpc.undecodable import lenient_rpc_handler
 from ..runtime import Broker
 from ..store.commit_log import AppendRejected
 from ..store.hashing import tag_hash

@@ -28,9 +28,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from ..http2.receive_budget import ReceiveBudget
+from ..frontdoor.http2.receive_budget import ReceiveBudget
+from ..frontdoor.listener import peer_string
 from ..rate_limited_log import RateLimitedLog
-from ..tls.listener import peer_string
 from .frames import FrameDecoder, FrameError, RemotingCommand, encode
 
 log = logging.getLogger(__name__)

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from ..cluster.routes import ClusterRoutes
 from ..config import BrokerConfig
 from ..delivery.long_polling import ArrivalHub
-from ..http2.receive_budget import ReceiveBudget
+from ..frontdoor.connection_limits import ConnectionCounts
+from ..frontdoor.http2.receive_budget import ReceiveBudget
+from ..frontdoor.listener import ClientListener
 from ..runtime import Broker
-from ..tls.connection_limits import ConnectionCounts
-from ..tls.listener import ClientListener
 from ..wire.hosts import encode_host
 from .access import RemotingAccess
 from .admin_requests import AdminRequests

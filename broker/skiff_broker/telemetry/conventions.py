@@ -72,7 +72,7 @@ MESSAGE_SIZE = "rocketmq_message_size"
 CONSUMER_READY = "rocketmq_consumer_ready_messages"
 CONSUMER_INFLIGHT = "rocketmq_consumer_inflight_messages"
 CONSUMER_LAG = "rocketmq_consumer_lag_messages"
-# Skiff's own: client sessions remembered, by client type (see server/clients.py).
+# Skiff's own: client sessions remembered, by client type (see messaging/clients.py).
 CLIENT_SESSIONS = "skiff_client_sessions"
 LABEL_CLIENT_TYPE = "client_type"  # producer | simple_consumer | push_consumer | ...
 LABEL_CLUSTER = "cluster"

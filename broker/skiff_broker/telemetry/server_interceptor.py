@@ -7,7 +7,7 @@ default sampler, the ratio decision comes first (``root_sampling``): an unsample
 request runs in the one unsampled context without a call into the SDK. Unary and streaming
 handlers alike: a streaming RPC's span lasts as long as the stream.
 
-The wrapped handlers are for the broker's own server (``rpc.server``), which awaits
+The wrapped handlers are for the broker's own server (``frontdoor.grpc.server``), which awaits
 whatever a handler returns: a coroutine handler's wrapper is a plain function that
 hands back either the handler's own coroutine (an unsampled call, on a server whose calls
 start in the unsampled context: ``RpcServer.call_context``) or one that traces it.

@@ -18,7 +18,7 @@ import pytest
 from tests.support.store_settings import small_store
 
 from skiff_broker.delivery.transactions import TransactionRefused, TransactionService
-from skiff_broker.server.status import Code, RequestError, transaction_refused
+from skiff_broker.messaging.status import Code, RequestError, transaction_refused
 from skiff_broker.store.checkpoint import Checkpoint
 from skiff_broker.store.config import StoreConfig
 from skiff_broker.store.message import TRANSACTION_COMMIT_TYPE, Message, StoredMessage

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
-from skiff_broker.rpc.undecodable import Undecodable
+from skiff_broker.frontdoor.grpc.undecodable import Undecodable
 from skiff_broker.telemetry import conventions as cv
 from skiff_broker.telemetry.messaging_attributes import (
     MESSAGING_SERVICE,

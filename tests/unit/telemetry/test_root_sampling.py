@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace import SpanKind
 from tests.support.rpc_serving import serving
 
-from skiff_broker.rpc.server import RpcServer
+from skiff_broker.frontdoor.grpc.server import RpcServer
 from skiff_broker.telemetry.root_sampling import PresetTraceIds, RootSampling
 from skiff_broker.telemetry.server_interceptor import TracingInterceptor
 from skiff_broker.telemetry.setup import Telemetry
