@@ -23,7 +23,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from .checkpoint import Checkpoint
 from .commit_log import CommitLog
@@ -47,7 +47,7 @@ from .queries import query_by_key, sample_stats
 from .queue_check import QueueCheck
 from .reading import QueueReader, read_message
 from .recovery import Damage, Recovered, checkpoint_scan_start, describe, recover_commit_log
-from .results import PutResult, StoreStats
+from .results import GetResult, PutResult, RecordsResult, StoreStats
 from .retention import (
     ConsumerProgress,
     DiskState,
@@ -141,15 +141,9 @@ class MessageStore:
         self._writer = StoreWriter(
             config, self.commit_log, self.consume_queues, self.index, self._waiters, self._observer
         )
-        # Queue reads are the reader's own methods, handed on as they are (see reading.py).
-        reader = QueueReader(config, self.commit_log, self.consume_queues)
-        reader.mender.on_repair = self._record_read_repair
-        self.get_messages = reader.get_messages
-        self.get_records = reader.get_records
-        self.scan_queue = reader.scan_queue
-        self.min_offset = reader.min_offset
-        self.max_offset = reader.max_offset
-        self.offset_by_time = reader.offset_by_time
+        # Queue reads are the reader's (reading.py); the methods below delegate to it.
+        self._reader = QueueReader(config, self.commit_log, self.consume_queues)
+        self._reader.mender.on_repair = self._record_read_repair
         self.clean_start = False
         self.damage_report = DamageReport(config.data_dir)
         # What the last recovery found (read by ``skiff store check --repair``).
@@ -172,6 +166,83 @@ class MessageStore:
     @replication.setter
     def replication(self, gate: ReplicationGate | None) -> None:
         self._writer.replication = gate
+
+    # -- queue reads (reading.py holds how; these are the store's face for them) --------
+
+    def get_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        *,
+        max_bytes: int = 4 * 1024 * 1024,
+        tag_codes: set[int] | None = None,
+        properties_check: Callable[[bytes], bool] | None = None,
+        accept: Callable[[StoredMessage], bool] | None = None,
+    ) -> GetResult:
+        """Up to ``max_count`` messages (and ``max_bytes``) of one queue from ``offset``.
+
+        ``tag_codes`` filters on the consume queue's tag hash, ``properties_check`` on a
+        record's raw properties before it is decoded, ``accept`` on the decoded message.
+        A record that fails its checks is logged and left out, never returned; the
+        result carries the queue's bounds and the ``next_offset`` to read from.
+        """
+        return self._reader.get_messages(
+            topic,
+            queue_id,
+            offset,
+            max_count,
+            max_bytes=max_bytes,
+            tag_codes=tag_codes,
+            properties_check=properties_check,
+            accept=accept,
+        )
+
+    def get_records(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        *,
+        max_bytes: int = 4 * 1024 * 1024,
+        tag_codes: set[int] | None = None,
+    ) -> RecordsResult:
+        """One queue's raw records from ``offset``, back to back as the commit log holds them.
+
+        Checked as :meth:`get_messages` checks them (a failing record is left out), but
+        not decoded, so a caller can send them on as they are.
+        """
+        return self._reader.get_records(
+            topic, queue_id, offset, max_count, max_bytes=max_bytes, tag_codes=tag_codes
+        )
+
+    def scan_queue(
+        self, topic: str, queue_id: int, start: int
+    ) -> Iterator[tuple[int, StoredMessage | None]]:
+        """Every offset of a queue from ``start`` to its end, with its message.
+
+        None where nothing readable is stored (a blank unit, a record that fails its
+        checks); offsets retention already deleted are skipped.
+        """
+        return self._reader.scan_queue(topic, queue_id, start)
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        """The queue's first offset still stored (0 for a queue that does not exist)."""
+        return self._reader.min_offset(topic, queue_id)
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """The offset the queue's next message will get (0 for a queue that does not exist)."""
+        return self._reader.max_offset(topic, queue_id)
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first offset of the queue whose message was stored at or after ``timestamp_ms``.
+
+        The queue's max offset when every message is older; 0 for a queue that does not
+        exist.
+        """
+        return self._reader.offset_by_time(topic, queue_id, timestamp_ms)
 
     @property
     def read_only_reason(self) -> str:
