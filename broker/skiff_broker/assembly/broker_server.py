@@ -1,4 +1,8 @@
-"""The broker process: recover the store, serve gRPC, stop cleanly on a signal."""
+"""The broker process: recover the store, open every door, stop cleanly on a signal.
+
+The composition root: the one module that knows every part. It builds the store, the
+services and the doors from one ``BrokerConfig`` and hands each the parts it uses.
+"""
 
 from __future__ import annotations
 

@@ -1,1 +1,7 @@
-"""The gRPC front: apache.rocketmq.v2.MessagingService and skiff.admin.v1.AdminService."""
+"""apache.rocketmq.v2.MessagingService: what the official RocketMQ 5 clients call.
+
+Each RPC checks its input and delegates to delivery/ and the store; errors travel as
+RocketMQ v2 ``Status`` codes the official clients understand (``status``). The service
+is registered on the client port's gRPC server (frontdoor/grpc/) beside Skiff's own
+records/ and admin/ services.
+"""

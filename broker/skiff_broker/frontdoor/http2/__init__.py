@@ -1,7 +1,7 @@
 """HTTP/2 (RFC 9113) and its header compression HPACK (RFC 7541), server side.
 
-The broker's gRPC server (``frontdoor/grpc/server``) speaks HTTP/2 through this package. It holds
-the protocol alone: bytes in, events out, bytes to write. No sockets, no event loop
+The broker's gRPC server (``frontdoor/grpc/server``) speaks HTTP/2 through this package.
+It holds the protocol alone: bytes in, events out, bytes to write. No sockets, no event loop
 and no gRPC here, and nothing else of Skiff's is imported (an import-linter contract
 checks that), so each piece is tested on bytes alone.
 
