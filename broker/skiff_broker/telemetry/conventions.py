@@ -8,7 +8,8 @@ used where one exists; the rest carry a ``skiff.`` prefix.
 
 from __future__ import annotations
 
-# Instrumentation scopes.
+# Instrumentation scopes. Names as exported, not module paths: SERVER_SCOPE kept its
+# name when the services moved to messaging/ and frontdoor/.
 STORE_SCOPE = "skiff_broker.store"
 SERVER_SCOPE = "skiff_broker.server"
 
