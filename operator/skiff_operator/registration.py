@@ -88,9 +88,16 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         on_resource(decorator, "brokers", id="reconcile")(reconcile_broker)
         on_resource(decorator, "topics", id="reconcile")(reconcile_topic)
         on_resource(decorator, "users", id="reconcile")(reconcile_user)
-    on_resource(kopf.timer, "brokers", id="status", interval=config.status_interval_s)(
-        refresh_broker_status
-    )
+    # The status refresh also takes rolling restarts their next step: one that failed (an
+    # API call timed out, a broker did not answer) is tried again at the next interval,
+    # not after kopf's default 60 s backoff, which would hold a restart that long.
+    on_resource(
+        kopf.timer,
+        "brokers",
+        id="status",
+        interval=config.status_interval_s,
+        backoff=config.status_interval_s,
+    )(refresh_broker_status)
     on_resource(kopf.timer, "topics", id="resync", interval=config.topic_resync_interval_s)(
         reconcile_topic
     )
