@@ -5,6 +5,8 @@ every group at its own brokers' remoting ports: the master as broker id 0, a rep
 as a read-only id from 1, as RocketMQ's name server lists them. The unmodified 4.9.8
 client sends to and consumes from the queues of both groups through that one
 address. A broker's ``--remoting-advertise`` is what every broker's routes name it by.
+The topic list (``mqadmin topicList``, the Dashboard's topic page) asked of any broker
+names every group's topics, as RocketMQ's name server does.
 """
 
 from __future__ import annotations
@@ -15,7 +17,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.official_clients import JavaClient, built_or_skipped, remoting_java_client, run_client
+from tests.integration.test_remoting_mqadmin import run_mqadmin
+from tests.official_clients import (
+    JavaClient,
+    built_or_skipped,
+    mqadmin_batch,
+    remoting_java_client,
+    run_client,
+)
 from tests.support.broker_process import (
     SKIFF,
     BrokerProcess,
@@ -29,6 +38,7 @@ from tests.support.waiting import wait_for
 
 from skiff_broker.metadata.topic_table import TopicConfig
 from skiff_broker.remoting.codes import RequestCode
+from skiff_broker.wire import property_names as prop
 
 TOPIC = "shipments"
 READ_WRITE = 6
@@ -40,11 +50,24 @@ class Groups:
         self.tmp_path = tmp_path
         self.running: list[BrokerProcess] = []
 
-    def start(self, home: str, group: str, *args: str, queues: int = 4) -> BrokerProcess:
+    def start(
+        self,
+        home: str,
+        group: str,
+        *args: str,
+        queues: int = 4,
+        also: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+    ) -> BrokerProcess:
+        """A broker of ``group`` holding ``TOPIC`` and the topics named in ``also``."""
         folder = self.tmp_path / home
         folder.mkdir()
-        create_topics(data_dir_of(folder), TopicConfig(TOPIC, queues, queues))
-        broker = start_broker(folder, "--broker-name", group, *args)
+        create_topics(
+            data_dir_of(folder),
+            TopicConfig(TOPIC, queues, queues),
+            *(TopicConfig(name, 1, 1) for name in also),
+        )
+        broker = start_broker(folder, "--broker-name", group, *args, env=env)
         self.running.append(broker)
         return broker
 
@@ -120,6 +143,68 @@ def test_a_broker_is_routed_at_its_advertised_remoting_address(groups: Groups) -
     assert addresses_by_group(remoting_route(b.remoting_endpoint)) == {
         "orders-b": {"0": "orders-b.example.net:8080"}
     }
+
+
+def topic_list(endpoint: str) -> list[str]:
+    answer = remoting_call(endpoint, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+    assert answer.code == 0, answer.remark
+    return json.loads(answer.body)["topicList"]
+
+
+def test_the_topic_list_asked_of_one_group_names_every_groups_topics(groups: Groups) -> None:
+    # The half-message topic in b's table stands for any broker-internal topic.
+    b = groups.start("b0", "orders-b", also=("returns", prop.HALF_TOPIC))
+    a = groups.start("a0", "orders-a", "--cluster-peers", b.endpoint, also=("invoices",))
+    assert sorted(topic_list(a.remoting_endpoint)) == ["invoices", "returns", TOPIC]
+    # A topic listed is a topic routed: the client asking a finds returns on b.
+    route = json.loads(
+        remoting_call(a.remoting_endpoint, RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="returns").body
+    )
+    assert addresses_by_group(route) == {"orders-b": {"0": b.remoting_endpoint}}
+    # b, without peers of its own, lists its topics only.
+    assert sorted(topic_list(b.remoting_endpoint)) == ["returns", TOPIC]
+
+    # A group that does not answer is left out; the rest of the list still comes.
+    b.kill()
+    wait_for(
+        lambda: "returns" not in topic_list(a.remoting_endpoint),
+        "the stopped group's topics to leave the topic list",
+        deadline_s=30,
+    )
+    assert sorted(topic_list(a.remoting_endpoint)) == ["invoices", TOPIC]
+
+
+@pytest.fixture(scope="session")
+def mqadmin() -> JavaClient:
+    return built_or_skipped(mqadmin_batch)
+
+
+def test_mqadmin_topic_list_with_one_broker_as_namesrv_names_every_groups_topics(
+    groups: Groups, tmp_path: Path, mqadmin: JavaClient
+) -> None:
+    # With authentication on: a asks b for its topics signed as the shared bootstrap user.
+    auth = {"SKIFF_AUTH": "enabled", "SKIFF_AUTH_INIT_USER": "root:root-secret"}
+    b = groups.start("b0", "orders-b", also=("returns",), env=auth)
+    a = groups.start("a0", "orders-a", "--cluster-peers", b.endpoint, also=("invoices",), env=auth)
+    home = tmp_path / "rocketmq-home"
+    (home / "conf").mkdir(parents=True)
+    (home / "conf" / "tools.yml").write_text("accessKey: root\nsecretKey: root-secret\n")
+    n = ["-n", a.remoting_endpoint]
+    summary = run_mqadmin(
+        mqadmin,
+        a.remoting_endpoint,
+        tmp_path / "client-logs",
+        [["topicList", *n], ["topicList", *n, "-c"]],
+        count=0,
+        home=home,
+    )
+    plain, by_cluster = summary["commands"]
+    for result in (plain, by_cluster):
+        assert result["err"] == "", (result["args"], result["err"][-3000:])
+    assert sorted(plain["out"].split()) == ["invoices", "returns", TOPIC]
+    # The cluster form finds each topic's cluster through its route, on either group.
+    listed = {tuple(line.split()[:2]) for line in by_cluster["out"].splitlines()[1:]}
+    assert listed == {("DefaultCluster", name) for name in ("invoices", "returns", TOPIC)}
 
 
 def refused_start(tmp_path: Path, settings: dict[str, str]) -> str:

@@ -63,7 +63,7 @@ def _commands(namesrv: str) -> list[list[str]]:
     ]
 
 
-def _run(
+def run_mqadmin(
     mqadmin: JavaClient,
     namesrv: str,
     logs: Path,
@@ -112,7 +112,7 @@ def test_mqadmin_common_commands_work_with_namesrv_set_to_the_broker(
     create_topics(data_dir_of(tmp_path), TopicConfig(TOPIC, 2, 2))
     with running_broker(tmp_path) as broker:
         namesrv = broker.remoting_endpoint
-        summary = _run(mqadmin, namesrv, tmp_path / "client-logs", _commands(namesrv))
+        summary = run_mqadmin(mqadmin, namesrv, tmp_path / "client-logs", _commands(namesrv))
         with AdminClient(broker.endpoint) as admin:
             topics = {t.name for t in admin.list_topics()}
         remoting = Remoting(namesrv)
@@ -245,7 +245,7 @@ def test_mqadmin_signed_with_a_super_users_keys_works_with_auth_on(
     with running_broker(tmp_path, env=auth) as broker:
         namesrv = broker.remoting_endpoint
         n = ["-n", namesrv]
-        signed = _run(
+        signed = run_mqadmin(
             mqadmin,
             namesrv,
             tmp_path / "client-logs",
@@ -257,7 +257,7 @@ def test_mqadmin_signed_with_a_super_users_keys_works_with_auth_on(
             count=0,
             home=home,
         )
-        unsigned = _run(
+        unsigned = run_mqadmin(
             mqadmin,
             namesrv,
             tmp_path / "client-logs",
@@ -283,7 +283,7 @@ def test_consumer_status_and_a_direct_consume_are_asked_of_the_online_consumer(
     with running_broker(tmp_path) as broker:
         namesrv = broker.remoting_endpoint
         n = ["-n", namesrv]
-        summary = _run(
+        summary = run_mqadmin(
             mqadmin,
             namesrv,
             tmp_path / "client-logs",

@@ -7,6 +7,9 @@ come from the Leases (:class:`LeaseElector.groups`); outside it from
 queues a topic has on another group is asked of that group (admin
 ``GetTopic``) and reused for ``peer_cache_s``: groups need not hold the same
 topics. A group that does not answer is left out of the route until it does.
+Which topics a group holds at all (admin ``ListTopics``, for the cluster's topic
+list) is asked and reused the same way; a group that does not answer is left out
+of the list, not remembered as holding none.
 Clients that came in on the external port get each group's external address
 from the ``<cluster>-endpoints`` ConfigMap (``<group>``; its remoting port:
 ``<group>.remoting``).
@@ -104,6 +107,7 @@ class ClusterRoutes:
         self._api = api
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._topics: dict[tuple[str, str], tuple[float, TopicConfig | None]] = {}
+        self._topic_names: dict[str, tuple[float, frozenset[str]]] = {}
         self._peers: dict[str, tuple[float, PeerInfo] | None] = {}
         self._external: tuple[float, dict[str, str]] = (0.0, {})
 
@@ -221,6 +225,23 @@ class ClusterRoutes:
             found = None
         self._topics[key] = (now, found)
         return found
+
+    async def topic_names_on(self, route: GroupRoute) -> frozenset[str] | None:
+        """Every topic the group at ``route`` holds; None: it did not answer."""
+        cached = self._topic_names.get(route.endpoint)
+        now = time.monotonic()
+        if cached is not None and now - cached[0] < self.config.peer_cache_s:
+            return cached[1]
+        try:
+            listed = await self._stub(route.endpoint).ListTopics(
+                apb.ListTopicsRequest(), timeout=_PEER_TIMEOUT_S
+            )
+        except grpc.aio.AioRpcError as exc:
+            log.debug("group %s did not list its topics: %s", route.name, exc.details())
+            return None  # not cached: asked again next time
+        names = frozenset(topic.name for topic in listed.topics)
+        self._topic_names[route.endpoint] = (now, names)
+        return names
 
     # -- external addresses ---------------------------------------------------
 

@@ -18,7 +18,10 @@ Invariants:
 - A client on the external remoting port gets each group's external remoting address
   (the ``<cluster>-endpoints`` ConfigMap's ``<group>.remoting``) for its writable
   broker where one is published, the internal addresses otherwise.
-- Broker-internal topics (schedules, half messages) are never routed.
+- Broker-internal topics (schedules, half messages) are never routed or listed.
+- The topic list is the union of the topics of the groups a route can name (those
+  the cluster answers for), so every topic it lists has a route; a group that does
+  not answer is left out of it, as it is of routes.
 - Bodies are JSON as RocketMQ's name server writes them (fastjson field names).
 """
 
@@ -133,6 +136,12 @@ class NameServer:
         assert self._cluster is not None
         return await self._cluster.topic_on(group.route, name)
 
+    async def _topic_names_on(self, group: _Group) -> frozenset[str]:
+        if group.route.local:
+            return frozenset(topic.name for topic in self._broker.topics.all())
+        assert self._cluster is not None
+        return await self._cluster.topic_names_on(group.route) or frozenset()
+
     def handlers(self) -> dict[int, Handler]:
         return {
             RequestCode.GET_ROUTEINFO_BY_TOPIC: self.route,
@@ -186,12 +195,12 @@ class NameServer:
         )
         return response
 
-    def topic_list(
+    async def topic_list(
         self, request: RemotingCommand, connection: RemotingConnection
     ) -> RemotingCommand:
-        names = sorted(
-            t.name for t in self._broker.topics.all() if t.name not in prop.INTERNAL_TOPICS
-        )
+        groups = await self._groups(connection)
+        held = await asyncio.gather(*(self._topic_names_on(group) for group in groups))
+        names = sorted(frozenset[str]().union(*held) - prop.INTERNAL_TOPICS)
         response = request.response(ResponseCode.SUCCESS)
         response.body = json_body({"topicList": names})
         return response
