@@ -207,18 +207,6 @@ def _consumer_heartbeat(endpoint: str, group: str, client_id: str) -> Remoting:
     return consumer
 
 
-def _asked(consumer: Remoting, code: int) -> RemotingCommand:
-    """The next request of ``code`` the broker sent this client."""
-    while True:
-        for command in consumer.pending:
-            if command.code == code and not command.is_response:
-                consumer.pending.remove(command)
-                return command
-        data = consumer.sock.recv(1 << 16)
-        assert data, "the broker closed the connection"
-        consumer.pending += consumer.decoder.feed(data)
-
-
 def test_a_consumers_running_info_is_its_own_answer_and_its_silence_is_reported(broker):
     consumer = _consumer_heartbeat(broker.remoting_endpoint, "watchers", "10.0.0.7@watch")
     asker = Remoting(broker.remoting_endpoint)
@@ -227,7 +215,7 @@ def test_a_consumers_running_info_is_its_own_answer_and_its_silence_is_reported(
         fields = {"consumerGroup": "watchers", "clientId": "10.0.0.7@watch"}
         asking = threading.Thread(target=lambda: answers.append(asker.call(307, **fields)))
         asking.start()
-        forwarded = _asked(consumer, 307)
+        forwarded = consumer.next_told(307)
         assert forwarded.ext_fields["clientId"] == "10.0.0.7@watch"
         reply = RemotingCommand(code=0, opaque=forwarded.opaque, flag=RESPONSE_FLAG)
         reply.body = b'{"properties":{"consumerGroup":"watchers"}}'
@@ -239,7 +227,7 @@ def test_a_consumers_running_info_is_its_own_answer_and_its_silence_is_reported(
         silent = asker.call(307, **fields)
         assert silent.code == 1
         assert "10.0.0.7@watch of watchers did not answer within 4 s" in silent.remark
-        assert _asked(consumer, 307).ext_fields["consumerGroup"] == "watchers"
+        assert consumer.next_told(307).ext_fields["consumerGroup"] == "watchers"
     finally:
         consumer.close()
         asker.close()

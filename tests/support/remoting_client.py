@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 
 from skiff_broker.remoting.frames import FrameDecoder, RemotingCommand, encode
 
@@ -28,9 +29,24 @@ class Remoting:
         return self.answer_to(opaque)
 
     def answer_to(self, opaque: int) -> RemotingCommand:
+        # Only answers: the broker's own requests (NOTIFY_CONSUMER_IDS_CHANGED, ...) number
+        # their opaques on their own and stay pending for told().
+        return self._next(lambda c: c.is_response and c.opaque == opaque)
+
+    def told(self, code: int) -> list[RemotingCommand]:
+        """The broker's requests of ``code`` received so far, taken from what is pending."""
+        found = [c for c in self.pending if not c.is_response and c.code == code]
+        self.pending = [c for c in self.pending if c not in found]
+        return found
+
+    def next_told(self, code: int) -> RemotingCommand:
+        """The broker's next request of ``code``, read for if none is pending yet."""
+        return self._next(lambda c: not c.is_response and c.code == code)
+
+    def _next(self, wanted: Callable[[RemotingCommand], bool]) -> RemotingCommand:
         while True:
             for command in self.pending:
-                if command.opaque == opaque:
+                if wanted(command):
                     self.pending.remove(command)
                     return command
             data = self.sock.recv(1 << 16)

@@ -12,8 +12,9 @@ Invariants:
   long-polling maximum, then answers PULL_NOT_FOUND.
 - A group's members are the clients whose latest heartbeat named it over a connection
   still open; a connection that closes takes its clients out of every group. When a
-  member joins or leaves, the others are told at once (NOTIFY_CONSUMER_IDS_CHANGED,
-  oneway), so they rebalance without waiting for their next periodic rebalance.
+  member joins, every member (the joining one too) is told at once
+  (NOTIFY_CONSUMER_IDS_CHANGED, oneway); when one leaves, the others are: they
+  rebalance without waiting for their next periodic rebalance.
 """
 
 from __future__ import annotations
@@ -176,7 +177,11 @@ class Consuming:
                 details[group],
             )
             if known is None or known.connection is not connection:
-                self._notify_changed(group, but=client_id)
+                # The joining client too, as RocketMQ's broker tells every member: its
+                # first rebalance may have asked for the members before this heartbeat
+                # arrived (the 4.x client's start and its periodic heartbeat race), and
+                # without a word now it would wait for its next periodic one (20 s).
+                self._notify_changed(group)
         # As RocketMQ's broker: a clustering group's retry topic exists from its first
         # heartbeat, so its consumers find a route for it (they subscribe to it themselves).
         missing = [g for g in clustering if self._broker.topics.get(retry_topic(g)) is None]
@@ -202,10 +207,10 @@ class Consuming:
             told += 1
         return told
 
-    def _notify_changed(self, group: str, but: str = "") -> None:
-        """Tell the group's members (all but ``but``) to rebalance now."""
+    def _notify_changed(self, group: str) -> None:
+        """Tell the group's members to rebalance now."""
         for member in self._groups.get(group, {}).values():
-            if member.client_id != but and not member.connection.closed:
+            if not member.connection.closed:
                 member.connection.send(
                     RemotingCommand(
                         code=RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
