@@ -93,22 +93,15 @@ class ProducerClient:
     version: int
 
 
-def heartbeat_client_id(body: bytes) -> str:
-    """The ``clientID`` a heartbeat names ("" if its body is not HeartbeatData)."""
-    try:
-        return str(json.loads(body or b"{}").get("clientID", ""))
-    except (ValueError, TypeError, AttributeError):
-        return ""
-
-
-def producer_groups(body: bytes) -> list[str]:
-    """The producer groups a heartbeat names ([] if its body is not HeartbeatData: the
-    consumers' handler answers what is wrong with it)."""
+def producer_heartbeat(body: bytes) -> tuple[str, list[str]]:
+    """The ``clientID`` and the producer groups a heartbeat names (no groups if its body
+    is not HeartbeatData: the consumers' handler answers what is wrong with it)."""
     try:
         data = json.loads(body or b"{}")
-        return [str(p["groupName"]) for p in data.get("producerDataSet") or []]
+        groups = [str(p["groupName"]) for p in data.get("producerDataSet") or []]
+        return str(data.get("clientID", "")), groups
     except (ValueError, TypeError, KeyError, AttributeError):
-        return []
+        return "", []
 
 
 class ProducerTable:
@@ -196,7 +189,7 @@ class RemotingTransactions:
     async def heartbeat(
         self, request: RemotingCommand, connection: RemotingConnection
     ) -> RemotingCommand:
-        groups = producer_groups(request.body)
+        client_id, groups = producer_heartbeat(request.body)
         problem = self.producers.limit_problem(groups, connection)
         if problem is not None:
             return request.response(ResponseCode.SYSTEM_ERROR, problem)
@@ -206,7 +199,7 @@ class RemotingTransactions:
         if answer.code == ResponseCode.SUCCESS:
             self.producers.heartbeat(
                 groups,
-                heartbeat_client_id(request.body),
+                client_id,
                 connection,
                 request.ext_fields.get(ACCESS_KEY) or "",
                 request.language,
