@@ -7,6 +7,11 @@ check interval, sending the message itself, body and all. ``nobody`` and ``mallo
 are signed users without any right. Hand-made Telemetry streams play the hostile
 clients; the official Python client plays the rightful producer.
 
+Two fences stand between a stream and a check, and each is tried alone: the stream must
+name the topic (a ``payer`` stream that names nothing is asked nothing), and its user
+must hold Pub on it when the check is sent (a ``payer`` stream whose right is revoked is
+asked no more).
+
 Where a test must know that a check round found nobody to ask, it waits for the
 broker's log line saying so (one per round), so nothing here depends on timing.
 """
@@ -216,14 +221,21 @@ def assert_the_rightful_producer_is_asked(broker: BrokerProcess) -> None:
 
 
 @pytest.mark.parametrize("claim", ["settings without topics", "heartbeat and no settings"])
-def test_a_producer_that_claims_no_topic_is_sent_no_other_topics_check(broker, streams, claim):
+# A user holding Pub on the topic but claiming nothing is asked nothing either: what a
+# stream names decides, not only what its user may do.
+@pytest.mark.parametrize("keys", [NOBODY, PAYER], ids=["no rights", "Pub on the topic"])
+def test_a_producer_that_claims_no_topic_is_sent_no_other_topics_check(
+    broker, streams, claim, keys
+):
     if claim == "settings without topics":
-        intruder = TelemetryStream(broker, NOBODY, "intruder-claims-nothing", producer_settings())
+        client_id = f"{keys[0]}-claims-nothing"
+        intruder = TelemetryStream(broker, keys, client_id, producer_settings())
         streams.append(intruder)
         wait_for(intruder.settings_replies, "the broker's answer to the intruder's Settings")
     else:
-        assert heartbeat(broker, NOBODY, "intruder-beats").code == pb.Code.OK
-        intruder = TelemetryStream(broker, NOBODY, "intruder-beats")
+        client_id = f"{keys[0]}-beats"
+        assert heartbeat(broker, keys, client_id).code == pb.Code.OK
+        intruder = TelemetryStream(broker, keys, client_id)
         streams.append(intruder)
     # The broker goes on looking for someone to ask, and never asks the intruder.
     wait_for_rounds_with_nobody_to_ask(broker, 2)
@@ -264,3 +276,25 @@ def test_another_identity_cannot_terminate_a_clients_session(broker, streams):
     # Its own identity can end it.
     assert terminate(broker, PAYER, "payer-by-hand").code == pb.Code.OK
     assert wait_for(lambda: victim.ended, "the end of the terminated stream") == grpc.StatusCode.OK
+
+
+def test_a_producer_whose_right_is_revoked_is_asked_no_more(broker, streams):
+    producer = TelemetryStream(broker, PAYER, "payer-revoked", producer_settings(TOPIC))
+    streams.append(producer)
+    wait_for(producer.checks, "the producer's first transaction check")
+    with AdminClient(broker.endpoint, credentials=SkiffCredentials(*ROOT)) as admin:
+        assert admin.delete_acl(PAYER[0])
+        try:
+            # The rounds after the revocation find nobody to ask: the stream still names
+            # the topic, but its user may no longer publish there. (A check sent before
+            # the revocation has long arrived after two rounds.)
+            wait_for_rounds_with_nobody_to_ask(broker, 2)
+            asked = len(producer.checks())
+            wait_for_rounds_with_nobody_to_ask(broker, 2)
+            assert len(producer.checks()) == asked
+            assert producer.ended is None
+        finally:
+            admin.apply_acl(PAYER[0], [AclEntry((f"Topic:{TOPIC}",), ("Pub",))])
+    # The right given back, the same stream is asked again.
+    wait_for(lambda: len(producer.checks()) > asked, "a check once the right is back")
+    assert producer.checks()[-1].message.body == BODY
