@@ -257,28 +257,23 @@ class RocketMQBroker(Broker):
         java = peer_install.java_binary()
         store = self.data_dir / "store"
         (store / "config").mkdir(parents=True)
+
         # Topics exist before the start, as Skiff's do: the broker loads its topic table.
-        table = {
-            name: {
+        def topic(name: str, queues: int, kind: str | None) -> dict:
+            return {
                 "topicName": name,
-                "readQueueNums": QUEUES,
-                "writeQueueNums": QUEUES,
+                "readQueueNums": queues,
+                "writeQueueNums": queues,
                 "perm": 6,
                 "topicFilterType": "SINGLE_TAG",
                 "topicSysFlag": 0,
                 "order": False,
                 "attributes": {} if kind is None else {"message.type": kind},
             }
-            for name, kind in self.topics.items()
-        }
-        for name in FIFO_TOPICS:
-            table[name] = {
-                **table[TOPICS[0]],
-                "topicName": name,
-                "readQueueNums": 1,
-                "writeQueueNums": 1,
-                "attributes": {"message.type": "FIFO"},
-            }
+
+        table = {name: topic(name, QUEUES, kind) for name, kind in self.topics.items()}
+        # Built on their own, not from another entry: a caller's topics need not hold TOPICS.
+        table.update({name: topic(name, 1, "FIFO") for name in FIFO_TOPICS})
         (store / "config" / "topics.json").write_text(json.dumps({"topicConfigTable": table}))
         groups = {
             name: {

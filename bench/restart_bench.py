@@ -2,9 +2,10 @@
 
 For each segment size (64 MiB and 1 GiB, the chart's production size) one data
 directory is prepared in-process through the store's own append path: one topic of
-four queues, 100-byte bodies, until the first segment is full but for a little room.
-Then, for each code variant ("before": the code this branch started from, taken with
-``git archive`` of the merge base with main; "after": this checkout), on that same
+four queues, 100-byte bodies, until the first segment is full but for a little room
+(``--fills``: fractions of the segment to fill instead, one data directory each).
+Then, for each code variant ("before": the code at ``--before REV``, by default the
+merge base with main, taken with ``git archive``; "after": this checkout), on that same
 directory and in that order:
 
 1. a real ``skiff broker`` process starts (a clean start) and a producer sends a few
@@ -23,7 +24,11 @@ Printed, per size and variant: records prepared in the segment, records the cras
 recovery checked, both times and their ratio, and how long the background check of
 the records below the scan start took (after).
 
-    python bench/restart_bench.py [--sizes 64m,1g] [--under-load RATE] [--work DIR] [--json OUT]
+    python bench/restart_bench.py [--sizes 64m,1g] [--fills 0.25,1] [--under-load RATE]
+                                  [--before REV] [--work DIR] [--json OUT]
+
+On a branch level with main the merge base is this checkout; name the commit before
+the change measured with ``--before``.
 """
 
 from __future__ import annotations
@@ -63,8 +68,10 @@ CHECKPOINT_WAIT_S = 4.0
 SIZES = {"64m": 64 * 1024 * 1024, "1g": 1024 * 1024 * 1024}
 
 
-def prepare(data_dir: Path, segment: int, room: int = ROOM) -> int:
-    """Fill ``data_dir``'s first segment with 100 B messages, in-process; returns how many."""
+def prepare(data_dir: Path, segment: int, room: int = ROOM, fill: float = 1.0) -> int:
+    """Fill ``fill`` of ``data_dir``'s first segment with 100 B messages, in-process;
+    returns how many."""
+    limit = int(segment * fill)
     shutil.rmtree(data_dir, ignore_errors=True)
     table = TopicTable(str(data_dir / "config" / "topics.json"))
     table.load()
@@ -77,10 +84,10 @@ def prepare(data_dir: Path, segment: int, room: int = ROOM) -> int:
         store.put_messages(batch[:1])
         per_record = store.commit_log.max_offset
         records += 1
-        while store.commit_log.max_offset + room + len(batch) * per_record < segment:
+        while store.commit_log.max_offset + room + len(batch) * per_record < limit:
             store.put_messages(batch)
             records += len(batch)
-        while store.commit_log.max_offset + room + per_record < segment:
+        while store.commit_log.max_offset + room + per_record < limit:
             store.put_messages(batch[:1])
             records += 1
         assert store.wait_dispatched(600)
@@ -93,6 +100,8 @@ def env_for(code: Path) -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": str(code / "broker")}
     for name in [k for k in env if k.startswith("SKIFF_")]:
         del env[name]
+    # Free ports: the defaults (8080, 5557) may be taken by another broker on the machine.
+    env["SKIFF_REMOTING_LISTEN"] = env["SKIFF_METRICS_LISTEN"] = "127.0.0.1:0"
     return env
 
 
@@ -216,10 +225,11 @@ def run_variant(name: str, code: Path, data_dir: Path, segment: int, logs: Path,
     }
 
 
-def before_code(work: Path) -> Path:
-    """The code this branch started from: ``git archive`` of its merge base with main."""
+def before_code(work: Path, revision: str) -> Path:
+    """The code at ``revision`` (empty: this branch's merge base with main), by ``git archive``."""
+    asked = ["rev-parse", revision] if revision else ["merge-base", "main", "HEAD"]
     base = subprocess.run(
-        ["git", "-C", str(ROOT), "merge-base", "main", "HEAD"],
+        ["git", "-C", str(ROOT), *asked],
         check=True,
         capture_output=True,
         text=True,
@@ -239,29 +249,35 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="64m,1g")
     parser.add_argument("--under-load", type=int, default=0, metavar="RATE")
+    parser.add_argument("--fills", default="1", metavar="FRACTIONS")
+    parser.add_argument("--before", default="", metavar="REV")
     parser.add_argument("--work", default="")
     parser.add_argument("--json", default="")
     args = parser.parse_args()
     work = Path(args.work or tempfile.mkdtemp(prefix="restart-bench-"))
     work.mkdir(parents=True, exist_ok=True)
-    variants = {"before": before_code(work), "after": ROOT}
+    variants = {"before": before_code(work, args.before), "after": ROOT}
     results = []
     for size_name in args.sizes.split(","):
-        segment = SIZES[size_name]
-        data_dir = work / f"data-{size_name}"
-        began = time.perf_counter()
-        # Room for what the broker is sent, about 210 bytes a record, with a margin.
-        room = ROOM + args.under_load * 210 * int(CHECKPOINT_WAIT_S + 2) * 2
-        records = prepare(data_dir, segment, room)
-        print(f"{size_name}: prepared {records} records in {time.perf_counter() - began:.1f} s")
-        for name, code in variants.items():
-            logs = work / f"logs-{size_name}"
-            logs.mkdir(exist_ok=True)
-            row = {"segment": size_name, "variant": name, "prepared": records}
-            row |= run_variant(name, code, data_dir, segment, logs, args.under_load)
-            print(json.dumps(row), flush=True)
-            results.append(row)
-        shutil.rmtree(data_dir)
+        for fill in [float(f) for f in args.fills.split(",")]:
+            segment = SIZES[size_name]
+            data_dir = work / f"data-{size_name}-{fill}"
+            began = time.perf_counter()
+            # Room for what the broker is sent, about 210 bytes a record, with a margin.
+            room = ROOM + args.under_load * 210 * int(CHECKPOINT_WAIT_S + 2) * 2
+            records = prepare(data_dir, segment, room, fill)
+            print(
+                f"{size_name} filled {fill}: prepared {records} records "
+                f"in {time.perf_counter() - began:.1f} s"
+            )
+            for name, code in variants.items():
+                logs = work / f"logs-{size_name}-{fill}"
+                logs.mkdir(exist_ok=True)
+                row = {"segment": size_name, "variant": name, "prepared": records}
+                row |= run_variant(name, code, data_dir, segment, logs, args.under_load)
+                print(json.dumps(row), flush=True)
+                results.append(row)
+            shutil.rmtree(data_dir)
     print()
     print(
         f"{'segment':>8} {'variant':>7} {'prepared':>9} {'rescanned':>9} {'crash s':>8} "

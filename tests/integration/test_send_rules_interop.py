@@ -3,10 +3,15 @@ official Python client: a message at each limit is stored and read back unchange
 past it is refused with the proxy's status code, and nothing refused is stored.
 
 Each topic has one queue, so what the broker stored is read back in full by pulling it.
+
+With ``SKIFF_COMPARE_ROCKETMQ=1`` the module also sends each of those messages to Apache
+RocketMQ 5.3.3 (tests/support/rocketmq_peer.py) and asserts that both accept the same
+ones and refuse the others with the same status code and the proxy's words.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -17,6 +22,7 @@ from rocketmq.v5.exception import ClientException
 from tests.support.broker_fixture import module_broker
 from tests.support.broker_process import BrokerProcess
 from tests.support.official_client import receive_all, started_producer, started_simple_consumer
+from tests.support.rocketmq_peer import COMPARE, COMPARE_REASON, rocketmq_peer
 
 from skiff_broker.client.pull_consumer import PullConsumer
 from skiff_broker.metadata.topic_table import MessageType, TopicConfig
@@ -33,6 +39,8 @@ broker = module_broker(
         TopicConfig(FIFO_TOPIC, 1, 1, message_type=MessageType.FIFO),
     ),
 )
+
+rocketmq = rocketmq_peer({NORMAL_TOPIC: "NORMAL", FIFO_TOPIC: "FIFO"})
 
 
 @pytest.fixture(scope="module")
@@ -219,3 +227,68 @@ def test_a_message_group_of_64_bytes_or_with_a_control_character_is_refused(
     assert got_code == pb.Code.ILLEGAL_MESSAGE_GROUP, text
     assert words in text
     assert stored_ids(broker, FIFO_TOPIC) == before
+
+
+def grouped(message_group: str) -> Message:
+    msg = new_message(FIFO_TOPIC, b"grouped")
+    msg.message_group = message_group
+    return msg
+
+
+def past_a_limit(case: str) -> Message:
+    msg = new_message(NORMAL_TOPIC, f"refused: {case}".encode())
+    PAST_THE_LIMITS[case][0](msg)
+    return msg
+
+
+# Each message both systems are sent, and the proxy's words for a refusal (None: stored).
+COMPARED: dict[str, tuple[Callable[[], Message], str | None]] = {
+    "at the size limit": (lambda: at_the_size_limit(NORMAL_TOPIC), None),
+    "one byte over 16 KiB": (
+        lambda: at_the_size_limit(NORMAL_TOPIC, 1),
+        "the total size of user property is too large, max is 16384",
+    ),
+    "a message group of 63 bytes": (lambda: grouped("é" * 31 + "g"), None),
+    "a message group of 64 bytes": (
+        lambda: grouped("é" * 32),
+        "message group exceed the max size 64",
+    ),
+    "a message group with a control character": (
+        lambda: grouped("g\x1f"),
+        "message group cannot contain control character",
+    ),
+    **{
+        case: (lambda case=case: past_a_limit(case), words)
+        for case, (_, _, words) in PAST_THE_LIMITS.items()
+    },
+}
+
+
+def send_outcome(config: ClientConfiguration, msg: Message) -> tuple[str, str]:
+    """("OK", "") if the message was stored, else its status code's name and the error."""
+    with started_producer(config, msg.topic) as client:
+        try:
+            client.send(msg)
+        except ClientException as refused:
+            return pb.Code.Name(refused.code), str(refused)
+    return "OK", ""
+
+
+@pytest.mark.skipif(not COMPARE, reason=COMPARE_REASON)
+def test_rocketmq_stores_and_refuses_the_same_messages_with_the_same_codes(
+    config: ClientConfiguration, rocketmq
+) -> None:
+    theirs = ClientConfiguration(rocketmq.endpoint, Credentials())
+    answers = {
+        case: {"skiff": send_outcome(config, make()), "rocketmq": send_outcome(theirs, make())}
+        for case, (make, _) in COMPARED.items()
+    }
+    text = json.dumps(answers, indent=2, ensure_ascii=False)
+    print(text)
+    for case, (_, words) in COMPARED.items():
+        ours, their = answers[case]["skiff"], answers[case]["rocketmq"]
+        assert ours[0] == their[0], (case, text)
+        if words is None:
+            assert ours[0] == "OK", (case, text)
+        else:
+            assert words in ours[1] and words in their[1], (case, text)
