@@ -27,7 +27,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
 from tests.support.broker_process import BrokerProcess, create_topics, data_dir_of, running_broker
-from tests.support.process_stats import resident_bytes
+from tests.support.process_stats import ResidentWatch, resident_bytes
 from tests.support.raw_http2 import (
     DEADLINE_EXCEEDED,
     RawClient,
@@ -70,59 +70,66 @@ def test_unfinished_messages_stay_within_the_request_buffer_budget(tmp_path: Pat
         pid = broker.proc.pid
         assert [t.name for t in admin.list_topics()] == [TOPIC]
         baseline = resident_bytes(pid)
-        clients = [RawClient(broker.endpoint) for _ in range(CONNECTIONS)]
-        streams = [(c, c.open_call(SEND)) for c in clients for _ in range(STREAMS_PER_CONNECTION)]
-        payload = message_prefix(ANNOUNCED) + b"\x00" * SENT_PER_STREAM
-        sent = {key: 0 for key in streams}
-        peak = baseline
-        served = 0
-        idle = 0
-        for _ in range(MAX_ROUNDS):
-            progress = 0
-            for client, stream_id in streams:
-                pushed = client.push(stream_id, payload[sent[client, stream_id] :])
-                sent[client, stream_id] += pushed
-                progress += pushed
-            for client in clients:
-                client.read_for(0.01)
-            peak = max(peak, resident_bytes(pid))
-            # A normal client is served while the attack goes on.
-            assert [t.name for t in admin.list_topics()] == [TOPIC]
-            served += 1
-            idle = 0 if progress else idle + 1
-            if idle >= IDLE_ROUNDS or all(n == len(payload) for n in sent.values()):
-                break
-        held_back = sum(1 for n in sent.values() if n < len(payload))
-        total_sent = sum(sent.values())
-        print(
-            f"RSS baseline {baseline / MiB:.0f} MiB, peak {peak / MiB:.0f} MiB during the attack; "
-            f"{total_sent / MiB:.0f} MiB sent, {held_back} of {len(streams)} streams held back"
-        )
-        assert peak - baseline <= REQUEST_BUFFER_TOTAL + SLACK, (
-            f"the broker grew by {(peak - baseline) / MiB:.0f} MiB holding unfinished requests"
-        )
-        assert held_back, "every stream sent all it wanted: nothing held the attack back"
-
-        # The stalled streams are ended once the time limit has passed, those that could
-        # not send a single octet of their message included.
-        for client in clients:
-            client.read_until(
-                lambda c=client: all(seen.reset is not None for seen in c.streams.values()),
-                deadline_s=MESSAGE_TIMEOUT_S * 4,
+        # Sampled all along as well as in each round: the peak between two rounds counts.
+        with ResidentWatch(pid) as rss:
+            clients = [RawClient(broker.endpoint) for _ in range(CONNECTIONS)]
+            streams = [
+                (c, c.open_call(SEND)) for c in clients for _ in range(STREAMS_PER_CONNECTION)
+            ]
+            payload = message_prefix(ANNOUNCED) + b"\x00" * SENT_PER_STREAM
+            sent = {key: 0 for key in streams}
+            peak = baseline
+            served = 0
+            idle = 0
+            for _ in range(MAX_ROUNDS):
+                progress = 0
+                for client, stream_id in streams:
+                    pushed = client.push(stream_id, payload[sent[client, stream_id] :])
+                    sent[client, stream_id] += pushed
+                    progress += pushed
+                for client in clients:
+                    client.read_for(0.01)
+                peak = max(peak, resident_bytes(pid))
+                # A normal client is served while the attack goes on.
+                assert [t.name for t in admin.list_topics()] == [TOPIC]
+                served += 1
+                idle = 0 if progress else idle + 1
+                if idle >= IDLE_ROUNDS or all(n == len(payload) for n in sent.values()):
+                    break
+            held_back = sum(1 for n in sent.values() if n < len(payload))
+            total_sent = sum(sent.values())
+            print(
+                f"RSS baseline {baseline / MiB:.0f} MiB, "
+                f"peak {peak / MiB:.0f} MiB during the attack; "
+                f"{total_sent / MiB:.0f} MiB sent, {held_back} of {len(streams)} streams held back"
             )
-            assert [t.name for t in admin.list_topics()] == [TOPIC]
-            served += 1
-            peak = max(peak, resident_bytes(pid))
-        statuses = {c.streams[s].header("grpc-status") for c, s in streams}
-        resets = {c.streams[s].reset for c, s in streams}
-        assert statuses == {str(DEADLINE_EXCEEDED)}, statuses
-        assert resets == {ErrorCode.NO_ERROR}, resets
-        message = clients[0].streams[1].header("grpc-message") or ""
-        assert "did not arrive in full" in message and "--request-message-timeout" in message
-        after = resident_bytes(pid)
+            assert peak - baseline <= REQUEST_BUFFER_TOTAL + SLACK, (
+                f"the broker grew by {(peak - baseline) / MiB:.0f} MiB holding unfinished requests"
+            )
+            assert held_back, "every stream sent all it wanted: nothing held the attack back"
+
+            # The stalled streams are ended once the time limit has passed, those that could
+            # not send a single octet of their message included.
+            for client in clients:
+                client.read_until(
+                    lambda c=client: all(seen.reset is not None for seen in c.streams.values()),
+                    deadline_s=MESSAGE_TIMEOUT_S * 4,
+                )
+                assert [t.name for t in admin.list_topics()] == [TOPIC]
+                served += 1
+                peak = max(peak, resident_bytes(pid))
+            statuses = {c.streams[s].header("grpc-status") for c, s in streams}
+            resets = {c.streams[s].reset for c, s in streams}
+            assert statuses == {str(DEADLINE_EXCEEDED)}, statuses
+            assert resets == {ErrorCode.NO_ERROR}, resets
+            message = clients[0].streams[1].header("grpc-message") or ""
+            assert "did not arrive in full" in message and "--request-message-timeout" in message
+        after = rss.settled()
         print(
             f"RSS {after / MiB:.0f} MiB after the streams were ended; {served} admin calls served"
+            f"; sampled throughout: {rss.report()}"
         )
+        assert rss.peak - baseline <= REQUEST_BUFFER_TOTAL + SLACK, rss.report()
         assert after - baseline <= REQUEST_BUFFER_TOTAL + SLACK
         for client in clients:
             client.close()
@@ -213,21 +220,27 @@ def test_a_flood_of_hpack_bombs_neither_stalls_other_clients_nor_goes_on(tmp_pat
         flooder = threading.Thread(
             target=flood_header_blocks, args=(broker.endpoint, stop, closed), daemon=True
         )
-        flooder.start()
-        try:
-            probes = 0
-            while probes < 20 or len(closed) < 3:
-                # The official clients' default request timeout is 3 s.
-                answer = stub.QueryRoute(route, timeout=3)
-                assert answer.status.code == pb.Code.OK
-                assert [t.name for t in admin.list_topics()] == [TOPIC]
-                probes += 1
-                assert probes < 2_000, f"only {len(closed)} flooding connections were closed"
-                time.sleep(0.05)
-        finally:
-            stop.set()
-            flooder.join(30)
-            channel.close()
+        with ResidentWatch(broker.proc.pid) as rss:
+            flooder.start()
+            try:
+                probes = 0
+                while probes < 20 or len(closed) < 3:
+                    # The official clients' default request timeout is 3 s.
+                    answer = stub.QueryRoute(route, timeout=3)
+                    assert answer.status.code == pb.Code.OK
+                    assert [t.name for t in admin.list_topics()] == [TOPIC]
+                    probes += 1
+                    assert probes < 2_000, f"only {len(closed)} flooding connections were closed"
+                    time.sleep(0.05)
+            finally:
+                stop.set()
+                flooder.join(30)
+                channel.close()
+            rss.settled()
+        print(f"HPACK bombs: {rss.report()}")
+        # One flooding connection at a time, each cut off within its header-list budget:
+        # nothing of them stays but the working set's slack.
+        assert rss.peak - rss.before <= SLACK, rss.report()
         for goaway in closed:
             assert goaway is not None, "a flooding connection was closed without a GOAWAY"
             code, debug = goaway

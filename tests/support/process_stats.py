@@ -6,6 +6,7 @@ For tests and benchmarks that watch a broker process from outside (Linux only).
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 
@@ -23,3 +24,41 @@ def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     # After the command name: state is field 3, utime and stime are fields 14 and 15.
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class ResidentWatch:
+    """A process's resident memory sampled from a thread of its own while the block runs:
+    the first sample (``before``), the highest (``peak``) and, once the block has ended,
+    one more (``after``). Each sample is a read of /proc, nothing depends on how many."""
+
+    def __init__(self, pid: int, every_s: float = 0.05) -> None:
+        self._pid = pid
+        self._every_s = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self.before = self.peak = self.after = resident_bytes(pid)
+
+    def __enter__(self) -> ResidentWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self._every_s):
+            self.peak = max(self.peak, resident_bytes(self._pid))
+
+    def settled(self) -> int:
+        """One more sample, taken now (after the attack): it is ``after``."""
+        self.after = resident_bytes(self._pid)
+        self.peak = max(self.peak, self.after)
+        return self.after
+
+    def report(self) -> str:
+        mib = 1 << 20
+        return (
+            f"RSS before {self.before / mib:.0f} MiB, peak {self.peak / mib:.0f} MiB, "
+            f"after {self.after / mib:.0f} MiB"
+        )

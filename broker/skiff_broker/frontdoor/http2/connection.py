@@ -25,7 +25,8 @@ Invariants:
   ``room_reserved`` once it is made) rather than being held anyway.
 - A protocol error ends the connection: GOAWAY with the error is queued, ``closed`` is
   set, every open stream is reset, and nothing more is read. A stream error resets that
-  stream alone.
+  stream alone. The error is kept (``error``) without its traceback, so a connection
+  that ended is freed as soon as it is dropped, and nothing the peer sent outlives it.
 - A peer that makes the server work without making requests (resets of open streams,
   PINGs with no answer sent since the last one, SETTINGS, empty frames) spends a budget
   that refills with time; past it the connection ends with ENHANCE_YOUR_CALM. Header
@@ -612,6 +613,10 @@ class ServerConnection:
         self._reset_all(ErrorCode.CANCEL)
 
     def _fail(self, fault: ConnectionFault) -> None:
+        # Kept for the log without its traceback: that holds the frames that raised it,
+        # the peer's whole input chunk among their locals, in a cycle with this connection
+        # that only the collector would free.
+        fault.__traceback__ = fault.__context__ = fault.__cause__ = None
         self.error = fault
         debug = str(fault).encode("utf-8", "replace")[:256]
         self._write(fr.goaway(self._last_stream_id, fault.code, debug))

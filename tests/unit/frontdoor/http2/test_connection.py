@@ -7,7 +7,9 @@ limits and budgets, and what the application hears.
 
 from __future__ import annotations
 
+import gc
 import struct
+import weakref
 
 import pytest
 
@@ -570,3 +572,38 @@ def test_the_decoder_is_the_one_the_peers_encoder_talks_to():
     ]
     assert [r[1] for r in peer.app.requests] == [expected, expected]
     assert HeaderDecoder().decode(first) == expected
+
+
+class Forgetful:
+    """An application that keeps nothing of its streams: the connection alone holds them."""
+
+    def request(self, stream: Stream, headers: list[tuple[str, str]], end_stream: bool) -> None:
+        stream.reset(ErrorCode.REFUSED_STREAM)
+
+    def headers_too_large(self, stream: Stream) -> None:
+        stream.reset(ErrorCode.REFUSED_STREAM)
+
+
+@pytest.mark.parametrize("fault", ["PUSH_PROMISE", "header lists over the limit"])
+def test_a_connection_ended_by_the_peers_error_is_freed_as_soon_as_it_is_dropped(fault):
+    # With the collector off, as between two of its passes in a busy broker: nothing of a
+    # failed connection (the input chunk its error was raised over included) may wait for
+    # one. Flooding clients made the broker hold hundreds of MiB of such chunks.
+    conn = ServerConnection(Forgetful(), Limits(oversized_header_refill_per_s=0.0))
+    conn.receive(fr.PREFACE + fr.settings({}))
+    if fault == "PUSH_PROMISE":
+        chunk = fr.frame(fr.PUSH_PROMISE, fr.END_HEADERS, 1, b"\x00\x00\x00\x02")
+    else:
+        entry = fr.frame(fr.HEADERS, fr.END_HEADERS, 1, encode_headers(REQUEST) + b"\x40\x01x\x01v")
+        bomb = encode_headers(REQUEST) + b"\xbe" * 16_000
+        flags = fr.END_HEADERS | fr.END_STREAM
+        chunk = entry + b"".join(fr.frame(fr.HEADERS, flags, n, bomb) for n in range(3, 201, 2))
+    gc.disable()
+    try:
+        conn.receive(chunk)
+        assert conn.closed and conn.error is not None
+        gone = weakref.ref(conn)
+        del conn
+        assert gone() is None, "a failed connection waits for the collector"
+    finally:
+        gc.enable()
