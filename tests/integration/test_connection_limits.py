@@ -27,7 +27,7 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
 from tests.support.broker_process import BrokerProcess, create_topics, data_dir_of
 from tests.support.broker_process import running_broker as _running_broker
-from tests.support.process_stats import cpu_seconds
+from tests.support.process_stats import ResidentWatch, cpu_seconds
 from tests.support.waiting import wait_for
 
 from skiff_broker.frontdoor.http2 import frames as fr
@@ -39,6 +39,21 @@ FRAME_HEADER = struct.Struct(">I B I")
 RECEIVE_PATH = "/apache.rocketmq.v2.MessagingService/ReceiveMessage"
 READ_TIMEOUT_S = 60.0
 READY, IDLE = grpc.ChannelConnectivity.READY, grpc.ChannelConnectivity.IDLE
+MiB = 1 << 20
+# What a connection that never calls may have the broker hold: at most the 64 KiB it may
+# send unasked (docs/running-a-broker.md); these send far less. Besides, the broker's
+# working set moves by allocator slack and the normal client's calls (as in
+# test_request_budgets.py).
+PER_CONNECTION = 64 * 1024
+SLACK = 32 * MiB
+
+
+def assert_within_memory(rss: ResidentWatch, connections: int) -> None:
+    print(f"{connections} hanging connections: {rss.report()}")
+    grown = rss.peak - rss.before
+    assert grown <= connections * PER_CONNECTION + SLACK, (
+        f"the broker grew by {grown / MiB:.0f} MiB holding {connections} connections"
+    )
 
 
 @contextlib.contextmanager
@@ -184,7 +199,7 @@ def test_connections_that_never_open_are_closed_after_the_preface_timeout(tmp_pa
     }
     counts = {"one byte": 100, "the preface alone": 100, "a ClientHello alone": 100, "nothing": 20}
     env = {"SKIFF_PREFACE_TIMEOUT": "2", "SKIFF_TLS_MODE": tls_mode}
-    with running_broker(tmp_path, env) as broker:
+    with running_broker(tmp_path, env) as broker, ResidentWatch(broker.proc.pid) as rss:
         address = address_of(broker)
         opened: dict[str, list[socket.socket]] = {kind: [] for kind in kinds}
         try:
@@ -222,6 +237,8 @@ def test_connections_that_never_open_are_closed_after_the_preface_timeout(tmp_pa
             for socks in opened.values():
                 for sock in socks:
                     sock.close()
+        rss.settled()
+        assert_within_memory(rss, sum(len(socks) for socks in opened.values()))
         lines = [r["msg"] for r in broker.log_lines() if "did not open within 2s" in r["msg"]]
         # Counted, not logged one by one.
         assert 1 <= len(lines) <= 3, lines
@@ -275,6 +292,30 @@ def test_an_idle_connection_gets_goaway_and_is_closed_while_a_long_poll_keeps_it
                 "the channel to see its idle connection closed",
             )
             assert stub.QueryRoute(route, timeout=30).status.code == pb.Code.OK
+
+
+IDLE_CONNECTIONS = 300
+
+
+def test_many_idle_connections_are_closed_within_memory_while_a_client_is_served(tmp_path):
+    with running_broker(tmp_path, {"SKIFF_IDLE_CONNECTION_TIMEOUT": "2"}) as broker:
+        address = address_of(broker)
+        with ResidentWatch(broker.proc.pid) as rss:
+            idle = [RawHttp2(address) for _ in range(IDLE_CONNECTIONS)]
+            try:
+                for connection in idle:
+                    connection.open()
+                # While they idle, and as they are sent away, a normal client is served.
+                assert query_route(broker.endpoint) == pb.Code.OK
+                for connection in idle:
+                    seen = connection.frames_until_closed()
+                    assert [kind for kind, *_ in seen][-1:] == [fr.GOAWAY], seen
+                assert query_route(broker.endpoint) == pb.Code.OK
+            finally:
+                for connection in idle:
+                    connection.close()
+            rss.settled()
+        assert_within_memory(rss, IDLE_CONNECTIONS)
 
 
 # -- connection limits ----------------------------------------------------------------
