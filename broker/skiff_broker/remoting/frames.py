@@ -325,6 +325,9 @@ class FrameDecoder:
         except FrameError as exc:
             if not commands:
                 raise
+            # Kept without its traceback: that holds this call's frame, the peer's chunk and
+            # this decoder among its locals, a cycle only the collector would free.
+            exc.__traceback__ = exc.__context__ = exc.__cause__ = None
             self._error = exc
         return commands
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import struct
+import weakref
 
 import pytest
 
@@ -154,6 +156,22 @@ def test_commands_before_a_malformed_frame_are_returned_then_the_error():
     assert [c.code for c in decoder.feed(good + struct.pack(">i", -9))] == [1]
     with pytest.raises(FrameError):
         decoder.feed(good)
+
+
+def test_a_decoder_that_met_a_malformed_frame_is_freed_as_soon_as_it_is_dropped():
+    # With the collector off, as between two of its passes in a busy broker: the kept
+    # error must not hold the decoder (and the peer's whole chunk) in a cycle.
+    good = encode(RemotingCommand(code=1))
+    gc.disable()
+    try:
+        decoder = FrameDecoder()
+        assert [c.code for c in decoder.feed(good + struct.pack(">i", -9))] == [1]
+        assert decoder.failed is not None
+        gone = weakref.ref(decoder)
+        del decoder
+        assert gone() is None, "a failed decoder waits for the collector"
+    finally:
+        gc.enable()
 
 
 def test_an_unfinished_frame_waits_for_more():
