@@ -27,8 +27,6 @@ set (CI) they fail instead.
 from __future__ import annotations
 
 import json
-import os
-import sys
 import uuid
 from pathlib import Path
 
@@ -44,6 +42,7 @@ from tests.official_clients import (
 )
 from tests.support.broker_fixture import module_broker
 from tests.support.broker_process import BrokerProcess
+from tests.support.rocketmq_peer import COMPARE, COMPARE_REASON, rocketmq_peer
 
 from skiff_broker.metadata.topic_table import MessageType, TopicConfig
 
@@ -56,7 +55,6 @@ EXPECTED = {
     # neither is TRUE, so only the message below 5 comes.
     "not": ["below"],
 }
-COMPARE = os.environ.get("SKIFF_COMPARE_ROCKETMQ") == "1"
 
 broker = module_broker(
     "sql92-clients",
@@ -64,6 +62,9 @@ broker = module_broker(
         TopicConfig(NORMAL_TOPIC, 4, 4),
         TopicConfig(FIFO_TOPIC, 4, 4, message_type=MessageType.FIFO),
     ),
+)
+rocketmq = rocketmq_peer(
+    {NORMAL_TOPIC: "NORMAL", FIFO_TOPIC: "FIFO"}, settings=("enablePropertyFilter=true",)
 )
 
 
@@ -146,31 +147,18 @@ def broker_errors(process: BrokerProcess) -> list[dict]:
     return [r for r in process.log_lines() if r.get("level") == "error"]
 
 
-@pytest.mark.skipif(not COMPARE, reason="set SKIFF_COMPARE_ROCKETMQ=1 to compare")
-def test_rocketmq_delivers_and_refuses_as_skiff_does(java, go, broker, tmp_path):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-    import peer_brokers
-
-    rocketmq = peer_brokers.RocketMQBroker(
-        str(tmp_path),
-        peer_brokers.ASYNC,
-        topics={NORMAL_TOPIC: "NORMAL", FIFO_TOPIC: "FIFO"},
-        settings=("enablePropertyFilter=true",),
-    )
-    try:
-        rocketmq.start()
-        seen = {
-            "rocketmq": {
-                "java": run_java(java, rocketmq.endpoint, tmp_path / "rocketmq-java"),
-                "go": run_go(go, rocketmq.endpoint, tmp_path / "rocketmq-go"),
-            },
-            "skiff": {
-                "java": run_java(java, broker.endpoint, tmp_path / "skiff-java"),
-                "go": run_go(go, broker.endpoint, tmp_path / "skiff-go"),
-            },
-        }
-    finally:
-        rocketmq.stop()
+@pytest.mark.skipif(not COMPARE, reason=COMPARE_REASON)
+def test_rocketmq_delivers_and_refuses_as_skiff_does(java, go, broker, rocketmq, tmp_path):
+    seen = {
+        "rocketmq": {
+            "java": run_java(java, rocketmq.endpoint, tmp_path / "rocketmq-java"),
+            "go": run_go(go, rocketmq.endpoint, tmp_path / "rocketmq-go"),
+        },
+        "skiff": {
+            "java": run_java(java, broker.endpoint, tmp_path / "skiff-java"),
+            "go": run_go(go, broker.endpoint, tmp_path / "skiff-go"),
+        },
+    }
     report = {
         system: {client: {"answers": answers(o), "errors": o.errors} for client, o in runs.items()}
         for system, runs in seen.items()
