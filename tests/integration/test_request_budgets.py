@@ -78,7 +78,6 @@ def test_unfinished_messages_stay_within_the_request_buffer_budget(tmp_path: Pat
             ]
             payload = message_prefix(ANNOUNCED) + b"\x00" * SENT_PER_STREAM
             sent = {key: 0 for key in streams}
-            peak = baseline
             served = 0
             idle = 0
             for _ in range(MAX_ROUNDS):
@@ -89,7 +88,7 @@ def test_unfinished_messages_stay_within_the_request_buffer_budget(tmp_path: Pat
                     progress += pushed
                 for client in clients:
                     client.read_for(0.01)
-                peak = max(peak, resident_bytes(pid))
+                rss.sample()
                 # A normal client is served while the attack goes on.
                 assert [t.name for t in admin.list_topics()] == [TOPIC]
                 served += 1
@@ -100,11 +99,12 @@ def test_unfinished_messages_stay_within_the_request_buffer_budget(tmp_path: Pat
             total_sent = sum(sent.values())
             print(
                 f"RSS baseline {baseline / MiB:.0f} MiB, "
-                f"peak {peak / MiB:.0f} MiB during the attack; "
+                f"peak {rss.peak / MiB:.0f} MiB during the attack; "
                 f"{total_sent / MiB:.0f} MiB sent, {held_back} of {len(streams)} streams held back"
             )
-            assert peak - baseline <= REQUEST_BUFFER_TOTAL + SLACK, (
-                f"the broker grew by {(peak - baseline) / MiB:.0f} MiB holding unfinished requests"
+            assert rss.peak - baseline <= REQUEST_BUFFER_TOTAL + SLACK, (
+                f"the broker grew by {(rss.peak - baseline) / MiB:.0f} MiB "
+                "holding unfinished requests"
             )
             assert held_back, "every stream sent all it wanted: nothing held the attack back"
 
@@ -117,7 +117,7 @@ def test_unfinished_messages_stay_within_the_request_buffer_budget(tmp_path: Pat
                 )
                 assert [t.name for t in admin.list_topics()] == [TOPIC]
                 served += 1
-                peak = max(peak, resident_bytes(pid))
+                rss.sample()
             statuses = {c.streams[s].header("grpc-status") for c, s in streams}
             resets = {c.streams[s].reset for c, s in streams}
             assert statuses == {str(DEADLINE_EXCEEDED)}, statuses

@@ -35,7 +35,9 @@ class ResidentWatch:
         self._pid = pid
         self._every_s = every_s
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread = threading.Thread(target=self._sample_until_stopped, daemon=True)
+        # The sampling thread and the test's own samples both raise the peak.
+        self._peak_lock = threading.Lock()
         self.before = self.peak = self.after = resident_bytes(pid)
 
     def __enter__(self) -> ResidentWatch:
@@ -46,14 +48,20 @@ class ResidentWatch:
         self._stop.set()
         self._thread.join()
 
-    def _sample(self) -> None:
+    def _sample_until_stopped(self) -> None:
         while not self._stop.wait(self._every_s):
-            self.peak = max(self.peak, resident_bytes(self._pid))
+            self.sample()
+
+    def sample(self) -> int:
+        """One sample, taken now (a test may add its own at moments it knows matter)."""
+        rss = resident_bytes(self._pid)
+        with self._peak_lock:
+            self.peak = max(self.peak, rss)
+        return rss
 
     def settled(self) -> int:
         """One more sample, taken now (after the attack): it is ``after``."""
-        self.after = resident_bytes(self._pid)
-        self.peak = max(self.peak, self.after)
+        self.after = self.sample()
         return self.after
 
     def report(self) -> str:
