@@ -258,13 +258,13 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     variants = {"before": before_code(work, args.before), "after": ROOT}
     results = []
+    # Room for what the broker is sent, about 210 bytes a record, with a margin.
+    room = ROOM + args.under_load * 210 * int(CHECKPOINT_WAIT_S + 2) * 2
     for size_name in args.sizes.split(","):
+        segment = SIZES[size_name]
         for fill in [float(f) for f in args.fills.split(",")]:
-            segment = SIZES[size_name]
             data_dir = work / f"data-{size_name}-{fill}"
             began = time.perf_counter()
-            # Room for what the broker is sent, about 210 bytes a record, with a margin.
-            room = ROOM + args.under_load * 210 * int(CHECKPOINT_WAIT_S + 2) * 2
             records = prepare(data_dir, segment, room, fill)
             print(
                 f"{size_name} filled {fill}: prepared {records} records "
@@ -273,20 +273,20 @@ def main() -> None:
             for name, code in variants.items():
                 logs = work / f"logs-{size_name}-{fill}"
                 logs.mkdir(exist_ok=True)
-                row = {"segment": size_name, "variant": name, "prepared": records}
+                row = {"segment": size_name, "fill": fill, "variant": name, "prepared": records}
                 row |= run_variant(name, code, data_dir, segment, logs, args.under_load)
                 print(json.dumps(row), flush=True)
                 results.append(row)
             shutil.rmtree(data_dir)
     print()
     print(
-        f"{'segment':>8} {'variant':>7} {'prepared':>9} {'rescanned':>9} {'crash s':>8} "
-        f"{'clean s':>8} {'ratio':>6} {'bg check s':>10}"
+        f"{'segment':>8} {'fill':>5} {'variant':>7} {'prepared':>9} {'rescanned':>9} "
+        f"{'crash s':>8} {'clean s':>8} {'ratio':>6} {'bg check s':>10}"
     )
     for row in results:
         background = row["background_check_s"]
         print(
-            f"{row['segment']:>8} {row['variant']:>7} {row['prepared']:>9} "
+            f"{row['segment']:>8} {row['fill']:>5} {row['variant']:>7} {row['prepared']:>9} "
             f"{row['rescanned']:>9} {row['crash_restart_s']:>8.2f} {row['clean_start_s']:>8.2f} "
             f"{row['ratio']:>6.2f} {'-' if background is None else f'{background:.2f}':>10}"
         )
