@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 from tests.support.broker_fixture import module_broker
 from tests.support.broker_process import SKIFF, BrokerProcess, broker_env, running_broker
-from tests.support.process_stats import resident_bytes
+from tests.support.process_stats import ResidentWatch, resident_bytes
 from tests.support.remoting_client import Remoting
 from tests.support.waiting import wait_for
 
@@ -185,6 +185,35 @@ def test_a_malformed_frame_closes_only_its_connection(broker, hostile):
         assert good.call(206).code == 0
     finally:
         good.close()
+
+
+GARBAGE_CONNECTIONS = 1_000
+# The broker's working set moves by allocator slack and the other tests' calls; what a
+# closed connection leaves behind must not add to it.
+MEMORY_SLACK = 32 * 1024 * 1024
+
+
+def test_connections_ended_by_a_malformed_frame_leave_nothing_behind(broker):
+    # A request, then a malformed frame and 256 KiB of noise in the same write: the
+    # broker answers the request, closes the connection, and keeps nothing of the chunk
+    # it read (each one was once held until the collector's next full pass).
+    chunk = encode(RemotingCommand(code=206)) + struct.pack(">i", -9) + b"\xa5" * 256 * 1024
+    with ResidentWatch(broker.proc.pid) as rss:
+        for _ in range(GARBAGE_CONNECTIONS):
+            hostile = Remoting(broker.remoting_endpoint)
+            try:
+                hostile.sock.sendall(chunk)
+                assert hostile.closed_by_broker()
+            finally:
+                hostile.close()
+        good = Remoting(broker.remoting_endpoint)
+        try:
+            assert good.call(206).code == 0
+        finally:
+            good.close()
+        rss.settled()
+    print(f"{GARBAGE_CONNECTIONS} connections ended by a malformed frame: {rss.report()}")
+    assert rss.after - rss.before <= MEMORY_SLACK, rss.report()
 
 
 def test_a_client_that_never_reads_is_held_back_while_others_are_served(broker):
