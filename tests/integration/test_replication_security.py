@@ -1,10 +1,11 @@
 """Users, ACLs and the replication stream between real broker processes.
 
 A user applied on a master signs requests on its replica a moment later and
-after the replica is promoted; the replica refuses user changes and says where
-to apply them, and keeps its own bootstrap user. With a shared CA (``--tls-ca``) the
-stream runs over mutual TLS; a replica whose certificate comes from another CA is
-refused, and the master logs it with the replica's address.
+after the replica is promoted, also when the master stops right after applying it;
+the replica refuses user changes and says where to apply them, and keeps its own
+bootstrap user. With a shared CA (``--tls-ca``) the stream runs over mutual TLS; a
+replica whose certificate comes from another CA is refused, and the master logs it with
+the replica's address.
 """
 
 from __future__ import annotations
@@ -96,6 +97,32 @@ def test_users_reach_the_replica_and_stay_after_promotion(
         assert signs_in(replica, user), f"{user.access_key} is gone after the promotion"
     with AdminClient(replica.endpoint, credentials=ALICE) as admin:
         assert admin.apply_user("bob", "bob-secret")
+
+
+CAROL = Credentials("carol", "carol-secret")
+
+
+def test_a_user_applied_just_before_the_master_stops_reaches_the_replica(
+    tmp_path: Path, started: list[BrokerProcess]
+) -> None:
+    # State tables go to replicas once a second; a master stopped (as a deleted pod is)
+    # within that second hands its last changes over before it goes, so the replica
+    # that takes over knows every user the master said it applied.
+    (tmp_path / "master").mkdir()
+    (tmp_path / "replica").mkdir()
+    master = start_broker(tmp_path / "master", "--role", "MASTER", *HEARTBEATS, env=auth_env(ROOT))
+    started.append(master)
+    replica = start_broker(
+        tmp_path / "replica",
+        *("--role", "REPLICA", "--master-address", master.ha_endpoint, *HEARTBEATS),
+        env=auth_env(KEEPER),
+    )
+    started.append(replica)
+    wait_for(lambda: signs_in(replica, ROOT), "the master's users on the replica")
+    with AdminClient(master.endpoint, credentials=ROOT) as admin:
+        admin.apply_user(CAROL.access_key, CAROL.secret_key, super_user=True)
+    master.stop()
+    wait_for(lambda: signs_in(replica, CAROL), "carol on the replica after the master stopped")
 
 
 def start_in(tmp_path: Path, name: str, *args: str) -> BrokerProcess:

@@ -383,7 +383,10 @@ class BrokerServer:
             await listener.stop()
         self._listeners = []
         self._servers = []
-        # No writes arrive any more: the Lease can pass to an in-sync replica at once.
+        # No writes arrive any more: the replicas take the state tables as they stand
+        # (users and topics applied within the last metadata interval included), then
+        # the Lease can pass to an in-sync replica at once.
+        await self.replication.hand_over()
         if self.elector is not None:
             await self.elector.stop()
         if self.routes is not None:

@@ -9,7 +9,9 @@ where its copy continues) the session sends the log in runs of at most
 segment; when the replica has everything it waits for the next append, and
 sends a heartbeat when idle. The replica's ACKs move its acknowledged offset,
 which SYNC writers wait on (:mod:`.in_sync`). Topic config, consumer offsets,
-users and ACLs follow as METADATA frames whenever they change.
+users and ACLs follow as METADATA frames whenever they change (looked at once a
+``metadata_interval``), and once more as they stand when the master stops cleanly,
+before its Lease passes (:meth:`ReplicationMaster.send_final_metadata`).
 
 With --tls-ca and a certificate the connection is mutual TLS before anything else
 (:mod:`..tls.peers`), from its first byte, through the client port's listener
@@ -65,10 +67,19 @@ class OverAcknowledged(Exception):
 class _Session:
     """One replica connection."""
 
-    def __init__(self) -> None:
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
         self.wake = asyncio.Event()
         # The end of the log bytes sent on this connection: no ACK may pass it.
         self.sent_end = 0
+        # The METADATA document last sent on this connection.
+        self.sent_metadata = b""
+
+    def send_metadata(self, document: bytes) -> None:
+        """Queue ``document`` unless it is what this replica was sent last."""
+        if document != self.sent_metadata:
+            self.writer.write(framing.encode(FrameType.METADATA, document))
+            self.sent_metadata = document
 
 
 class ReplicationMaster:
@@ -155,6 +166,29 @@ class ReplicationMaster:
             await listener.stop()
         # Nothing will be replicated any more: writers still waiting time out.
 
+    async def send_final_metadata(self, timeout_s: float) -> None:
+        """On a clean stop, before the Lease is given up: every connected replica is sent
+        the state tables as they stand now and the bytes leave this broker (or
+        ``timeout_s`` passes), so the replica that takes over has every user, topic and
+        offset this master answered for, not only what the last periodic send carried.
+        A replica reads METADATA in order, before it can see this connection end."""
+        sessions = list(self._sessions)
+        if not sessions:
+            return
+        document = metadata_document(self._broker)
+        for session in sessions:
+            session.send_metadata(document)
+        drained = asyncio.gather(
+            *(session.writer.drain() for session in sessions), return_exceptions=True
+        )
+        try:
+            await asyncio.wait_for(drained, timeout_s)
+        except TimeoutError:
+            log.warning(
+                "the state tables did not reach every replica within %.0f s of the stop",
+                timeout_s,
+            )
+
     def _stream_protocol(self) -> asyncio.StreamReaderProtocol:
         return asyncio.StreamReaderProtocol(asyncio.StreamReader(limit=1024 * 1024), self._serve)
 
@@ -221,7 +255,7 @@ class ReplicationMaster:
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         state: ReplicaState | None = None
-        session = _Session()
+        session = _Session(writer)
         try:
             try:
                 await asyncio.wait_for(
@@ -415,16 +449,12 @@ class ReplicationMaster:
         commit_log = self._store.commit_log
         batch = self.config.transfer_batch_bytes
         last_sent = time.monotonic()
-        sent_metadata = b""
         metadata_at = 0.0
         while not acks.done():
             now = time.monotonic()
             if now - metadata_at >= self.config.metadata_interval:
                 metadata_at = now
-                document = metadata_document(self._broker)
-                if document != sent_metadata:
-                    writer.write(framing.encode(FrameType.METADATA, document))
-                    sent_metadata = document
+                session.send_metadata(metadata_document(self._broker))
             end = commit_log.max_offset
             if position < end:
                 got = commit_log.read_segment_tail(position, min(batch, end - position))

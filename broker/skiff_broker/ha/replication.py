@@ -158,6 +158,12 @@ class Replication:
             self.client.start()
             log.info("replica of %s", self.config.master_address)
 
+    async def hand_over(self) -> None:
+        """A master's last step before its Lease passes: the replicas take its state
+        tables as they stand (see ReplicationMaster.send_final_metadata)."""
+        if self.master is not None:
+            await self.master.send_final_metadata(self.config.heartbeat_interval)
+
     async def stop(self) -> None:
         if self.client is not None:
             await self.client.stop()
