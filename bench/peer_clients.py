@@ -983,8 +983,10 @@ class JavaClientDriver:
             unmeasured=summary.get("unmeasured_messages", 0),
         )
 
-    def send_async(self, size: int, count: int, limit_s: float) -> Sample:
-        return self._run("send-async", limit_s, count=count, size=size, in_flight=self.IN_FLIGHT)
+    def send_async(self, size: int, count: int, limit_s: float, in_flight: int = 0) -> Sample:
+        return self._run(
+            "send-async", limit_s, count=count, size=size, in_flight=in_flight or self.IN_FLIGHT
+        )
 
     def send_blocking(self, size: int, count: int, limit_s: float, rate: float = 0.0) -> Sample:
         """``rate`` > 0: the sends start at that many per second (an offered rate)."""

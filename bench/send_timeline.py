@@ -7,7 +7,9 @@ both systems) and each system it runs, on a fresh broker (ASYNC_FLUSH, 1 KiB bod
 
 - ``blocking``: ``--messages`` blocking sends over 16 threads, as fast as they are
   answered (the peers benchmark's row);
-- ``rate``: ``--rate-messages`` blocking sends started at ``--rate`` per second.
+- ``rate``: ``--rate-messages`` blocking sends started at ``--rate`` per second;
+- with ``--send-async``, that many ``sendAsync`` calls, ``--in-flight`` unanswered at once;
+- with ``--drain``, a SimpleConsumer receiving (and acknowledging) that many of them.
 
 It prints msg/s, the client's p50/p99 and the broker's CPU per message for both, and for
 Skiff the broker's own timeline of each SendMessage call (``skiff_broker.send_timeline``):
@@ -19,7 +21,8 @@ thread (whose store appends the timeline times) and the rest, the figures of
 
     python bench/send_timeline.py [--messages 20000] [--rate 1000] [--loads quiet,loaded]
                                   [--systems skiff,rocketmq] [--baseline TREE]
-                                  [--send-async N] [--data-dir .]
+                                  [--send-async N] [--in-flight 1024] [--drain N]
+                                  [--data-dir .]
 """
 
 from __future__ import annotations
@@ -145,8 +148,16 @@ class Run:
             ]
             if args.send_async:
                 workloads.append(
-                    ("async", lambda: driver.send_async(KiB, args.send_async, limit_s))
+                    (
+                        "async",
+                        lambda: driver.send_async(
+                            KiB, args.send_async, limit_s, in_flight=args.in_flight
+                        ),
+                    )
                 )
+            if args.drain:
+                # What the sends above stored, read back by one SimpleConsumer.
+                workloads.append(("drain", lambda: driver.drain(args.drain, limit_s)))
             for name, work in workloads:
                 broker.idle(5)
                 with contextlib.suppress(FileNotFoundError):
@@ -166,7 +177,7 @@ class Run:
                     f" ms  broker {cpu / count * 1e6:5.0f} µs/msg  {sample.note}  errors "
                     f"{sample.errors}" + (f" ({sample.last_error})" if sample.last_error else "")
                 )
-                if not skiff:
+                if not skiff or name == "drain":
                     continue
                 broker.idle(5)  # the last calls' records are written with the next batch
                 records = send_timeline.read(str(timeline)) if timeline.exists() else []
@@ -217,7 +228,16 @@ def main() -> int:
         "--send-async",
         type=int,
         default=0,
-        help="also this many sendAsync calls (256 in flight) per system and load",
+        help="also this many sendAsync calls per system and load",
+    )
+    parser.add_argument(
+        "--in-flight", type=int, default=1024, help="sendAsync calls unanswered at once"
+    )
+    parser.add_argument(
+        "--drain",
+        type=int,
+        default=0,
+        help="then a SimpleConsumer receives this many of the messages sent (no more than sent)",
     )
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--data-dir", default=".")
