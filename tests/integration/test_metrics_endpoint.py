@@ -1,11 +1,13 @@
 """The Prometheus endpoint of a real broker process: clients send and consume (over
 apache.rocketmq.v2, and with Skiff's batching producer and pull consumer over
 skiff.records.v1), the test scrapes /metrics over HTTP and reads RocketMQ's metrics,
-with RocketMQ's labels, and the store's latency histograms."""
+with RocketMQ's labels, the store's latency histograms and the CPU of the broker's
+threads."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import urllib.request
 
@@ -160,3 +162,34 @@ def test_a_busy_metrics_port_fails_the_start_and_names_the_option(
     assert "is in use by another process; pick another with --metrics-listen" in done.stderr
     # Checked before the data directory is touched.
     assert not (tmp_path / "d" / "commitlog").exists()
+
+
+def _process_cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        fields = stat.read().rpartition(b")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_the_threads_cpu_shows_the_event_loop_and_the_store_threads(broker: BrokerProcess) -> None:
+    def threads() -> dict[str, float]:
+        return {
+            labels["thread"]: v
+            for labels, v in scrape(broker).get("skiff_thread_cpu_seconds_total", [])
+            if labels.items() >= BROKER.items()
+        }
+
+    before = threads()
+    with MessagingClient(broker.endpoint) as client:
+        for _ in range(200):
+            client.send([OutgoingMessage(TOPIC, b"z" * 1000)])
+    wait_for_messages(broker.endpoint, TOPIC, 200)
+    cpu_before = _process_cpu_seconds(broker.proc.pid)
+    after = threads()
+    cpu_after = _process_cpu_seconds(broker.proc.pid)
+    # The sends ran on the event loop (tens of ms: several of the kernel's 10 ms ticks);
+    # the store's threads are there by name (their few ms may not have met a tick).
+    assert after["event-loop"] > before["event-loop"]
+    assert {"dispatcher", "async-flush", "other"} <= after.keys()
+    # Every role only grows, and together they are the process's CPU.
+    assert all(after[role] >= seconds for role, seconds in before.items())
+    assert cpu_before - 0.05 <= sum(after.values()) <= cpu_after + 0.05

@@ -1,6 +1,8 @@
 """RocketMQ 5's broker metrics: messages and bytes in and out, message sizes, and each
 consumer group's ready, in-flight and lagging messages; and Skiff's count of the client
-sessions it remembers (``skiff_client_sessions``), which falls back when clients leave.
+sessions it remembers (``skiff_client_sessions``), which falls back when clients leave,
+and the CPU each of its threads used (``skiff_thread_cpu_seconds_total``, read from
+``/proc`` when collected).
 
 Messages and bytes in are the message size histogram's count and sum (the broker's
 own cheap histogram, ``latency_histograms``): a stored message is one size sample, so a
@@ -26,6 +28,7 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 from ..delivery.backlog import GroupBacklog
 from . import conventions as cv
 from .latency_histograms import ExplicitBucketHistogram, HistogramSet
+from .thread_cpu import ThreadCpu
 from .traffic import TrafficObserver
 
 
@@ -137,6 +140,22 @@ class BrokerMetrics(TrafficObserver):
             description="Client sessions the broker remembers, by client type; a session is "
             "released when its client terminates or expires (--client-expiry)",
         )
+
+        self._thread_cpu = ThreadCpu()
+        if self._thread_cpu.available:
+            meter.create_observable_counter(
+                cv.THREAD_CPU,
+                callbacks=[self._observe_thread_cpu],
+                description="CPU used by the broker's threads (seconds): event-loop is the "
+                "one thread that runs every request's protocol work and the appends, so its "
+                "rate nearing 1 means the broker is at its limit",
+            )
+
+    def _observe_thread_cpu(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [
+            Observation(seconds, {**self._common, cv.LABEL_THREAD: role})
+            for role, seconds in self._thread_cpu.read().items()
+        ]
 
     def _observe_sessions(self, options: CallbackOptions) -> Iterable[Observation]:
         counts = self._sessions()

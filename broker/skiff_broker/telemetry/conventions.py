@@ -76,6 +76,9 @@ CONSUMER_LAG = "rocketmq_consumer_lag_messages"
 # Skiff's own: client sessions remembered, by client type (see messaging/clients.py).
 CLIENT_SESSIONS = "skiff_client_sessions"
 LABEL_CLIENT_TYPE = "client_type"  # producer | simple_consumer | push_consumer | ...
+# Skiff's own: CPU seconds by thread role (see telemetry/thread_cpu.py).
+THREAD_CPU = "skiff_thread_cpu_seconds_total"
+LABEL_THREAD = "thread"  # event-loop | dispatcher | async-flush | ... | other
 LABEL_CLUSTER = "cluster"
 LABEL_NODE_TYPE = "node_type"
 LABEL_NODE_ID = "node_id"

@@ -3,6 +3,9 @@ reader the broker serves /metrics from (no HTTP: the registry is read directly).
 
 from __future__ import annotations
 
+import threading
+import time
+
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.resources import Resource
 from prometheus_client import generate_latest
@@ -90,3 +93,44 @@ def test_listen_addresses() -> None:
             assert "--metrics-listen" in str(exc)
         else:
             raise AssertionError(f"{bad!r} was accepted")
+
+
+def _burn(seconds: float) -> None:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def test_each_threads_cpu_is_counted_under_its_role_and_the_roles_add_up() -> None:
+    _, reader, _ = metered([])
+    dispatcher = threading.Thread(target=_burn, args=(0.3,), name="dispatcher")
+    dispatcher.start()
+    _burn(0.2)  # this test's thread is the process's main thread: the event loop's role
+    before = time.process_time()
+    found = {labels["thread"]: value for labels, value in samples(reader)[cv.THREAD_CPU]}
+    after = time.process_time()
+    dispatcher.join()
+    assert found["event-loop"] >= 0.2
+    assert 0.0 < found["dispatcher"] <= 0.31
+    # The roles add up to the process's CPU when read (other: executors, libraries, ended
+    # threads), within the kernel's 10 ms ticks.
+    assert before - 0.03 <= sum(found.values()) <= after + 0.03
+    assert all(labels.items() >= COMMON.items() for labels, _ in samples(reader)[cv.THREAD_CPU])
+
+
+def test_a_role_keeps_what_its_ended_threads_used() -> None:
+    _, reader, _ = metered([])
+    seen = []
+    for _ in range(2):  # a service stopped and started again: a new thread, the same name
+        worker = threading.Thread(target=_burn, args=(0.15,), name="async-flush")
+        worker.start()
+        time.sleep(0.05)
+        while worker.is_alive():
+            seen.append({labels["thread"]: v for labels, v in samples(reader)[cv.THREAD_CPU]})
+            time.sleep(0.02)
+        seen.append({labels["thread"]: v for labels, v in samples(reader)[cv.THREAD_CPU]})
+    for role in ("event-loop", "async-flush", "other"):
+        values = [points.get(role, 0.0) for points in seen]
+        assert values == sorted(values), f"{role} went down: {values}"
+    # Both threads' time is in the role (less what each used after its last collection).
+    assert seen[-1]["async-flush"] >= 0.2
