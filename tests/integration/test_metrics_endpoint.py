@@ -7,7 +7,6 @@ threads."""
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import urllib.request
 
@@ -20,6 +19,7 @@ from tests.support.broker_process import (
     broker_env,
     running_broker,
 )
+from tests.support.process_stats import cpu_seconds
 from tests.support.queue_ends import wait_for_messages
 
 from skiff_broker.client.messaging import MessagingClient, OutgoingMessage
@@ -164,12 +164,6 @@ def test_a_busy_metrics_port_fails_the_start_and_names_the_option(
     assert not (tmp_path / "d" / "commitlog").exists()
 
 
-def _process_cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat", "rb") as stat:
-        fields = stat.read().rpartition(b")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def test_the_threads_cpu_shows_the_event_loop_and_the_store_threads(broker: BrokerProcess) -> None:
     def threads() -> dict[str, float]:
         return {
@@ -183,9 +177,9 @@ def test_the_threads_cpu_shows_the_event_loop_and_the_store_threads(broker: Brok
         for _ in range(200):
             client.send([OutgoingMessage(TOPIC, b"z" * 1000)])
     wait_for_messages(broker.endpoint, TOPIC, 200)
-    cpu_before = _process_cpu_seconds(broker.proc.pid)
+    cpu_before = cpu_seconds(broker.proc.pid)
     after = threads()
-    cpu_after = _process_cpu_seconds(broker.proc.pid)
+    cpu_after = cpu_seconds(broker.proc.pid)
     # The sends ran on the event loop (tens of ms: several of the kernel's 10 ms ticks);
     # the store's threads are there by name (their few ms may not have met a tick).
     assert after["event-loop"] > before["event-loop"]
